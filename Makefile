@@ -1,0 +1,91 @@
+# rdmashim: see README.md. `make` builds, `make test` installs what it needs and
+# runs every test, `make demo` shows an unmodified program through the shim.
+
+PREFIX ?= /usr/local
+BUILD  ?= build
+CC     ?= cc
+
+CFLAGS_COMMON := -std=gnu11 -O2 -g -Wall -Wextra -Werror -D_GNU_SOURCE -fPIC \
+                 -fno-strict-aliasing -MMD -MP
+CFLAGS_SHIM   := $(CFLAGS_COMMON) -fvisibility=hidden
+LDLIBS_SHIM   := -ldl -lpthread
+
+# The shim's modules; interpose_*.c hold the exported wrappers, the rest is the
+# core that the unit tests link against.
+SHIM_CORE := config tuple reason trace fdtable sock real
+SHIM_HOOKS := init interpose_socket interpose_io interpose_poll interpose_proc
+CORE_OBJS := $(SHIM_CORE:%=$(BUILD)/obj/shim/%.o)
+HOOK_OBJS := $(SHIM_HOOKS:%=$(BUILD)/obj/shim/%.o)
+
+LIB  := $(BUILD)/lib/librdmashim.so
+CORE := $(BUILD)/lib/librdmashim_core.a
+TOOL := $(BUILD)/bin/rdmashim
+
+UNIT_SUITES := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
+UNIT_BINS   := $(UNIT_SUITES:%=$(BUILD)/tests/%)
+TEST_PROGS  := $(patsubst integration/progs/%.c,$(BUILD)/progs/%,$(wildcard integration/progs/*.c))
+
+.PHONY: all deps test unit integration demo bench install clean
+
+all: $(LIB) $(TOOL) $(TEST_PROGS)
+
+$(BUILD)/obj/shim/%.o: shim/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_SHIM) -c $< -o $@
+
+$(LIB): $(CORE_OBJS) $(HOOK_OBJS) shim/librdmashim.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,--version-script=shim/librdmashim.map -Wl,-z,defs -Wl,-soname,librdmashim.so \
+	    -o $@ $(CORE_OBJS) $(HOOK_OBJS) $(LDLIBS_SHIM)
+
+$(CORE): $(CORE_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/obj/tools/%.o: tools/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -Ishim -c $< -o $@
+
+$(TOOL): $(patsubst tools/%.c,$(BUILD)/obj/tools/%.o,$(wildcard tools/*.c)) $(CORE)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(LDLIBS_SHIM)
+
+$(BUILD)/tests/%: tests/%.c $(CORE)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -Wno-error=unused-parameter -Ishim -o $@ $< $(CORE) \
+	    $$(pkg-config --cflags --libs check) $(LDLIBS_SHIM)
+
+$(BUILD)/progs/%: integration/progs/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -o $@ $< -lpthread
+
+deps:
+	@tools/install-deps.sh
+
+unit: $(UNIT_BINS)
+	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; CK_DEFAULT_TIMEOUT=30 $$t; done
+
+integration: all
+	@integration/run-all.sh
+
+test: deps
+	$(MAKE) all
+	$(MAKE) unit
+	$(MAKE) integration
+
+demo: deps
+	$(MAKE) all
+	@integration/demo.sh
+
+bench: all
+	@integration/bench/run-all.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/librdmashim.so
+	install -m 0755 $(TOOL) $(DESTDIR)$(PREFIX)/bin/rdmashim
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

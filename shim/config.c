@@ -1,0 +1,261 @@
+/* Environment parsing; see config.h for the contract. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct shim_config shim_cfg;
+
+const struct shim_config_var shim_config_vars[] = {
+	{ "RDMASHIM_PORTS", "",
+	  "TCP ports to accelerate: comma-separated ports and ranges (6379,8000-8100); "
+	  "unset or empty: the shim is inert" },
+	{ "RDMASHIM_TRANSPORTS", "shm,rdma",
+	  "upgrade preference from shm, rdma; 'tcp' alone never upgrades (still traced)" },
+	{ "RDMASHIM_AB_PERCENT", "100",
+	  "0-100: share of whitelisted connections, by a hash of the 4-tuple, that may upgrade" },
+	{ "RDMASHIM_TRACE", "off", "trace level: off, error, warn, info, debug, trace" },
+	{ "RDMASHIM_TRACE_FILE", "", "trace destination (%p becomes the pid); empty: stderr" },
+	{ "RDMASHIM_RING_KB", "1024", "side-channel ring size per direction, KiB (power of two, 4-65536)" },
+	{ "RDMASHIM_SPIN_US", "50", "busy-poll time before sleeping, microseconds (0-1000000)" },
+	{ "RDMASHIM_BREAKER_FAILURES", "3", "consecutive failed RDMA attempts that open a peer's breaker" },
+	{ "RDMASHIM_BREAKER_COOLDOWN_MS", "30000", "how long an open breaker skips attempts, ms" },
+	{ "RDMASHIM_CM_TIMEOUT_MS", "2000", "bound on each RDMA connection-manager wait, ms" },
+	{ "RDMASHIM_UPGRADE_TIMEOUT_MS", "3000", "bound on a whole upgrade attempt, ms" },
+};
+const size_t shim_config_var_count = sizeof(shim_config_vars) / sizeof(shim_config_vars[0]);
+
+static const char *const transport_names[SHIM_TRANSPORT_COUNT] = { "tcp", "shm", "rdma" };
+static const char *const level_names[] = { "off", "error", "warn", "info", "debug", "trace" };
+
+const char *shim_transport_name(enum shim_transport t)
+{
+	return (unsigned)t < SHIM_TRANSPORT_COUNT ? transport_names[t] : "?";
+}
+
+const char *shim_trace_level_name(enum shim_trace_level level)
+{
+	return (unsigned)level < sizeof(level_names) / sizeof(level_names[0]) ? level_names[level] : "?";
+}
+
+/* Parses a decimal number at *p, advancing *p; no sign, no overflow. */
+static int parse_decimal(const char **p, unsigned long max, unsigned long *out)
+{
+	unsigned long v = 0;
+	const char *s = *p;
+
+	if (!isdigit((unsigned char)*s))
+		return -EINVAL;
+	while (isdigit((unsigned char)*s)) {
+		v = v * 10 + (unsigned long)(*s - '0');
+		if (v > max)
+			return -ERANGE;
+		s++;
+	}
+	*p = s;
+	*out = v;
+	return 0;
+}
+
+static const char *skip_blanks(const char *s)
+{
+	while (*s == ' ' || *s == '\t')
+		s++;
+	return s;
+}
+
+int shim_config_parse_ports(const char *text, uint8_t bitmap[SHIM_PORT_BITMAP_BYTES])
+{
+	const char *p = text;
+	unsigned long lo, hi;
+
+	memset(bitmap, 0, SHIM_PORT_BITMAP_BYTES);
+	if (!text || !*skip_blanks(text))
+		return 0;
+	for (;;) {
+		p = skip_blanks(p);
+		if (parse_decimal(&p, 65535, &lo) < 0 || lo == 0)
+			return -EINVAL;
+		hi = lo;
+		p = skip_blanks(p);
+		if (*p == '-') {
+			p = skip_blanks(p + 1);
+			if (parse_decimal(&p, 65535, &hi) < 0 || hi < lo)
+				return -EINVAL;
+			p = skip_blanks(p);
+		}
+		for (unsigned long port = lo; port <= hi; port++)
+			bitmap[port >> 3] |= (uint8_t)(1u << (port & 7));
+		if (*p == '\0')
+			return 0;
+		if (*p != ',')
+			return -EINVAL;
+		p++;
+	}
+}
+
+static int lookup_name(const char *word, size_t len, const char *const *names, unsigned count)
+{
+	for (unsigned i = 0; i < count; i++)
+		if (strlen(names[i]) == len && strncasecmp(word, names[i], len) == 0)
+			return (int)i;
+	return -EINVAL;
+}
+
+int shim_config_parse_transports(const char *text, enum shim_transport *out, unsigned *count)
+{
+	bool seen[SHIM_TRANSPORT_COUNT] = { false };
+	const char *p = text;
+	unsigned n = 0;
+
+	*count = 0;
+	if (!*skip_blanks(text))
+		return -EINVAL;
+	for (;;) {
+		p = skip_blanks(p);
+		size_t len = strcspn(p, ", \t");
+		int t = lookup_name(p, len, transport_names, SHIM_TRANSPORT_COUNT);
+
+		if (t < 0 || seen[t])
+			return -EINVAL;
+		seen[t] = true;
+		if (t != SHIM_TRANSPORT_TCP)
+			out[n++] = (enum shim_transport)t;
+		p = skip_blanks(p + len);
+		if (*p == '\0')
+			break;
+		if (*p != ',')
+			return -EINVAL;
+		p++;
+	}
+	/* "tcp" only makes sense alone: it means "never upgrade". */
+	if (seen[SHIM_TRANSPORT_TCP] && n > 0)
+		return -EINVAL;
+	*count = n;
+	return 0;
+}
+
+int shim_config_parse_level(const char *text, enum shim_trace_level *out)
+{
+	const char *p = skip_blanks(text);
+	size_t len = strcspn(p, " \t");
+	int level = lookup_name(p, len, level_names, sizeof(level_names) / sizeof(level_names[0]));
+
+	if (level < 0 || *skip_blanks(p + len))
+		return -EINVAL;
+	*out = (enum shim_trace_level)level;
+	return 0;
+}
+
+int shim_config_parse_uint(const char *text, unsigned min, unsigned max, unsigned *out)
+{
+	const char *p = skip_blanks(text);
+	unsigned long v;
+
+	if (parse_decimal(&p, max, &v) < 0 || *skip_blanks(p) || v < min)
+		return -EINVAL;
+	*out = (unsigned)v;
+	return 0;
+}
+
+static const char *default_of(const char *name)
+{
+	for (size_t i = 0; i < shim_config_var_count; i++)
+		if (strcmp(shim_config_vars[i].name, name) == 0)
+			return shim_config_vars[i].default_value;
+	return "";
+}
+
+static int bad_value(char *err, size_t errlen, const char *name, const char *value, const char *why)
+{
+	snprintf(err, errlen, "rdmashim: %s=\"%s\" is invalid (%s); the shim stays inert (pass-through)",
+		 name, value, why);
+	return -EINVAL;
+}
+
+struct uint_var {
+	const char *name;
+	unsigned min, max;
+	size_t offset;
+	const char *why;
+};
+
+static const struct uint_var uint_vars[] = {
+	{ "RDMASHIM_AB_PERCENT", 0, 100, offsetof(struct shim_config, ab_percent),
+	  "expected an integer 0-100" },
+	{ "RDMASHIM_RING_KB", 4, 65536, offsetof(struct shim_config, ring_kb),
+	  "expected a power of two 4-65536" },
+	{ "RDMASHIM_SPIN_US", 0, 1000000, offsetof(struct shim_config, spin_us),
+	  "expected microseconds 0-1000000" },
+	{ "RDMASHIM_BREAKER_FAILURES", 1, 1000, offsetof(struct shim_config, breaker_failures),
+	  "expected an integer 1-1000" },
+	{ "RDMASHIM_BREAKER_COOLDOWN_MS", 0, 86400000, offsetof(struct shim_config, breaker_cooldown_ms),
+	  "expected milliseconds 0-86400000" },
+	{ "RDMASHIM_CM_TIMEOUT_MS", 1, 600000, offsetof(struct shim_config, cm_timeout_ms),
+	  "expected milliseconds 1-600000" },
+	{ "RDMASHIM_UPGRADE_TIMEOUT_MS", 1, 600000, offsetof(struct shim_config, upgrade_timeout_ms),
+	  "expected milliseconds 1-600000" },
+};
+
+static const char *value_of(shim_getenv_fn get, void *ctx, const char *name)
+{
+	const char *v = get(name, ctx);
+
+	return v ? v : default_of(name);
+}
+
+static int parse_all(struct shim_config *cfg, shim_getenv_fn get, void *ctx, char *err, size_t errlen)
+{
+	const char *v;
+
+	v = value_of(get, ctx, "RDMASHIM_PORTS");
+	if (shim_config_parse_ports(v, cfg->ports) < 0)
+		return bad_value(err, errlen, "RDMASHIM_PORTS", v,
+				 "expected ports 1-65535 and ranges LO-HI, comma-separated");
+	v = value_of(get, ctx, "RDMASHIM_TRANSPORTS");
+	if (shim_config_parse_transports(v, cfg->transports, &cfg->n_transports) < 0)
+		return bad_value(err, errlen, "RDMASHIM_TRANSPORTS", v,
+				 "expected shm and/or rdma in order of preference, or tcp alone");
+	v = value_of(get, ctx, "RDMASHIM_TRACE");
+	if (shim_config_parse_level(v, &cfg->trace_level) < 0)
+		return bad_value(err, errlen, "RDMASHIM_TRACE", v,
+				 "expected off, error, warn, info, debug or trace");
+	v = value_of(get, ctx, "RDMASHIM_TRACE_FILE");
+	if (strlen(v) >= sizeof(cfg->trace_file))
+		return bad_value(err, errlen, "RDMASHIM_TRACE_FILE", v, "path too long");
+	strcpy(cfg->trace_file, v);
+	for (size_t i = 0; i < sizeof(uint_vars) / sizeof(uint_vars[0]); i++) {
+		const struct uint_var *u = &uint_vars[i];
+		unsigned *field = (unsigned *)((char *)cfg + u->offset);
+
+		v = value_of(get, ctx, u->name);
+		if (shim_config_parse_uint(v, u->min, u->max, field) < 0)
+			return bad_value(err, errlen, u->name, v, u->why);
+	}
+	if (cfg->ring_kb & (cfg->ring_kb - 1))
+		return bad_value(err, errlen, "RDMASHIM_RING_KB", value_of(get, ctx, "RDMASHIM_RING_KB"),
+				 "expected a power of two 4-65536");
+	return 0;
+}
+
+int shim_config_parse(struct shim_config *cfg, shim_getenv_fn get, void *ctx, char *err, size_t errlen)
+{
+	int rc;
+
+	memset(cfg, 0, sizeof(*cfg));
+	if (errlen)
+		err[0] = '\0';
+	rc = parse_all(cfg, get, ctx, err, errlen);
+	if (rc < 0) {
+		memset(cfg->ports, 0, sizeof(cfg->ports));
+		cfg->enabled = false;
+		return rc;
+	}
+	cfg->enabled = false;
+	for (size_t i = 0; i < SHIM_PORT_BITMAP_BYTES && !cfg->enabled; i++)
+		cfg->enabled = cfg->ports[i] != 0;
+	return 0;
+}

@@ -1,0 +1,89 @@
+/*
+ * Configuration from the environment. Every variable is listed in
+ * shim_config_vars[] (the README and `rdmashim config` print that table).
+ *
+ * Parsing is all-or-nothing: one bad value leaves the shim inert (pure
+ * pass-through) after one line on stderr naming the variable and the value.
+ */
+#ifndef RDMASHIM_CONFIG_H
+#define RDMASHIM_CONFIG_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum shim_transport {
+	SHIM_TRANSPORT_TCP = 0,
+	SHIM_TRANSPORT_SHM,
+	SHIM_TRANSPORT_RDMA,
+	SHIM_TRANSPORT_COUNT,
+};
+
+enum shim_trace_level {
+	SHIM_TRACE_OFF = 0,
+	SHIM_TRACE_ERROR,
+	SHIM_TRACE_WARN,
+	SHIM_TRACE_INFO,
+	SHIM_TRACE_DEBUG,
+	SHIM_TRACE_TRACE,
+};
+
+#define SHIM_PORT_BITMAP_BYTES (65536 / 8)
+
+struct shim_config {
+	/* True when RDMASHIM_PORTS names at least one port and nothing is bad. */
+	bool enabled;
+	uint8_t ports[SHIM_PORT_BITMAP_BYTES];
+	/* Upgrade preference, best first; TCP never appears here. */
+	enum shim_transport transports[SHIM_TRANSPORT_COUNT];
+	unsigned n_transports;
+	unsigned ab_percent;
+	enum shim_trace_level trace_level;
+	char trace_file[PATH_MAX]; /* empty: stderr; may hold %p */
+	unsigned ring_kb;
+	unsigned spin_us;
+	unsigned breaker_failures;
+	unsigned breaker_cooldown_ms;
+	unsigned cm_timeout_ms;
+	unsigned upgrade_timeout_ms;
+};
+
+struct shim_config_var {
+	const char *name;
+	const char *default_value; /* as the user would write it */
+	const char *help;
+};
+
+extern const struct shim_config_var shim_config_vars[];
+extern const size_t shim_config_var_count;
+
+/* Returns the value of an environment-like variable, or NULL when unset. */
+typedef const char *(*shim_getenv_fn)(const char *name, void *ctx);
+
+/*
+ * Fills cfg from the variables get() returns. On success returns 0. On a bad
+ * value returns -EINVAL, leaves cfg disabled, and writes one line (no
+ * newline) naming the variable and the value into err.
+ */
+int shim_config_parse(struct shim_config *cfg, shim_getenv_fn get, void *ctx, char *err,
+		      size_t errlen);
+
+/* The single-variable parsers, exposed for the unit tests and the tool. */
+int shim_config_parse_ports(const char *text, uint8_t bitmap[SHIM_PORT_BITMAP_BYTES]);
+int shim_config_parse_transports(const char *text, enum shim_transport *out, unsigned *count);
+int shim_config_parse_level(const char *text, enum shim_trace_level *out);
+int shim_config_parse_uint(const char *text, unsigned min, unsigned max, unsigned *out);
+
+static inline bool shim_config_port_listed(const struct shim_config *cfg, uint16_t port)
+{
+	return cfg->ports[port >> 3] & (1u << (port & 7));
+}
+
+const char *shim_transport_name(enum shim_transport t);
+const char *shim_trace_level_name(enum shim_trace_level level);
+
+/* The process-wide configuration, read once by the constructor. */
+extern struct shim_config shim_cfg;
+
+#endif

@@ -1,0 +1,48 @@
+/* The flat fd table; see fdtable.h. */
+#include "fdtable.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+
+struct shim_sock **shim_fd_slots;
+size_t shim_fd_capacity;
+
+int shim_fdtable_init(size_t max_fds)
+{
+	void *slots;
+
+	if (shim_fd_slots)
+		return 0;
+	if (max_fds == 0)
+		return -EINVAL;
+	slots = mmap(NULL, max_fds * sizeof(*shim_fd_slots), PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (slots == MAP_FAILED)
+		return -errno;
+	shim_fd_slots = slots;
+	/* Capacity is published last: a reader that sees it sees the array.
+	 * Pairs with the acquire-free read in shim_fd_get(), which is safe
+	 * because capacity only ever goes from 0 to its final value, and this
+	 * runs in the constructor before the program starts its threads. */
+	__atomic_store_n(&shim_fd_capacity, max_fds, __ATOMIC_RELEASE);
+	return 0;
+}
+
+struct shim_sock *shim_fd_publish(int fd, struct shim_sock *sock, int *err)
+{
+	*err = 0;
+	if (fd < 0 || (size_t)fd >= shim_fd_capacity) {
+		*err = -EBADF;
+		return NULL;
+	}
+	/* Release: the sock's fields are written before it becomes visible.
+	 * Pairs with the acquire load in shim_fd_get_acquire(). */
+	return __atomic_exchange_n(&shim_fd_slots[fd], sock, __ATOMIC_ACQ_REL);
+}
+
+struct shim_sock *shim_fd_clear(int fd)
+{
+	if (fd < 0 || (size_t)fd >= shim_fd_capacity)
+		return NULL;
+	return __atomic_exchange_n(&shim_fd_slots[fd], NULL, __ATOMIC_ACQ_REL);
+}

@@ -1,0 +1,55 @@
+/*
+ * The fd table: fd number -> tracked socket, or NULL.
+ *
+ * One flat array indexed by fd, reserved (not committed) for the process's
+ * hard RLIMIT_NOFILE, so the pass-through test on the data path is a single
+ * load with no lock, no branch on chunk presence and no syscall. Untouched
+ * pages read as zero, so the array costs memory only where fds are tracked.
+ *
+ * Entries are published and cleared with atomic exchange. A tracked socket
+ * that loses its last fd is retired, not freed at once: a thread that loaded
+ * the pointer just before the clear may still be reading it (see sock.c).
+ */
+#ifndef RDMASHIM_FDTABLE_H
+#define RDMASHIM_FDTABLE_H
+
+#include <stddef.h>
+
+#include "compiler.h"
+
+struct shim_sock;
+
+extern struct shim_sock **shim_fd_slots;
+extern size_t shim_fd_capacity;
+
+/* Reserves the array; returns 0 or -errno (then nothing is ever tracked). */
+int shim_fdtable_init(size_t max_fds);
+
+static inline struct shim_sock *shim_fd_get(int fd)
+{
+	/* Relaxed is enough for the NULL test; a non-NULL result is re-read
+	 * with acquire ordering by shim_fd_get_acquire() before it is used. */
+	if (likely((size_t)fd >= shim_fd_capacity))
+		return NULL;
+	return __atomic_load_n(&shim_fd_slots[fd], __ATOMIC_RELAXED);
+}
+
+/* Pairs with the release exchange in shim_fd_publish(). */
+static inline struct shim_sock *shim_fd_get_acquire(int fd)
+{
+	if ((size_t)fd >= shim_fd_capacity)
+		return NULL;
+	return __atomic_load_n(&shim_fd_slots[fd], __ATOMIC_ACQUIRE);
+}
+
+/*
+ * Makes fd point at sock and returns what it pointed at before (the caller
+ * drops that reference). Returns -EBADF as a pointer-free failure through
+ * *err when fd is outside the table.
+ */
+struct shim_sock *shim_fd_publish(int fd, struct shim_sock *sock, int *err);
+
+/* Clears fd and returns what it pointed at (NULL if nothing). */
+struct shim_sock *shim_fd_clear(int fd);
+
+#endif

@@ -1,0 +1,82 @@
+/*
+ * Start-up: resolve the real symbols, read the configuration, open the trace,
+ * reserve the fd table and adopt inherited sockets. Any failure leaves the
+ * shim inert after one line on stderr; the program itself runs on untouched.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "fdtable.h"
+#include "real.h"
+#include "sock.h"
+#include "trace.h"
+#include "version.h"
+
+/* Upper bound on the fd table, whatever RLIMIT_NOFILE says (8 MiB reserved). */
+#define SHIM_FD_TABLE_MAX (1u << 20)
+
+static const char *env_get(const char *name, void *ctx)
+{
+	(void)ctx;
+	return getenv(name);
+}
+
+/* One line on stderr, written raw: stdio buffering is the program's. */
+static void say(const char *line)
+{
+	struct iovec iov[2] = { { (void *)line, strlen(line) }, { (void *)"\n", 1 } };
+	long rc = syscall(SYS_writev, 2, iov, 2);
+
+	(void)rc;
+}
+
+static size_t fd_table_size(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_max == RLIM_INFINITY ||
+	    rl.rlim_max > SHIM_FD_TABLE_MAX)
+		return SHIM_FD_TABLE_MAX;
+	return rl.rlim_max < 1024 ? 1024 : (size_t)rl.rlim_max;
+}
+
+__attribute__((constructor)) static void shim_init(void)
+{
+	char err[PATH_MAX + 256];
+	int rc;
+
+	shim_real_resolve();
+	if (shim_config_parse(&shim_cfg, env_get, NULL, err, sizeof(err)) < 0) {
+		say(err);
+		return;
+	}
+	if (!shim_cfg.enabled)
+		return;
+	rc = shim_trace_open(shim_cfg.trace_file, shim_cfg.trace_level);
+	if (rc < 0) {
+		snprintf(err, sizeof(err),
+			 "rdmashim: RDMASHIM_TRACE_FILE=\"%s\" can not be opened (%s); the shim stays inert (pass-through)",
+			 shim_cfg.trace_file, strerror(-rc));
+		say(err);
+		shim_cfg.enabled = false;
+		return;
+	}
+	rc = shim_fdtable_init(fd_table_size());
+	if (rc < 0) {
+		snprintf(err, sizeof(err), "rdmashim: fd table reservation failed (%s); the shim stays inert",
+			 strerror(-rc));
+		say(err);
+		shim_cfg.enabled = false;
+		return;
+	}
+	SHIM_TRACE(SHIM_TRACE_INFO, "process.start", -1, NULL, SHIM_REASON_NONE,
+		   "\"version\":\"%s\",\"transports\":%u,\"ab_percent\":%u", RDMASHIM_VERSION,
+		   shim_cfg.n_transports, shim_cfg.ab_percent);
+	shim_sock_adopt_inherited();
+}

@@ -1,0 +1,155 @@
+/*
+ * Exported socket-lifecycle wrappers. They only dispatch: call the real
+ * function, then hand the outcome to the tracking policy in sock.c.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <sys/ioctl.h>
+
+#include "compiler.h"
+#include "fdtable.h"
+#include "real.h"
+#include "sock.h"
+
+SHIM_EXPORT int socket(int domain, int type, int protocol)
+{
+	return REAL(socket)(domain, type, protocol);
+}
+
+SHIM_EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	return REAL(bind)(fd, addr, len);
+}
+
+SHIM_EXPORT int listen(int fd, int backlog)
+{
+	int rc = REAL(listen)(fd, backlog);
+
+	if (rc == 0)
+		shim_sock_on_listen(fd);
+	return rc;
+}
+
+SHIM_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	int nfd = REAL(accept)(fd, addr, len);
+
+	if (nfd >= 0 && unlikely(shim_fd_get(fd) != NULL))
+		shim_sock_on_accept(fd, nfd);
+	return nfd;
+}
+
+SHIM_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	int nfd = REAL(accept4)(fd, addr, len, flags);
+
+	if (nfd >= 0 && unlikely(shim_fd_get(fd) != NULL))
+		shim_sock_on_accept(fd, nfd);
+	return nfd;
+}
+
+SHIM_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	int rc = REAL(connect)(fd, addr, len);
+	int err = errno;
+
+	shim_sock_on_connect(fd, addr, len, rc, rc < 0 ? err : 0);
+	errno = err;
+	return rc;
+}
+
+SHIM_EXPORT int close(int fd)
+{
+	if (unlikely(shim_fd_get(fd) != NULL))
+		shim_sock_on_close(fd);
+	return REAL(close)(fd);
+}
+
+SHIM_EXPORT int shutdown(int fd, int how)
+{
+	int rc = REAL(shutdown)(fd, how);
+
+	if (rc == 0 && unlikely(shim_fd_get(fd) != NULL))
+		shim_sock_on_shutdown(fd, how);
+	return rc;
+}
+
+/* After a successful dup-like call: newfd now names oldfd's socket. */
+static int after_dup(int oldfd, int newfd)
+{
+	int err = errno;
+
+	if (newfd >= 0 && (shim_fd_get(oldfd) || shim_fd_get(newfd)))
+		shim_sock_on_dup(oldfd, newfd);
+	errno = err;
+	return newfd;
+}
+
+SHIM_EXPORT int dup(int fd)
+{
+	return after_dup(fd, REAL(dup)(fd));
+}
+
+SHIM_EXPORT int dup2(int oldfd, int newfd)
+{
+	return after_dup(oldfd, REAL(dup2)(oldfd, newfd));
+}
+
+SHIM_EXPORT int dup3(int oldfd, int newfd, int flags)
+{
+	return after_dup(oldfd, REAL(dup3)(oldfd, newfd, flags));
+}
+
+/* The one fcntl argument is an int or a pointer; both travel in one
+ * register of the x86-64 and aarch64 ABIs, so passing it on as a
+ * pointer-sized value is exact. */
+static int after_fcntl(int fd, int cmd, int rc)
+{
+	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
+		return after_dup(fd, rc);
+	return rc;
+}
+
+SHIM_EXPORT int fcntl(int fd, int cmd, ...)
+{
+	va_list ap;
+	void *arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	return after_fcntl(fd, cmd, REAL(fcntl)(fd, cmd, arg));
+}
+
+SHIM_EXPORT int fcntl64(int fd, int cmd, ...)
+{
+	va_list ap;
+	void *arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	return after_fcntl(fd, cmd, REAL(fcntl64)(fd, cmd, arg));
+}
+
+SHIM_EXPORT int ioctl(int fd, unsigned long request, ...)
+{
+	va_list ap;
+	void *arg;
+
+	va_start(ap, request);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	return REAL(ioctl)(fd, request, arg);
+}
+
+SHIM_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+	return REAL(getsockopt)(fd, level, name, val, len);
+}
+
+SHIM_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+	return REAL(setsockopt)(fd, level, name, val, len);
+}

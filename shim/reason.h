@@ -1,0 +1,45 @@
+/*
+ * Reason codes: every decision the shim makes about a connection names one.
+ * This table is the only list; the README prints it and the stats count by it.
+ * X(identifier, "trace name", "what it means")
+ */
+#ifndef RDMASHIM_REASON_H
+#define RDMASHIM_REASON_H
+
+#define SHIM_REASONS(X)                                                                        \
+	X(NONE, "none", "no reason recorded")                                                  \
+	X(WHITELISTED, "whitelisted", "the server port is in RDMASHIM_PORTS: tracked")         \
+	X(NOT_WHITELISTED, "not_whitelisted", "the server port is not in RDMASHIM_PORTS")      \
+	X(NOT_TCP, "not_tcp", "not an AF_INET/AF_INET6 stream socket")                        \
+	X(AB_EXCLUDED, "ab_excluded", "the 4-tuple hash fell outside RDMASHIM_AB_PERCENT")     \
+	X(TCP_ONLY, "tcp_only", "RDMASHIM_TRANSPORTS=tcp: never upgrade")                     \
+	X(UPGRADED, "upgraded", "the side channel carries this direction now")                \
+	X(PEER_NO_SHIM, "peer_no_shim", "the peer answered no offer: it runs without the shim") \
+	X(NOT_SAME_HOST, "not_same_host", "the peer is on another host: no shared memory")     \
+	X(VERIFY_FAILED, "verify_failed", "the offer did not prove it owns the TCP connection") \
+	X(HANDSHAKE_MALFORMED, "handshake_malformed", "a malformed or truncated handshake")    \
+	X(SWITCH_MISMATCH, "switch_mismatch", "the in-band switch frame did not match: plain peer") \
+	X(RING_ALLOC_FAILED, "ring_alloc_failed", "could not allocate or map the ring memory")  \
+	X(TIMEOUT, "timeout", "the upgrade did not finish in RDMASHIM_UPGRADE_TIMEOUT_MS")      \
+	X(PEER_CLOSED, "peer_closed", "the peer closed or shut down before the upgrade")        \
+	X(EXEC_DOWNGRADE, "exec_downgrade", "the program exec'd: connection returned to TCP")   \
+	X(FORK_SHARED, "fork_shared", "the connection is shared across fork: stays on TCP")     \
+	X(BREAKER_OPEN, "breaker_open", "the peer's RDMA breaker is open: attempt skipped")     \
+	X(CM_TIMEOUT, "cm_timeout", "an RDMA connection-manager wait timed out")                \
+	X(CM_REJECTED, "cm_rejected", "the RDMA connection was rejected")                       \
+	X(CM_UNREACHABLE, "cm_unreachable", "the peer is unreachable over RDMA")                \
+	X(NO_RDMA_DEVICE, "no_rdma_device", "this host has no usable RDMA device")             \
+	X(INTERNAL_ERROR, "internal_error", "an unexpected local failure: stays on TCP")        \
+	X(CONFIG_INVALID, "config_invalid", "a configuration value is invalid: shim inert")
+
+enum shim_reason {
+#define SHIM_REASON_ENUM(id, name, text) SHIM_REASON_##id,
+	SHIM_REASONS(SHIM_REASON_ENUM)
+#undef SHIM_REASON_ENUM
+	SHIM_REASON_COUNT
+};
+
+const char *shim_reason_name(enum shim_reason reason);
+const char *shim_reason_text(enum shim_reason reason);
+
+#endif

@@ -1,0 +1,351 @@
+/*
+ * Tracking policy: which fds the shim follows, and the life of a shim_sock.
+ * Every function here runs after the real call succeeded (or, for close and
+ * dup2, before it), never on a pass-through fd's data path.
+ */
+#include "sock.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fdtable.h"
+#include "real.h"
+#include "trace.h"
+
+/* How long a retired sock outlives its last fd; see fdtable.h. */
+#define SHIM_RETIRE_NS (2ull * 1000 * 1000 * 1000)
+
+static pthread_mutex_t retire_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shim_sock *retired_head;
+static unsigned live_socks;
+
+static const char *const role_names[] = { "listener", "client", "server" };
+static const char *const state_names[] = { "listening", "connecting", "tcp", "closed" };
+
+const char *shim_role_name(enum shim_role role)
+{
+	return (unsigned)role < ARRAY_SIZE(role_names) ? role_names[role] : "?";
+}
+
+const char *shim_state_name(enum shim_sock_state state)
+{
+	return (unsigned)state < ARRAY_SIZE(state_names) ? state_names[state] : "?";
+}
+
+unsigned shim_sock_live_count(void)
+{
+	return __atomic_load_n(&live_socks, __ATOMIC_RELAXED);
+}
+
+static unsigned long long now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+static void sock_retire(struct shim_sock *sock)
+{
+	struct shim_sock **pp, *victim;
+	unsigned long long now = now_ns();
+
+	sock->state = SHIM_STATE_CLOSED;
+	sock->retired_at_ns = now;
+	pthread_mutex_lock(&retire_lock);
+	sock->retired_next = retired_head;
+	retired_head = sock;
+	/* Free everything that has been dead long enough. */
+	for (pp = &retired_head->retired_next; *pp;) {
+		victim = *pp;
+		if (now - victim->retired_at_ns < SHIM_RETIRE_NS) {
+			pp = &victim->retired_next;
+			continue;
+		}
+		*pp = victim->retired_next;
+		pthread_mutex_destroy(&victim->lock);
+		free(victim);
+	}
+	pthread_mutex_unlock(&retire_lock);
+	__atomic_sub_fetch(&live_socks, 1, __ATOMIC_RELAXED);
+}
+
+static void sock_put(struct shim_sock *sock)
+{
+	if (sock && __atomic_sub_fetch(&sock->refs, 1, __ATOMIC_ACQ_REL) == 0)
+		sock_retire(sock);
+}
+
+static struct shim_sock *sock_new(enum shim_role role, enum shim_sock_state state,
+				  const struct shim_tuple *tuple)
+{
+	struct shim_sock *sock = calloc(1, sizeof(*sock));
+
+	if (!sock)
+		return NULL;
+	sock->refs = 1;
+	sock->role = role;
+	sock->state = state;
+	sock->tuple = *tuple;
+	sock->owner_pid = getpid();
+	pthread_mutex_init(&sock->lock, NULL);
+	__atomic_add_fetch(&live_socks, 1, __ATOMIC_RELAXED);
+	return sock;
+}
+
+/* Installs sock at fd, dropping whatever stale entry was there. */
+static int sock_install(int fd, struct shim_sock *sock)
+{
+	int err;
+	struct shim_sock *old = shim_fd_publish(fd, sock, &err);
+
+	if (err) {
+		sock_put(sock);
+		return err;
+	}
+	sock_put(old);
+	return 0;
+}
+
+static bool is_inet_stream(int fd)
+{
+	int domain = 0, protocol = 0;
+	socklen_t len = sizeof(domain);
+
+	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0)
+		return false;
+	len = sizeof(protocol);
+	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) < 0)
+		return false;
+	return (domain == AF_INET || domain == AF_INET6) && protocol == IPPROTO_TCP;
+}
+
+static int endpoint_of(int fd, bool peer, struct shim_endpoint *ep)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	int rc = peer ? getpeername(fd, (struct sockaddr *)&ss, &len)
+		      : getsockname(fd, (struct sockaddr *)&ss, &len);
+
+	if (rc < 0)
+		return -errno;
+	return shim_endpoint_from_sockaddr((struct sockaddr *)&ss, len, ep);
+}
+
+/* Decides whether a whitelisted connection may try to upgrade. */
+static void decide_eligibility(struct shim_sock *sock)
+{
+	if (shim_cfg.n_transports == 0) {
+		sock->eligible = false;
+		sock->reason = SHIM_REASON_TCP_ONLY;
+	} else if (!shim_tuple_ab_selected(&sock->tuple, shim_cfg.ab_percent)) {
+		sock->eligible = false;
+		sock->reason = SHIM_REASON_AB_EXCLUDED;
+	} else {
+		sock->eligible = true;
+		sock->reason = SHIM_REASON_WHITELISTED;
+	}
+}
+
+static void trace_tracked(int fd, const struct shim_sock *sock, const char *how)
+{
+	SHIM_TRACE(SHIM_TRACE_INFO, "conn.track", fd, &sock->tuple, sock->reason,
+		   "\"role\":\"%s\",\"state\":\"%s\",\"eligible\":%s,\"how\":\"%s\"",
+		   shim_role_name(sock->role), shim_state_name(sock->state),
+		   sock->eligible ? "true" : "false", how);
+}
+
+static void track_connection(int fd, enum shim_role role, enum shim_sock_state state,
+			     const struct shim_tuple *tuple, const char *how)
+{
+	struct shim_sock *sock = sock_new(role, state, tuple);
+
+	if (!sock) {
+		SHIM_TRACE(SHIM_TRACE_ERROR, "conn.untracked", fd, tuple, SHIM_REASON_INTERNAL_ERROR,
+			   "\"errno\":%d", ENOMEM);
+		return;
+	}
+	decide_eligibility(sock);
+	trace_tracked(fd, sock, how);
+	if (sock_install(fd, sock) < 0)
+		SHIM_TRACE(SHIM_TRACE_WARN, "conn.untracked", fd, tuple, SHIM_REASON_INTERNAL_ERROR,
+			   "\"why\":\"fd beyond RLIMIT_NOFILE\"");
+}
+
+void shim_sock_on_listen(int fd)
+{
+	struct shim_tuple tuple = { 0 };
+
+	if (!shim_cfg.enabled || shim_fd_get(fd))
+		return;
+	if (endpoint_of(fd, false, &tuple.local) < 0 || !is_inet_stream(fd))
+		return;
+	if (!shim_config_port_listed(&shim_cfg, tuple.local.port)) {
+		SHIM_TRACE(SHIM_TRACE_TRACE, "listen.skip", fd, &tuple, SHIM_REASON_NOT_WHITELISTED, NULL);
+		return;
+	}
+	struct shim_sock *sock = sock_new(SHIM_ROLE_LISTENER, SHIM_STATE_LISTENING, &tuple);
+
+	if (!sock)
+		return;
+	sock->reason = SHIM_REASON_WHITELISTED;
+	SHIM_TRACE(SHIM_TRACE_INFO, "listen.track", fd, &tuple, sock->reason, NULL);
+	sock_install(fd, sock);
+}
+
+void shim_sock_on_accept(int listen_fd, int fd)
+{
+	struct shim_sock *listener = shim_fd_get_acquire(listen_fd);
+	struct shim_tuple tuple;
+
+	if (!listener || listener->role != SHIM_ROLE_LISTENER)
+		return;
+	if (endpoint_of(fd, false, &tuple.local) < 0 || endpoint_of(fd, true, &tuple.peer) < 0)
+		return;
+	track_connection(fd, SHIM_ROLE_SERVER, SHIM_STATE_TCP, &tuple, "accept");
+}
+
+void shim_sock_on_connect(int fd, const struct sockaddr *addr, socklen_t len, int rc, int err)
+{
+	struct shim_tuple tuple;
+	struct shim_sock *known;
+
+	if (!shim_cfg.enabled)
+		return;
+	known = shim_fd_get_acquire(fd);
+	if (known) {
+		/* A repeated connect() reports how a nonblocking one ended. */
+		if (known->state == SHIM_STATE_CONNECTING && (rc == 0 || err == EISCONN))
+			known->state = SHIM_STATE_TCP;
+		return;
+	}
+	if (rc < 0 && err != EINPROGRESS)
+		return;
+	if (shim_endpoint_from_sockaddr(addr, len, &tuple.peer) < 0)
+		return;
+	if (!shim_config_port_listed(&shim_cfg, tuple.peer.port)) {
+		SHIM_TRACE(SHIM_TRACE_TRACE, "conn.skip", fd, NULL, SHIM_REASON_NOT_WHITELISTED,
+			   "\"port\":%u", tuple.peer.port);
+		return;
+	}
+	if (!is_inet_stream(fd) || endpoint_of(fd, false, &tuple.local) < 0)
+		return;
+	/* An IPv6 socket connected to a v4-mapped address reports a v4-mapped
+	 * local address too: both sides of the tuple compare the same. */
+	track_connection(fd, SHIM_ROLE_CLIENT, rc == 0 ? SHIM_STATE_TCP : SHIM_STATE_CONNECTING,
+			 &tuple, "connect");
+}
+
+void shim_sock_on_close(int fd)
+{
+	struct shim_sock *sock = shim_fd_clear(fd);
+
+	if (!sock)
+		return;
+	SHIM_TRACE(SHIM_TRACE_DEBUG, "fd.close", fd, &sock->tuple, SHIM_REASON_NONE,
+		   "\"role\":\"%s\",\"fds_left\":%d", shim_role_name(sock->role),
+		   __atomic_load_n(&sock->refs, __ATOMIC_RELAXED) - 1);
+	sock_put(sock);
+}
+
+void shim_sock_on_dup(int oldfd, int newfd)
+{
+	struct shim_sock *sock = shim_fd_get_acquire(oldfd);
+
+	if (oldfd == newfd)
+		return;
+	if (!sock) {
+		/* The new fd number may have held a tracked socket (dup2 onto it). */
+		sock_put(shim_fd_clear(newfd));
+		return;
+	}
+	__atomic_add_fetch(&sock->refs, 1, __ATOMIC_RELAXED);
+	SHIM_TRACE(SHIM_TRACE_DEBUG, "fd.dup", newfd, &sock->tuple, SHIM_REASON_NONE, "\"from\":%d", oldfd);
+	sock_install(newfd, sock);
+}
+
+void shim_sock_on_shutdown(int fd, int how)
+{
+	struct shim_sock *sock = shim_fd_get_acquire(fd);
+
+	if (sock)
+		SHIM_TRACE(SHIM_TRACE_DEBUG, "conn.shutdown", fd, &sock->tuple, SHIM_REASON_NONE,
+			   "\"how\":%d", how);
+}
+
+void shim_sock_adopt(int fd, const char *how)
+{
+	struct shim_tuple tuple = { 0 };
+	int listening = 0;
+	socklen_t len = sizeof(listening);
+
+	if (!shim_cfg.enabled || shim_fd_get(fd) || !is_inet_stream(fd))
+		return;
+	if (endpoint_of(fd, false, &tuple.local) < 0)
+		return;
+	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening) {
+		shim_sock_on_listen(fd);
+		return;
+	}
+	if (endpoint_of(fd, true, &tuple.peer) < 0)
+		return;
+	/* The whitelisted port names the server: if ours is listed we accepted. */
+	if (shim_config_port_listed(&shim_cfg, tuple.local.port))
+		track_connection(fd, SHIM_ROLE_SERVER, SHIM_STATE_TCP, &tuple, how);
+	else if (shim_config_port_listed(&shim_cfg, tuple.peer.port))
+		track_connection(fd, SHIM_ROLE_CLIENT, SHIM_STATE_TCP, &tuple, how);
+}
+
+void shim_sock_adopt_inherited(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *de;
+
+	if (!dir)
+		return;
+	while ((de = readdir(dir)) != NULL) {
+		char *end;
+		long fd = strtol(de->d_name, &end, 10);
+
+		if (*end || end == de->d_name || fd == dirfd(dir))
+			continue;
+		shim_sock_adopt((int)fd, "inherited");
+	}
+	closedir(dir);
+}
+
+void shim_sock_adopt_rights(const struct msghdr *msg)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR((struct msghdr *)msg); c;
+	     c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		const int *fds = (const int *)CMSG_DATA(c);
+
+		for (size_t i = 0; i < n; i++) {
+			int fd;
+
+			memcpy(&fd, fds + i, sizeof(fd));
+			shim_sock_adopt(fd, "scm_rights");
+		}
+	}
+}
+
+void shim_sock_before_exec(void)
+{
+	SHIM_TRACE(SHIM_TRACE_DEBUG, "process.exec", -1, NULL, SHIM_REASON_NONE,
+		   "\"tracked\":%u", shim_sock_live_count());
+}
+
+void shim_sock_after_fork_child(void)
+{
+	shim_trace_after_fork();
+	SHIM_TRACE(SHIM_TRACE_DEBUG, "process.fork", -1, NULL, SHIM_REASON_NONE,
+		   "\"parent\":%d,\"tracked\":%u", (int)getppid(), shim_sock_live_count());
+}

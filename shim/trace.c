@@ -1,0 +1,205 @@
+/* The JSON-lines trace log; see trace.h. */
+#include "trace.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "compiler.h"
+#include "real.h"
+
+enum shim_trace_level shim_trace_level = SHIM_TRACE_OFF;
+
+static int trace_fd = -1;
+static int trace_fd_owned;
+static char trace_pattern[PATH_MAX];
+static SHIM_TLS pid_t cached_tid;
+
+void shim_json_escape(char *dst, size_t len, const char *src)
+{
+	size_t o = 0;
+
+	if (!len)
+		return;
+	for (; *src; src++) {
+		unsigned char c = (unsigned char)*src;
+		char esc[8];
+		size_t n;
+
+		if (c == '"' || c == '\\')
+			n = (size_t)snprintf(esc, sizeof(esc), "\\%c", c);
+		else if (c < 0x20)
+			n = (size_t)snprintf(esc, sizeof(esc), "\\u%04x", c);
+		else
+			esc[0] = (char)c, n = 1;
+		if (o + n >= len)
+			break;
+		memcpy(dst + o, esc, n);
+		o += n;
+	}
+	dst[o] = '\0';
+}
+
+int shim_trace_expand_path(char *out, size_t len, const char *pattern, pid_t pid)
+{
+	size_t o = 0;
+
+	for (const char *p = pattern; *p; p++) {
+		char piece[24];
+		size_t n;
+
+		if (p[0] == '%' && p[1] == 'p') {
+			n = (size_t)snprintf(piece, sizeof(piece), "%d", (int)pid);
+			p++;
+		} else {
+			piece[0] = *p;
+			n = 1;
+		}
+		if (o + n >= len)
+			return -ENAMETOOLONG;
+		memcpy(out + o, piece, n);
+		o += n;
+	}
+	if (!len)
+		return -ENAMETOOLONG;
+	out[o] = '\0';
+	return 0;
+}
+
+static size_t append(char *buf, size_t len, size_t off, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* Appends at off, never past len - 2 (room kept for "}\n"); returns the new offset. */
+static size_t append(char *buf, size_t len, size_t off, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (off + 2 >= len)
+		return off;
+	va_start(ap, fmt);
+	n = vsnprintf(buf + off, len - 2 - off, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return off;
+	return (size_t)n >= len - 2 - off ? len - 3 : off + (size_t)n;
+}
+
+size_t shim_trace_format(char *buf, size_t len, const struct shim_trace_record *rec,
+			 const char *extra_fmt, va_list ap)
+{
+	struct tm tm;
+	char when[32];
+	size_t off = 0;
+
+	if (len < 8)
+		return 0;
+	gmtime_r(&rec->ts.tv_sec, &tm);
+	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+	off = append(buf, len, off, "{\"ts\":\"%s.%06ldZ\",\"pid\":%d,\"tid\":%d,\"level\":\"%s\",\"event\":\"%s\"",
+		     when, rec->ts.tv_nsec / 1000, (int)rec->pid, (int)rec->tid,
+		     shim_trace_level_name(rec->level), rec->event);
+	if (rec->fd >= 0)
+		off = append(buf, len, off, ",\"fd\":%d", rec->fd);
+	if (rec->tuple) {
+		char local[SHIM_ENDPOINT_STRLEN], peer[SHIM_ENDPOINT_STRLEN];
+
+		shim_endpoint_format(&rec->tuple->local, local, sizeof(local));
+		off = append(buf, len, off, ",\"local\":\"%s\"", local);
+		/* A listener has no peer yet: port 0 stands for "none". */
+		if (rec->tuple->peer.port) {
+			shim_endpoint_format(&rec->tuple->peer, peer, sizeof(peer));
+			off = append(buf, len, off, ",\"peer\":\"%s\"", peer);
+		}
+	}
+	if (rec->reason != SHIM_REASON_NONE)
+		off = append(buf, len, off, ",\"reason\":\"%s\"", shim_reason_name(rec->reason));
+	if (extra_fmt && *extra_fmt && off + 3 < len) {
+		size_t mark = off;
+		int n;
+
+		buf[off++] = ',';
+		n = vsnprintf(buf + off, len - 2 - off, extra_fmt, ap);
+		/* An extra part that does not fit is dropped whole: a cut one may not parse. */
+		off = (n < 0 || (size_t)n >= len - 2 - off) ? mark : off + (size_t)n;
+	}
+	buf[off++] = '}';
+	buf[off++] = '\n';
+	buf[off] = '\0';
+	return off;
+}
+
+static int open_destination(const char *pattern)
+{
+	char path[PATH_MAX];
+	int fd, rc;
+
+	if (!*pattern)
+		return 2;
+	rc = shim_trace_expand_path(path, sizeof(path), pattern, getpid());
+	if (rc < 0)
+		return rc;
+	fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+	return fd < 0 ? -errno : fd;
+}
+
+int shim_trace_open(const char *pattern, enum shim_trace_level level)
+{
+	int fd;
+
+	if (level == SHIM_TRACE_OFF)
+		return 0;
+	fd = open_destination(pattern);
+	if (fd < 0)
+		return fd;
+	snprintf(trace_pattern, sizeof(trace_pattern), "%s", pattern);
+	trace_fd = fd;
+	trace_fd_owned = *pattern != '\0';
+	shim_trace_level = level;
+	return 0;
+}
+
+void shim_trace_after_fork(void)
+{
+	cached_tid = 0;
+	if (!trace_fd_owned || !strstr(trace_pattern, "%p"))
+		return;
+	int fd = open_destination(trace_pattern);
+
+	REAL(close)(trace_fd);
+	trace_fd = fd;
+	if (fd < 0)
+		shim_trace_level = SHIM_TRACE_OFF;
+}
+
+static pid_t current_tid(void)
+{
+	if (!cached_tid)
+		cached_tid = (pid_t)syscall(SYS_gettid);
+	return cached_tid;
+}
+
+void shim_trace_emit(enum shim_trace_level level, const char *event, int fd,
+		     const struct shim_tuple *tuple, enum shim_reason reason, const char *extra_fmt, ...)
+{
+	struct shim_trace_record rec = {
+		.level = level, .event = event, .fd = fd, .tuple = tuple, .reason = reason,
+		.pid = getpid(), .tid = current_tid(),
+	};
+	char line[SHIM_TRACE_LINE_MAX];
+	int saved_errno = errno;
+	va_list ap;
+	size_t n;
+
+	clock_gettime(CLOCK_REALTIME, &rec.ts);
+	va_start(ap, extra_fmt);
+	n = shim_trace_format(line, sizeof(line), &rec, extra_fmt, ap);
+	va_end(ap);
+	if (trace_fd >= 0 && REAL(write)(trace_fd, line, n) < 0) {
+		/* Nothing sensible to do: the trace must never hurt the program. */
+	}
+	errno = saved_errno;
+}

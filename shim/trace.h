@@ -1,0 +1,72 @@
+/*
+ * The trace log: one JSON object per line, written with one write(2) to a
+ * file opened O_APPEND, so lines from threads and processes never interleave.
+ *
+ * Fields, in order: ts (RFC 3339, UTC, microseconds), pid, tid, level, event,
+ * fd, local, peer, reason, then any event-specific fields.
+ */
+#ifndef RDMASHIM_TRACE_H
+#define RDMASHIM_TRACE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "config.h"
+#include "reason.h"
+#include "tuple.h"
+
+#define SHIM_TRACE_LINE_MAX 1024
+
+struct shim_trace_record {
+	enum shim_trace_level level;
+	const char *event;
+	int fd;                        /* -1: none */
+	const struct shim_tuple *tuple; /* NULL: no addresses */
+	enum shim_reason reason;
+	struct timespec ts;
+	pid_t pid, tid;
+};
+
+/* The active level; OFF until shim_trace_open() succeeds. */
+extern enum shim_trace_level shim_trace_level;
+
+static inline int shim_trace_enabled(enum shim_trace_level level)
+{
+	return level <= shim_trace_level;
+}
+
+/*
+ * Formats one line, newline included, into buf. extra_fmt (may be NULL)
+ * expands to further ,"key":value pairs without a leading comma. Returns the
+ * line length; a line that does not fit is cut and closed so it still parses.
+ */
+size_t shim_trace_format(char *buf, size_t len, const struct shim_trace_record *rec,
+			 const char *extra_fmt, va_list ap);
+
+/*
+ * Copies src into dst as the inside of a JSON string (quotes not included),
+ * escaping what JSON requires. Always terminates dst.
+ */
+void shim_json_escape(char *dst, size_t len, const char *src);
+
+/* Expands %p in pattern to pid. Returns -ENAMETOOLONG if it does not fit. */
+int shim_trace_expand_path(char *out, size_t len, const char *pattern, pid_t pid);
+
+/* Opens the destination for level; returns 0 or -errno (then tracing stays off). */
+int shim_trace_open(const char *pattern, enum shim_trace_level level);
+/* In a fork child: reopens a per-pid file and forgets the parent's tid. */
+void shim_trace_after_fork(void);
+
+void shim_trace_emit(enum shim_trace_level level, const char *event, int fd,
+		     const struct shim_tuple *tuple, enum shim_reason reason, const char *extra_fmt, ...)
+	__attribute__((format(printf, 6, 7)));
+
+#define SHIM_TRACE(level, event, fd, tuple, reason, ...)                                   \
+	do {                                                                                \
+		if (unlikely(shim_trace_enabled(level)))                                    \
+			shim_trace_emit(level, event, fd, tuple, reason, __VA_ARGS__);       \
+	} while (0)
+
+#endif

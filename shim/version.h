@@ -1,0 +1,4 @@
+#ifndef RDMASHIM_VERSION_H
+#define RDMASHIM_VERSION_H
+#define RDMASHIM_VERSION "0.1.0"
+#endif

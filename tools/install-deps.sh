@@ -1,0 +1,25 @@
+#!/bin/bash
+# Installs the Debian packages the build and the tests need, if any is missing.
+# As root it runs apt-get; otherwise it prints the exact command and fails.
+set -euo pipefail
+packages=(build-essential pkg-config check uthash-dev libibverbs-dev librdmacm-dev
+	rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest
+	redis-server redis-tools iperf3 sockperf iproute2 python3
+	qemu-system-x86 linux-image-amd64 busybox-static kmod cpio zstd xz-utils)
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+cmd="apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+	echo "make deps: missing packages; run as root:" >&2
+	echo "  apt-get update && $cmd" >&2
+	exit 1
+fi
+echo "make deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# redis-server's postinst starts a system instance on 6379; the tests start
+# their own servers on other ports, so that instance is harmless.
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
