@@ -1,57 +1,128 @@
 /*
- * Exported data-path wrappers. A fd the shim does not track costs one load
- * from the fd table and nothing else.
+ * Exported data-path wrappers. They only dispatch: a fd the shim does not
+ * intercept costs one load from the fd table and goes to the kernel; an
+ * intercepted one goes to io.c, whose negative errno becomes errno here.
  */
 #include <errno.h>
 #include <stdlib.h>
 
 #include "compiler.h"
 #include "fdtable.h"
+#include "io.h"
 #include "real.h"
 #include "sock.h"
 
 extern void __chk_fail(void) __attribute__((noreturn));
 
+/* The intercepted sock behind fd, or NULL for the kernel's own path. */
+static inline struct shim_sock *intercepted(int fd)
+{
+	struct shim_sock *s = shim_fd_get(fd);
+
+	if (likely(!s))
+		return NULL;
+	s = shim_fd_get_acquire(fd);
+	return s && __atomic_load_n(&s->intercept, __ATOMIC_RELAXED) ? s : NULL;
+}
+
+static ssize_t send_one(struct shim_sock *s, int fd, const void *buf, size_t len, int flags)
+{
+	struct iovec iov = { (void *)buf, len };
+
+	return shim_ret(shim_io_send(s, fd, &iov, 1, flags));
+}
+
+static ssize_t recv_one(struct shim_sock *s, int fd, void *buf, size_t len, int flags)
+{
+	struct iovec iov = { buf, len };
+
+	return shim_ret(shim_io_recv(s, fd, &iov, 1, flags));
+}
+
 SHIM_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 {
-	return REAL(send)(fd, buf, len, flags);
+	struct shim_sock *s = intercepted(fd);
+
+	if (likely(!s))
+		return REAL(send)(fd, buf, len, flags);
+	return send_one(s, fd, buf, len, flags);
 }
 
 SHIM_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 			   const struct sockaddr *addr, socklen_t alen)
 {
-	return REAL(sendto)(fd, buf, len, flags, addr, alen);
+	struct shim_sock *s = intercepted(fd);
+
+	/* A connected TCP socket ignores the address, as the kernel does. */
+	if (likely(!s))
+		return REAL(sendto)(fd, buf, len, flags, addr, alen);
+	return send_one(s, fd, buf, len, flags);
 }
 
 SHIM_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
-	return REAL(sendmsg)(fd, msg, flags);
+	struct shim_sock *s = intercepted(fd);
+
+	if (likely(!s) || msg->msg_controllen)
+		return REAL(sendmsg)(fd, msg, flags);
+	return shim_ret(shim_io_send(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags));
 }
 
 SHIM_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags)
 {
-	return REAL(sendmmsg)(fd, vec, n, flags);
+	struct shim_sock *s = intercepted(fd);
+	unsigned int i;
+
+	if (likely(!s))
+		return REAL(sendmmsg)(fd, vec, n, flags);
+	for (i = 0; i < n; i++) {
+		ssize_t rc = shim_io_send(s, fd, vec[i].msg_hdr.msg_iov, (int)vec[i].msg_hdr.msg_iovlen, flags);
+
+		if (rc < 0)
+			return i ? (int)i : (int)shim_ret(rc);
+		vec[i].msg_len = (unsigned int)rc;
+	}
+	return (int)i;
 }
 
 SHIM_EXPORT ssize_t write(int fd, const void *buf, size_t len)
 {
-	return REAL(write)(fd, buf, len);
+	struct shim_sock *s = intercepted(fd);
+
+	if (likely(!s))
+		return REAL(write)(fd, buf, len);
+	return send_one(s, fd, buf, len, 0);
 }
 
 SHIM_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 {
-	return REAL(writev)(fd, iov, iovcnt);
+	struct shim_sock *s = intercepted(fd);
+
+	if (likely(!s))
+		return REAL(writev)(fd, iov, iovcnt);
+	return shim_ret(shim_io_send(s, fd, iov, iovcnt, 0));
 }
 
 SHIM_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
-	return REAL(recv)(fd, buf, len, flags);
+	struct shim_sock *s = intercepted(fd);
+
+	if (likely(!s))
+		return REAL(recv)(fd, buf, len, flags);
+	return recv_one(s, fd, buf, len, flags);
 }
 
 SHIM_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *addr,
 			     socklen_t *alen)
 {
-	return REAL(recvfrom)(fd, buf, len, flags, addr, alen);
+	struct shim_sock *s = intercepted(fd);
+
+	if (likely(!s))
+		return REAL(recvfrom)(fd, buf, len, flags, addr, alen);
+	/* TCP reports no source address: Linux sets the length to 0. */
+	if (addr && alen)
+		*alen = 0;
+	return recv_one(s, fd, buf, len, flags);
 }
 
 /* Sockets passed with SCM_RIGHTS arrive untracked; look at them once. */
@@ -63,40 +134,107 @@ static void adopt_passed_fds(const struct msghdr *msg, ssize_t rc)
 
 SHIM_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
-	ssize_t rc = REAL(recvmsg)(fd, msg, flags);
+	struct shim_sock *s = intercepted(fd);
+	ssize_t rc;
 
-	adopt_passed_fds(msg, rc);
-	return rc;
+	if (likely(!s)) {
+		rc = REAL(recvmsg)(fd, msg, flags);
+		adopt_passed_fds(msg, rc);
+		return rc;
+	}
+	msg->msg_namelen = 0;
+	msg->msg_controllen = 0;
+	msg->msg_flags = 0;
+	return shim_ret(shim_io_recv(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags));
 }
 
 SHIM_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags,
 			 struct timespec *timeout)
 {
-	int rc = REAL(recvmmsg)(fd, vec, n, flags, timeout);
+	struct shim_sock *s = intercepted(fd);
+	int rc;
 
-	for (int i = 0; i < rc; i++)
-		adopt_passed_fds(&vec[i].msg_hdr, 0);
-	return rc;
+	if (likely(!s)) {
+		rc = REAL(recvmmsg)(fd, vec, n, flags, timeout);
+		for (int i = 0; i < rc; i++)
+			adopt_passed_fds(&vec[i].msg_hdr, 0);
+		return rc;
+	}
+	/* A stream socket fills one message per call, like the kernel's
+	 * recvmmsg on TCP usually does. */
+	if (n == 0)
+		return 0;
+	vec[0].msg_hdr.msg_namelen = 0;
+	vec[0].msg_hdr.msg_controllen = 0;
+	vec[0].msg_hdr.msg_flags = 0;
+	ssize_t got = shim_io_recv(s, fd, vec[0].msg_hdr.msg_iov, (int)vec[0].msg_hdr.msg_iovlen, flags);
+
+	if (got < 0)
+		return (int)shim_ret(got);
+	vec[0].msg_len = (unsigned int)got;
+	return 1;
 }
 
 SHIM_EXPORT ssize_t read(int fd, void *buf, size_t len)
 {
-	return REAL(read)(fd, buf, len);
+	struct shim_sock *s = intercepted(fd);
+
+	if (likely(!s))
+		return REAL(read)(fd, buf, len);
+	return recv_one(s, fd, buf, len, 0);
 }
 
 SHIM_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 {
-	return REAL(readv)(fd, iov, iovcnt);
+	struct shim_sock *s = intercepted(fd);
+
+	if (likely(!s))
+		return REAL(readv)(fd, iov, iovcnt);
+	return shim_ret(shim_io_recv(s, fd, iov, iovcnt, 0));
+}
+
+/* sendfile into an intercepted socket: read the file and send what was read,
+ * so the bytes follow the connection wherever it travels now. */
+static ssize_t sendfile_through(struct shim_sock *s, int out_fd, int in_fd, off64_t *offset, size_t count)
+{
+	char buf[65536];
+	size_t want = count < sizeof(buf) ? count : sizeof(buf);
+	ssize_t n = offset ? pread64(in_fd, buf, want, *offset) : REAL(read)(in_fd, buf, want);
+	ssize_t sent;
+
+	if (n <= 0)
+		return n;
+	sent = shim_io_send(s, out_fd, &(struct iovec){ buf, (size_t)n }, 1, 0);
+	if (sent < 0)
+		return shim_ret(sent);
+	if (offset)
+		*offset += sent;
+	else if (sent < n)
+		lseek64(in_fd, sent - n, SEEK_CUR);
+	return sent;
 }
 
 SHIM_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 {
-	return REAL(sendfile)(out_fd, in_fd, offset, count);
+	struct shim_sock *s = intercepted(out_fd);
+
+	if (likely(!s))
+		return REAL(sendfile)(out_fd, in_fd, offset, count);
+	off64_t off = offset ? *offset : 0;
+	ssize_t rc = sendfile_through(s, out_fd, in_fd, offset ? &off : NULL, count);
+
+	if (offset)
+		*offset = (off_t)off;
+	return rc;
 }
 
 SHIM_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t count)
 {
-	return REAL(sendfile64)(out_fd, in_fd, offset, count);
+	struct shim_sock *s = intercepted(out_fd);
+
+	if (likely(!s))
+		return REAL(sendfile64)(out_fd, in_fd, offset, count);
+	return sendfile_through(s, out_fd, in_fd, offset, count);
 }
 
 /* _FORTIFY_SOURCE entry points: check the object size as glibc does, then

@@ -1,33 +1,71 @@
-/* Exported readiness wrappers. */
+/*
+ * Exported readiness wrappers. They only dispatch: sets without a switched
+ * fd go to the kernel as they are; the others to wait.c / epoll.c.
+ */
 #include <errno.h>
 
 #include "compiler.h"
 #include "fdtable.h"
 #include "real.h"
 #include "sock.h"
+#include "wait.h"
 
 extern void __chk_fail(void) __attribute__((noreturn));
 
+/* glibc declares poll's array write-only (for _FORTIFY_SOURCE); a hook must
+ * read the events the caller put there. */
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+static long long timespec_ns(const struct timespec *ts)
+{
+	return ts ? (long long)ts->tv_sec * 1000000000ll + ts->tv_nsec : -1;
+}
+
+static long long ms_ns(int timeout)
+{
+	return timeout < 0 ? -1 : (long long)timeout * 1000000ll;
+}
+
 SHIM_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
-	return REAL(poll)(fds, nfds, timeout);
+	if (likely(!shim_fd_slots) || !shim_wait_poll_needed(fds, nfds))
+		return REAL(poll)(fds, nfds, timeout);
+	return (int)shim_ret(shim_wait_poll(fds, nfds, ms_ns(timeout), NULL));
 }
 
 SHIM_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 		      const sigset_t *sigmask)
 {
-	return REAL(ppoll)(fds, nfds, timeout, sigmask);
+	if (likely(!shim_fd_slots) || !shim_wait_poll_needed(fds, nfds))
+		return REAL(ppoll)(fds, nfds, timeout, sigmask);
+	return (int)shim_ret(shim_wait_poll(fds, nfds, timespec_ns(timeout), sigmask));
 }
 
 SHIM_EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *timeout)
 {
-	return REAL(select)(nfds, r, w, e, timeout);
+	long long ns;
+	int rc;
+
+	if (likely(!shim_fd_slots) || !shim_wait_select_needed(nfds, r, w))
+		return REAL(select)(nfds, r, w, e, timeout);
+	ns = timeout ? (long long)timeout->tv_sec * 1000000000ll + timeout->tv_usec * 1000ll : -1;
+	rc = (int)shim_ret(shim_wait_select(nfds, r, w, e, timeout ? &ns : NULL, NULL));
+	if (timeout) {
+		/* Linux select reports the time left. */
+		timeout->tv_sec = ns / 1000000000ll;
+		timeout->tv_usec = (ns % 1000000000ll) / 1000;
+	}
+	return rc;
 }
 
 SHIM_EXPORT int pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *timeout,
 			const sigset_t *sigmask)
 {
-	return REAL(pselect)(nfds, r, w, e, timeout, sigmask);
+	long long ns = timespec_ns(timeout);
+
+	if (likely(!shim_fd_slots) || !shim_wait_select_needed(nfds, r, w))
+		return REAL(pselect)(nfds, r, w, e, timeout, sigmask);
+	return (int)shim_ret(shim_wait_select(nfds, r, w, e, timeout ? &ns : NULL, sigmask));
 }
 
 SHIM_EXPORT int epoll_create(int size)
@@ -42,24 +80,45 @@ SHIM_EXPORT int epoll_create1(int flags)
 
 SHIM_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 {
-	return REAL(epoll_ctl)(epfd, op, fd, event);
+	if (likely(!shim_fd_get(fd) && !shim_fd_get(epfd)))
+		return REAL(epoll_ctl)(epfd, op, fd, event);
+	return (int)shim_ret(shim_epoll_ctl(epfd, op, fd, event));
+}
+
+/* One dispatch for the whole epoll_wait family. */
+static int epoll_dispatch(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
+			  const sigset_t *sigmask, int *handled)
+{
+	int rc = 0;
+
+	*handled = 0;
+	if (likely(!shim_fd_get(epfd)))
+		return 0;
+	*handled = shim_epoll_wait(epfd, events, maxevents, timeout_ns, sigmask, &rc);
+	return (int)shim_ret(rc);
 }
 
 SHIM_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
-	return REAL(epoll_wait)(epfd, events, maxevents, timeout);
+	int handled, rc = epoll_dispatch(epfd, events, maxevents, ms_ns(timeout), NULL, &handled);
+
+	return handled ? rc : REAL(epoll_wait)(epfd, events, maxevents, timeout);
 }
 
 SHIM_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int timeout,
 			    const sigset_t *sigmask)
 {
-	return REAL(epoll_pwait)(epfd, events, maxevents, timeout, sigmask);
+	int handled, rc = epoll_dispatch(epfd, events, maxevents, ms_ns(timeout), sigmask, &handled);
+
+	return handled ? rc : REAL(epoll_pwait)(epfd, events, maxevents, timeout, sigmask);
 }
 
 SHIM_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
 			     const struct timespec *timeout, const sigset_t *sigmask)
 {
-	return REAL(epoll_pwait2)(epfd, events, maxevents, timeout, sigmask);
+	int handled, rc = epoll_dispatch(epfd, events, maxevents, timespec_ns(timeout), sigmask, &handled);
+
+	return handled ? rc : REAL(epoll_pwait2)(epfd, events, maxevents, timeout, sigmask);
 }
 
 SHIM_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdslen)

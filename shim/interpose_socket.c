@@ -8,7 +8,10 @@
 #include <sys/ioctl.h>
 
 #include "compiler.h"
+#include <stdint.h>
+
 #include "fdtable.h"
+#include "io.h"
 #include "real.h"
 #include "sock.h"
 
@@ -68,9 +71,17 @@ SHIM_EXPORT int close(int fd)
 
 SHIM_EXPORT int shutdown(int fd, int how)
 {
-	int rc = REAL(shutdown)(fd, how);
+	struct shim_sock *s = shim_fd_get(fd);
+	int rc;
 
-	if (rc == 0 && unlikely(shim_fd_get(fd) != NULL))
+	if (likely(!s))
+		return REAL(shutdown)(fd, how);
+	s = shim_fd_get_acquire(fd);
+	if (s && __atomic_load_n(&s->intercept, __ATOMIC_RELAXED))
+		rc = (int)shim_ret(shim_io_shutdown(s, fd, how));
+	else
+		rc = REAL(shutdown)(fd, how);
+	if (rc == 0)
 		shim_sock_on_shutdown(fd, how);
 	return rc;
 }
@@ -104,10 +115,12 @@ SHIM_EXPORT int dup3(int oldfd, int newfd, int flags)
 /* The one fcntl argument is an int or a pointer; both travel in one
  * register of the x86-64 and aarch64 ABIs, so passing it on as a
  * pointer-sized value is exact. */
-static int after_fcntl(int fd, int cmd, int rc)
+static int after_fcntl(int fd, int cmd, void *arg, int rc)
 {
 	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
 		return after_dup(fd, rc);
+	if (cmd == F_SETFL && rc == 0 && unlikely(shim_fd_get(fd) != NULL))
+		shim_sock_on_fcntl_setfl(fd, (int)(intptr_t)arg);
 	return rc;
 }
 
@@ -119,7 +132,7 @@ SHIM_EXPORT int fcntl(int fd, int cmd, ...)
 	va_start(ap, cmd);
 	arg = va_arg(ap, void *);
 	va_end(ap);
-	return after_fcntl(fd, cmd, REAL(fcntl)(fd, cmd, arg));
+	return after_fcntl(fd, cmd, arg, REAL(fcntl)(fd, cmd, arg));
 }
 
 SHIM_EXPORT int fcntl64(int fd, int cmd, ...)
@@ -130,7 +143,7 @@ SHIM_EXPORT int fcntl64(int fd, int cmd, ...)
 	va_start(ap, cmd);
 	arg = va_arg(ap, void *);
 	va_end(ap);
-	return after_fcntl(fd, cmd, REAL(fcntl64)(fd, cmd, arg));
+	return after_fcntl(fd, cmd, arg, REAL(fcntl64)(fd, cmd, arg));
 }
 
 SHIM_EXPORT int ioctl(int fd, unsigned long request, ...)
@@ -141,7 +154,9 @@ SHIM_EXPORT int ioctl(int fd, unsigned long request, ...)
 	va_start(ap, request);
 	arg = va_arg(ap, void *);
 	va_end(ap);
-	return REAL(ioctl)(fd, request, arg);
+	if (likely(!shim_fd_get(fd)))
+		return REAL(ioctl)(fd, request, arg);
+	return (int)shim_ret(shim_sock_ioctl(fd, request, arg));
 }
 
 SHIM_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
@@ -151,5 +166,9 @@ SHIM_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *le
 
 SHIM_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
-	return REAL(setsockopt)(fd, level, name, val, len);
+	int rc = REAL(setsockopt)(fd, level, name, val, len);
+
+	if (rc == 0 && unlikely(shim_fd_get(fd) != NULL))
+		shim_sock_on_setsockopt(fd, level, name, val, len);
+	return rc;
 }

@@ -29,6 +29,9 @@
 	X(CM_REJECTED, "cm_rejected", "the RDMA connection was rejected")                       \
 	X(CM_UNREACHABLE, "cm_unreachable", "the peer is unreachable over RDMA")                \
 	X(NO_RDMA_DEVICE, "no_rdma_device", "this host has no usable RDMA device")             \
+	X(SHUTDOWN, "shutdown", "the write side was shut down before the switch")               \
+	X(NO_TRANSPORT, "no_transport", "no configured transport fits this peer")                \
+	X(RENDEZVOUS_BUSY, "rendezvous_busy", "the rendezvous name was taken by another socket") \
 	X(INTERNAL_ERROR, "internal_error", "an unexpected local failure: stays on TCP")        \
 	X(CONFIG_INVALID, "config_invalid", "a configuration value is invalid: shim inert")
 

@@ -10,10 +10,17 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
+#include <sys/ioctl.h>
+
 #include "fdtable.h"
+#include "io.h"
+#include "upgrade.h"
 #include "real.h"
 #include "trace.h"
 
@@ -24,8 +31,15 @@ static pthread_mutex_t retire_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shim_sock *retired_head;
 static unsigned live_socks;
 
-static const char *const role_names[] = { "listener", "client", "server" };
+static const char *const role_names[] = { "listener", "client", "server", "epoll" };
 static const char *const state_names[] = { "listening", "connecting", "tcp", "closed" };
+static const char *const phase_names[] = { "idle", "c_listening", "c_connected", "c_switched",
+					   "s_retry", "s_offered", "done", "failed" };
+
+const char *shim_phase_name(enum shim_phase phase)
+{
+	return (unsigned)phase < ARRAY_SIZE(phase_names) ? phase_names[phase] : "?";
+}
 
 const char *shim_role_name(enum shim_role role)
 {
@@ -42,7 +56,7 @@ unsigned shim_sock_live_count(void)
 	return __atomic_load_n(&live_socks, __ATOMIC_RELAXED);
 }
 
-static unsigned long long now_ns(void)
+unsigned long long shim_now_ns(void)
 {
 	struct timespec ts;
 
@@ -53,7 +67,7 @@ static unsigned long long now_ns(void)
 static void sock_retire(struct shim_sock *sock)
 {
 	struct shim_sock **pp, *victim;
-	unsigned long long now = now_ns();
+	unsigned long long now = shim_now_ns();
 
 	sock->state = SHIM_STATE_CLOSED;
 	sock->retired_at_ns = now;
@@ -77,8 +91,16 @@ static void sock_retire(struct shim_sock *sock)
 
 static void sock_put(struct shim_sock *sock)
 {
-	if (sock && __atomic_sub_fetch(&sock->refs, 1, __ATOMIC_ACQ_REL) == 0)
+	if (sock && __atomic_sub_fetch(&sock->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+		pthread_mutex_lock(&sock->lock);
+		shim_upgrade_release(sock);
+		pthread_mutex_unlock(&sock->lock);
+		if (sock->ep) {
+			shim_epoll_free(sock->ep);
+			sock->ep = NULL;
+		}
 		sock_retire(sock);
+	}
 }
 
 static struct shim_sock *sock_new(enum shim_role role, enum shim_sock_state state,
@@ -93,6 +115,10 @@ static struct shim_sock *sock_new(enum shim_role role, enum shim_sock_state stat
 	sock->state = state;
 	sock->tuple = *tuple;
 	sock->owner_pid = getpid();
+	sock->rv_listen_fd = -1;
+	sock->rv_fd = -1;
+	sock->rcv_timeout_ms = -1;
+	sock->snd_timeout_ms = -1;
 	pthread_mutex_init(&sock->lock, NULL);
 	__atomic_add_fetch(&live_socks, 1, __ATOMIC_RELAXED);
 	return sock;
@@ -171,6 +197,13 @@ static void track_connection(int fd, enum shim_role role, enum shim_sock_state s
 		return;
 	}
 	decide_eligibility(sock);
+	if (sock->eligible) {
+		int fl = REAL(fcntl)(fd, F_GETFL);
+
+		sock->nonblocking = fl >= 0 && (fl & O_NONBLOCK);
+		/* From here on every data call on this fd goes through io.c. */
+		sock->intercept = true;
+	}
 	trace_tracked(fd, sock, how);
 	if (sock_install(fd, sock) < 0)
 		SHIM_TRACE(SHIM_TRACE_WARN, "conn.untracked", fd, tuple, SHIM_REASON_INTERNAL_ERROR,
@@ -247,6 +280,8 @@ void shim_sock_on_close(int fd)
 
 	if (!sock)
 		return;
+	if (sock->intercept || sock->chan)
+		shim_epoll_forget_fd(fd);
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "fd.close", fd, &sock->tuple, SHIM_REASON_NONE,
 		   "\"role\":\"%s\",\"fds_left\":%d", shim_role_name(sock->role),
 		   __atomic_load_n(&sock->refs, __ATOMIC_RELAXED) - 1);
@@ -276,6 +311,68 @@ void shim_sock_on_shutdown(int fd, int how)
 	if (sock)
 		SHIM_TRACE(SHIM_TRACE_DEBUG, "conn.shutdown", fd, &sock->tuple, SHIM_REASON_NONE,
 			   "\"how\":%d", how);
+}
+
+struct shim_ep *shim_sock_track_epoll(int epfd)
+{
+	struct shim_tuple none = { 0 };
+	struct shim_sock *sock = sock_new(SHIM_ROLE_EPOLL, SHIM_STATE_TCP, &none);
+
+	if (!sock)
+		return NULL;
+	sock->ep = shim_epoll_new();
+	if (!sock->ep) {
+		sock_put(sock);
+		return NULL;
+	}
+	if (sock_install(epfd, sock) < 0)
+		return NULL;
+	return sock->ep;
+}
+
+void shim_sock_on_fcntl_setfl(int fd, int flags)
+{
+	struct shim_sock *sock = shim_fd_get_acquire(fd);
+
+	if (sock)
+		__atomic_store_n(&sock->nonblocking, (flags & O_NONBLOCK) != 0, __ATOMIC_RELAXED);
+}
+
+int shim_sock_ioctl(int fd, unsigned long request, void *arg)
+{
+	struct shim_sock *sock = shim_fd_get_acquire(fd);
+	int rc;
+
+	if (sock && sock->intercept && request == FIONREAD && arg)
+		return shim_io_bytes_readable(sock, fd, arg);
+	rc = REAL(ioctl)(fd, request, arg) < 0 ? -errno : 0;
+	if (rc == 0 && sock && request == FIONBIO && arg)
+		__atomic_store_n(&sock->nonblocking, *(int *)arg != 0, __ATOMIC_RELAXED);
+	return rc;
+}
+
+static int timeval_ms(const void *val, socklen_t len)
+{
+	struct timeval tv;
+
+	if (len < sizeof(tv))
+		return -1;
+	memcpy(&tv, val, sizeof(tv));
+	if (tv.tv_sec == 0 && tv.tv_usec == 0)
+		return -1; /* zero means "no timeout" */
+	return (int)(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
+}
+
+void shim_sock_on_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+	struct shim_sock *sock = shim_fd_get_acquire(fd);
+
+	if (!sock || level != SOL_SOCKET)
+		return;
+	if (name == SO_RCVTIMEO)
+		sock->rcv_timeout_ms = timeval_ms(val, len);
+	else if (name == SO_SNDTIMEO)
+		sock->snd_timeout_ms = timeval_ms(val, len);
 }
 
 void shim_sock_adopt(int fd, const char *how)

@@ -22,6 +22,7 @@ enum shim_role {
 	SHIM_ROLE_LISTENER,
 	SHIM_ROLE_CLIENT, /* called connect() */
 	SHIM_ROLE_SERVER, /* came from accept() */
+	SHIM_ROLE_EPOLL,  /* an epoll set holding intercepted fds (epoll.c) */
 };
 
 enum shim_sock_state {
@@ -30,6 +31,28 @@ enum shim_sock_state {
 	SHIM_STATE_TCP,        /* established, data on TCP */
 	SHIM_STATE_CLOSED,
 };
+
+/* Where one direction's application bytes travel. */
+enum shim_dir {
+	SHIM_DIR_TCP,       /* on the kernel TCP stream */
+	SHIM_DIR_SWITCHING, /* rx: TCP consumed up to the switch; frame expected */
+	SHIM_DIR_CHAN,      /* on the side channel; TCP carries frames only */
+};
+
+/* Progress of the upgrade handshake (upgrade.c). */
+enum shim_phase {
+	SHIM_PHASE_IDLE,          /* eligible, nothing started */
+	SHIM_PHASE_C_LISTENING,   /* C: rendezvous open, waiting for S */
+	SHIM_PHASE_C_CONNECTED,   /* C: S connected and verified, OFFER awaited */
+	SHIM_PHASE_C_SWITCHED,    /* C: tx switched, SWITCH_AT awaited */
+	SHIM_PHASE_S_RETRY,       /* S: C had no rendezvous yet; retry later */
+	SHIM_PHASE_S_OFFERED,     /* S: OFFER sent, ACCEPT awaited */
+	SHIM_PHASE_DONE,          /* both switch offsets known */
+	SHIM_PHASE_FAILED,        /* stays on TCP; reason says why */
+};
+
+struct shim_chan;
+struct shim_ep;
 
 struct shim_sock {
 	int refs; /* fds that point here; atomic */
@@ -40,12 +63,44 @@ struct shim_sock {
 	enum shim_reason reason;
 	struct shim_tuple tuple;
 	pid_t owner_pid; /* process that created this entry */
+	/* Guards everything below; never held across a blocking wait. */
 	pthread_mutex_t lock;
+
+	/* Data path (io.c). intercept is read without the lock by the wrappers:
+	 * it is set once, before the first call that needs io.c, and cleared
+	 * only when the connection can no longer leave TCP. */
+	bool intercept;
+	bool nonblocking; /* O_NONBLOCK of the open file description */
+	bool rd_shut, wr_shut;
+	bool rx_tcp_eof;
+	int rcv_timeout_ms, snd_timeout_ms; /* SO_RCVTIMEO/SO_SNDTIMEO; -1: none */
+	enum shim_dir tx_dir, rx_dir;
+	uint64_t tx_tcp_bytes, rx_tcp_bytes; /* application bytes carried by TCP */
+	bool rx_switch_known;
+	uint64_t rx_switch_at;
+	uint8_t rx_nonce[16]; /* what the peer's SWITCH frame must carry */
+	uint8_t tx_nonce[16]; /* what our SWITCH frame carries */
+	uint8_t rx_frame[24]; /* the peer's SWITCH frame as it arrives */
+	size_t rx_frame_len;
+	uint8_t tcp_out[64]; /* frames waiting for TCP send space */
+	size_t tcp_out_len;
+	unsigned bells_owed; /* bells the peer took an arm for and will send */
+	struct shim_chan *chan;
+
+	/* Upgrade handshake (upgrade.c). */
+	enum shim_phase phase;
+	int rv_listen_fd, rv_fd;
+	unsigned long long deadline_ns, next_try_ns, retry_delay_ns;
+	pid_t io_pid; /* the process that started the upgrade */
+
+	struct shim_ep *ep; /* SHIM_ROLE_EPOLL only */
 	struct shim_sock *retired_next;
 	unsigned long long retired_at_ns;
 };
 
 const char *shim_role_name(enum shim_role role);
+const char *shim_phase_name(enum shim_phase phase);
+unsigned long long shim_now_ns(void);
 const char *shim_state_name(enum shim_sock_state state);
 
 /* Policy entry points, called by the exported wrappers after the real call. */
@@ -60,6 +115,18 @@ void shim_sock_on_shutdown(int fd, int how);
 void shim_sock_adopt(int fd, const char *how);
 void shim_sock_adopt_inherited(void);
 void shim_sock_adopt_rights(const struct msghdr *msg);
+
+/* Starts tracking an epoll fd that is about to hold an intercepted fd. */
+struct shim_ep *shim_sock_track_epoll(int epfd);
+struct shim_ep *shim_epoll_new(void);
+void shim_epoll_free(struct shim_ep *ep);
+void shim_epoll_forget_fd(int fd);
+
+/* Kept in step with the kernel by the wrappers, for intercepted fds. */
+void shim_sock_on_fcntl_setfl(int fd, int flags);
+/* ioctl on a tracked fd: FIONBIO and FIONREAD need the shim's view. */
+int shim_sock_ioctl(int fd, unsigned long request, void *arg);
+void shim_sock_on_setsockopt(int fd, int level, int name, const void *val, socklen_t len);
 
 void shim_sock_before_exec(void);
 void shim_sock_after_fork_child(void);

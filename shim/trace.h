@@ -13,6 +13,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "compiler.h"
 #include "config.h"
 #include "reason.h"
 #include "tuple.h"

@@ -3,8 +3,10 @@
 #
 #   integration/vm/two-hosts.sh GUEST_SCRIPT [GUEST_SCRIPT_B]  </dev/null
 #
-# Host A listens and host B connects on a free port of 127.0.0.1 (a QEMU
-# socket netdev: nothing but the two VMs is on the wire). Each runs its guest
+# The wire is a QEMU socket netdev on 127.0.0.1 (nothing but the two VMs is on
+# it): by default UDP between two free local ports (rxe-vm.sh RXEVM_LINK=udp:..,
+# ~0.25 ms ib_send_lat); with RXEVM_WIRE=tcp, host A listens and host B
+# connects on a free port (~22 ms ib_send_lat: avoid). Each runs its guest
 # script (B runs GUEST_SCRIPT_B if given, else the same one) through rxe-vm.sh
 # with these variables in its environment:
 #   ROLE=a|b  IFACE=eth0  ADDR=192.168.79.1|192.168.79.2  PREFIX=24
@@ -25,18 +27,27 @@ addr_b=192.168.79.2
 # Two TCG VMs share this machine's cores: default to one vCPU each.
 export RXEVM_SMP=${RXEVM_SMP:-1}
 
-listening() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+wire=${RXEVM_WIRE:-udp}
+case $wire in udp|tcp) ;; *) echo "two-hosts: RXEVM_WIRE must be udp or tcp" >&2; exit 2 ;; esac
 
-# A free port on 127.0.0.1 (not listened on now).
-port=
+listening() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+port_busy() { ss -Htuan "sport = :$1" 2>/dev/null | grep -q .; }
+
+# Free ports on 127.0.0.1: PORT (and PORT+1 for udp).
+port=''
 for _ in $(seq 50); do
   p=$((20000 + RANDOM % 40000))
-  if ! listening "$p"; then port=$p; break; fi
+  if ! port_busy "$p" && ! port_busy $((p + 1)); then port=$p; break; fi
 done
 [[ -n $port ]] || { echo "two-hosts: no free port found" >&2; exit 2; }
+if [[ $wire == udp ]]; then
+  link_a=udp:$port:$((port + 1)) link_b=udp:$((port + 1)):$port
+else
+  link_a=listen:$port link_b=connect:$port
+fi
 
 logs=$(mktemp -d -t rxevm-two.XXXXXX)
-pid_a= pid_b=
+pid_a='' pid_b=''
 # shellcheck disable=SC2317  # invoked by trap
 cleanup() {
   local p
@@ -48,14 +59,14 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-RXEVM_LINK=listen:$port RXEVM_HOSTNAME=host-a \
+RXEVM_LINK=$link_a RXEVM_MAC=52:54:00:79:00:01 RXEVM_HOSTNAME=host-a \
 RXEVM_ENV="ROLE=a IFACE=eth0 ADDR=$addr_a PREFIX=24 PEER=$addr_b ${RXEVM_ENV:-}" \
   "$here/rxe-vm.sh" "$script_a" > "$logs/a" 2>&1 </dev/null &
 pid_a=$!
 
-# B can only connect once A's qemu listens.
+# Over tcp, B can only connect once A's qemu listens.
 deadline=$((SECONDS + 60))
-until listening "$port"; do
+until [[ $wire == udp ]] || listening "$port"; do
   if ! kill -0 "$pid_a" 2>/dev/null || (( SECONDS >= deadline )); then
     echo "two-hosts: VM A did not start listening on 127.0.0.1:$port" >&2
     sed 's/^/[A] /' "$logs/a"
@@ -64,15 +75,16 @@ until listening "$port"; do
   sleep 0.2
 done
 
-RXEVM_LINK=connect:$port RXEVM_HOSTNAME=host-b \
+RXEVM_LINK=$link_b RXEVM_MAC=52:54:00:79:00:02 RXEVM_HOSTNAME=host-b \
 RXEVM_ENV="ROLE=b IFACE=eth0 ADDR=$addr_b PREFIX=24 PEER=$addr_a ${RXEVM_ENV:-}" \
   "$here/rxe-vm.sh" "$script_b" > "$logs/b" 2>&1 </dev/null &
 pid_b=$!
 
-rc_a= rc_b=
+rc_a='' rc_b=''
 while [[ -z $rc_a || -z $rc_b ]]; do
-  done_pid= rc=0
-  wait -n -p done_pid "$pid_a" "$pid_b" || rc=$?
+  done_pid='' rc=0
+  # shellcheck disable=SC2086  # the pids still running, one word each
+  wait -n -p done_pid $pid_a $pid_b || rc=$?
   if [[ $done_pid == "$pid_a" ]]; then rc_a=$rc; pid_a=; who=A
   elif [[ $done_pid == "$pid_b" ]]; then rc_b=$rc; pid_b=; who=B
   else continue

@@ -1,0 +1,90 @@
+#!/bin/bash
+# t_sockperf: an unmodified sockperf server (sr --tcp) with the ping-pong,
+# throughput and under-load clients. Without the shim briefly (1 s each) as a
+# reference, then 3 s each with both ends under the shim on the whitelisted
+# port (tracked, never upgraded). Every run must exit 0, print no ERROR, and
+# report messages: observations and valid received messages > 0 for the
+# latency tests (no drops, duplicates or reordering), messages sent and a
+# message rate > 0 for throughput. The trace shows each client connection
+# from both ends.
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+need_built
+need_cmd sockperf python3
+
+# check_output LABEL TEST FILE: the sockperf client report in FILE.
+check_output() {
+  local label=$1 test=$2 file=$3 text n
+  text=$(sed 's/\x1b\[[0-9;]*m//g' "$file")
+  if grep -qiE 'ERROR|fail' <<<"$text"; then
+    not_ok "$label: no ERROR in the report"
+    grep -iE 'ERROR|fail' <<<"$text" | head -n 5 | sed 's/^/    /'
+  else
+    ok "$label: no ERROR in the report"
+  fi
+  if [[ $test == throughput ]]; then
+    n=$(sed -n 's/.*Total of \([0-9]*\) messages sent.*/\1/p' <<<"$text" | head -n 1)
+    check "$label: messages sent > 0 (${n:-none})" test "${n:-0}" -gt 0
+    n=$(sed -n 's/.*Message Rate is \([0-9]*\).*/\1/p' <<<"$text" | head -n 1)
+    check "$label: message rate > 0 (${n:-none} msg/s)" test "${n:-0}" -gt 0
+  else
+    n=$(sed -n 's/.*Total \([0-9]*\) observations.*/\1/p' <<<"$text" | head -n 1)
+    check "$label: observations > 0 (${n:-none})" test "${n:-0}" -gt 0
+    n=$(sed -n 's/.*\[Valid Duration\].*ReceivedMessages=\([0-9]*\).*/\1/p' <<<"$text" | head -n 1)
+    check "$label: valid received messages > 0 (${n:-none})" test "${n:-0}" -gt 0
+    check "$label: no dropped, duplicated or out-of-order messages" \
+      grep -q '# dropped messages = 0; # duplicated messages = 0; # out-of-order messages = 0' <<<"$text"
+  fi
+}
+
+# run_round MODE SECONDS [VAR=V...]
+run_round() {
+  local mode=$1 secs=$2 port pid rc test
+  shift 2
+  local run=(no_shim)
+  [[ $mode == shim ]] && run=(with_shim "$@")
+  port=$PORT
+  start_bg "$mode-server" "$mode" "$@" sockperf sr --tcp -i 127.0.0.1 -p "$port"
+  pid=$BG_PID
+  if ! wait_listen "$port"; then
+    not_ok "$mode: sockperf server listening"
+    stop_bg "$pid"
+    return
+  fi
+  for test in ping-pong throughput under-load; do
+    rc=0
+    "${run[@]}" sockperf "$test" --tcp -i 127.0.0.1 -p "$port" -t "$secs" -m 64 \
+      >"$WORK/$mode-$test.out" 2>&1 || rc=$?
+    check "$mode $test -t $secs: exit status 0 (got $rc)" test "$rc" -eq 0
+    check_output "$mode $test" "$test" "$WORK/$mode-$test.out"
+  done
+  check "$mode: server still running after the three clients" kill -0 "$pid"
+  stop_bg "$pid"
+  if grep -qi 'ERROR' "$WORK/$mode-server.out" "$WORK/$mode-server.err"; then
+    not_ok "$mode: no ERROR from the server"
+    grep -hi 'ERROR' "$WORK/$mode-server.out" "$WORK/$mode-server.err" | head -n 5
+  else
+    ok "$mode: no ERROR from the server"
+  fi
+}
+
+PORT=$(free_port)
+run_round plain 1
+
+PORT=$(free_port)
+dir=$WORK/trace
+mkdir -p "$dir"
+shim_vars "$dir" "$PORT"
+run_round shim 3 "${SHIM_VARS[@]}"
+
+trace_py "$dir" "$PORT" <<'PY'
+port = int(ARGS[0])
+lis = events("listen.track")
+check(len(lis) == 1 and port_of(lis[0]["local"]) == port, "sockperf server: one listen.track on %d" % port)
+srv, cli = tracks("server", port), tracks("client", port)
+check(len(srv) >= 3, "server tracked the 3 client connections (got %d)" % len(srv))
+check(len(cli) == len(srv), "each client tracked its connection too (%d vs %d)" % (len(cli), len(srv)))
+check({conn_key(r) for r in srv} == {conn_key(r) for r in cli}, "both ends agree on the 4-tuples")
+check(all(r["reason"] == "tcp_only" and not r["eligible"] for r in srv + cli), "all eligible=false reason=tcp_only")
+PY
+
+finish

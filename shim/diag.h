@@ -1,0 +1,20 @@
+/*
+ * Who owns a TCP socket, asked of the kernel through sock_diag (the
+ * interface `ss` uses; no privilege needed). The upgrade uses it to check
+ * that the process on the other end of the rendezvous runs as the user that
+ * owns the other end of the TCP connection.
+ */
+#ifndef RDMASHIM_DIAG_H
+#define RDMASHIM_DIAG_H
+
+#include <sys/types.h>
+
+#include "tuple.h"
+
+/* Finds the TCP socket bound to src and connected to dst in this network
+ * namespace. Returns 0 with its owner's uid and inode, -ENOENT if none,
+ * or another -errno. */
+int shim_diag_tcp_owner(const struct shim_endpoint *src, const struct shim_endpoint *dst, uid_t *uid,
+			ino_t *inode);
+
+#endif

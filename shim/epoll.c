@@ -1,0 +1,386 @@
+/*
+ * epoll emulation for switched fds; see wait.h.
+ *
+ * Only epoll sets that hold an intercepted fd are known here; every other
+ * epoll fd stays the kernel's alone. Such a set is tracked by a shim_sock
+ * of role SHIM_ROLE_EPOLL in the fd table (so close finds it), pointing at
+ * a shim_ep with a uthash table of its intercepted items.
+ *
+ * Intercepted fds are registered with the kernel under a tagged data word
+ * (tag_hi << 32 | fd) so their kernel events can be told apart and mapped
+ * back to the application's own data. Once a fd switched, its kernel
+ * registration asks for EPOLLIN only (bells) and its readiness comes from
+ * its channel. EPOLLET on a switched fd is reported level-triggered (an
+ * edge-triggered program drains to EAGAIN, so it only sees extra wake-ups);
+ * EPOLLONESHOT is honoured.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <uthash.h>
+
+#include "compiler.h"
+#include "fdtable.h"
+#include "io.h"
+#include "real.h"
+#include "sock.h"
+#include "trace.h"
+#include "wait.h"
+
+struct shim_epitem {
+	int fd;
+	uint32_t events; /* the application's */
+	epoll_data_t data;
+	bool kernel_switched; /* kernel registration is the bell-only one */
+	bool oneshot_fired;
+	UT_hash_handle hh;
+};
+
+struct shim_ep {
+	pthread_mutex_t lock;
+	struct shim_epitem *items;
+	struct shim_ep *next; /* all sets, for shim_epoll_forget_fd() */
+};
+
+static pthread_mutex_t all_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shim_ep *all_eps;
+
+static uint32_t tag_hi;
+static pthread_once_t tag_once = PTHREAD_ONCE_INIT;
+
+static void make_tag(void)
+{
+	uint32_t r = 0;
+
+	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != sizeof(r))
+		r = 0x52534831u;
+	/* Never a valid user-space pointer's high half on x86-64/aarch64. */
+	tag_hi = r | 0x80000000u;
+}
+
+static uint64_t tag_of(int fd)
+{
+	return ((uint64_t)tag_hi << 32) | (uint32_t)fd;
+}
+
+static struct shim_sock *intercepted_sock(int fd)
+{
+	struct shim_sock *s = shim_fd_get(fd);
+
+	if (likely(!s))
+		return NULL;
+	s = shim_fd_get_acquire(fd);
+	return s && s->role != SHIM_ROLE_EPOLL && __atomic_load_n(&s->intercept, __ATOMIC_RELAXED) ? s : NULL;
+}
+
+static struct shim_ep *ep_of(int epfd)
+{
+	struct shim_sock *s = shim_fd_get(epfd);
+
+	if (likely(!s))
+		return NULL;
+	s = shim_fd_get_acquire(epfd);
+	return s && s->role == SHIM_ROLE_EPOLL ? s->ep : NULL;
+}
+
+static uint32_t kernel_events(const struct shim_epitem *it)
+{
+	return it->kernel_switched ? (EPOLLIN | EPOLLRDHUP) : it->events;
+}
+
+static int kernel_ctl(int epfd, int op, struct shim_epitem *it)
+{
+	struct epoll_event ev = { .events = kernel_events(it), .data.u64 = tag_of(it->fd) };
+
+	return REAL(epoll_ctl)(epfd, op, it->fd, &ev) < 0 ? -errno : 0;
+}
+
+int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
+{
+	struct shim_sock *s = intercepted_sock(fd);
+	struct shim_ep *ep;
+	struct shim_epitem *it;
+	int rc;
+
+	ep = ep_of(epfd);
+	if (!s && !ep)
+		return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
+	pthread_once(&tag_once, make_tag);
+	if (!ep) {
+		ep = shim_sock_track_epoll(epfd);
+		if (!ep)
+			return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
+	}
+	pthread_mutex_lock(&ep->lock);
+	HASH_FIND_INT(ep->items, &fd, it);
+	if (!s && !it) {
+		pthread_mutex_unlock(&ep->lock);
+		return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
+	}
+	switch (op) {
+	case EPOLL_CTL_ADD:
+		if (it) {
+			/* An item left from a closed fd of the same number: the
+			 * kernel is the judge of whether this one is registered. */
+			HASH_DEL(ep->items, it);
+			free(it);
+		}
+		it = calloc(1, sizeof(*it));
+		if (!it) {
+			rc = -ENOMEM;
+			break;
+		}
+		it->fd = fd;
+		it->events = event->events;
+		it->data = event->data;
+		it->kernel_switched = shim_io_switched(s);
+		rc = kernel_ctl(epfd, EPOLL_CTL_ADD, it);
+		if (rc == 0)
+			HASH_ADD_INT(ep->items, fd, it);
+		else
+			free(it);
+		break;
+	case EPOLL_CTL_MOD:
+		if (!it) {
+			rc = REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
+			break;
+		}
+		it->events = event->events;
+		it->data = event->data;
+		it->oneshot_fired = false;
+		rc = kernel_ctl(epfd, EPOLL_CTL_MOD, it);
+		break;
+	case EPOLL_CTL_DEL:
+		rc = REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
+		if (it) {
+			HASH_DEL(ep->items, it);
+			free(it);
+		}
+		break;
+	default:
+		rc = -EINVAL;
+	}
+	pthread_mutex_unlock(&ep->lock);
+	return rc;
+}
+
+static uint32_t poll_to_epoll(int mask)
+{
+	uint32_t ev = 0;
+
+	if (mask & POLLIN)
+		ev |= EPOLLIN;
+	if (mask & POLLOUT)
+		ev |= EPOLLOUT;
+	if (mask & POLLRDHUP)
+		ev |= EPOLLRDHUP;
+	if (mask & POLLHUP)
+		ev |= EPOLLHUP;
+	if (mask & POLLERR)
+		ev |= EPOLLERR;
+	return ev;
+}
+
+/* Readiness of the switched items, into out[]; switches kernel
+ * registrations of items that switched since. Called with ep->lock. */
+static int channel_round(int epfd, struct shim_ep *ep, struct epoll_event *out, int max)
+{
+	struct shim_epitem *it, *tmp;
+	int n = 0;
+
+	HASH_ITER(hh, ep->items, it, tmp) {
+		struct shim_sock *s = intercepted_sock(it->fd);
+		int mask;
+
+		if (!s || !shim_io_switched(s))
+			continue;
+		if (!it->kernel_switched) {
+			it->kernel_switched = true;
+			kernel_ctl(epfd, EPOLL_CTL_MOD, it);
+		}
+		if (n >= max || it->oneshot_fired)
+			continue;
+		mask = shim_io_poll_mask(s, it->fd);
+		if (mask < 0)
+			continue;
+		uint32_t ev = poll_to_epoll(mask) & (it->events | EPOLLHUP | EPOLLERR);
+
+		if (!ev)
+			continue;
+		out[n].events = ev;
+		out[n].data = it->data;
+		n++;
+		if (it->events & EPOLLONESHOT)
+			it->oneshot_fired = true;
+	}
+	return n;
+}
+
+/* Maps kernel events back: tagged ones to the item's data; events of
+ * switched items are bells and are dropped (their readiness is ours). */
+static int translate(struct shim_ep *ep, struct epoll_event *ev, int n)
+{
+	int kept = 0;
+
+	for (int i = 0; i < n; i++) {
+		struct shim_epitem *it = NULL;
+
+		if ((uint32_t)(ev[i].data.u64 >> 32) == tag_hi) {
+			int fd = (int)(uint32_t)ev[i].data.u64;
+
+			HASH_FIND_INT(ep->items, &fd, it);
+		}
+		if (it) {
+			if (it->kernel_switched)
+				continue;
+			ev[i].data = it->data;
+		}
+		ev[kept++] = ev[i];
+	}
+	return kept;
+}
+
+static int kernel_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *sigmask)
+{
+	int n = sigmask ? REAL(epoll_pwait)(epfd, ev, max, timeout_ms, sigmask)
+			: REAL(epoll_wait)(epfd, ev, max, timeout_ms);
+
+	return n < 0 ? -errno : n;
+}
+
+/* Arms (or, with armed != NULL results, disarms) every switched item. */
+static bool arm_all(struct shim_ep *ep, bool disarm)
+{
+	struct shim_epitem *it, *tmp;
+	bool sleep = true;
+
+	HASH_ITER(hh, ep->items, it, tmp) {
+		struct shim_sock *s = intercepted_sock(it->fd);
+		short want = 0;
+
+		if (!s || !it->kernel_switched || it->oneshot_fired)
+			continue;
+		if (it->events & EPOLLIN)
+			want |= POLLIN;
+		if (it->events & EPOLLOUT)
+			want |= POLLOUT;
+		if (disarm) {
+			shim_io_disarm(s, it->fd, (want & POLLIN ? SHIM_ARMED_RX : 0) |
+						       (want & POLLOUT ? SHIM_ARMED_TX : 0));
+			continue;
+		}
+		int armed = shim_io_arm(s, it->fd, want);
+
+		if (armed & SHIM_ARM_READY)
+			sleep = false;
+	}
+	return sleep;
+}
+
+int shim_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
+		    const sigset_t *sigmask, int *rc)
+{
+	struct shim_ep *ep = ep_of(epfd);
+	long long deadline = shim_wait_deadline(timeout_ns);
+	unsigned long long spin_end = shim_now_ns() + (unsigned long long)shim_cfg.spin_us * 1000ull;
+
+	if (!ep)
+		return 0;
+	if (maxevents <= 0) {
+		*rc = -EINVAL;
+		return 1;
+	}
+	for (;;) {
+		int mine, theirs;
+
+		pthread_mutex_lock(&ep->lock);
+		mine = channel_round(epfd, ep, events, maxevents);
+		pthread_mutex_unlock(&ep->lock);
+		theirs = mine < maxevents ? kernel_wait(epfd, events + mine, maxevents - mine, 0, NULL) : 0;
+		if (theirs > 0) {
+			pthread_mutex_lock(&ep->lock);
+			theirs = translate(ep, events + mine, theirs);
+			pthread_mutex_unlock(&ep->lock);
+		}
+		if (theirs < 0 || mine + theirs > 0 || timeout_ns == 0) {
+			*rc = theirs < 0 ? theirs : mine + theirs;
+			return 1;
+		}
+		if (shim_now_ns() < spin_end)
+			continue;
+		pthread_mutex_lock(&ep->lock);
+		bool sleep = arm_all(ep, false);
+		pthread_mutex_unlock(&ep->lock);
+		theirs = sleep ? kernel_wait(epfd, events, maxevents, shim_wait_slice_ms(deadline), sigmask) : 0;
+		pthread_mutex_lock(&ep->lock);
+		arm_all(ep, true);
+		if (theirs > 0)
+			theirs = translate(ep, events, theirs);
+		mine = theirs >= 0 && theirs < maxevents ? channel_round(epfd, ep, events + theirs, maxevents - theirs) : 0;
+		pthread_mutex_unlock(&ep->lock);
+		if (theirs < 0 || mine + theirs > 0) {
+			*rc = theirs < 0 ? theirs : mine + theirs;
+			return 1;
+		}
+		if (deadline >= 0 && (long long)shim_now_ns() >= deadline) {
+			*rc = 0;
+			return 1;
+		}
+	}
+}
+
+void shim_epoll_free(struct shim_ep *ep)
+{
+	struct shim_epitem *it, *tmp;
+
+	pthread_mutex_lock(&all_lock);
+	for (struct shim_ep **pp = &all_eps; *pp; pp = &(*pp)->next) {
+		if (*pp == ep) {
+			*pp = ep->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&all_lock);
+	HASH_ITER(hh, ep->items, it, tmp) {
+		HASH_DEL(ep->items, it);
+		free(it);
+	}
+	pthread_mutex_destroy(&ep->lock);
+	free(ep);
+}
+
+struct shim_ep *shim_epoll_new(void)
+{
+	struct shim_ep *ep = calloc(1, sizeof(*ep));
+
+	if (!ep)
+		return NULL;
+	pthread_mutex_init(&ep->lock, NULL);
+	pthread_mutex_lock(&all_lock);
+	ep->next = all_eps;
+	all_eps = ep;
+	pthread_mutex_unlock(&all_lock);
+	return ep;
+}
+
+/* An intercepted fd closed: the kernel dropped it from its epoll sets (if it
+ * was the last fd of its socket); drop our items, so that a new socket that
+ * gets the same number is not mistaken for it. */
+void shim_epoll_forget_fd(int fd)
+{
+	pthread_mutex_lock(&all_lock);
+	for (struct shim_ep *ep = all_eps; ep; ep = ep->next) {
+		struct shim_epitem *it;
+
+		pthread_mutex_lock(&ep->lock);
+		HASH_FIND_INT(ep->items, &fd, it);
+		if (it) {
+			HASH_DEL(ep->items, it);
+			free(it);
+		}
+		pthread_mutex_unlock(&ep->lock);
+	}
+	pthread_mutex_unlock(&all_lock);
+}

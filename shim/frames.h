@@ -1,0 +1,32 @@
+/*
+ * In-band frames on a switched TCP direction (wire.h): the outgoing queue
+ * and the incoming drain. Called with the sock's lock held; never block.
+ */
+#ifndef RDMASHIM_FRAMES_H
+#define RDMASHIM_FRAMES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sock.h"
+
+/* Queues a frame behind any not yet sent and tries to send the queue.
+ * A bell already waiting in the queue is not queued twice. */
+int shim_frames_queue(struct shim_sock *s, int fd, const void *frame, size_t len);
+/* Sends what the queue holds, as far as TCP takes it without blocking.
+ * Returns 0 when empty, -EAGAIN when bytes remain, or -errno. */
+int shim_frames_flush(struct shim_sock *s, int fd);
+
+/* rx switched: reads and discards the bells waiting on TCP. Notices EOF. */
+void shim_frames_drain(struct shim_sock *s, int fd);
+
+/* rx switching: reads the rest of the peer's SWITCH frame. Returns 1 when
+ * it is complete and carries our nonce, 0 when more must arrive, -EPROTO
+ * when it does not match, -ECONNRESET on EOF before it completed. */
+int shim_frames_read_switch(struct shim_sock *s, int fd);
+
+/* Takes bytes read from TCP past the peer's switch offset (the start of its
+ * SWITCH frame, then bells) into the frame buffer. */
+void shim_frames_absorb(struct shim_sock *s, const uint8_t *bytes, size_t len);
+
+#endif

@@ -1,0 +1,540 @@
+/*
+ * The data path of intercepted connections; see io.h.
+ *
+ * Locking: s->lock is held for every state change and every ring access,
+ * and dropped around every wait, so one thread blocked in recv never holds
+ * up another thread's send on the same fd. TCP calls made under the lock
+ * are always MSG_DONTWAIT; blocking is emulated by waiting outside it.
+ */
+#include "io.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+
+#include "frames.h"
+#include "real.h"
+#include "stats.h"
+#include "trace.h"
+#include "transport.h"
+#include "upgrade.h"
+#include "wire.h"
+
+/* Longest single sleep; a wait re-checks its state at least this often. */
+#define IO_SLEEP_SLICE_MS 200
+/* iovec elements handled per call; beyond this a call moves fewer bytes,
+ * which stream sockets allow. */
+#define IO_MAX_IOV 64
+
+static const uint8_t data_bell = SHIM_FRAME_DATA_BELL;
+static const uint8_t space_bell = SHIM_FRAME_SPACE_BELL;
+
+static size_t iov_total(const struct iovec *iov, int iovcnt)
+{
+	size_t total = 0;
+
+	for (int i = 0; i < iovcnt; i++)
+		total += iov[i].iov_len;
+	return total;
+}
+
+/* out = the part of iov from byte skip, at most max bytes long. */
+static int iov_window(const struct iovec *iov, int iovcnt, size_t skip, size_t max, struct iovec *out)
+{
+	int n = 0;
+
+	for (int i = 0; i < iovcnt && n < IO_MAX_IOV && max; i++) {
+		size_t len = iov[i].iov_len;
+
+		if (skip >= len) {
+			skip -= len;
+			continue;
+		}
+		out[n].iov_base = (char *)iov[i].iov_base + skip;
+		out[n].iov_len = len - skip < max ? len - skip : max;
+		max -= out[n].iov_len;
+		skip = 0;
+		n++;
+	}
+	return n;
+}
+
+/* Copies bytes [from, to) of what a read put into iov to the frame buffer. */
+static void absorb_from_iov(struct shim_sock *s, const struct iovec *iov, int iovcnt, size_t from, size_t to)
+{
+	struct iovec part[IO_MAX_IOV];
+	int n = iov_window(iov, iovcnt, from, to - from, part);
+
+	for (int i = 0; i < n; i++)
+		shim_frames_absorb(s, part[i].iov_base, part[i].iov_len);
+}
+
+static long long deadline_after(int timeout_ms)
+{
+	return timeout_ms < 0 ? -1 : (long long)(shim_now_ns() / 1000000ull) + timeout_ms;
+}
+
+/* Milliseconds left until deadline (-1: none), capped at one sleep slice. */
+static int slice_until(long long deadline)
+{
+	long long left;
+
+	if (deadline < 0)
+		return IO_SLEEP_SLICE_MS;
+	left = deadline - (long long)(shim_now_ns() / 1000000ull);
+	if (left <= 0)
+		return 0;
+	return left < IO_SLEEP_SLICE_MS ? (int)left : IO_SLEEP_SLICE_MS;
+}
+
+/* Sleeps on the TCP fd without the lock. Returns 0, -EAGAIN on the
+ * SO_*TIMEO deadline, or -EINTR. */
+static int sleep_on_tcp(struct shim_sock *s, int fd, short events, long long deadline)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+	int slice = slice_until(deadline), rc;
+
+	if (deadline >= 0 && slice == 0)
+		return -EAGAIN;
+	pthread_mutex_unlock(&s->lock);
+	rc = REAL(poll)(&p, 1, slice);
+	rc = rc < 0 ? -errno : 0;
+	pthread_mutex_lock(&s->lock);
+	return rc == -EINTR ? -EINTR : 0;
+}
+
+/* Busy-polls cond for RDMASHIM_SPIN_US without the lock. */
+static bool spin_for(struct shim_sock *s, bool (*cond)(const struct shim_sock *))
+{
+	unsigned long long end;
+	bool hit = false;
+
+	if (!shim_cfg.spin_us)
+		return false;
+	end = shim_now_ns() + (unsigned long long)shim_cfg.spin_us * 1000ull;
+	pthread_mutex_unlock(&s->lock);
+	do {
+		for (int i = 0; i < 64 && !hit; i++) {
+			hit = cond(s);
+			__builtin_ia32_pause();
+		}
+	} while (!hit && shim_now_ns() < end);
+	pthread_mutex_lock(&s->lock);
+	return hit;
+}
+
+static bool rx_ready(const struct shim_sock *s)
+{
+	const struct shim_chan *ch = s->chan;
+
+	return ch->ops->readable(ch) || ch->ops->rx_eof(ch);
+}
+
+static bool tx_ready(const struct shim_sock *s)
+{
+	const struct shim_chan *ch = s->chan;
+
+	return ch->ops->writable(ch) || ch->ops->peer_rx_gone(ch);
+}
+
+static void note_disarm(struct shim_sock *s, bool bell_coming)
+{
+	if (bell_coming)
+		s->bells_owed++;
+}
+
+/* rx on the channel found nothing: spin, then arm and sleep for a bell. */
+static int wait_rx(struct shim_sock *s, int fd, long long deadline)
+{
+	struct shim_chan *ch = s->chan;
+	int rc = 0;
+
+	if (spin_for(s, rx_ready))
+		return 0;
+	if (ch->ops->rx_arm(ch))
+		rc = sleep_on_tcp(s, fd, POLLIN, deadline);
+	note_disarm(s, !ch->ops->rx_disarm(ch));
+	shim_frames_drain(s, fd);
+	return rc;
+}
+
+/* tx on the channel found it full: spin, then arm and sleep for a bell. */
+static int wait_tx(struct shim_sock *s, int fd, long long deadline)
+{
+	struct shim_chan *ch = s->chan;
+	int rc = 0;
+
+	if (spin_for(s, tx_ready))
+		return 0;
+	if (ch->ops->tx_arm(ch)) {
+		/* Before our rx switched, TCP still holds application bytes we
+		 * must not consume: sleep a short while instead of on POLLIN. */
+		if (s->rx_dir == SHIM_DIR_CHAN) {
+			rc = sleep_on_tcp(s, fd, POLLIN, deadline);
+		} else {
+			pthread_mutex_unlock(&s->lock);
+			REAL(poll)(NULL, 0, 1);
+			pthread_mutex_lock(&s->lock);
+		}
+	}
+	note_disarm(s, !ch->ops->tx_disarm(ch));
+	if (s->rx_dir == SHIM_DIR_CHAN)
+		shim_frames_drain(s, fd);
+	return rc;
+}
+
+static void raise_sigpipe(int flags)
+{
+	if (!(flags & MSG_NOSIGNAL))
+		raise(SIGPIPE);
+}
+
+/* One nonblocking TCP read while rx is on TCP. Returns bytes for the app,
+ * -EINPROGRESS when everything read was shim frames, 0 on EOF, or -errno. */
+static ssize_t recv_tcp(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
+{
+	struct iovec win[IO_MAX_IOV];
+	struct msghdr mh = { 0 };
+	size_t max = (size_t)-1;
+	ssize_t n;
+
+	if (s->rx_switch_known)
+		max = (size_t)(s->rx_switch_at - s->rx_tcp_bytes);
+	mh.msg_iov = win;
+	mh.msg_iovlen = (size_t)iov_window(iov, iovcnt, 0, max, win);
+	n = REAL(recvmsg)(fd, &mh, (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
+	if (n < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	if (n == 0)
+		return 0;
+	if (shim_upgrade_rx_pending(s))
+		/* The peer announces its offset before its frame can arrive, so
+		 * looking now tells us whether these bytes crossed it. */
+		shim_upgrade_progress(s, fd);
+	if (s->rx_switch_known && s->rx_tcp_bytes + (size_t)n > s->rx_switch_at) {
+		size_t keep = (size_t)(s->rx_switch_at - s->rx_tcp_bytes);
+
+		if (!(flags & MSG_PEEK))
+			absorb_from_iov(s, win, (int)mh.msg_iovlen, keep, (size_t)n);
+		n = (ssize_t)keep;
+	}
+	if (!(flags & MSG_PEEK)) {
+		s->rx_tcp_bytes += (size_t)n;
+		if (s->rx_switch_known && s->rx_tcp_bytes == s->rx_switch_at)
+			s->rx_dir = SHIM_DIR_SWITCHING;
+	}
+	return n ? n : -EINPROGRESS;
+}
+
+static int finish_rx_switch(struct shim_sock *s, int fd)
+{
+	int rc = shim_frames_read_switch(s, fd);
+
+	if (rc == 1) {
+		s->rx_dir = SHIM_DIR_CHAN;
+		SHIM_TRACE(SHIM_TRACE_INFO, "rx.switch", fd, &s->tuple, SHIM_REASON_UPGRADED,
+			   "\"offset\":%llu", (unsigned long long)s->rx_switch_at);
+		return 1;
+	}
+	if (rc == -EPROTO) {
+		/* Not our peer's frame: someone else wrote into this stream. */
+		shim_stats_count(SHIM_REASON_SWITCH_MISMATCH);
+		SHIM_TRACE(SHIM_TRACE_ERROR, "rx.switch_mismatch", fd, &s->tuple, SHIM_REASON_SWITCH_MISMATCH, NULL);
+		REAL(shutdown)(fd, SHUT_RDWR);
+		return -ECONNRESET;
+	}
+	if (rc == -ECONNRESET) {
+		s->rx_tcp_eof = true;
+		return 0;
+	}
+	return 0;
+}
+
+ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
+{
+	bool peek = flags & MSG_PEEK;
+	bool waitall = (flags & MSG_WAITALL) && !peek;
+	bool nonblock = (flags & MSG_DONTWAIT) != 0;
+	size_t want = iov_total(iov, iovcnt), got = 0;
+	long long deadline;
+	ssize_t n;
+	int rc = 0;
+
+	pthread_mutex_lock(&s->lock);
+	nonblock |= s->nonblocking;
+	deadline = deadline_after(s->rcv_timeout_ms);
+	while (want && !(got && (!waitall || got == want))) {
+		struct iovec win[IO_MAX_IOV];
+		int wincnt = iov_window(iov, iovcnt, got, (size_t)-1, win);
+
+		if (s->tcp_out_len)
+			shim_frames_flush(s, fd);
+		shim_upgrade_progress(s, fd);
+		if (s->rd_shut)
+			break;
+		if (s->rx_dir == SHIM_DIR_TCP) {
+			n = recv_tcp(s, fd, win, wincnt, flags);
+			if (n == -EINPROGRESS)
+				continue;
+			if (n == -EAGAIN && !nonblock) {
+				rc = sleep_on_tcp(s, fd, POLLIN, deadline);
+				if (rc < 0)
+					break;
+				continue;
+			}
+			if (n <= 0) {
+				rc = (int)n;
+				break;
+			}
+			got += (size_t)n;
+			if (peek)
+				break;
+			continue;
+		}
+		if (s->rx_dir == SHIM_DIR_SWITCHING) {
+			rc = finish_rx_switch(s, fd);
+			if (rc < 0 || s->rx_tcp_eof)
+				break;
+			if (rc == 0) {
+				if (nonblock) {
+					rc = -EAGAIN;
+					break;
+				}
+				rc = sleep_on_tcp(s, fd, POLLIN, deadline);
+				if (rc < 0)
+					break;
+			}
+			continue;
+		}
+		struct shim_chan *ch = s->chan;
+
+		if (s->bells_owed)
+			shim_frames_drain(s, fd);
+		n = (ssize_t)ch->ops->recv(ch, win, wincnt, peek);
+		if (n > 0) {
+			got += (size_t)n;
+			if (!peek && ch->ops->rx_should_bell(ch))
+				shim_frames_queue(s, fd, &space_bell, 1);
+			if (peek)
+				break;
+			continue;
+		}
+		if (ch->ops->rx_eof(ch) || s->rx_tcp_eof)
+			break;
+		if (nonblock) {
+			rc = -EAGAIN;
+			break;
+		}
+		rc = wait_rx(s, fd, deadline);
+		if (rc < 0)
+			break;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return got ? (ssize_t)got : rc;
+}
+
+ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
+{
+	bool nonblock = (flags & MSG_DONTWAIT) != 0;
+	size_t total = iov_total(iov, iovcnt), done = 0;
+	long long deadline;
+	int rc = 0;
+
+	pthread_mutex_lock(&s->lock);
+	nonblock |= s->nonblocking;
+	deadline = deadline_after(s->snd_timeout_ms);
+	do {
+		if (s->tcp_out_len)
+			shim_frames_flush(s, fd);
+		shim_upgrade_progress(s, fd);
+		if (s->tx_dir == SHIM_DIR_TCP) {
+			struct iovec win[IO_MAX_IOV];
+			struct msghdr mh = { .msg_iov = win };
+			ssize_t n;
+
+			mh.msg_iovlen = (size_t)iov_window(iov, iovcnt, done, (size_t)-1, win);
+			n = REAL(sendmsg)(fd, &mh, flags | MSG_DONTWAIT);
+			if (n > 0) {
+				done += (size_t)n;
+				s->tx_tcp_bytes += (size_t)n;
+				continue;
+			}
+			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !nonblock) {
+				rc = sleep_on_tcp(s, fd, POLLOUT, deadline);
+				if (rc < 0)
+					break;
+				continue;
+			}
+			rc = n < 0 ? (errno == EWOULDBLOCK ? -EAGAIN : -errno) : 0;
+			break;
+		}
+		struct shim_chan *ch = s->chan;
+
+		if (!total)
+			break;
+		if (s->bells_owed && s->rx_dir == SHIM_DIR_CHAN)
+			shim_frames_drain(s, fd);
+		if (s->wr_shut || ch->ops->peer_rx_gone(ch) || s->rx_tcp_eof) {
+			rc = -EPIPE;
+			if (!done)
+				raise_sigpipe(flags);
+			break;
+		}
+		size_t n = ch->ops->send(ch, iov, iovcnt, done);
+
+		if (n) {
+			done += n;
+			if (ch->ops->tx_should_bell(ch))
+				shim_frames_queue(s, fd, &data_bell, 1);
+			continue;
+		}
+		if (nonblock) {
+			rc = -EAGAIN;
+			break;
+		}
+		rc = wait_tx(s, fd, deadline);
+		if (rc < 0)
+			break;
+	} while (done < total && !(nonblock && done));
+	pthread_mutex_unlock(&s->lock);
+	return done ? (ssize_t)done : rc;
+}
+
+int shim_io_bytes_readable(struct shim_sock *s, int fd, int *out)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (s->rx_dir == SHIM_DIR_CHAN) {
+		size_t n = s->chan->ops->readable(s->chan);
+
+		*out = n > 0x7fffffff ? 0x7fffffff : (int)n;
+	} else {
+		int kernel = 0;
+
+		rc = REAL(ioctl)(fd, FIONREAD, &kernel) < 0 ? -errno : 0;
+		if (s->rx_switch_known && (uint64_t)kernel > s->rx_switch_at - s->rx_tcp_bytes)
+			kernel = (int)(s->rx_switch_at - s->rx_tcp_bytes);
+		*out = kernel;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+int shim_io_shutdown(struct shim_sock *s, int fd, int how)
+{
+	bool rd = how == SHUT_RD || how == SHUT_RDWR, wr = how == SHUT_WR || how == SHUT_RDWR;
+	int rc = 0;
+
+	if (!rd && !wr)
+		return -EINVAL;
+	pthread_mutex_lock(&s->lock);
+	/* A direction still on TCP is shut in the kernel, as without the shim.
+	 * A switched one is shut in the channel: TCP stays open both ways,
+	 * since it carries the bells of the other direction. */
+	if (rd && s->rx_dir == SHIM_DIR_TCP && REAL(shutdown)(fd, SHUT_RD) < 0)
+		rc = -errno;
+	if (wr && s->tx_dir == SHIM_DIR_TCP && REAL(shutdown)(fd, SHUT_WR) < 0)
+		rc = -errno;
+	if (rc == 0 && rd) {
+		s->rd_shut = true;
+		if (s->rx_dir != SHIM_DIR_TCP && s->chan)
+			s->chan->ops->shutdown_rx(s->chan);
+	}
+	if (rc == 0 && wr) {
+		s->wr_shut = true;
+		if (s->tx_dir == SHIM_DIR_CHAN) {
+			s->chan->ops->shutdown_tx(s->chan);
+			if (s->chan->ops->tx_should_bell(s->chan))
+				shim_frames_queue(s, fd, &data_bell, 1);
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+bool shim_io_switched(const struct shim_sock *s)
+{
+	return s->tx_dir != SHIM_DIR_TCP || s->rx_dir != SHIM_DIR_TCP;
+}
+
+int shim_io_poll_mask(struct shim_sock *s, int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN | POLLOUT | POLLRDHUP };
+	int mask = 0;
+
+	if (!__atomic_load_n(&s->intercept, __ATOMIC_RELAXED))
+		return -1;
+	pthread_mutex_lock(&s->lock);
+	if (s->tcp_out_len)
+		shim_frames_flush(s, fd);
+	shim_upgrade_progress(s, fd);
+	if (!shim_io_switched(s)) {
+		pthread_mutex_unlock(&s->lock);
+		return -1;
+	}
+	if (s->rx_dir == SHIM_DIR_SWITCHING && finish_rx_switch(s, fd) < 0)
+		mask |= POLLERR;
+	if (REAL(poll)(&p, 1, 0) < 0)
+		p.revents = 0;
+	if (s->rx_dir == SHIM_DIR_TCP) {
+		mask |= p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR);
+	} else if (s->rx_dir == SHIM_DIR_CHAN) {
+		/* Only bells can make a switched rx readable in the kernel:
+		 * drain them so a level-triggered wait does not spin on them. */
+		if (p.revents & (POLLIN | POLLHUP | POLLERR))
+			shim_frames_drain(s, fd);
+		if (s->chan->ops->readable(s->chan))
+			mask |= POLLIN;
+		if (s->chan->ops->rx_eof(s->chan) || s->rx_tcp_eof || s->rd_shut)
+			mask |= POLLIN | POLLRDHUP;
+	} else if (s->rx_tcp_eof) {
+		mask |= POLLIN | POLLRDHUP;
+	}
+	if (s->tx_dir == SHIM_DIR_TCP) {
+		mask |= p.revents & POLLOUT;
+	} else if (s->chan->ops->writable(s->chan) || s->chan->ops->peer_rx_gone(s->chan) ||
+		   s->wr_shut || s->rx_tcp_eof) {
+		mask |= POLLOUT;
+	}
+	if (s->rx_tcp_eof && (s->tx_dir != SHIM_DIR_CHAN || s->chan->ops->peer_rx_gone(s->chan) ||
+			      s->wr_shut))
+		mask |= POLLHUP;
+	pthread_mutex_unlock(&s->lock);
+	return mask;
+}
+
+int shim_io_arm(struct shim_sock *s, int fd, short events)
+{
+	int armed = 0;
+
+	(void)fd;
+	pthread_mutex_lock(&s->lock);
+	if ((events & POLLIN) && s->rx_dir == SHIM_DIR_CHAN) {
+		armed |= SHIM_ARMED_RX;
+		if (!s->chan->ops->rx_arm(s->chan))
+			armed |= SHIM_ARM_READY;
+	}
+	if ((events & POLLOUT) && s->tx_dir == SHIM_DIR_CHAN) {
+		armed |= SHIM_ARMED_TX;
+		if (!s->chan->ops->tx_arm(s->chan))
+			armed |= SHIM_ARM_READY;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return armed;
+}
+
+void shim_io_disarm(struct shim_sock *s, int fd, int armed)
+{
+	pthread_mutex_lock(&s->lock);
+	if (armed & SHIM_ARMED_RX)
+		note_disarm(s, !s->chan->ops->rx_disarm(s->chan));
+	if (armed & SHIM_ARMED_TX)
+		note_disarm(s, !s->chan->ops->tx_disarm(s->chan));
+	if (s->rx_dir == SHIM_DIR_CHAN && s->bells_owed)
+		shim_frames_drain(s, fd);
+	pthread_mutex_unlock(&s->lock);
+}

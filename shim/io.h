@@ -1,0 +1,40 @@
+/*
+ * The data path of intercepted connections (tracked and eligible): TCP with
+ * byte counting until a direction switches, then the side channel.
+ * Returns a byte count or a negative errno; never touches errno's value
+ * seen by the caller except through the return.
+ */
+#ifndef RDMASHIM_IO_H
+#define RDMASHIM_IO_H
+
+#include <stdbool.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "sock.h"
+
+/* is_write: write(2)-like (SIGPIPE always possible, no flags). */
+ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags);
+ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags);
+/* FIONREAD on an intercepted fd. */
+int shim_io_bytes_readable(struct shim_sock *s, int fd, int *out);
+int shim_io_shutdown(struct shim_sock *s, int fd, int how);
+
+/* Readiness of an intercepted fd, for the hooked waits: a mask of
+ * POLLIN/POLLOUT/POLLRDHUP/POLLHUP/POLLERR as recv/send would see it, or -1
+ * when the kernel's own answer for the fd is right (nothing switched). */
+int shim_io_poll_mask(struct shim_sock *s, int fd);
+/* Prepares to sleep on fd's TCP readability for the given POLLIN/POLLOUT:
+ * returns what was armed, with SHIM_ARM_READY when sleeping is no longer
+ * needed. Every arm is followed by one disarm with its result. */
+#define SHIM_ARMED_RX 1
+#define SHIM_ARMED_TX 2
+#define SHIM_ARM_READY 4
+int shim_io_arm(struct shim_sock *s, int fd, short events);
+void shim_io_disarm(struct shim_sock *s, int fd, int armed);
+/* The fd's switched directions make TCP readable only for frames: true
+ * when the kernel must be asked for POLLIN instead of the app's events. */
+bool shim_io_switched(const struct shim_sock *s);
+
+#endif

@@ -1,0 +1,170 @@
+/* The rendezvous socket; see rendezvous.h. */
+#include "rendezvous.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "diag.h"
+#include "real.h"
+
+/* "\0rdmashim1/" + hex of both endpoints: 10 + 2 * 2 * 18 bytes. */
+static socklen_t rv_address(struct sockaddr_un *sun, const struct shim_endpoint *client,
+			    const struct shim_endpoint *server)
+{
+	static const char hex[] = "0123456789abcdef";
+	const struct shim_endpoint *eps[2] = { client, server };
+	char *p = sun->sun_path + 1;
+
+	memset(sun, 0, sizeof(*sun));
+	sun->sun_family = AF_UNIX;
+	p += sprintf(p, "rdmashim1/");
+	for (int e = 0; e < 2; e++) {
+		uint8_t raw[18];
+
+		memcpy(raw, eps[e]->addr, 16);
+		raw[16] = (uint8_t)(eps[e]->port >> 8);
+		raw[17] = (uint8_t)eps[e]->port;
+		for (size_t i = 0; i < sizeof(raw); i++) {
+			*p++ = hex[raw[i] >> 4];
+			*p++ = hex[raw[i] & 15];
+		}
+	}
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)(p - sun->sun_path));
+}
+
+static int rv_socket(void)
+{
+	int fd = REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	return fd < 0 ? -errno : fd;
+}
+
+int shim_rv_listen(const struct shim_endpoint *client, const struct shim_endpoint *server)
+{
+	struct sockaddr_un sun;
+	socklen_t len = rv_address(&sun, client, server);
+	int fd = rv_socket(), rc;
+
+	if (fd < 0)
+		return fd;
+	if (REAL(bind)(fd, (struct sockaddr *)&sun, len) < 0 || REAL(listen)(fd, 4) < 0) {
+		rc = -errno;
+		REAL(close)(fd);
+		return rc;
+	}
+	return fd;
+}
+
+int shim_rv_accept(int listen_fd)
+{
+	int fd = REAL(accept4)(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+	if (fd < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	return fd;
+}
+
+int shim_rv_connect(const struct shim_endpoint *client, const struct shim_endpoint *server)
+{
+	struct sockaddr_un sun;
+	socklen_t len = rv_address(&sun, client, server);
+	int fd = rv_socket(), rc;
+
+	if (fd < 0)
+		return fd;
+	if (REAL(connect)(fd, (struct sockaddr *)&sun, len) < 0) {
+		rc = -errno;
+		REAL(close)(fd);
+		/* A full backlog means C is there but busy: worth a retry. */
+		return rc == -EAGAIN ? -ECONNREFUSED : rc;
+	}
+	return fd;
+}
+
+int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
+			const struct shim_endpoint *peer_remote)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	uid_t owner;
+	ino_t inode;
+	int rc;
+
+	if (REAL(getsockopt)(rv_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return -errno;
+	rc = shim_diag_tcp_owner(peer_local, peer_remote, &owner, &inode);
+	if (rc < 0)
+		return rc;
+	return cred.uid == owner ? 0 : -EPERM;
+}
+
+int shim_rv_send(int rv_fd, const void *msg, size_t len, int pass_fd)
+{
+	struct iovec iov = { (void *)msg, len };
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} control;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t n;
+
+	if (pass_fd >= 0) {
+		memset(&control, 0, sizeof(control));
+		mh.msg_control = control.buf;
+		mh.msg_controllen = sizeof(control.buf);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+	}
+	n = REAL(sendmsg)(rv_fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (n < 0)
+		return -errno;
+	return (size_t)n == len ? 0 : -EPROTO;
+}
+
+ssize_t shim_rv_recv(int rv_fd, void *buf, size_t len, int *fd_out)
+{
+	struct iovec iov = { buf, len };
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+	} control;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+			     .msg_controllen = sizeof(control.buf) };
+	ssize_t n = REAL(recvmsg)(rv_fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	int got = -1;
+
+	if (fd_out)
+		*fd_out = -1;
+	if (n < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+		for (size_t i = 0; i < count; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			/* Keep the first fd only; extra ones are an attack or a bug. */
+			if (got < 0 && fd_out)
+				got = fd;
+			else
+				REAL(close)(fd);
+		}
+	}
+	if (fd_out)
+		*fd_out = got;
+	/* A truncated message is malformed: the caller's length check sees it. */
+	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
+		return -EPROTO;
+	return n;
+}

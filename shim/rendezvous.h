@@ -1,0 +1,39 @@
+/*
+ * The rendezvous: a short-lived SOCK_SEQPACKET abstract UNIX socket, named
+ * by the TCP connection's 4-tuple, that C listens on and S connects to.
+ * Abstract names live in the network namespace, like the 4-tuple itself.
+ * Anyone in the namespace can bind or connect to a name, so neither side
+ * trusts the other until shim_rv_verify_peer() has passed.
+ */
+#ifndef RDMASHIM_RENDEZVOUS_H
+#define RDMASHIM_RENDEZVOUS_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "tuple.h"
+
+/* C: listens on the name of (client endpoint, server endpoint). */
+int shim_rv_listen(const struct shim_endpoint *client, const struct shim_endpoint *server);
+/* C: takes one pending connection, or -EAGAIN. */
+int shim_rv_accept(int listen_fd);
+/* S: connects to the name; -ENOENT/-ECONNREFUSED when C has no listener. */
+int shim_rv_connect(const struct shim_endpoint *client, const struct shim_endpoint *server);
+
+/*
+ * Checks that the process at the other end of rv_fd runs as the user that
+ * owns the TCP socket bound to peer_local and connected to peer_remote.
+ * Returns 0, or -EPERM on a mismatch (a spoofing attempt), or -errno.
+ */
+int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
+			const struct shim_endpoint *peer_remote);
+
+/* One message out, with an optional fd (-1: none). Nonblocking. */
+int shim_rv_send(int rv_fd, const void *msg, size_t len, int pass_fd);
+/*
+ * One message in, nonblocking. Returns its length, 0 on EOF, -EAGAIN, or
+ * -errno; a received fd goes to *fd_out (-1 if none; closed if fd_out NULL).
+ */
+ssize_t shim_rv_recv(int rv_fd, void *buf, size_t len, int *fd_out);
+
+#endif

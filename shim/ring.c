@@ -1,0 +1,199 @@
+/* The SPSC byte ring; see ring.h for the conventions and the wake-up proof. */
+#include "ring.h"
+
+#include <errno.h>
+#include <string.h>
+
+void shim_ring_format(void *mem, uint32_t size)
+{
+	struct shim_ring_hdr *hdr = mem;
+
+	memset(hdr, 0, sizeof(*hdr));
+	hdr->magic = SHIM_RING_MAGIC;
+	hdr->size = size;
+}
+
+int shim_ring_attach(struct shim_ring *ring, void *mem, uint32_t size)
+{
+	struct shim_ring_hdr *hdr = mem;
+
+	if (hdr->magic != SHIM_RING_MAGIC || hdr->size != size || !size || (size & (size - 1)))
+		return -EPROTO;
+	ring->hdr = hdr;
+	ring->data = (uint8_t *)mem + SHIM_RING_HDR_BYTES;
+	ring->mask = size - 1;
+	return 0;
+}
+
+/* Acquire: pairs with the producer's release store of tail in
+ * shim_ring_write(), so the bytes before tail are visible. */
+static uint64_t load_tail(const struct shim_ring *ring)
+{
+	return __atomic_load_n(&ring->hdr->tail, __ATOMIC_ACQUIRE);
+}
+
+/* Acquire: pairs with the consumer's release store of head in
+ * shim_ring_read(), so the consumer's reads of the freed bytes are done. */
+static uint64_t load_head(const struct shim_ring *ring)
+{
+	return __atomic_load_n(&ring->hdr->head, __ATOMIC_ACQUIRE);
+}
+
+size_t shim_ring_readable(const struct shim_ring *ring)
+{
+	/* head is ours: a relaxed read of our own cursor is exact. */
+	return (size_t)(load_tail(ring) - __atomic_load_n(&ring->hdr->head, __ATOMIC_RELAXED));
+}
+
+size_t shim_ring_writable(const struct shim_ring *ring)
+{
+	uint64_t tail = __atomic_load_n(&ring->hdr->tail, __ATOMIC_RELAXED);
+
+	return (size_t)(ring->mask + 1) - (size_t)(tail - load_head(ring));
+}
+
+/* Copies len bytes between the ring at cursor and buf, wrapping once. */
+static void copy_out(const struct shim_ring *ring, uint64_t cursor, uint8_t *buf, size_t len)
+{
+	size_t off = (size_t)(cursor & ring->mask);
+	size_t first = ring->mask + 1 - off;
+
+	if (first > len)
+		first = len;
+	memcpy(buf, ring->data + off, first);
+	memcpy(buf + first, ring->data, len - first);
+}
+
+static void copy_in(struct shim_ring *ring, uint64_t cursor, const uint8_t *buf, size_t len)
+{
+	size_t off = (size_t)(cursor & ring->mask);
+	size_t first = ring->mask + 1 - off;
+
+	if (first > len)
+		first = len;
+	memcpy(ring->data + off, buf, first);
+	memcpy(ring->data, buf + first, len - first);
+}
+
+size_t shim_ring_read(struct shim_ring *ring, const struct iovec *iov, int iovcnt, bool peek)
+{
+	uint64_t head = __atomic_load_n(&ring->hdr->head, __ATOMIC_RELAXED);
+	size_t avail = (size_t)(load_tail(ring) - head);
+	size_t done = 0;
+
+	for (int i = 0; i < iovcnt && done < avail; i++) {
+		size_t n = iov[i].iov_len;
+
+		if (n > avail - done)
+			n = avail - done;
+		copy_out(ring, head + done, iov[i].iov_base, n);
+		done += n;
+	}
+	if (!peek && done)
+		/* Release: our copies out of the ring happen before the producer
+		 * may overwrite; pairs with load_head() in the producer. */
+		__atomic_store_n(&ring->hdr->head, head + done, __ATOMIC_RELEASE);
+	return done;
+}
+
+size_t shim_ring_write(struct shim_ring *ring, const struct iovec *iov, int iovcnt, size_t skip)
+{
+	uint64_t tail = __atomic_load_n(&ring->hdr->tail, __ATOMIC_RELAXED);
+	size_t space = (size_t)(ring->mask + 1) - (size_t)(tail - load_head(ring));
+	size_t done = 0;
+
+	for (int i = 0; i < iovcnt && done < space; i++) {
+		size_t len = iov[i].iov_len;
+		const uint8_t *base = iov[i].iov_base;
+
+		if (skip >= len) {
+			skip -= len;
+			continue;
+		}
+		base += skip;
+		len -= skip;
+		skip = 0;
+		if (len > space - done)
+			len = space - done;
+		copy_in(ring, tail + done, base, len);
+		done += len;
+	}
+	if (done)
+		/* Release: the bytes are in place before the consumer can see the
+		 * new tail; pairs with load_tail() in the consumer. */
+		__atomic_store_n(&ring->hdr->tail, tail + done, __ATOMIC_RELEASE);
+	return done;
+}
+
+bool shim_ring_eof(const struct shim_ring *ring)
+{
+	/* Closed is stored after the last tail (release in producer_close), so
+	 * an acquire read of closed followed by the tail check is exact. */
+	return __atomic_load_n(&ring->hdr->producer_closed, __ATOMIC_ACQUIRE) &&
+	       shim_ring_readable(ring) == 0;
+}
+
+bool shim_ring_consumer_arm(struct shim_ring *ring)
+{
+	__atomic_store_n(&ring->hdr->consumer_armed, 1, __ATOMIC_RELAXED);
+	/* Full fence: orders our armed store before our tail load; pairs with
+	 * the fence in shim_ring_producer_should_bell() (Dekker). */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return !shim_ring_readable(ring) && !__atomic_load_n(&ring->hdr->producer_closed, __ATOMIC_ACQUIRE);
+}
+
+bool shim_ring_consumer_disarm(struct shim_ring *ring)
+{
+	return __atomic_exchange_n(&ring->hdr->consumer_armed, 0, __ATOMIC_RELAXED) != 0;
+}
+
+bool shim_ring_producer_should_bell(struct shim_ring *ring)
+{
+	/* Full fence: orders our tail (or closed) store before the armed load;
+	 * pairs with the fence in shim_ring_consumer_arm(). */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (!__atomic_load_n(&ring->hdr->consumer_armed, __ATOMIC_RELAXED))
+		return false;
+	/* Exchange so that one armed wait gets one bell, not one per write. */
+	return __atomic_exchange_n(&ring->hdr->consumer_armed, 0, __ATOMIC_RELAXED) != 0;
+}
+
+bool shim_ring_producer_arm(struct shim_ring *ring)
+{
+	__atomic_store_n(&ring->hdr->producer_wants_space, 1, __ATOMIC_RELAXED);
+	/* Full fence: pairs with the fence in shim_ring_consumer_should_bell(). */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return !shim_ring_writable(ring) && !shim_ring_consumer_gone(ring);
+}
+
+bool shim_ring_producer_disarm(struct shim_ring *ring)
+{
+	return __atomic_exchange_n(&ring->hdr->producer_wants_space, 0, __ATOMIC_RELAXED) != 0;
+}
+
+bool shim_ring_consumer_should_bell(struct shim_ring *ring)
+{
+	/* Full fence: pairs with the fence in shim_ring_producer_arm(). */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (!__atomic_load_n(&ring->hdr->producer_wants_space, __ATOMIC_RELAXED))
+		return false;
+	return __atomic_exchange_n(&ring->hdr->producer_wants_space, 0, __ATOMIC_RELAXED) != 0;
+}
+
+void shim_ring_producer_close(struct shim_ring *ring)
+{
+	/* Release: every tail store happens before closed is seen; pairs with
+	 * the acquire load in shim_ring_eof(). */
+	__atomic_store_n(&ring->hdr->producer_closed, 1, __ATOMIC_RELEASE);
+}
+
+bool shim_ring_consumer_gone(const struct shim_ring *ring)
+{
+	return __atomic_load_n(&ring->hdr->consumer_closed, __ATOMIC_ACQUIRE) != 0;
+}
+
+void shim_ring_consumer_close(struct shim_ring *ring)
+{
+	/* Release pairs with the acquire load in shim_ring_consumer_gone(). */
+	__atomic_store_n(&ring->hdr->consumer_closed, 1, __ATOMIC_RELEASE);
+}

@@ -1,0 +1,94 @@
+/*
+ * A single-producer single-consumer byte ring in memory shared by two
+ * processes (shm) or written remotely (rdma).
+ *
+ * Conventions (after liburing): head and tail are free-running 64-bit byte
+ * counts, never reduced modulo the size; size is a power of two and
+ * (cursor & mask) is the offset. The producer owns tail, the consumer owns
+ * head; each reads the other's cursor with acquire and publishes its own
+ * with release. Every barrier below says what it pairs with.
+ *
+ * Wake-ups (see docs/PROTOCOL.md): a side about to sleep sets its "armed"
+ * word, issues a full fence, then re-checks the ring; the other side, after
+ * publishing its cursor, issues a full fence and then reads the armed word.
+ * With the two fences (Dekker), at least one side sees the other's store,
+ * so a wake-up can not be lost.
+ */
+#ifndef RDMASHIM_RING_H
+#define RDMASHIM_RING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#define SHIM_RING_MAGIC 0x52494e47u /* "RING" */
+#define SHIM_CACHELINE 64
+
+/* The shared header of one direction. Placed at the start of a page; the
+ * data area follows at SHIM_RING_HDR_BYTES. */
+struct shim_ring_hdr {
+	uint32_t magic;
+	uint32_t size; /* data bytes, power of two */
+	uint8_t pad0[SHIM_CACHELINE - 8];
+	/* Written by the producer. */
+	uint64_t tail;
+	uint32_t producer_closed;      /* no bytes after tail will come (FIN) */
+	uint32_t producer_wants_space; /* armed: waiting for the consumer */
+	uint8_t pad1[SHIM_CACHELINE - 16];
+	/* Written by the consumer. */
+	uint64_t head;
+	uint32_t consumer_armed;  /* armed: waiting for the producer */
+	uint32_t consumer_closed; /* the reader is gone: writes fail EPIPE */
+	uint8_t pad2[SHIM_CACHELINE - 16];
+};
+_Static_assert(sizeof(struct shim_ring_hdr) == 3 * SHIM_CACHELINE, "ring header layout");
+_Static_assert(offsetof(struct shim_ring_hdr, tail) == SHIM_CACHELINE, "tail on its own line");
+_Static_assert(offsetof(struct shim_ring_hdr, head) == 2 * SHIM_CACHELINE, "head on its own line");
+
+#define SHIM_RING_HDR_BYTES 4096u
+
+/* One side's view of a ring: the shared header and data, and a mask. */
+struct shim_ring {
+	struct shim_ring_hdr *hdr;
+	uint8_t *data;
+	uint32_t mask;
+};
+
+/* Bytes a ring of data size `size` occupies, header included. */
+static inline size_t shim_ring_footprint(uint32_t size)
+{
+	return SHIM_RING_HDR_BYTES + size;
+}
+
+/* Formats a ring at mem (the creator does this once, before sharing). */
+void shim_ring_format(void *mem, uint32_t size);
+/* Attaches to a formatted ring; -EPROTO if the header does not match size. */
+int shim_ring_attach(struct shim_ring *ring, void *mem, uint32_t size);
+
+/* Consumer side. */
+size_t shim_ring_readable(const struct shim_ring *ring);
+/* Copies up to the iovec's total bytes out; advances head unless peek. */
+size_t shim_ring_read(struct shim_ring *ring, const struct iovec *iov, int iovcnt, bool peek);
+bool shim_ring_eof(const struct shim_ring *ring); /* closed and drained */
+/* Arms for a data wake-up; returns true when the ring is still empty (sleep).
+ * Every arm is followed by one disarm, slept or not. */
+bool shim_ring_consumer_arm(struct shim_ring *ring);
+/* Returns false when the producer took the arm: its bell is on the way. */
+bool shim_ring_consumer_disarm(struct shim_ring *ring);
+/* After head advanced: true when the producer was waiting for space (ring it). */
+bool shim_ring_consumer_should_bell(struct shim_ring *ring);
+
+/* Producer side. */
+size_t shim_ring_writable(const struct shim_ring *ring);
+/* Copies in as much of the iovec as fits (from byte skip on); publishes tail. */
+size_t shim_ring_write(struct shim_ring *ring, const struct iovec *iov, int iovcnt, size_t skip);
+bool shim_ring_producer_arm(struct shim_ring *ring);
+bool shim_ring_producer_disarm(struct shim_ring *ring);
+/* After tail advanced: true when the consumer was waiting for data (ring it). */
+bool shim_ring_producer_should_bell(struct shim_ring *ring);
+void shim_ring_producer_close(struct shim_ring *ring);
+bool shim_ring_consumer_gone(const struct shim_ring *ring);
+void shim_ring_consumer_close(struct shim_ring *ring);
+
+#endif

@@ -1,0 +1,207 @@
+/* The shared-memory transport; see shm.h and transport.h. */
+#include "shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ring.h"
+
+struct shm_chan {
+	struct shim_chan chan;
+	void *map;
+	size_t map_len;
+	struct shim_ring tx, rx;
+};
+
+static struct shm_chan *shm_of(const struct shim_chan *ch)
+{
+	return (struct shm_chan *)ch;
+}
+
+uint64_t shim_shm_footprint(uint32_t ring_bytes)
+{
+	return 2 * (uint64_t)shim_ring_footprint(ring_bytes);
+}
+
+/* Maps the memfd and attaches: C sends on ring 0, S sends on ring 1. */
+static int shm_map(int memfd, uint32_t ring_bytes, bool is_client, bool format, struct shim_chan **out)
+{
+	size_t len = (size_t)shim_shm_footprint(ring_bytes);
+	struct shm_chan *sc = calloc(1, sizeof(*sc));
+	uint8_t *base;
+	int rc;
+
+	if (!sc)
+		return -ENOMEM;
+	base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	if (base == MAP_FAILED) {
+		rc = -errno;
+		free(sc);
+		return rc;
+	}
+	uint8_t *c_to_s = base, *s_to_c = base + shim_ring_footprint(ring_bytes);
+
+	if (format) {
+		shim_ring_format(c_to_s, ring_bytes);
+		shim_ring_format(s_to_c, ring_bytes);
+	}
+	rc = shim_ring_attach(&sc->tx, is_client ? c_to_s : s_to_c, ring_bytes);
+	if (rc == 0)
+		rc = shim_ring_attach(&sc->rx, is_client ? s_to_c : c_to_s, ring_bytes);
+	if (rc < 0) {
+		munmap(base, len);
+		free(sc);
+		return rc;
+	}
+	sc->map = base;
+	sc->map_len = len;
+	sc->chan.ops = &shim_shm_ops;
+	sc->chan.priv = sc;
+	*out = &sc->chan;
+	return 0;
+}
+
+int shim_shm_create(uint32_t ring_bytes, struct shim_chan **out, int *memfd_out)
+{
+	int memfd = memfd_create("rdmashim-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	int rc;
+
+	if (memfd < 0)
+		return -errno;
+	/* memfds are created 0777 minus nothing: tighten to the owner anyway,
+	 * since /proc/<pid>/fd is the only path and it checks ptrace rights. */
+	if (fchmod(memfd, 0600) < 0 || ftruncate(memfd, (off_t)shim_shm_footprint(ring_bytes)) < 0 ||
+	    fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+		rc = -errno;
+		close(memfd);
+		return rc;
+	}
+	rc = shm_map(memfd, ring_bytes, true, true, out);
+	if (rc < 0) {
+		close(memfd);
+		return rc;
+	}
+	*memfd_out = memfd;
+	return 0;
+}
+
+int shim_shm_attach(int memfd, uint32_t ring_bytes, struct shim_chan **out)
+{
+	struct stat st;
+	int seals;
+
+	if (fstat(memfd, &st) < 0)
+		return -errno;
+	/* The peer must not be able to shrink the file under our mapping
+	 * (a SIGBUS in the host program): insist on the shrink seal. */
+	seals = fcntl(memfd, F_GET_SEALS);
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != shim_shm_footprint(ring_bytes) ||
+	    seals < 0 || !(seals & F_SEAL_SHRINK))
+		return -EPROTO;
+	return shm_map(memfd, ring_bytes, false, false, out);
+}
+
+static size_t shm_send(struct shim_chan *ch, const struct iovec *iov, int iovcnt, size_t skip)
+{
+	return shim_ring_write(&shm_of(ch)->tx, iov, iovcnt, skip);
+}
+
+static size_t shm_recv(struct shim_chan *ch, const struct iovec *iov, int iovcnt, bool peek)
+{
+	return shim_ring_read(&shm_of(ch)->rx, iov, iovcnt, peek);
+}
+
+static size_t shm_readable(const struct shim_chan *ch)
+{
+	return shim_ring_readable(&shm_of(ch)->rx);
+}
+
+static size_t shm_writable(const struct shim_chan *ch)
+{
+	return shim_ring_writable(&shm_of(ch)->tx);
+}
+
+static bool shm_rx_eof(const struct shim_chan *ch)
+{
+	return shim_ring_eof(&shm_of(ch)->rx);
+}
+
+static bool shm_peer_rx_gone(const struct shim_chan *ch)
+{
+	return shim_ring_consumer_gone(&shm_of(ch)->tx);
+}
+
+/* Shared memory: the release store of tail already made the bytes visible,
+ * so the bell may follow at once. */
+static bool shm_tx_should_bell(struct shim_chan *ch)
+{
+	return shim_ring_producer_should_bell(&shm_of(ch)->tx);
+}
+
+static bool shm_rx_should_bell(struct shim_chan *ch)
+{
+	return shim_ring_consumer_should_bell(&shm_of(ch)->rx);
+}
+
+static bool shm_rx_arm(struct shim_chan *ch)
+{
+	return shim_ring_consumer_arm(&shm_of(ch)->rx);
+}
+
+static bool shm_rx_disarm(struct shim_chan *ch)
+{
+	return shim_ring_consumer_disarm(&shm_of(ch)->rx);
+}
+
+static bool shm_tx_arm(struct shim_chan *ch)
+{
+	return shim_ring_producer_arm(&shm_of(ch)->tx);
+}
+
+static bool shm_tx_disarm(struct shim_chan *ch)
+{
+	return shim_ring_producer_disarm(&shm_of(ch)->tx);
+}
+
+static void shm_shutdown_tx(struct shim_chan *ch)
+{
+	shim_ring_producer_close(&shm_of(ch)->tx);
+}
+
+static void shm_shutdown_rx(struct shim_chan *ch)
+{
+	shim_ring_consumer_close(&shm_of(ch)->rx);
+}
+
+static void shm_destroy(struct shim_chan *ch)
+{
+	struct shm_chan *sc = shm_of(ch);
+
+	shim_ring_producer_close(&sc->tx);
+	shim_ring_consumer_close(&sc->rx);
+	munmap(sc->map, sc->map_len);
+	free(sc);
+}
+
+const struct shim_transport_ops shim_shm_ops = {
+	.kind = SHIM_TRANSPORT_SHM,
+	.send = shm_send,
+	.recv = shm_recv,
+	.readable = shm_readable,
+	.writable = shm_writable,
+	.rx_eof = shm_rx_eof,
+	.peer_rx_gone = shm_peer_rx_gone,
+	.tx_should_bell = shm_tx_should_bell,
+	.rx_should_bell = shm_rx_should_bell,
+	.rx_arm = shm_rx_arm,
+	.rx_disarm = shm_rx_disarm,
+	.tx_arm = shm_tx_arm,
+	.tx_disarm = shm_tx_disarm,
+	.shutdown_tx = shm_shutdown_tx,
+	.shutdown_rx = shm_shutdown_rx,
+	.destroy = shm_destroy,
+};

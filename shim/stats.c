@@ -1,0 +1,29 @@
+/* Per-reason counters; see stats.h. */
+#include "stats.h"
+
+#include <stdio.h>
+
+#include "trace.h"
+
+unsigned long shim_stats_reason[SHIM_REASON_COUNT];
+
+void shim_stats_trace(void)
+{
+	char body[SHIM_TRACE_LINE_MAX / 2];
+	size_t off = 0;
+
+	body[0] = '\0';
+	for (unsigned r = 0; r < SHIM_REASON_COUNT; r++) {
+		unsigned long n = __atomic_load_n(&shim_stats_reason[r], __ATOMIC_RELAXED);
+		int w;
+
+		if (!n)
+			continue;
+		w = snprintf(body + off, sizeof(body) - off, "%s\"%s\":%lu", off ? "," : "",
+			     shim_reason_name((enum shim_reason)r), n);
+		if (w < 0 || (size_t)w >= sizeof(body) - off)
+			break;
+		off += (size_t)w;
+	}
+	SHIM_TRACE(SHIM_TRACE_INFO, "process.stats", -1, NULL, SHIM_REASON_NONE, "\"reasons\":{%s}", body);
+}

@@ -1,0 +1,60 @@
+/*
+ * The transport table: what a side channel must do for the data path.
+ *
+ * A channel carries both directions of one connection. Contracts, for every
+ * implementation (shm today, rdma next):
+ *  - send/recv never block; they move what fits or what is there and return
+ *    the byte count (0: full or empty). They never return a partial iovec
+ *    element out of order: bytes leave in stream order.
+ *  - After send moved bytes, tx_should_bell says whether the peer is asleep
+ *    waiting for them; the caller then sends a DATA bell on TCP. A transport
+ *    must return true only once the bytes are visible to the peer (for RDMA:
+ *    after the write completed), so a bell never overtakes its data.
+ *  - After recv consumed bytes, rx_should_bell says whether the peer waits
+ *    for space (the caller sends a SPACE bell).
+ *  - rx_arm/tx_arm implement "armed only when about to sleep": they return
+ *    false when the wait is no longer needed (data or space appeared).
+ *    Every arm is followed by exactly one disarm, whether the caller slept.
+ *  - All calls are made under the owning shim_sock's lock.
+ */
+#ifndef RDMASHIM_TRANSPORT_H
+#define RDMASHIM_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/uio.h>
+
+#include "config.h"
+
+struct shim_chan;
+
+struct shim_transport_ops {
+	enum shim_transport kind;
+	size_t (*send)(struct shim_chan *ch, const struct iovec *iov, int iovcnt, size_t skip);
+	size_t (*recv)(struct shim_chan *ch, const struct iovec *iov, int iovcnt, bool peek);
+	size_t (*readable)(const struct shim_chan *ch);
+	size_t (*writable)(const struct shim_chan *ch);
+	/* The peer closed its sending side and everything was read. */
+	bool (*rx_eof)(const struct shim_chan *ch);
+	/* The peer closed its receiving side: sends fail with EPIPE. */
+	bool (*peer_rx_gone)(const struct shim_chan *ch);
+	bool (*tx_should_bell)(struct shim_chan *ch);
+	bool (*rx_should_bell)(struct shim_chan *ch);
+	bool (*rx_arm)(struct shim_chan *ch);
+	/* false: the peer took the arm and its bell is on the way. */
+	bool (*rx_disarm)(struct shim_chan *ch);
+	bool (*tx_arm)(struct shim_chan *ch);
+	bool (*tx_disarm)(struct shim_chan *ch);
+	void (*shutdown_tx)(struct shim_chan *ch);
+	void (*shutdown_rx)(struct shim_chan *ch);
+	/* Releases the channel; the peer sees both directions closed. */
+	void (*destroy)(struct shim_chan *ch);
+};
+
+/* A channel: its operations and the transport's private state. */
+struct shim_chan {
+	const struct shim_transport_ops *ops;
+	void *priv;
+};
+
+#endif

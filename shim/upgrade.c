@@ -1,0 +1,436 @@
+/*
+ * The upgrade handshake; see upgrade.h and docs/PROTOCOL.md.
+ *
+ * Point of no return: C switches its direction only after its ACCEPT went
+ * out, and S never abandons the handshake once it has sent its OFFER except
+ * when the rendezvous closes (then C can not have sent an ACCEPT, since S
+ * reads the queued ACCEPT before it sees the close). So the two ends never
+ * disagree about where a direction's bytes travel.
+ */
+#include "upgrade.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "frames.h"
+#include "real.h"
+#include "rendezvous.h"
+#include "shm.h"
+#include "stats.h"
+#include "trace.h"
+#include "transport.h"
+#include "wire.h"
+
+/* S retries a missing rendezvous after these delays, doubling, capped. */
+#define RETRY_FIRST_NS (1ull * 1000 * 1000)
+#define RETRY_MAX_NS (200ull * 1000 * 1000)
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0) {
+		REAL(close)(*fd);
+		*fd = -1;
+	}
+}
+
+void shim_upgrade_release(struct shim_sock *s)
+{
+	close_fd(&s->rv_listen_fd);
+	close_fd(&s->rv_fd);
+	if (s->chan) {
+		s->chan->ops->destroy(s->chan);
+		s->chan = NULL;
+	}
+}
+
+void shim_upgrade_fail(struct shim_sock *s, int fd, enum shim_reason reason)
+{
+	close_fd(&s->rv_listen_fd);
+	close_fd(&s->rv_fd);
+	s->phase = SHIM_PHASE_FAILED;
+	s->reason = reason;
+	shim_stats_count(reason);
+	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.fail", fd, &s->tuple, reason, "\"role\":\"%s\"",
+		   shim_role_name(s->role));
+	/* Nothing moved yet: the data path can go straight to the kernel again. */
+	if (s->tx_dir == SHIM_DIR_TCP && s->rx_dir == SHIM_DIR_TCP && !s->chan)
+		__atomic_store_n(&s->intercept, false, __ATOMIC_RELAXED);
+}
+
+static bool is_loopback(const struct shim_endpoint *ep)
+{
+	static const uint8_t v6_loopback[16] = { [15] = 1 };
+
+	if (shim_endpoint_is_v4(ep))
+		return ep->addr[12] == 127;
+	return memcmp(ep->addr, v6_loopback, 16) == 0;
+}
+
+static bool peer_on_this_host(const struct shim_sock *s)
+{
+	return is_loopback(&s->tuple.peer) || memcmp(s->tuple.peer.addr, s->tuple.local.addr, 16) == 0;
+}
+
+static bool transport_wanted(enum shim_transport t)
+{
+	for (unsigned i = 0; i < shim_cfg.n_transports; i++)
+		if (shim_cfg.transports[i] == t)
+			return true;
+	return false;
+}
+
+static uint32_t ring_bytes(void)
+{
+	return shim_cfg.ring_kb * 1024u;
+}
+
+/* The endpoints as C sees them: C's own first. */
+static const struct shim_endpoint *client_ep(const struct shim_sock *s)
+{
+	return s->role == SHIM_ROLE_CLIENT ? &s->tuple.local : &s->tuple.peer;
+}
+
+static const struct shim_endpoint *server_ep(const struct shim_sock *s)
+{
+	return s->role == SHIM_ROLE_CLIENT ? &s->tuple.peer : &s->tuple.local;
+}
+
+static int new_nonce(uint8_t nonce[SHIM_NONCE_LEN])
+{
+	return getrandom(nonce, SHIM_NONCE_LEN, GRND_NONBLOCK) == SHIM_NONCE_LEN ? 0 : -EIO;
+}
+
+/* Our direction moves to the channel: SWITCH frame in-band at tx_tcp_bytes. */
+static void switch_tx(struct shim_sock *s, int fd)
+{
+	struct shim_frame_switch frame = { .type = SHIM_FRAME_SWITCH };
+
+	memcpy(frame.nonce, s->tx_nonce, SHIM_NONCE_LEN);
+	s->tx_dir = SHIM_DIR_CHAN;
+	shim_frames_queue(s, fd, &frame, sizeof(frame));
+	SHIM_TRACE(SHIM_TRACE_INFO, "tx.switch", fd, &s->tuple, SHIM_REASON_UPGRADED,
+		   "\"transport\":\"shm\",\"offset\":%llu", (unsigned long long)s->tx_tcp_bytes);
+}
+
+/* The peer's direction moves at offset: everything before it stays TCP data. */
+static int learn_rx_switch(struct shim_sock *s, int fd, uint64_t offset)
+{
+	if (s->rx_tcp_bytes > offset) {
+		SHIM_TRACE(SHIM_TRACE_ERROR, "rx.switch_behind", fd, &s->tuple, SHIM_REASON_HANDSHAKE_MALFORMED,
+			   "\"offset\":%llu,\"read\":%llu", (unsigned long long)offset,
+			   (unsigned long long)s->rx_tcp_bytes);
+		return -EPROTO;
+	}
+	s->rx_switch_known = true;
+	s->rx_switch_at = offset;
+	if (s->rx_tcp_bytes == offset)
+		s->rx_dir = SHIM_DIR_SWITCHING;
+	SHIM_TRACE(SHIM_TRACE_DEBUG, "rx.switch_at", fd, &s->tuple, SHIM_REASON_NONE, "\"offset\":%llu",
+		   (unsigned long long)offset);
+	return 0;
+}
+
+static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
+{
+	struct shim_msg_offer offer;
+	int rv, rc;
+
+	rv = shim_rv_connect(client_ep(s), server_ep(s));
+	if (rv == -ENOENT || rv == -ECONNREFUSED) {
+		if (now >= s->deadline_ns) {
+			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_NO_SHIM);
+			return;
+		}
+		s->retry_delay_ns = s->retry_delay_ns ? s->retry_delay_ns * 2 : RETRY_FIRST_NS;
+		if (s->retry_delay_ns > RETRY_MAX_NS)
+			s->retry_delay_ns = RETRY_MAX_NS;
+		s->next_try_ns = now + s->retry_delay_ns;
+		s->phase = SHIM_PHASE_S_RETRY;
+		return;
+	}
+	if (rv < 0) {
+		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
+		return;
+	}
+	s->rv_fd = rv;
+	/* The listener must belong to the user who owns C's end of the TCP
+	 * connection; anything else is a squatter on the name. */
+	rc = shim_rv_verify_peer(rv, client_ep(s), server_ep(s));
+	if (rc < 0) {
+		SHIM_TRACE(SHIM_TRACE_WARN, "rv.refused", fd, &s->tuple, SHIM_REASON_VERIFY_FAILED,
+			   "\"side\":\"server\",\"errno\":%d", -rc);
+		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
+		return;
+	}
+	memset(&offer, 0, sizeof(offer));
+	shim_msg_init(&offer.hdr, SHIM_MSG_OFFER, sizeof(offer));
+	offer.ring_bytes = ring_bytes();
+	if (new_nonce(s->rx_nonce) < 0) {
+		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
+		return;
+	}
+	memcpy(offer.nonce, s->rx_nonce, SHIM_NONCE_LEN);
+	if (shim_rv_send(rv, &offer, sizeof(offer), -1) < 0) {
+		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
+		return;
+	}
+	s->phase = SHIM_PHASE_S_OFFERED;
+	SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.offer", fd, &s->tuple, SHIM_REASON_NONE, NULL);
+}
+
+static void s_read_accept(struct shim_sock *s, int fd)
+{
+	union {
+		struct shim_msg_accept accept;
+		uint8_t raw[SHIM_MSG_MAX + 1];
+	} msg;
+	struct shim_msg_switch_at at;
+	struct shim_chan *chan;
+	int memfd, rc;
+	ssize_t n = shim_rv_recv(s->rv_fd, &msg, sizeof(msg), &memfd);
+
+	if (n == -EAGAIN)
+		return;
+	if (n <= 0) {
+		/* C gave up before its ACCEPT: both ends stay on TCP. */
+		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
+		return;
+	}
+	if (shim_msg_check(&msg, (size_t)n) != SHIM_MSG_ACCEPT || memfd < 0) {
+		if (memfd >= 0)
+			REAL(close)(memfd);
+		/* C may have switched already: nothing it sends can be trusted,
+		 * and its bytes on the ring would be lost. Make that visible. */
+		REAL(shutdown)(fd, SHUT_RDWR);
+		shim_upgrade_fail(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
+		return;
+	}
+	rc = shim_shm_attach(memfd, msg.accept.ring_bytes, &chan);
+	REAL(close)(memfd);
+	if (rc < 0) {
+		REAL(shutdown)(fd, SHUT_RDWR);
+		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);
+		return;
+	}
+	s->chan = chan;
+	memcpy(s->tx_nonce, msg.accept.nonce, SHIM_NONCE_LEN);
+	if (learn_rx_switch(s, fd, msg.accept.switch_offset) < 0) {
+		REAL(shutdown)(fd, SHUT_RDWR);
+		shim_upgrade_fail(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
+		return;
+	}
+	/* S's own direction: announce the offset first, then the frame, so
+	 * that C learns it no later than the frame's bytes can reach it. */
+	memset(&at, 0, sizeof(at));
+	shim_msg_init(&at.hdr, SHIM_MSG_SWITCH_AT, sizeof(at));
+	at.switch_offset = s->tx_tcp_bytes;
+	/* With our write side shut, our direction stays on TCP: C sees the
+	 * rendezvous close without a SWITCH_AT and keeps reading TCP. */
+	if (!s->wr_shut && shim_rv_send(s->rv_fd, &at, sizeof(at), -1) == 0)
+		switch_tx(s, fd);
+	close_fd(&s->rv_fd);
+	s->phase = SHIM_PHASE_DONE;
+	shim_stats_count(SHIM_REASON_UPGRADED);
+	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.done", fd, &s->tuple, SHIM_REASON_UPGRADED,
+		   "\"role\":\"server\",\"transport\":\"shm\",\"ring_bytes\":%u", msg.accept.ring_bytes);
+}
+
+static void c_listen(struct shim_sock *s, int fd)
+{
+	int rv = shim_rv_listen(client_ep(s), server_ep(s));
+
+	if (rv == -EADDRINUSE) {
+		SHIM_TRACE(SHIM_TRACE_WARN, "rv.name_taken", fd, &s->tuple, SHIM_REASON_RENDEZVOUS_BUSY, NULL);
+		shim_upgrade_fail(s, fd, SHIM_REASON_RENDEZVOUS_BUSY);
+		return;
+	}
+	if (rv < 0) {
+		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
+		return;
+	}
+	s->rv_listen_fd = rv;
+	s->phase = SHIM_PHASE_C_LISTENING;
+}
+
+static void c_accept(struct shim_sock *s, int fd, unsigned long long now)
+{
+	for (;;) {
+		int rv = shim_rv_accept(s->rv_listen_fd), rc;
+
+		if (rv == -EAGAIN) {
+			if (now >= s->deadline_ns)
+				shim_upgrade_fail(s, fd, SHIM_REASON_PEER_NO_SHIM);
+			return;
+		}
+		if (rv < 0) {
+			shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
+			return;
+		}
+		rc = shim_rv_verify_peer(rv, server_ep(s), client_ep(s));
+		if (rc == 0) {
+			s->rv_fd = rv;
+			close_fd(&s->rv_listen_fd);
+			s->phase = SHIM_PHASE_C_CONNECTED;
+			return;
+		}
+		/* A stranger: refuse it and keep waiting for the real S. */
+		SHIM_TRACE(SHIM_TRACE_WARN, "rv.refused", fd, &s->tuple, SHIM_REASON_VERIFY_FAILED,
+			   "\"side\":\"client\",\"errno\":%d", -rc);
+		shim_stats_count(SHIM_REASON_VERIFY_FAILED);
+		REAL(close)(rv);
+	}
+}
+
+static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
+{
+	union {
+		struct shim_msg_offer offer;
+		uint8_t raw[SHIM_MSG_MAX + 1];
+	} msg;
+	struct shim_msg_accept accept;
+	struct shim_chan *chan;
+	int memfd, rc;
+	ssize_t n;
+
+	/* A shut write side can carry no SWITCH frame and no bells. */
+	if (s->wr_shut) {
+		shim_upgrade_fail(s, fd, SHIM_REASON_SHUTDOWN);
+		return;
+	}
+	n = shim_rv_recv(s->rv_fd, &msg, sizeof(msg), NULL);
+	if (n == -EAGAIN) {
+		if (now >= s->deadline_ns)
+			shim_upgrade_fail(s, fd, SHIM_REASON_TIMEOUT);
+		return;
+	}
+	if (n <= 0) {
+		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
+		return;
+	}
+	if (shim_msg_check(&msg, (size_t)n) != SHIM_MSG_OFFER) {
+		shim_upgrade_fail(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
+		return;
+	}
+	rc = shim_shm_create(ring_bytes(), &chan, &memfd);
+	if (rc < 0) {
+		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);
+		return;
+	}
+	memset(&accept, 0, sizeof(accept));
+	shim_msg_init(&accept.hdr, SHIM_MSG_ACCEPT, sizeof(accept));
+	accept.switch_offset = s->tx_tcp_bytes;
+	accept.ring_bytes = ring_bytes();
+	memcpy(s->tx_nonce, msg.offer.nonce, SHIM_NONCE_LEN);
+	if (new_nonce(s->rx_nonce) < 0) {
+		chan->ops->destroy(chan);
+		REAL(close)(memfd);
+		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
+		return;
+	}
+	memcpy(accept.nonce, s->rx_nonce, SHIM_NONCE_LEN);
+	rc = shim_rv_send(s->rv_fd, &accept, sizeof(accept), memfd);
+	REAL(close)(memfd);
+	if (rc < 0) {
+		chan->ops->destroy(chan);
+		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
+		return;
+	}
+	/* Past the point of no return: S will read our ring from the offset. */
+	s->chan = chan;
+	switch_tx(s, fd);
+	s->phase = SHIM_PHASE_C_SWITCHED;
+}
+
+static void c_read_switch_at(struct shim_sock *s, int fd)
+{
+	union {
+		struct shim_msg_switch_at at;
+		uint8_t raw[SHIM_MSG_MAX + 1];
+	} msg;
+	ssize_t n = shim_rv_recv(s->rv_fd, &msg, sizeof(msg), NULL);
+
+	if (n == -EAGAIN)
+		return;
+	close_fd(&s->rv_fd);
+	s->phase = SHIM_PHASE_DONE;
+	if (n <= 0 || shim_msg_check(&msg, (size_t)n) != SHIM_MSG_SWITCH_AT ||
+	    learn_rx_switch(s, fd, msg.at.switch_offset) < 0) {
+		/* S keeps its direction on TCP; ours is on the ring already. */
+		SHIM_TRACE(SHIM_TRACE_WARN, "upgrade.half", fd, &s->tuple, SHIM_REASON_HANDSHAKE_MALFORMED, NULL);
+		return;
+	}
+	shim_stats_count(SHIM_REASON_UPGRADED);
+	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.done", fd, &s->tuple, SHIM_REASON_UPGRADED,
+		   "\"role\":\"client\",\"transport\":\"shm\",\"ring_bytes\":%u", ring_bytes());
+}
+
+static void start(struct shim_sock *s, int fd, unsigned long long now)
+{
+	if (!transport_wanted(SHIM_TRANSPORT_SHM)) {
+		shim_upgrade_fail(s, fd, SHIM_REASON_NO_TRANSPORT);
+		return;
+	}
+	if (!peer_on_this_host(s)) {
+		shim_upgrade_fail(s, fd, SHIM_REASON_NOT_SAME_HOST);
+		return;
+	}
+	s->io_pid = getpid();
+	s->deadline_ns = now + (unsigned long long)shim_cfg.upgrade_timeout_ms * 1000000ull;
+	SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.start", fd, &s->tuple, SHIM_REASON_NONE, "\"role\":\"%s\"",
+		   shim_role_name(s->role));
+	if (s->role == SHIM_ROLE_CLIENT)
+		c_listen(s, fd);
+	else
+		s_connect(s, fd, now);
+}
+
+/* A nonblocking connect finished once the kernel knows the peer. */
+static bool connected(struct shim_sock *s, int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if (s->state != SHIM_STATE_CONNECTING)
+		return true;
+	if (getpeername(fd, (struct sockaddr *)&ss, &len) < 0)
+		return false;
+	s->state = SHIM_STATE_TCP;
+	return true;
+}
+
+void shim_upgrade_progress(struct shim_sock *s, int fd)
+{
+	unsigned long long now;
+
+	if (shim_upgrade_settled(s) || !connected(s, fd))
+		return;
+	now = shim_now_ns();
+	switch (s->phase) {
+	case SHIM_PHASE_IDLE:
+		start(s, fd, now);
+		break;
+	case SHIM_PHASE_C_LISTENING:
+		c_accept(s, fd, now);
+		if (s->phase == SHIM_PHASE_C_CONNECTED)
+			c_read_offer(s, fd, now);
+		break;
+	case SHIM_PHASE_C_CONNECTED:
+		c_read_offer(s, fd, now);
+		break;
+	case SHIM_PHASE_C_SWITCHED:
+		c_read_switch_at(s, fd);
+		break;
+	case SHIM_PHASE_S_RETRY:
+		if (now >= s->next_try_ns)
+			s_connect(s, fd, now);
+		break;
+	case SHIM_PHASE_S_OFFERED:
+		s_read_accept(s, fd);
+		break;
+	case SHIM_PHASE_DONE:
+	case SHIM_PHASE_FAILED:
+		break;
+	}
+}

@@ -1,0 +1,35 @@
+/*
+ * The upgrade handshake (docs/PROTOCOL.md): moves an eligible connection's
+ * directions onto a side channel, one at a time, each at a byte offset.
+ * Every function here is called with the sock's lock held and never blocks.
+ */
+#ifndef RDMASHIM_UPGRADE_H
+#define RDMASHIM_UPGRADE_H
+
+#include <stdbool.h>
+
+#include "sock.h"
+
+/* Advances the handshake as far as it goes without waiting. */
+void shim_upgrade_progress(struct shim_sock *s, int fd);
+
+/* True while the peer may switch its direction at an offset we have not
+ * learnt yet: every TCP read must then be followed by a progress step. */
+static inline bool shim_upgrade_rx_pending(const struct shim_sock *s)
+{
+	return s->rx_dir == SHIM_DIR_TCP && !s->rx_switch_known &&
+	       (s->phase == SHIM_PHASE_C_SWITCHED || s->phase == SHIM_PHASE_S_OFFERED);
+}
+
+static inline bool shim_upgrade_settled(const struct shim_sock *s)
+{
+	return s->phase == SHIM_PHASE_DONE || s->phase == SHIM_PHASE_FAILED;
+}
+
+/* Gives up on the upgrade (if not past the point of no return). */
+void shim_upgrade_fail(struct shim_sock *s, int fd, enum shim_reason reason);
+
+/* Closes the rendezvous and the channel: the last fd of the socket is gone. */
+void shim_upgrade_release(struct shim_sock *s);
+
+#endif

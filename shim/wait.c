@@ -1,0 +1,242 @@
+/*
+ * poll/select emulation for switched fds; see wait.h.
+ *
+ * One round: compute the switched fds' readiness from their channels; if
+ * none is ready, busy-poll for RDMASHIM_SPIN_US, then arm them (so a peer
+ * that makes them ready rings a bell on TCP), re-check, and sleep in the
+ * kernel's poll with the switched fds asking for POLLIN (bells) only.
+ */
+#include "wait.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler.h"
+#include "fdtable.h"
+#include "io.h"
+#include "real.h"
+#include "sock.h"
+
+#define WAIT_SLICE_MS 200
+#define WAIT_STACK_FDS 64
+
+static struct shim_sock *switched_sock(int fd)
+{
+	struct shim_sock *s = shim_fd_get(fd);
+
+	if (likely(!s))
+		return NULL;
+	s = shim_fd_get_acquire(fd);
+	if (!s || !__atomic_load_n(&s->intercept, __ATOMIC_RELAXED))
+		return NULL;
+	return s;
+}
+
+long long shim_wait_deadline(long long timeout_ns)
+{
+	return timeout_ns < 0 ? -1 : (long long)shim_now_ns() + timeout_ns;
+}
+
+int shim_wait_slice_ms(long long deadline_ns)
+{
+	long long left;
+
+	if (deadline_ns < 0)
+		return WAIT_SLICE_MS;
+	left = deadline_ns - (long long)shim_now_ns();
+	if (left <= 0)
+		return 0;
+	left = (left + 999999) / 1000000;
+	return left < WAIT_SLICE_MS ? (int)left : WAIT_SLICE_MS;
+}
+
+bool shim_wait_poll_needed(const struct pollfd *fds, nfds_t nfds)
+{
+	for (nfds_t i = 0; i < nfds; i++)
+		if (unlikely(shim_fd_get(fds[i].fd) != NULL) && switched_sock(fds[i].fd))
+			return true;
+	return false;
+}
+
+bool shim_wait_select_needed(int nfds, const fd_set *r, const fd_set *w)
+{
+	for (int fd = 0; fd < nfds && fd < FD_SETSIZE; fd++) {
+		if (!((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w))))
+			continue;
+		if (unlikely(shim_fd_get(fd) != NULL) && switched_sock(fd))
+			return true;
+	}
+	return false;
+}
+
+/* Fills revents of the switched fds from their channels; marks them in
+ * ours[]. Returns how many have revents. */
+static int channel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock **ours)
+{
+	int ready = 0;
+
+	for (nfds_t i = 0; i < nfds; i++) {
+		struct shim_sock *s = fds[i].fd >= 0 ? switched_sock(fds[i].fd) : NULL;
+		int mask = s ? shim_io_poll_mask(s, fds[i].fd) : -1;
+
+		ours[i] = mask >= 0 ? s : NULL;
+		if (!ours[i])
+			continue;
+		fds[i].revents = (short)(mask & (fds[i].events | POLLHUP | POLLERR | POLLNVAL));
+		if (fds[i].revents)
+			ready++;
+	}
+	return ready;
+}
+
+/* The kernel's poll over the fds that are not ours (ours ask for bells). */
+static int kernel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock **ours, struct pollfd *tmp,
+			int timeout_ms, const sigset_t *sigmask)
+{
+	int rc, ready = 0;
+
+	for (nfds_t i = 0; i < nfds; i++) {
+		tmp[i] = fds[i];
+		if (ours[i])
+			tmp[i].events = POLLIN;
+		tmp[i].revents = 0;
+	}
+	if (sigmask) {
+		struct timespec ts = { timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L };
+
+		rc = REAL(ppoll)(tmp, nfds, &ts, sigmask);
+	} else {
+		rc = REAL(poll)(tmp, nfds, timeout_ms);
+	}
+	if (rc < 0)
+		return -errno;
+	for (nfds_t i = 0; i < nfds; i++) {
+		if (ours[i])
+			continue;
+		fds[i].revents = tmp[i].revents;
+		if (tmp[i].revents)
+			ready++;
+	}
+	return ready;
+}
+
+int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const sigset_t *sigmask)
+{
+	struct shim_sock *ours_stack[WAIT_STACK_FDS], **ours = ours_stack;
+	struct pollfd tmp_stack[WAIT_STACK_FDS], *tmp = tmp_stack;
+	long long deadline = shim_wait_deadline(timeout_ns);
+	unsigned long long spin_end = shim_now_ns() + (unsigned long long)shim_cfg.spin_us * 1000ull;
+	int rc;
+
+	if (nfds > WAIT_STACK_FDS) {
+		ours = calloc(nfds, sizeof(*ours));
+		tmp = calloc(nfds, sizeof(*tmp));
+		if (!ours || !tmp) {
+			free(ours);
+			free(tmp);
+			return -ENOMEM;
+		}
+	}
+	for (;;) {
+		int mine = channel_round(fds, nfds, ours), theirs;
+
+		theirs = kernel_round(fds, nfds, ours, tmp, 0, NULL);
+		if (theirs < 0 || mine + theirs > 0 || timeout_ns == 0) {
+			rc = theirs < 0 ? theirs : mine + theirs;
+			break;
+		}
+		if (shim_now_ns() < spin_end)
+			continue;
+		/* Arm every switched fd, then look once more before sleeping. */
+		int armed_stack[WAIT_STACK_FDS], *armed = nfds > WAIT_STACK_FDS ? (int *)tmp : armed_stack;
+		bool sleep = true;
+
+		if (nfds > WAIT_STACK_FDS)
+			armed = calloc(nfds, sizeof(int));
+		for (nfds_t i = 0; i < nfds; i++) {
+			armed[i] = ours[i] ? shim_io_arm(ours[i], fds[i].fd, fds[i].events) : 0;
+			if (armed[i] & SHIM_ARM_READY)
+				sleep = false;
+		}
+		theirs = sleep ? kernel_round(fds, nfds, ours, tmp, shim_wait_slice_ms(deadline), sigmask) : 0;
+		for (nfds_t i = 0; i < nfds; i++)
+			if (armed[i])
+				shim_io_disarm(ours[i], fds[i].fd, armed[i]);
+		if (armed != armed_stack)
+			free(armed);
+		mine = channel_round(fds, nfds, ours);
+		if (theirs < 0 || mine + theirs > 0) {
+			rc = theirs < 0 ? theirs : mine + theirs;
+			break;
+		}
+		if (deadline >= 0 && (long long)shim_now_ns() >= deadline) {
+			rc = 0;
+			break;
+		}
+	}
+	if (ours != ours_stack) {
+		free(ours);
+		free(tmp);
+	}
+	return rc;
+}
+
+int shim_wait_select(int nfds, fd_set *r, fd_set *w, fd_set *e, long long *timeout_ns,
+		     const sigset_t *sigmask)
+{
+	struct pollfd *fds = calloc((size_t)nfds, sizeof(*fds));
+	nfds_t n = 0;
+	long long start = (long long)shim_now_ns();
+	int rc, count = 0;
+
+	if (!fds)
+		return -ENOMEM;
+	for (int fd = 0; fd < nfds; fd++) {
+		short ev = 0;
+
+		if (r && FD_ISSET(fd, r))
+			ev |= POLLIN;
+		if (w && FD_ISSET(fd, w))
+			ev |= POLLOUT;
+		if (e && FD_ISSET(fd, e))
+			ev |= POLLPRI;
+		if (ev) {
+			fds[n].fd = fd;
+			fds[n].events = ev;
+			n++;
+		}
+	}
+	rc = shim_wait_poll(fds, n, timeout_ns ? *timeout_ns : -1, sigmask);
+	if (rc >= 0) {
+		if (r)
+			FD_ZERO(r);
+		if (w)
+			FD_ZERO(w);
+		if (e)
+			FD_ZERO(e);
+		for (nfds_t i = 0; i < n; i++) {
+			short re = fds[i].revents;
+
+			if (re & POLLNVAL) {
+				rc = -EBADF;
+				break;
+			}
+			if (r && (fds[i].events & POLLIN) && (re & (POLLIN | POLLHUP | POLLERR)))
+				FD_SET(fds[i].fd, r), count++;
+			if (w && (fds[i].events & POLLOUT) && (re & (POLLOUT | POLLERR)))
+				FD_SET(fds[i].fd, w), count++;
+			if (e && (fds[i].events & POLLPRI) && (re & POLLPRI))
+				FD_SET(fds[i].fd, e), count++;
+		}
+		if (rc >= 0)
+			rc = count;
+	}
+	if (timeout_ns && *timeout_ns > 0) {
+		long long left = *timeout_ns - ((long long)shim_now_ns() - start);
+
+		*timeout_ns = left > 0 ? left : 0;
+	}
+	free(fds);
+	return rc;
+}

@@ -1,0 +1,37 @@
+/*
+ * Readiness for the hooked waits: poll, ppoll, select, pselect and the
+ * epoll family, for fds whose directions moved to a side channel. A fd
+ * still on TCP is left to the kernel, whose answer is then exact.
+ */
+#ifndef RDMASHIM_WAIT_H
+#define RDMASHIM_WAIT_H
+
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <time.h>
+
+/* True when any of the fds is intercepted and switched (poll is needed). */
+bool shim_wait_poll_needed(const struct pollfd *fds, nfds_t nfds);
+bool shim_wait_select_needed(int nfds, const fd_set *r, const fd_set *w);
+
+/* timeout_ns: -1 for none. Return as poll(2) does, or -errno. */
+int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const sigset_t *sigmask);
+int shim_wait_select(int nfds, fd_set *r, fd_set *w, fd_set *e, long long *timeout_ns,
+		     const sigset_t *sigmask);
+
+/* epoll (epoll.c). */
+int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event);
+/* Returns -ENOENT... no: returns 1 and fills *rc when it handled the wait,
+ * 0 when the kernel's epoll_wait is exact for this epfd. */
+int shim_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
+		    const sigset_t *sigmask, int *rc);
+void shim_epoll_forget_fd(int fd);
+
+/* Milliseconds for a real wait: the time left, at most one slice. */
+int shim_wait_slice_ms(long long deadline_ns);
+long long shim_wait_deadline(long long timeout_ns);
+
+#endif

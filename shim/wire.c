@@ -1,0 +1,48 @@
+/* Rendezvous message validation; see wire.h. The parser is fuzzed
+ * (tests/fuzz_wire.c): it must accept exactly the well-formed messages. */
+#include "wire.h"
+
+#include <errno.h>
+#include <string.h>
+
+static const uint32_t expected_length[] = {
+	[SHIM_MSG_OFFER] = sizeof(struct shim_msg_offer),
+	[SHIM_MSG_ACCEPT] = sizeof(struct shim_msg_accept),
+	[SHIM_MSG_SWITCH_AT] = sizeof(struct shim_msg_switch_at),
+	[SHIM_MSG_DECLINE] = sizeof(struct shim_msg_decline),
+};
+
+void shim_msg_init(struct shim_msg_hdr *hdr, enum shim_msg_type type, uint32_t length)
+{
+	memset(hdr, 0, sizeof(*hdr));
+	hdr->magic = SHIM_WIRE_MAGIC;
+	hdr->version = SHIM_WIRE_VERSION;
+	hdr->type = (uint16_t)type;
+	hdr->length = length;
+}
+
+int shim_msg_check(const void *buf, size_t n)
+{
+	struct shim_msg_hdr hdr;
+
+	if (n < sizeof(hdr))
+		return -EPROTO;
+	memcpy(&hdr, buf, sizeof(hdr));
+	if (hdr.magic != SHIM_WIRE_MAGIC || hdr.version != SHIM_WIRE_VERSION || hdr.reserved)
+		return -EPROTO;
+	if (hdr.type == 0 || hdr.type >= sizeof(expected_length) / sizeof(expected_length[0]))
+		return -EPROTO;
+	if (hdr.length != expected_length[hdr.type] || n != hdr.length)
+		return -EPROTO;
+	if (hdr.type == SHIM_MSG_OFFER || hdr.type == SHIM_MSG_ACCEPT) {
+		uint32_t ring_bytes;
+		size_t off = hdr.type == SHIM_MSG_OFFER ? offsetof(struct shim_msg_offer, ring_bytes)
+							  : offsetof(struct shim_msg_accept, ring_bytes);
+
+		memcpy(&ring_bytes, (const char *)buf + off, sizeof(ring_bytes));
+		/* A power of two between 4 KiB and 64 MiB, as RDMASHIM_RING_KB allows. */
+		if (ring_bytes < 4096 || ring_bytes > (64u << 20) || (ring_bytes & (ring_bytes - 1)))
+			return -EPROTO;
+	}
+	return hdr.type;
+}

@@ -1,0 +1,95 @@
+/*
+ * Wire formats of the upgrade protocol (docs/PROTOCOL.md tells the story).
+ *
+ * Two channels carry shim data:
+ *  - the rendezvous: a SOCK_SEQPACKET abstract UNIX socket between the two
+ *    processes, one message per record below, host byte order (both ends
+ *    are on one host);
+ *  - the TCP connection itself, but only after a direction has switched:
+ *    from the switch offset on, that direction of TCP carries frames, never
+ *    application bytes.
+ *
+ * Every struct is statically asserted so a change in size is a compile error.
+ */
+#ifndef RDMASHIM_WIRE_H
+#define RDMASHIM_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHIM_WIRE_MAGIC 0x52534831u /* "RSH1" */
+#define SHIM_WIRE_VERSION 1
+#define SHIM_NONCE_LEN 16
+
+enum shim_msg_type {
+	SHIM_MSG_OFFER = 1,     /* S -> C: I am a shim, here is my nonce */
+	SHIM_MSG_ACCEPT = 2,    /* C -> S: ring memfd attached; I switch at offset */
+	SHIM_MSG_SWITCH_AT = 3, /* S -> C: I switch at offset */
+	SHIM_MSG_DECLINE = 4,   /* either way: stay on TCP, with a reason code */
+};
+
+struct shim_msg_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint32_t length; /* whole message, header included */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct shim_msg_hdr) == 16, "msg header is 16 bytes");
+
+struct shim_msg_offer {
+	struct shim_msg_hdr hdr;
+	uint8_t nonce[SHIM_NONCE_LEN]; /* C writes it back in-band at its switch */
+	uint32_t ring_bytes;           /* S's preferred ring size per direction */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct shim_msg_offer) == 40, "offer is 40 bytes");
+
+/* Carries the ring memfd as SCM_RIGHTS. */
+struct shim_msg_accept {
+	struct shim_msg_hdr hdr;
+	uint8_t nonce[SHIM_NONCE_LEN]; /* S writes it back in-band at its switch */
+	uint64_t switch_offset;        /* C's TCP bytes before its SWITCH frame */
+	uint32_t ring_bytes;           /* the size C chose, per direction */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct shim_msg_accept) == 48, "accept is 48 bytes");
+
+struct shim_msg_switch_at {
+	struct shim_msg_hdr hdr;
+	uint64_t switch_offset; /* S's TCP bytes before its SWITCH frame */
+};
+_Static_assert(sizeof(struct shim_msg_switch_at) == 24, "switch_at is 24 bytes");
+
+struct shim_msg_decline {
+	struct shim_msg_hdr hdr;
+	uint32_t reason; /* enum shim_reason */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct shim_msg_decline) == 24, "decline is 24 bytes");
+
+#define SHIM_MSG_MAX sizeof(struct shim_msg_accept)
+
+/*
+ * In-band frames on a switched TCP direction. A frame starts with one type
+ * byte; only SWITCH has a body.
+ */
+enum shim_frame_type {
+	SHIM_FRAME_SWITCH = 'W',     /* + nonce: the direction moves to the ring */
+	SHIM_FRAME_DATA_BELL = 'D',  /* the ring I write has data (you were armed) */
+	SHIM_FRAME_SPACE_BELL = 'S', /* the ring you write has space (you were armed) */
+};
+
+struct shim_frame_switch {
+	uint8_t type; /* SHIM_FRAME_SWITCH */
+	uint8_t reserved[7];
+	uint8_t nonce[SHIM_NONCE_LEN];
+};
+_Static_assert(sizeof(struct shim_frame_switch) == 24, "switch frame is 24 bytes");
+
+/* Parses and checks one rendezvous message of n bytes. Returns its type, or
+ * -EPROTO for anything malformed, truncated, or of an unknown type. */
+int shim_msg_check(const void *buf, size_t n);
+void shim_msg_init(struct shim_msg_hdr *hdr, enum shim_msg_type type, uint32_t length);
+
+#endif

@@ -1,0 +1,150 @@
+/*
+ * rdmashim config: reads this environment exactly as the shim will (same
+ * parser, same getenv), shows every variable with its value and meaning, then
+ * the effective result. Exit 2 with the shim's own error line when the shim
+ * would stay inert because of a bad value.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "trace.h"
+
+int rdmashim_cmd_config(int argc, char **argv);
+int rdmashim_check_trace_file(const char *pattern);
+
+/*
+ * Whether the shim could open pattern for append (it expands %p with its own
+ * pid; ours stands in). Leaves nothing behind: a file made only for the check
+ * is removed. Returns 0 or -errno. Empty means stderr, always fine.
+ */
+int rdmashim_check_trace_file(const char *pattern)
+{
+	char path[PATH_MAX];
+	int fd, rc;
+
+	if (!*pattern)
+		return 0;
+	rc = shim_trace_expand_path(path, sizeof(path), pattern, getpid());
+	if (rc < 0)
+		return rc;
+	/* O_NONBLOCK: a FIFO with no reader fails (ENXIO) instead of hanging us. */
+	fd = open(path, O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
+	if (fd >= 0) {
+		close(fd);
+		return 0;
+	}
+	if (errno != ENOENT)
+		return -errno;
+	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
+	if (fd < 0)
+		return errno == EEXIST ? 0 : -errno;
+	close(fd);
+	unlink(path);
+	return 0;
+}
+
+static const char *env_get(const char *name, void *ctx)
+{
+	(void)ctx;
+	return getenv(name);
+}
+
+static unsigned count_ports(const struct shim_config *cfg)
+{
+	unsigned n = 0;
+
+	for (size_t i = 0; i < SHIM_PORT_BITMAP_BYTES; i++)
+		n += (unsigned)__builtin_popcount(cfg->ports[i]);
+	return n;
+}
+
+static void print_variables(void)
+{
+	int width = 0;
+
+	for (size_t i = 0; i < shim_config_var_count; i++) {
+		int n = (int)strlen(shim_config_vars[i].name);
+
+		if (n > width)
+			width = n;
+	}
+	for (size_t i = 0; i < shim_config_var_count; i++) {
+		const struct shim_config_var *var = &shim_config_vars[i];
+		const char *value = getenv(var->name);
+
+		if (value)
+			printf("%-*s = \"%s\"\n", width, var->name, value);
+		else
+			printf("%-*s = \"%s\" (default)\n", width, var->name, var->default_value);
+		printf("    %s\n", var->help);
+	}
+}
+
+static void print_transports(const struct shim_config *cfg)
+{
+	if (cfg->n_transports == 0) {
+		printf("none (tcp only: never upgrades)\n");
+		return;
+	}
+	for (unsigned i = 0; i < cfg->n_transports; i++)
+		printf("%s%s", i ? "," : "", shim_transport_name(cfg->transports[i]));
+	printf(" (best first, then tcp)\n");
+}
+
+int rdmashim_cmd_config(int argc, char **argv)
+{
+	static struct shim_config cfg;
+	static char err[PATH_MAX + 512];
+	int trace_rc = 0;
+	unsigned ports;
+
+	if (argc > 1) {
+		if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+			printf("usage: rdmashim config\n"
+			       "Shows and checks the RDMASHIM_* variables of this environment.\n");
+			return 0;
+		}
+		fprintf(stderr, "rdmashim config: takes no arguments\n");
+		return 2;
+	}
+	print_variables();
+	printf("\n");
+	if (shim_config_parse(&cfg, env_get, NULL, err, sizeof(err)) < 0) {
+		printf("effective:   inert: a value is invalid (see the line on stderr)\n");
+		fflush(stdout);
+		fprintf(stderr, "%s\n", err);
+		return 2;
+	}
+	if (cfg.trace_level != SHIM_TRACE_OFF)
+		trace_rc = rdmashim_check_trace_file(cfg.trace_file);
+	ports = count_ports(&cfg);
+	if (trace_rc < 0 && cfg.enabled)
+		printf("effective:   inert: the trace file can not be opened (see the line on stderr)\n");
+	else if (cfg.enabled)
+		printf("effective:   enabled\n");
+	else
+		printf("effective:   inert: RDMASHIM_PORTS names no port (pass-through)\n");
+	printf("ports:       %u\n", ports);
+	printf("transports:  ");
+	print_transports(&cfg);
+	printf("ab percent:  %u\n", cfg.ab_percent);
+	printf("trace:       %s", shim_trace_level_name(cfg.trace_level));
+	if (cfg.trace_level != SHIM_TRACE_OFF)
+		printf(" -> %s", cfg.trace_file[0] ? cfg.trace_file : "stderr");
+	printf("\n");
+	if (trace_rc < 0) {
+		fflush(stdout);
+		fprintf(stderr,
+			"rdmashim: RDMASHIM_TRACE_FILE=\"%s\" can not be opened for append (%s); "
+			"the shim stays inert (pass-through)\n",
+			cfg.trace_file, strerror(-trace_rc));
+		return 2;
+	}
+	return 0;
+}
