@@ -35,6 +35,7 @@ struct shim_epitem {
 	epoll_data_t data;
 	bool kernel_switched; /* kernel registration is the bell-only one */
 	bool oneshot_fired;
+	int armed; /* shim_io_arm()'s result while a wait sleeps */
 	UT_hash_handle hh;
 };
 
@@ -250,8 +251,9 @@ static int kernel_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms
 	return n < 0 ? -errno : n;
 }
 
-/* Arms (or, with armed != NULL results, disarms) every switched item. */
-static bool arm_all(struct shim_ep *ep, bool disarm)
+/* Arms (or disarms what was armed of) every switched item. Returns false
+ * when sleeping is not needed; *short_sleep: sleep a millisecond at most. */
+static bool arm_all(struct shim_ep *ep, bool disarm, bool *short_sleep)
 {
 	struct shim_epitem *it, *tmp;
 	bool sleep = true;
@@ -260,21 +262,23 @@ static bool arm_all(struct shim_ep *ep, bool disarm)
 		struct shim_sock *s = intercepted_sock(it->fd);
 		short want = 0;
 
+		if (disarm) {
+			if (s && it->armed)
+				shim_io_disarm(s, it->fd, it->armed);
+			it->armed = 0;
+			continue;
+		}
 		if (!s || !it->kernel_switched || it->oneshot_fired)
 			continue;
 		if (it->events & EPOLLIN)
 			want |= POLLIN;
 		if (it->events & EPOLLOUT)
 			want |= POLLOUT;
-		if (disarm) {
-			shim_io_disarm(s, it->fd, (want & POLLIN ? SHIM_ARMED_RX : 0) |
-						       (want & POLLOUT ? SHIM_ARMED_TX : 0));
-			continue;
-		}
-		int armed = shim_io_arm(s, it->fd, want);
-
-		if (armed & SHIM_ARM_READY)
+		it->armed = shim_io_arm(s, it->fd, want);
+		if (it->armed & SHIM_ARM_READY)
 			sleep = false;
+		if (it->armed & SHIM_ARM_SHORT)
+			*short_sleep = true;
 	}
 	return sleep;
 }
@@ -311,11 +315,15 @@ int shim_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long lo
 		if (shim_now_ns() < spin_end)
 			continue;
 		pthread_mutex_lock(&ep->lock);
-		bool sleep = arm_all(ep, false);
+		bool short_sleep = false, sleep = arm_all(ep, false, &short_sleep);
+		int slice = shim_wait_slice_ms(deadline);
+
 		pthread_mutex_unlock(&ep->lock);
-		theirs = sleep ? kernel_wait(epfd, events, maxevents, shim_wait_slice_ms(deadline), sigmask) : 0;
+		if (short_sleep && slice > 1)
+			slice = 1;
+		theirs = sleep ? kernel_wait(epfd, events, maxevents, slice, sigmask) : 0;
 		pthread_mutex_lock(&ep->lock);
-		arm_all(ep, true);
+		arm_all(ep, true, &short_sleep);
 		if (theirs > 0)
 			theirs = translate(ep, events, theirs);
 		mine = theirs >= 0 && theirs < maxevents ? channel_round(epfd, ep, events + theirs, maxevents - theirs) : 0;

@@ -25,6 +25,13 @@
 
 /* Longest single sleep; a wait re-checks its state at least this often. */
 #define IO_SLEEP_SLICE_MS 200
+/*
+ * Bells of both directions share the TCP stream, and a thread that drains
+ * them may take the one another thread sleeping on the same fd waits for
+ * (poll(2) re-checks readiness after a wake-up). Once two threads have
+ * slept on one connection at the same time, its sleeps are cut to this.
+ */
+#define IO_SHARED_SLICE_MS 1
 /* iovec elements handled per call; beyond this a call moves fewer bytes,
  * which stream sockets allow. */
 #define IO_MAX_IOV 64
@@ -99,10 +106,15 @@ static int sleep_on_tcp(struct shim_sock *s, int fd, short events, long long dea
 
 	if (deadline >= 0 && slice == 0)
 		return -EAGAIN;
+	if (++s->sleepers > 1)
+		s->shared_sleep = true;
+	if (s->shared_sleep && slice > IO_SHARED_SLICE_MS)
+		slice = IO_SHARED_SLICE_MS;
 	pthread_mutex_unlock(&s->lock);
 	rc = REAL(poll)(&p, 1, slice);
 	rc = rc < 0 ? -errno : 0;
 	pthread_mutex_lock(&s->lock);
+	s->sleepers--;
 	return rc == -EINTR ? -EINTR : 0;
 }
 
@@ -513,6 +525,10 @@ int shim_io_arm(struct shim_sock *s, int fd, short events)
 
 	(void)fd;
 	pthread_mutex_lock(&s->lock);
+	if (++s->sleepers > 1)
+		s->shared_sleep = true;
+	if (s->shared_sleep)
+		armed |= SHIM_ARM_SHORT;
 	if ((events & POLLIN) && s->rx_dir == SHIM_DIR_CHAN) {
 		armed |= SHIM_ARMED_RX;
 		if (!s->chan->ops->rx_arm(s->chan))
@@ -530,6 +546,7 @@ int shim_io_arm(struct shim_sock *s, int fd, short events)
 void shim_io_disarm(struct shim_sock *s, int fd, int armed)
 {
 	pthread_mutex_lock(&s->lock);
+	s->sleepers--;
 	if (armed & SHIM_ARMED_RX)
 		note_disarm(s, !s->chan->ops->rx_disarm(s->chan));
 	if (armed & SHIM_ARMED_TX)

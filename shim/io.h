@@ -31,6 +31,7 @@ int shim_io_poll_mask(struct shim_sock *s, int fd);
 #define SHIM_ARMED_RX 1
 #define SHIM_ARMED_TX 2
 #define SHIM_ARM_READY 4
+#define SHIM_ARM_SHORT 8 /* sleep at most a millisecond (see io.c) */
 int shim_io_arm(struct shim_sock *s, int fd, short events);
 void shim_io_disarm(struct shim_sock *s, int fd, int armed);
 /* The fd's switched directions make TCP readable only for frames: true

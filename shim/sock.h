@@ -85,6 +85,8 @@ struct shim_sock {
 	uint8_t tcp_out[64]; /* frames waiting for TCP send space */
 	size_t tcp_out_len;
 	unsigned bells_owed; /* bells the peer took an arm for and will send */
+	unsigned sleepers;   /* threads of ours waiting on this connection */
+	bool shared_sleep;   /* two of them at once were seen (io.c) */
 	struct shim_chan *chan;
 
 	/* Upgrade handshake (upgrade.c). */

@@ -159,7 +159,12 @@ int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const 
 			if (armed[i] & SHIM_ARM_READY)
 				sleep = false;
 		}
-		theirs = sleep ? kernel_round(fds, nfds, ours, tmp, shim_wait_slice_ms(deadline), sigmask) : 0;
+		int slice = shim_wait_slice_ms(deadline);
+
+		for (nfds_t i = 0; i < nfds; i++)
+			if ((armed[i] & SHIM_ARM_SHORT) && slice > 1)
+				slice = 1;
+		theirs = sleep ? kernel_round(fds, nfds, ours, tmp, slice, sigmask) : 0;
 		for (nfds_t i = 0; i < nfds; i++)
 			if (armed[i])
 				shim_io_disarm(ours[i], fds[i].fd, armed[i]);
