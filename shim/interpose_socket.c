@@ -161,6 +161,8 @@ SHIM_EXPORT int ioctl(int fd, unsigned long request, ...)
 
 SHIM_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
+	if (unlikely(shim_fd_get(fd) != NULL) && shim_sock_getsockopt(fd, level, name, val, len))
+		return 0;
 	return REAL(getsockopt)(fd, level, name, val, len);
 }
 

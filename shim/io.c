@@ -112,6 +112,9 @@ static int sleep_on_tcp(struct shim_sock *s, int fd, short events, long long dea
 		slice = IO_SHARED_SLICE_MS;
 	pthread_mutex_unlock(&s->lock);
 	rc = REAL(poll)(&p, 1, slice);
+	if (rc == 0 && slice == IO_SLEEP_SLICE_MS)
+		SHIM_TRACE(SHIM_TRACE_DEBUG, "wait.slice_expired", fd, NULL, SHIM_REASON_NONE,
+			   "\"events\":%d,\"rx\":%d,\"tx\":%d", events, s->rx_dir, s->tx_dir);
 	rc = rc < 0 ? -errno : 0;
 	pthread_mutex_lock(&s->lock);
 	s->sleepers--;
@@ -149,7 +152,7 @@ static bool tx_ready(const struct shim_sock *s)
 {
 	const struct shim_chan *ch = s->chan;
 
-	return ch->ops->writable(ch) || ch->ops->peer_rx_gone(ch);
+	return ch->ops->writable(ch) >= ch->ops->space_lowat(ch) || ch->ops->peer_rx_gone(ch);
 }
 
 static void note_disarm(struct shim_sock *s, bool bell_coming)
@@ -508,7 +511,7 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 	}
 	if (s->tx_dir == SHIM_DIR_TCP) {
 		mask |= p.revents & POLLOUT;
-	} else if (s->chan->ops->writable(s->chan) || s->chan->ops->peer_rx_gone(s->chan) ||
+	} else if (tx_ready(s) ||
 		   s->wr_shut || s->rx_tcp_eof) {
 		mask |= POLLOUT;
 	}

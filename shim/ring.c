@@ -163,7 +163,7 @@ bool shim_ring_producer_arm(struct shim_ring *ring)
 	__atomic_store_n(&ring->hdr->producer_wants_space, 1, __ATOMIC_RELAXED);
 	/* Full fence: pairs with the fence in shim_ring_consumer_should_bell(). */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	return !shim_ring_writable(ring) && !shim_ring_consumer_gone(ring);
+	return shim_ring_writable(ring) < shim_ring_space_lowat(ring) && !shim_ring_consumer_gone(ring);
 }
 
 bool shim_ring_producer_disarm(struct shim_ring *ring)
@@ -176,6 +176,10 @@ bool shim_ring_consumer_should_bell(struct shim_ring *ring)
 	/* Full fence: pairs with the fence in shim_ring_producer_arm(). */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (!__atomic_load_n(&ring->hdr->producer_wants_space, __ATOMIC_RELAXED))
+		return false;
+	/* Wake the producer only for room worth writing into; a later read
+	 * frees more and looks again, so the wake-up is delayed, not lost. */
+	if (ring->mask + 1 - shim_ring_readable(ring) < shim_ring_space_lowat(ring))
 		return false;
 	return __atomic_exchange_n(&ring->hdr->producer_wants_space, 0, __ATOMIC_RELAXED) != 0;
 }

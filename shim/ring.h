@@ -79,6 +79,16 @@ bool shim_ring_consumer_disarm(struct shim_ring *ring);
 /* After head advanced: true when the producer was waiting for space (ring it). */
 bool shim_ring_consumer_should_bell(struct shim_ring *ring);
 
+/*
+ * Room the producer waits for before it is woken or told "writable": a
+ * quarter of the ring, as TCP waits for a third of its send buffer, so a
+ * nearly full ring is not fed in slivers.
+ */
+static inline size_t shim_ring_space_lowat(const struct shim_ring *ring)
+{
+	return (ring->mask + 1) / 4;
+}
+
 /* Producer side. */
 size_t shim_ring_writable(const struct shim_ring *ring);
 /* Copies in as much of the iovec as fits (from byte skip on); publishes tail. */

@@ -125,6 +125,11 @@ static size_t shm_writable(const struct shim_chan *ch)
 	return shim_ring_writable(&shm_of(ch)->tx);
 }
 
+static size_t shm_space_lowat(const struct shim_chan *ch)
+{
+	return shim_ring_space_lowat(&shm_of(ch)->tx);
+}
+
 static bool shm_rx_eof(const struct shim_chan *ch)
 {
 	return shim_ring_eof(&shm_of(ch)->rx);
@@ -193,6 +198,7 @@ const struct shim_transport_ops shim_shm_ops = {
 	.recv = shm_recv,
 	.readable = shm_readable,
 	.writable = shm_writable,
+	.space_lowat = shm_space_lowat,
 	.rx_eof = shm_rx_eof,
 	.peer_rx_gone = shm_peer_rx_gone,
 	.tx_should_bell = shm_tx_should_bell,

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
@@ -338,6 +339,21 @@ void shim_sock_on_fcntl_setfl(int fd, int flags)
 		__atomic_store_n(&sock->nonblocking, (flags & O_NONBLOCK) != 0, __ATOMIC_RELAXED);
 }
 
+int shim_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+	struct shim_sock *sock = shim_fd_get_acquire(fd);
+	int v;
+
+	/* The shim sets TCP_NODELAY for its bells; the program sees its own. */
+	if (!sock || !sock->intercept || level != IPPROTO_TCP || name != TCP_NODELAY || !val || !len ||
+	    *len < sizeof(int))
+		return 0;
+	v = sock->app_nodelay;
+	memcpy(val, &v, sizeof(v));
+	*len = sizeof(v);
+	return 1;
+}
+
 int shim_sock_ioctl(int fd, unsigned long request, void *arg)
 {
 	struct shim_sock *sock = shim_fd_get_acquire(fd);
@@ -367,7 +383,11 @@ void shim_sock_on_setsockopt(int fd, int level, int name, const void *val, sockl
 {
 	struct shim_sock *sock = shim_fd_get_acquire(fd);
 
-	if (!sock || level != SOL_SOCKET)
+	if (!sock)
+		return;
+	if (level == IPPROTO_TCP && name == TCP_NODELAY && len >= sizeof(int))
+		sock->app_nodelay = *(const int *)val != 0;
+	if (level != SOL_SOCKET)
 		return;
 	if (name == SO_RCVTIMEO)
 		sock->rcv_timeout_ms = timeval_ms(val, len);

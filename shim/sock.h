@@ -73,6 +73,7 @@ struct shim_sock {
 	bool nonblocking; /* O_NONBLOCK of the open file description */
 	bool rd_shut, wr_shut;
 	bool rx_tcp_eof;
+	bool app_nodelay; /* TCP_NODELAY as the program set it */
 	int rcv_timeout_ms, snd_timeout_ms; /* SO_RCVTIMEO/SO_SNDTIMEO; -1: none */
 	enum shim_dir tx_dir, rx_dir;
 	uint64_t tx_tcp_bytes, rx_tcp_bytes; /* application bytes carried by TCP */
@@ -129,6 +130,8 @@ void shim_sock_on_fcntl_setfl(int fd, int flags);
 /* ioctl on a tracked fd: FIONBIO and FIONREAD need the shim's view. */
 int shim_sock_ioctl(int fd, unsigned long request, void *arg);
 void shim_sock_on_setsockopt(int fd, int level, int name, const void *val, socklen_t len);
+/* getsockopt on a tracked fd: 1 when it answered from the program's view. */
+int shim_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len);
 
 void shim_sock_before_exec(void);
 void shim_sock_after_fork_child(void);

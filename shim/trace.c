@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -15,6 +16,10 @@ enum shim_trace_level shim_trace_level = SHIM_TRACE_OFF;
 
 static int trace_fd = -1;
 static int trace_fd_owned;
+/* What trace_fd was when opened: the program may close that number and reuse
+ * it for one of its own sockets, and a trace line must never land there. */
+static dev_t trace_dev;
+static ino_t trace_ino;
 static char trace_pattern[PATH_MAX];
 static SHIM_TLS pid_t cached_tid;
 
@@ -72,36 +77,47 @@ int shim_trace_expand_path(char *out, size_t len, const char *pattern, pid_t pid
 static size_t append(char *buf, size_t len, size_t off, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
-/* Appends at off, never past len - 2 (room kept for "}\n"); returns the new offset. */
+/*
+ * Appends one whole member at off, or nothing when it would not leave room
+ * for the closing "}\n" and the NUL (a member cut in half may not parse);
+ * returns the new offset.
+ */
 static size_t append(char *buf, size_t len, size_t off, const char *fmt, ...)
 {
 	va_list ap;
 	int n;
 
-	if (off + 2 >= len)
+	if (off + 3 >= len)
 		return off;
 	va_start(ap, fmt);
 	n = vsnprintf(buf + off, len - 2 - off, fmt, ap);
 	va_end(ap);
-	if (n < 0)
+	if (n < 0 || (size_t)n >= len - 2 - off) {
+		buf[off] = '\0';
 		return off;
-	return (size_t)n >= len - 2 - off ? len - 3 : off + (size_t)n;
+	}
+	return off + (size_t)n;
 }
 
 size_t shim_trace_format(char *buf, size_t len, const struct shim_trace_record *rec,
 			 const char *extra_fmt, va_list ap)
 {
 	struct tm tm;
-	char when[32];
+	char when[32], event[128];
 	size_t off = 0;
 
 	if (len < 8)
 		return 0;
 	gmtime_r(&rec->ts.tv_sec, &tm);
 	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+	shim_json_escape(event, sizeof(event), rec->event);
 	off = append(buf, len, off, "{\"ts\":\"%s.%06ldZ\",\"pid\":%d,\"tid\":%d,\"level\":\"%s\",\"event\":\"%s\"",
 		     when, rec->ts.tv_nsec / 1000, (int)rec->pid, (int)rec->tid,
-		     shim_trace_level_name(rec->level), rec->event);
+		     shim_trace_level_name(rec->level), event);
+	if (off == 0) { /* not even the head fits: an empty object still parses */
+		memcpy(buf, "{}\n", 4);
+		return 3;
+	}
 	if (rec->fd >= 0)
 		off = append(buf, len, off, ",\"fd\":%d", rec->fd);
 	if (rec->tuple) {
@@ -146,15 +162,40 @@ static int open_destination(const char *pattern)
 	return fd < 0 ? -errno : fd;
 }
 
+static int remember_identity(int fd)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	trace_dev = st.st_dev;
+	trace_ino = st.st_ino;
+	return 0;
+}
+
+/* True while fd still names the file the trace opened. */
+static int still_ours(int fd)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 && st.st_dev == trace_dev && st.st_ino == trace_ino;
+}
+
 int shim_trace_open(const char *pattern, enum shim_trace_level level)
 {
-	int fd;
+	int fd, rc;
 
 	if (level == SHIM_TRACE_OFF)
 		return 0;
 	fd = open_destination(pattern);
 	if (fd < 0)
 		return fd;
+	rc = remember_identity(fd);
+	if (rc < 0) {
+		if (*pattern)
+			REAL(close)(fd);
+		return rc;
+	}
 	snprintf(trace_pattern, sizeof(trace_pattern), "%s", pattern);
 	trace_fd = fd;
 	trace_fd_owned = *pattern != '\0';
@@ -169,9 +210,10 @@ void shim_trace_after_fork(void)
 		return;
 	int fd = open_destination(trace_pattern);
 
-	REAL(close)(trace_fd);
+	if (still_ours(trace_fd))
+		REAL(close)(trace_fd);
 	trace_fd = fd;
-	if (fd < 0)
+	if (fd < 0 || remember_identity(fd) < 0)
 		shim_trace_level = SHIM_TRACE_OFF;
 }
 
@@ -198,7 +240,10 @@ void shim_trace_emit(enum shim_trace_level level, const char *event, int fd,
 	va_start(ap, extra_fmt);
 	n = shim_trace_format(line, sizeof(line), &rec, extra_fmt, ap);
 	va_end(ap);
-	if (trace_fd >= 0 && REAL(write)(trace_fd, line, n) < 0) {
+	if (trace_fd < 0 || !still_ours(trace_fd)) {
+		/* The program closed or reused our fd: stop, never write into its files. */
+		shim_trace_level = SHIM_TRACE_OFF;
+	} else if (REAL(write)(trace_fd, line, n) < 0) {
 		/* Nothing sensible to do: the trace must never hurt the program. */
 	}
 	errno = saved_errno;

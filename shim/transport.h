@@ -34,6 +34,8 @@ struct shim_transport_ops {
 	size_t (*recv)(struct shim_chan *ch, const struct iovec *iov, int iovcnt, bool peek);
 	size_t (*readable)(const struct shim_chan *ch);
 	size_t (*writable)(const struct shim_chan *ch);
+	/* The least room worth reporting as writable (poll's POLLOUT). */
+	size_t (*space_lowat)(const struct shim_chan *ch);
 	/* The peer closed its sending side and everything was read. */
 	bool (*rx_eof)(const struct shim_chan *ch);
 	/* The peer closed its receiving side: sends fail with EPIPE. */

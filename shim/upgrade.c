@@ -10,6 +10,8 @@
 #include "upgrade.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -108,6 +110,12 @@ static void switch_tx(struct shim_sock *s, int fd)
 	struct shim_frame_switch frame = { .type = SHIM_FRAME_SWITCH };
 
 	memcpy(frame.nonce, s->tx_nonce, SHIM_NONCE_LEN);
+	/* From here TCP carries one-byte bells: Nagle would hold one back
+	 * behind the peer's delayed ACK (40 ms). The program still reads its
+	 * own TCP_NODELAY setting (sock.c). */
+	int one = 1;
+
+	REAL(setsockopt)(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	s->tx_dir = SHIM_DIR_CHAN;
 	shim_frames_queue(s, fd, &frame, sizeof(frame));
 	SHIM_TRACE(SHIM_TRACE_INFO, "tx.switch", fd, &s->tuple, SHIM_REASON_UPGRADED,

@@ -17,6 +17,7 @@
 #include "io.h"
 #include "real.h"
 #include "sock.h"
+#include "trace.h"
 
 #define WAIT_SLICE_MS 200
 #define WAIT_STACK_FDS 64
@@ -165,6 +166,15 @@ int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const 
 			if ((armed[i] & SHIM_ARM_SHORT) && slice > 1)
 				slice = 1;
 		theirs = sleep ? kernel_round(fds, nfds, ours, tmp, slice, sigmask) : 0;
+		if (sleep && slice == WAIT_SLICE_MS && shim_trace_enabled(SHIM_TRACE_DEBUG)) {
+			int any = 0;
+
+			for (nfds_t i = 0; i < nfds; i++)
+				any |= tmp[i].revents;
+			if (!any)
+				SHIM_TRACE(SHIM_TRACE_DEBUG, "wait.slice_expired", fds[0].fd, NULL, SHIM_REASON_NONE,
+					   "\"nfds\":%d,\"armed0\":%d,\"ev0\":%d", (int)nfds, armed[0], fds[0].events);
+		}
 		for (nfds_t i = 0; i < nfds; i++)
 			if (armed[i])
 				shim_io_disarm(ours[i], fds[i].fd, armed[i]);
