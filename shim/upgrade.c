@@ -105,7 +105,7 @@ static int new_nonce(uint8_t nonce[SHIM_NONCE_LEN])
 }
 
 /* Our direction moves to the channel: SWITCH frame in-band at tx_tcp_bytes. */
-static void switch_tx(struct shim_sock *s, int fd)
+void shim_upgrade_switch_tx(struct shim_sock *s, int fd)
 {
 	struct shim_frame_switch frame = { .type = SHIM_FRAME_SWITCH };
 
@@ -119,11 +119,12 @@ static void switch_tx(struct shim_sock *s, int fd)
 	s->tx_dir = SHIM_DIR_CHAN;
 	shim_frames_queue(s, fd, &frame, sizeof(frame));
 	SHIM_TRACE(SHIM_TRACE_INFO, "tx.switch", fd, &s->tuple, SHIM_REASON_UPGRADED,
-		   "\"transport\":\"shm\",\"offset\":%llu", (unsigned long long)s->tx_tcp_bytes);
+		   "\"transport\":\"%s\",\"offset\":%llu", shim_transport_name(s->chan->ops->kind),
+		   (unsigned long long)s->tx_tcp_bytes);
 }
 
 /* The peer's direction moves at offset: everything before it stays TCP data. */
-static int learn_rx_switch(struct shim_sock *s, int fd, uint64_t offset)
+int shim_upgrade_learn_rx_switch(struct shim_sock *s, int fd, uint64_t offset)
 {
 	if (s->rx_tcp_bytes > offset) {
 		SHIM_TRACE(SHIM_TRACE_ERROR, "rx.switch_behind", fd, &s->tuple, SHIM_REASON_HANDSHAKE_MALFORMED,
@@ -224,7 +225,7 @@ static void s_read_accept(struct shim_sock *s, int fd)
 	}
 	s->chan = chan;
 	memcpy(s->tx_nonce, msg.accept.nonce, SHIM_NONCE_LEN);
-	if (learn_rx_switch(s, fd, msg.accept.switch_offset) < 0) {
+	if (shim_upgrade_learn_rx_switch(s, fd, msg.accept.switch_offset) < 0) {
 		REAL(shutdown)(fd, SHUT_RDWR);
 		shim_upgrade_fail(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
 		return;
@@ -237,7 +238,7 @@ static void s_read_accept(struct shim_sock *s, int fd)
 	/* With our write side shut, our direction stays on TCP: C sees the
 	 * rendezvous close without a SWITCH_AT and keeps reading TCP. */
 	if (!s->wr_shut && shim_rv_send(s->rv_fd, &at, sizeof(at), -1) == 0)
-		switch_tx(s, fd);
+		shim_upgrade_switch_tx(s, fd);
 	close_fd(&s->rv_fd);
 	s->phase = SHIM_PHASE_DONE;
 	shim_stats_count(SHIM_REASON_UPGRADED);
@@ -347,7 +348,7 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 	}
 	/* Past the point of no return: S will read our ring from the offset. */
 	s->chan = chan;
-	switch_tx(s, fd);
+	shim_upgrade_switch_tx(s, fd);
 	s->phase = SHIM_PHASE_C_SWITCHED;
 }
 
@@ -364,7 +365,7 @@ static void c_read_switch_at(struct shim_sock *s, int fd)
 	close_fd(&s->rv_fd);
 	s->phase = SHIM_PHASE_DONE;
 	if (n <= 0 || shim_msg_check(&msg, (size_t)n) != SHIM_MSG_SWITCH_AT ||
-	    learn_rx_switch(s, fd, msg.at.switch_offset) < 0) {
+	    shim_upgrade_learn_rx_switch(s, fd, msg.at.switch_offset) < 0) {
 		/* S keeps its direction on TCP; ours is on the ring already. */
 		SHIM_TRACE(SHIM_TRACE_WARN, "upgrade.half", fd, &s->tuple, SHIM_REASON_HANDSHAKE_MALFORMED, NULL);
 		return;

@@ -7,6 +7,7 @@
 #define RDMASHIM_UPGRADE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "sock.h"
 
@@ -28,6 +29,12 @@ static inline bool shim_upgrade_settled(const struct shim_sock *s)
 
 /* Gives up on the upgrade (if not past the point of no return). */
 void shim_upgrade_fail(struct shim_sock *s, int fd, enum shim_reason reason);
+
+/* Used by every transport's handshake (shm here, rdma in rdma_setup.c):
+ * our direction moves to s->chan with a SWITCH frame at tx_tcp_bytes; the
+ * peer's moves at offset (-EPROTO if we already read past it). */
+void shim_upgrade_switch_tx(struct shim_sock *s, int fd);
+int shim_upgrade_learn_rx_switch(struct shim_sock *s, int fd, uint64_t offset);
 
 /* Closes the rendezvous and the channel: the last fd of the socket is gone. */
 void shim_upgrade_release(struct shim_sock *s);
