@@ -8,7 +8,7 @@
  * head; each reads the other's cursor with acquire and publishes its own
  * with release. Every barrier below says what it pairs with.
  *
- * Wake-ups (see docs/PROTOCOL.md): a side about to sleep sets its "armed"
+ * Wake-ups (see shim/PROTOCOL.md): a side about to sleep sets its "armed"
  * word, issues a full fence, then re-checks the ring; the other side, after
  * publishing its cursor, issues a full fence and then reads the armed word.
  * With the two fences (Dekker), at least one side sees the other's store,

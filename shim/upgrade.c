@@ -1,5 +1,5 @@
 /*
- * The upgrade handshake; see upgrade.h and docs/PROTOCOL.md.
+ * The upgrade handshake; see upgrade.h and shim/PROTOCOL.md.
  *
  * Point of no return: C switches its direction only after its ACCEPT went
  * out, and S never abandons the handshake once it has sent its OFFER except

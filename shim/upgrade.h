@@ -1,5 +1,5 @@
 /*
- * The upgrade handshake (docs/PROTOCOL.md): moves an eligible connection's
+ * The upgrade handshake (shim/PROTOCOL.md): moves an eligible connection's
  * directions onto a side channel, one at a time, each at a byte offset.
  * Every function here is called with the sock's lock held and never blocks.
  */

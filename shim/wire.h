@@ -1,5 +1,5 @@
 /*
- * Wire formats of the upgrade protocol (docs/PROTOCOL.md tells the story).
+ * Wire formats of the upgrade protocol (shim/PROTOCOL.md tells the story).
  *
  * Two channels carry shim data:
  *  - the rendezvous: a SOCK_SEQPACKET abstract UNIX socket between the two
