@@ -392,6 +392,13 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			break;
 		if (s->bells_owed && s->rx_dir == SHIM_DIR_CHAN)
 			shim_frames_drain(s, fd);
+		if (!s->wr_shut && (ch->ops->peer_rx_gone(ch) || s->rx_tcp_eof) && !s->peer_gone_told) {
+			/* TCP takes the first write after the peer closed (the
+			 * reset comes back later) and fails the next ones. */
+			s->peer_gone_told = true;
+			done = total;
+			break;
+		}
 		if (s->wr_shut || ch->ops->peer_rx_gone(ch) || s->rx_tcp_eof) {
 			rc = -EPIPE;
 			if (!done)

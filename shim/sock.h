@@ -73,6 +73,7 @@ struct shim_sock {
 	bool nonblocking; /* O_NONBLOCK of the open file description */
 	bool rd_shut, wr_shut;
 	bool rx_tcp_eof;
+	bool peer_gone_told; /* a write after the peer closed was taken (io.c) */
 	bool app_nodelay; /* TCP_NODELAY as the program set it */
 	int rcv_timeout_ms, snd_timeout_ms; /* SO_RCVTIMEO/SO_SNDTIMEO; -1: none */
 	enum shim_dir tx_dir, rx_dir;
