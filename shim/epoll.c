@@ -234,8 +234,13 @@ static int translate(struct shim_ep *ep, struct epoll_event *ev, int n)
 			HASH_FIND_INT(ep->items, &fd, it);
 		}
 		if (it) {
-			if (it->kernel_switched)
+			if (it->kernel_switched) {
+				struct shim_sock *s = intercepted_sock(it->fd);
+
+				if (s)
+					shim_io_drain_bells(s, it->fd);
 				continue;
+			}
 			ev[i].data = it->data;
 		}
 		ev[kept++] = ev[i];

@@ -15,6 +15,7 @@
 #include "fdtable.h"
 #include "real.h"
 #include "sock.h"
+#include "stats.h"
 #include "trace.h"
 #include "version.h"
 
@@ -79,4 +80,10 @@ __attribute__((constructor)) static void shim_init(void)
 		   "\"version\":\"%s\",\"transports\":%u,\"ab_percent\":%u", RDMASHIM_VERSION,
 		   shim_cfg.n_transports, shim_cfg.ab_percent);
 	shim_sock_adopt_inherited();
+}
+
+__attribute__((destructor)) static void shim_fini(void)
+{
+	if (shim_cfg.enabled)
+		shim_stats_trace();
 }

@@ -483,6 +483,14 @@ bool shim_io_switched(const struct shim_sock *s)
 	return s->tx_dir != SHIM_DIR_TCP || s->rx_dir != SHIM_DIR_TCP;
 }
 
+void shim_io_drain_bells(struct shim_sock *s, int fd)
+{
+	pthread_mutex_lock(&s->lock);
+	if (s->rx_dir == SHIM_DIR_CHAN)
+		shim_frames_drain(s, fd);
+	pthread_mutex_unlock(&s->lock);
+}
+
 int shim_io_poll_mask(struct shim_sock *s, int fd)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN | POLLOUT | POLLRDHUP };
@@ -500,14 +508,18 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 	}
 	if (s->rx_dir == SHIM_DIR_SWITCHING && finish_rx_switch(s, fd) < 0)
 		mask |= POLLERR;
-	if (REAL(poll)(&p, 1, 0) < 0)
+	/* While a direction is still on TCP (a moment, during the switch), the
+	 * kernel knows its readiness; once both moved, the rings know all. */
+	if (s->rx_dir != SHIM_DIR_CHAN || s->tx_dir != SHIM_DIR_CHAN) {
+		if (REAL(poll)(&p, 1, 0) < 0)
+			p.revents = 0;
+	} else {
 		p.revents = 0;
+	}
 	if (s->rx_dir == SHIM_DIR_TCP) {
 		mask |= p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR);
 	} else if (s->rx_dir == SHIM_DIR_CHAN) {
-		/* Only bells can make a switched rx readable in the kernel:
-		 * drain them so a level-triggered wait does not spin on them. */
-		if (p.revents & (POLLIN | POLLHUP | POLLERR))
+		if (s->bells_owed)
 			shim_frames_drain(s, fd);
 		if (s->chan->ops->readable(s->chan))
 			mask |= POLLIN;
@@ -518,8 +530,7 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 	}
 	if (s->tx_dir == SHIM_DIR_TCP) {
 		mask |= p.revents & POLLOUT;
-	} else if (tx_ready(s) ||
-		   s->wr_shut || s->rx_tcp_eof) {
+	} else if (tx_ready(s) || s->wr_shut || s->rx_tcp_eof) {
 		mask |= POLLOUT;
 	}
 	if (s->rx_tcp_eof && (s->tx_dir != SHIM_DIR_CHAN || s->chan->ops->peer_rx_gone(s->chan) ||

@@ -23,6 +23,7 @@
 #include "io.h"
 #include "upgrade.h"
 #include "real.h"
+#include "stats.h"
 #include "trace.h"
 
 /* How long a retired sock outlives its last fd; see fdtable.h. */
@@ -177,6 +178,7 @@ static void decide_eligibility(struct shim_sock *sock)
 		sock->eligible = true;
 		sock->reason = SHIM_REASON_WHITELISTED;
 	}
+	shim_stats_count(sock->reason);
 }
 
 static void trace_tracked(int fd, const struct shim_sock *sock, const char *how)
@@ -263,6 +265,7 @@ void shim_sock_on_connect(int fd, const struct sockaddr *addr, socklen_t len, in
 	if (shim_endpoint_from_sockaddr(addr, len, &tuple.peer) < 0)
 		return;
 	if (!shim_config_port_listed(&shim_cfg, tuple.peer.port)) {
+		shim_stats_count(SHIM_REASON_NOT_WHITELISTED);
 		SHIM_TRACE(SHIM_TRACE_TRACE, "conn.skip", fd, NULL, SHIM_REASON_NOT_WHITELISTED,
 			   "\"port\":%u", tuple.peer.port);
 		return;

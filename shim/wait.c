@@ -113,8 +113,11 @@ static int kernel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock **ours
 	if (rc < 0)
 		return -errno;
 	for (nfds_t i = 0; i < nfds; i++) {
-		if (ours[i])
+		if (ours[i]) {
+			if (tmp[i].revents)
+				shim_io_drain_bells(ours[i], fds[i].fd);
 			continue;
+		}
 		fds[i].revents = tmp[i].revents;
 		if (tmp[i].revents)
 			ready++;
