@@ -22,8 +22,6 @@
 	X(RING_ALLOC_FAILED, "ring_alloc_failed", "could not allocate or map the ring memory")  \
 	X(TIMEOUT, "timeout", "the upgrade did not finish in RDMASHIM_UPGRADE_TIMEOUT_MS")      \
 	X(PEER_CLOSED, "peer_closed", "the peer closed or shut down before the upgrade")        \
-	X(EXEC_DOWNGRADE, "exec_downgrade", "the program exec'd: connection returned to TCP")   \
-	X(FORK_SHARED, "fork_shared", "the connection is shared across fork: stays on TCP")     \
 	X(BREAKER_OPEN, "breaker_open", "the peer's RDMA breaker is open: attempt skipped")     \
 	X(CM_TIMEOUT, "cm_timeout", "an RDMA connection-manager wait timed out")                \
 	X(CM_REJECTED, "cm_rejected", "the RDMA connection was rejected")                       \
