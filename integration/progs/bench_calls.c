@@ -15,8 +15,23 @@
  *          -w warm-up iterations (2000), -p port to listen on (0: any),
  *          -q (quiet: run the loop once, -k iterations, print nothing but
  *          "done iters=K"; for instruction counting under callgrind, where
- *          the loop is the function bench_loop).
+ *          the loop is the function bench_loop),
+ *          -i (interleaved, see below).
+ *
+ * -i compares, inside one process, send/recv as the dynamic linker bound them
+ * (the shim's when it is preloaded) with libc's own send/recv (dlsym on
+ * libc.so.6), alternating batch by batch (ABBA), -b batches of each. Both go
+ * through the same function-pointer loop, so with the shim preloaded the
+ * difference is the shim's wrappers, and without it the two are the same
+ * functions (an A/A run: the method's own bias). Host noise that lasts
+ * seconds hits both sides alike, which separate processes can not ensure:
+ *
+ *   calls_ns_interleaved bound=1234.5 libc=1230.0 diff=4.5 same_fn=0 batches=31 iters=20000
+ *
+ * bound and libc are median batch ns per call, diff is the median over batch
+ * pairs of (bound - libc), same_fn is 1 when both resolve to one function.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -96,6 +111,23 @@ __attribute__((noinline)) void bench_loop(int a, int b, long iters)
 	}
 }
 
+typedef ssize_t (*send_fn)(int, const void *, size_t, int);
+typedef ssize_t (*recv_fn)(int, void *, size_t, int);
+
+/* The interleaved loop: the same code for either pair of functions. */
+__attribute__((noinline)) static void bench_loop_fn(int a, int b, long iters, send_fn sendf,
+						    recv_fn recvf)
+{
+	char out = 'x', in;
+
+	for (long i = 0; i < iters; i++) {
+		if (sendf(a, &out, 1, 0) != 1)
+			die("send");
+		if (recvf(b, &in, 1, 0) != 1)
+			die("recv");
+	}
+}
+
 static double now_ns(void)
 {
 	struct timespec ts;
@@ -111,21 +143,75 @@ static int cmp_double(const void *x, const void *y)
 	return (a > b) - (a < b);
 }
 
+static double median_of(double *v, long n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static int interleaved(int a, int b, long batches, long iters, long warmup)
+{
+	void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+	send_fn bound_send = send, libc_send;
+	recv_fn bound_recv = recv, libc_recv;
+	double *ns[2], *diff;
+
+	if (!libc) {
+		fprintf(stderr, "bench_calls: dlopen libc.so.6: %s\n", dlerror());
+		return 1;
+	}
+	libc_send = (send_fn)dlsym(libc, "send");
+	libc_recv = (recv_fn)dlsym(libc, "recv");
+	if (!libc_send || !libc_recv) {
+		fprintf(stderr, "bench_calls: dlsym send/recv in libc: %s\n", dlerror());
+		return 1;
+	}
+	ns[0] = calloc((size_t)batches, sizeof(double));
+	ns[1] = calloc((size_t)batches, sizeof(double));
+	diff = calloc((size_t)batches, sizeof(double));
+	if (!ns[0] || !ns[1] || !diff)
+		die("calloc");
+	bench_loop_fn(a, b, warmup, bound_send, bound_recv);
+	bench_loop_fn(a, b, warmup, libc_send, libc_recv);
+	for (long i = 0; i < batches; i++) {
+		for (int j = 0; j < 2; j++) {
+			/* ABBA: even pairs bound first, odd pairs libc first. */
+			int side = (int)(i & 1) ^ j;
+			double t0 = now_ns();
+
+			if (side == 0)
+				bench_loop_fn(a, b, iters, bound_send, bound_recv);
+			else
+				bench_loop_fn(a, b, iters, libc_send, libc_recv);
+			ns[side][i] = (now_ns() - t0) / (2.0 * (double)iters);
+		}
+		diff[i] = ns[0][i] - ns[1][i];
+	}
+	printf("calls_ns_interleaved bound=%.1f libc=%.1f diff=%.1f same_fn=%d batches=%ld iters=%ld\n",
+	       median_of(ns[0], batches), median_of(ns[1], batches), median_of(diff, batches),
+	       bound_send == libc_send && bound_recv == libc_recv, batches, iters);
+	free(ns[0]);
+	free(ns[1]);
+	free(diff);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	long batches = 31, iters = 20000, warmup = 2000, port = 0;
-	int quiet = 0, opt, a, b;
+	int quiet = 0, inter = 0, opt, a, b;
 	double *ns;
 
-	while ((opt = getopt(argc, argv, "b:k:w:p:q")) != -1) {
+	while ((opt = getopt(argc, argv, "b:k:w:p:qi")) != -1) {
 		switch (opt) {
 		case 'b': batches = parse_pos(optarg, "batches"); break;
 		case 'k': iters = parse_pos(optarg, "iters"); break;
 		case 'w': warmup = parse_pos(optarg, "warmup"); break;
 		case 'p': port = parse_pos(optarg, "port"); break;
 		case 'q': quiet = 1; break;
+		case 'i': inter = 1; break;
 		default:
-			fprintf(stderr, "usage: %s [-b batches] [-k iters] [-w warmup] [-p port] [-q]\n",
+			fprintf(stderr, "usage: %s [-b batches] [-k iters] [-w warmup] [-p port] [-q | -i]\n",
 				argv[0]);
 			return 2;
 		}
@@ -142,6 +228,8 @@ int main(int argc, char **argv)
 		printf("done iters=%ld\n", iters);
 		return 0;
 	}
+	if (inter)
+		return interleaved(a, b, batches, iters, warmup);
 
 	bench_loop(a, b, warmup);
 	ns = calloc((size_t)batches, sizeof(*ns));
