@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # integration/lib.sh: shared helpers for the integration scenarios. Source it
 # from a scenario (integration/t_*.sh):
 #
@@ -15,8 +16,10 @@
 #                         the given RDMASHIM_* variables (foreground)
 #   no_shim [VAR=V...] CMD...             the same without the shim
 #   shim_vars DIR PORTS   set SHIM_VARS to the usual tracked-but-never-upgraded
-#                         configuration: RDMASHIM_PORTS=PORTS, TRANSPORTS=tcp,
-#                         TRACE=debug, TRACE_FILE=DIR/trace.%p.jsonl
+#                         configuration: RDMASHIM_PORTS=PORTS, TRANSPORTS=tcp
+#                         (or $SHIM_TRANSPORTS if set, e.g. shm, to run the
+#                         same scenario with upgrades), TRACE=debug,
+#                         TRACE_FILE=DIR/trace.%p.jsonl
 #   start_bg NAME shim|plain [VAR=V...] CMD...  start CMD in the background,
 #                         stdout in $WORK/NAME.out, stderr in $WORK/NAME.err;
 #                         its pid (a `timeout` that leads CMD's process group)
@@ -29,6 +32,7 @@
 #   ok MSG / not_ok MSG   record one check (TAP-like lines "ok - ", "not ok - ")
 #   check MSG CMD...      ok if CMD succeeds, else not_ok
 #   same MSG A B          ok if strings A and B are equal (shows both if not)
+#   no_output MSG FILE    ok if FILE is empty (shows its first lines if not)
 #   skip WHY              exit 77 (skipped), saying why
 #   finish                print the tally and exit 0 (all ok) or 1
 #   tally_cmd CMD...      run a checker that prints "ok - "/"not ok - " lines
@@ -37,17 +41,19 @@
 #                         DIR/trace.*.jsonl (see TRACE_PRELUDE below)
 #
 # Tunables: CMD_TIMEOUT (default 60 s, per foreground command), BG_TIMEOUT
-# (default 240 s, per background command).
+# (default 240 s, per background command), SHIM_LIB (another build of the
+# library to test), SHIM_TRANSPORTS (see shim_vars), KEEP_WORK=1.
 
 set -u
 set -o pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-LIB=$ROOT/build/lib/librdmashim.so
+LIB=${SHIM_LIB:-$ROOT/build/lib/librdmashim.so}
 PROGS=$ROOT/build/progs
 LOG_DIR=$ROOT/build/integration-logs
-T_NAME=$(basename "$0" .sh)
+T_NAME=${SCENARIO_NAME:-$(basename "$0" .sh)}
 CMD_TIMEOUT=${CMD_TIMEOUT:-60}
+export SHIM_TRANSPORTS=${SHIM_TRANSPORTS:-tcp}
 BG_TIMEOUT=${BG_TIMEOUT:-240}
 # The interpreter itself, not a version-manager wrapper script (much faster).
 PYTHON=$(timeout 20 python3 -c 'import sys; print(sys.executable)' 2>/dev/null) || PYTHON=python3
@@ -81,6 +87,15 @@ same() {
     not_ok "$1"
     echo "    expected: $2"
     echo "    got:      $3"
+  fi
+}
+
+no_output() {
+  if [[ ! -s $2 ]]; then
+    ok "$1"
+  else
+    not_ok "$1"
+    head -n 5 "$2" | sed 's/^/    | /'
   fi
 }
 
@@ -159,7 +174,7 @@ no_shim() {
 }
 
 shim_vars() {
-  SHIM_VARS=(RDMASHIM_PORTS="$2" RDMASHIM_TRANSPORTS=tcp RDMASHIM_TRACE=debug
+  SHIM_VARS=(RDMASHIM_PORTS="$2" RDMASHIM_TRANSPORTS="${SHIM_TRANSPORTS:-tcp}" RDMASHIM_TRACE=debug
              "RDMASHIM_TRACE_FILE=$1/trace.%p.jsonl")
 }
 
@@ -253,6 +268,9 @@ trap 'echo "[$T_NAME] interrupted"; exit 1' INT TERM
 #   port_of("addr:port")      the port of an endpoint string
 #   conn_key(r)   (client endpoint, server endpoint) of a conn.track, so the
 #                 two sides of one connection get the same key
+#   decided(r)    r carries the decision shim_vars asks for: eligible=false
+#                 reason=tcp_only (or, with SHIM_TRANSPORTS set to upgrade,
+#                 eligible=true reason=whitelisted); DECISION describes it
 TRACE_PRELUDE='
 import glob, json, os, sys
 D = sys.argv[1]
@@ -294,6 +312,12 @@ def tracks(role=None, port=None):
     return out
 def conn_key(r):
     return (r["local"], r["peer"]) if r.get("role") == "client" else (r["peer"], r["local"])
+TCP_ONLY = os.environ.get("SHIM_TRANSPORTS", "tcp") == "tcp"
+DECISION = "eligible=false reason=tcp_only" if TCP_ONLY else "eligible=true reason=whitelisted"
+def decided(r):
+    if TCP_ONLY:
+        return r.get("reason") == "tcp_only" and r.get("eligible") is False
+    return r.get("reason") == "whitelisted" and r.get("eligible") is True
 check(not BAD, "every trace line parses as JSON (%d bad)" % len(BAD))
 for f, line in BAD[:3]:
     print("    bad line in %s: %r" % (f, line[:200]))

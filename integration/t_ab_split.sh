@@ -39,6 +39,7 @@ ab_run() {
   rc=0; wait_bg "$pid" 30 || rc=$?
   same "$label: client output with shim = without" "$base" "$got"
   check "$label: server exit status 0 (got $rc)" test "$rc" -eq 0
+  no_output "$label: nothing on server stderr" "$WORK/${dir##*/}-shim.err"
 
   trace_py "$dir" "$label" "$port" "$conns" "$pct" <<'PY'
 label, port, conns, pct = ARGS[0], int(ARGS[1]), int(ARGS[2]), int(ARGS[3])

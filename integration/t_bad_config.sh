@@ -14,7 +14,7 @@ valid=(RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=tcp RDMASHIM_TRACE=debug)
 # Baselines without the shim.
 out=$(no_shim sh -c 'echo "to stdout"; echo "to stderr" >&2; exit 3' 2>"$WORK/base-sh.err")
 sh_rc=$?
-sh_base="$out|$(cat "$WORK/base-sh.err")|$sh_rc"
+sh_out=$out
 start_bg base-server plain "$PROGS/echo_server" --port "$port" --max-conns 2
 pid=$BG_PID
 wait_ready base-server >/dev/null || not_ok "baseline server ready"
@@ -43,7 +43,7 @@ bad_case() {
   out=$(with_shim "${vars[@]}" sh -c 'echo "to stdout"; echo "to stderr" >&2; exit 3' 2>"$dir/sh.err")
   rc=$?
   same "$label: sh -c exit status" "$sh_rc" "$rc"
-  same "$label: sh -c stdout" "to stdout" "$out"
+  same "$label: sh -c stdout" "$sh_out" "$out"
   grep -vxF "to stderr" "$dir/sh.err" >"$dir/sh.shim.err"
   check "$label: sh -c stderr keeps the program's own line" grep -qxF "to stderr" "$dir/sh.err"
   if one_line_about "$dir/sh.shim.err" "$var" "$value"; then
@@ -68,13 +68,14 @@ bad_case() {
   same "$label: client exit status" 0 "$rc"
   rc=0; wait_bg "$pid" 30 || rc=$?
   same "$label: server exit status" 0 "$rc"
-  for side in client "case$i-server"; do
-    local f=$dir/client.err
-    [[ $side != client ]] && f=$WORK/$side.err
+  local side f
+  for side in client server; do
+    f=$dir/client.err
+    [[ $side == server ]] && f=$WORK/case$i-server.err
     if one_line_about "$f" "$var" "$value"; then
-      ok "$label: ${side#case$i-}: exactly one stderr line naming variable and value"
+      ok "$label: $side: exactly one stderr line naming variable and value"
     else
-      not_ok "$label: ${side#case$i-}: exactly one stderr line naming variable and value; stderr was:"
+      not_ok "$label: $side: exactly one stderr line naming variable and value; stderr was:"
       sed 's/^/    /' "$f"
     fi
   done

@@ -2,9 +2,10 @@
 # t_iperf3: an unmodified iperf3 pair (server -s -1, client -n 200M -J) with
 # 1 stream, -P 4, -R and -P 4 -R; each variant without the shim and with both
 # ends under it on the whitelisted port (tracked, never upgraded). Both ways:
-# exit status 0, no "error" in either JSON, the sender reports exactly the
-# requested bytes (in total and spread over the streams), and in reverse mode
-# the client received exactly them. With the shim the trace shows the control
+# exit status 0, no "error" in either JSON, the sender reports the requested
+# bytes (exactly with one stream; with -P 4 iperf3 itself may overshoot by up
+# to 3 blocks), spread over all the streams, and in reverse mode the client
+# received exactly what was sent. With the shim the trace shows the control
 # connection and every data stream from both ends, agreeing on the 4-tuples.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_built
@@ -47,16 +48,24 @@ c, s = load(cf), load(sf)
 say("error" not in c, "client JSON has no error (%s)" % c.get("error", "-"))
 say("error" not in s, "server JSON has no error (%s)" % s.get("error", "-"))
 end = c.get("end", {})
-sent = end.get("sum_sent", {}).get("bytes")
-say(sent == want, "sum_sent.bytes = %d requested (got %s)" % (want, sent))
+sent = end.get("sum_sent", {}).get("bytes", -1)
+blk = c.get("start", {}).get("test_start", {}).get("blksize", 128 * 1024)
+# With -n and P streams, iperf3 itself may send up to one block per stream
+# beyond the limit (blocks already under way when the total crosses it);
+# with one stream it stops exactly.
+if streams == 1:
+    say(sent == want, "sum_sent.bytes = %d requested (got %s)" % (want, sent))
+else:
+    say(want <= sent <= want + streams * blk,
+        "sum_sent.bytes = %d requested, + at most %d blocks of %d (got %s)" % (want, streams, blk, sent))
 per = [st.get("sender", {}).get("bytes", 0) for st in end.get("streams", [])]
-say(len(per) == streams and sum(per) == want and all(b > 0 for b in per),
-    "%d streams, each sent > 0, summing to the request (%s)" % (streams, per))
+say(len(per) == streams and sum(per) == sent and all(b > 0 for b in per),
+    "%d streams, each sent > 0, summing to sum_sent (%s)" % (streams, per))
 got = end.get("sum_received", {}).get("bytes", 0)
 if reverse:
-    say(got == want, "reverse: client received exactly %d (got %s)" % (want, got))
+    say(got == sent, "reverse: the client received exactly what was sent, %s (got %s)" % (sent, got))
 else:
-    say(0 < got <= want, "receiver counted 0 < %s <= %d bytes" % (got, want))
+    say(0 < got <= sent, "receiver counted 0 < %s <= %s bytes" % (got, sent))
 PY
 }
 
@@ -78,7 +87,7 @@ srv, cli = tracks("server", port), tracks("client", port)
 check(len(srv) == 1 + streams, L + "server tracked control + %d streams (got %d)" % (streams, len(srv)))
 check(len(cli) == 1 + streams, L + "client tracked control + %d streams (got %d)" % (streams, len(cli)))
 check({conn_key(r) for r in srv} == {conn_key(r) for r in cli}, L + "both ends agree on the 4-tuples")
-check(all(r["reason"] == "tcp_only" and not r["eligible"] for r in srv + cli), L + "all eligible=false reason=tcp_only")
+check(all(decided(r) for r in srv + cli), L + "all " + DECISION)
 PY
 done
 

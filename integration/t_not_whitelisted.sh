@@ -1,7 +1,8 @@
 #!/bin/bash
 # t_not_whitelisted: the shim loaded at both ends, but RDMASHIM_PORTS names
 # another port. Nothing may be tracked: at debug level the only trace lines
-# are process.start (and the fork/exec notes of the server's own processes);
+# are process.start (plus the fork/exec notes of the server's own processes
+# and the per-process process.stats, which may count only not_whitelisted);
 # at trace level the skips are named with reason not_whitelisted; with
 # RDMASHIM_PORTS unset the shim is inert and writes no trace at all. The
 # client prints the same line as without the shim, in every case.
@@ -57,8 +58,12 @@ shape = ARGS[0]
 names = sorted({r["event"] for r in T})
 starts = events("process.start")
 check(len(starts) >= 2, shape + ": process.start from server and client (%d)" % len(starts))
-allowed = {"process.start", "process.fork", "process.exec"}
-check(set(names) <= allowed, shape + ": no event but process.start/fork/exec (got %s)" % names)
+allowed = {"process.start", "process.fork", "process.exec", "process.stats"}
+check(set(names) <= allowed, shape + ": no event but process.start/fork/exec/stats (got %s)" % names)
+# process.stats counts decisions by reason: only "not ours" ones may appear.
+bad = [r for r in events("process.stats")
+       if not set(r.get("reasons", {})) <= {"not_whitelisted", "not_tcp", "none"}]
+check(not bad, shape + ": process.stats counts no tracking decision (%s)" % [r.get("reasons") for r in bad])
 check(not events("conn.track") and not events("listen.track"), shape + ": no conn.track, no listen.track")
 check(not [r for r in T if "local" in r or "peer" in r], shape + ": no line names a socket")
 PY

@@ -80,7 +80,7 @@ check(len(srv) >= 2 * clients + 4, "server tracked >= %d accepted connections (g
 check(all(r["how"] == "accept" and r["pid"] == lis[0]["pid"] for r in srv), "all in the redis-server process, how=accept")
 check(len(cli) == len(srv), "every accepted connection also tracked by its client (%d vs %d)" % (len(cli), len(srv)))
 check({conn_key(r) for r in srv} == {conn_key(r) for r in cli}, "client and server tracks agree on the 4-tuples")
-check(all(r["reason"] == "tcp_only" and not r["eligible"] for r in srv + cli), "all eligible=false reason=tcp_only")
+check(all(decided(r) for r in srv + cli), "all " + DECISION)
 closes = [r for r in events("fd.close", role="server") if port_of(r["local"]) == port]
 # All but the one that sent SHUTDOWN: redis exits with that one still open.
 check(len(closes) >= len(srv) - 1, "redis-server traced fd.close for its connections (%d of %d)" % (len(closes), len(srv)))

@@ -84,7 +84,7 @@ srv, cli = tracks("server", port), tracks("client", port)
 check(len(srv) >= 3, "server tracked the 3 client connections (got %d)" % len(srv))
 check(len(cli) == len(srv), "each client tracked its connection too (%d vs %d)" % (len(cli), len(srv)))
 check({conn_key(r) for r in srv} == {conn_key(r) for r in cli}, "both ends agree on the 4-tuples")
-check(all(r["reason"] == "tcp_only" and not r["eligible"] for r in srv + cli), "all eligible=false reason=tcp_only")
+check(all(decided(r) for r in srv + cli), "all " + DECISION)
 PY
 
 finish

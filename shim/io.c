@@ -322,6 +322,9 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 				if (rc < 0)
 					break;
 			}
+			/* finish_rx_switch() returned 1 ("switched"), not a byte
+			 * count: it must not reach the return below. */
+			rc = 0;
 			continue;
 		}
 		struct shim_chan *ch = s->chan;
@@ -502,12 +505,10 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 	if (s->tcp_out_len)
 		shim_frames_flush(s, fd);
 	shim_upgrade_progress(s, fd);
-	if (!shim_io_switched(s)) {
+	if (!shim_io_switched(s) && !shim_upgrade_rx_pending(s)) {
 		pthread_mutex_unlock(&s->lock);
 		return -1;
 	}
-	if (s->rx_dir == SHIM_DIR_SWITCHING && finish_rx_switch(s, fd) < 0)
-		mask |= POLLERR;
 	/* While a direction is still on TCP (a moment, during the switch), the
 	 * kernel knows its readiness; once both moved, the rings know all. */
 	if (s->rx_dir != SHIM_DIR_CHAN || s->tx_dir != SHIM_DIR_CHAN) {
@@ -515,6 +516,16 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 			p.revents = 0;
 	} else {
 		p.revents = 0;
+	}
+	/* TCP readable while the peer may switch: the bytes may be its SWITCH
+	 * frame alone. Its offset was queued before the frame was written, so
+	 * looking at the rendezvous now (after the kernel answered) tells. */
+	if (s->rx_dir == SHIM_DIR_TCP && (p.revents & POLLIN) && shim_upgrade_rx_pending(s))
+		shim_upgrade_progress(s, fd);
+	if (s->rx_dir == SHIM_DIR_SWITCHING) {
+		p.revents &= (short)~POLLIN;
+		if (finish_rx_switch(s, fd) < 0)
+			mask |= POLLERR;
 	}
 	if (s->rx_dir == SHIM_DIR_TCP) {
 		mask |= p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR);

@@ -36,7 +36,8 @@ static unsigned live_socks;
 static const char *const role_names[] = { "listener", "client", "server", "epoll" };
 static const char *const state_names[] = { "listening", "connecting", "tcp", "closed" };
 static const char *const phase_names[] = { "idle", "c_listening", "c_connected", "c_switched",
-					   "s_retry", "s_offered", "done", "failed" };
+					   "s_retry", "s_offered", "done", "failed",
+					   "rdma" };
 
 const char *shim_phase_name(enum shim_phase phase)
 {

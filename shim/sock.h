@@ -49,6 +49,7 @@ enum shim_phase {
 	SHIM_PHASE_S_OFFERED,     /* S: OFFER sent, ACCEPT awaited */
 	SHIM_PHASE_DONE,          /* both switch offsets known */
 	SHIM_PHASE_FAILED,        /* stays on TCP; reason says why */
+	SHIM_PHASE_RDMA,          /* the RDMA handshake runs (s->rdma; rdma_setup.c) */
 };
 
 struct shim_chan;
@@ -96,6 +97,7 @@ struct shim_sock {
 	int rv_listen_fd, rv_fd;
 	unsigned long long deadline_ns, next_try_ns, retry_delay_ns;
 	pid_t io_pid; /* the process that started the upgrade */
+	void *rdma;   /* struct rdma_conn while the RDMA transport is in use */
 
 	struct shim_ep *ep; /* SHIM_ROLE_EPOLL only */
 	struct shim_sock *retired_next;

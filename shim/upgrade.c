@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "frames.h"
+#include "rdma.h"
 #include "real.h"
 #include "rendezvous.h"
 #include "shm.h"
@@ -41,6 +42,7 @@ void shim_upgrade_release(struct shim_sock *s)
 {
 	close_fd(&s->rv_listen_fd);
 	close_fd(&s->rv_fd);
+	shim_rdma_release(s);
 	if (s->chan) {
 		s->chan->ops->destroy(s->chan);
 		s->chan = NULL;
@@ -377,11 +379,25 @@ static void c_read_switch_at(struct shim_sock *s, int fd)
 
 static void start(struct shim_sock *s, int fd, unsigned long long now)
 {
+	bool same_host = peer_on_this_host(s);
+	enum shim_transport pick = SHIM_TRANSPORT_TCP;
+
+	/* The first configured transport that fits the peer: shm only on this
+	 * host, rdma anywhere (even here, when listed before shm). Both ends
+	 * see the same facts, so they pick the same one. */
+	for (unsigned i = 0; i < shim_cfg.n_transports && pick == SHIM_TRANSPORT_TCP; i++)
+		if (shim_cfg.transports[i] == SHIM_TRANSPORT_RDMA ||
+		    (shim_cfg.transports[i] == SHIM_TRANSPORT_SHM && same_host))
+			pick = shim_cfg.transports[i];
+	if (pick == SHIM_TRANSPORT_RDMA) {
+		shim_rdma_start(s, fd, now);
+		return;
+	}
 	if (!transport_wanted(SHIM_TRANSPORT_SHM)) {
 		shim_upgrade_fail(s, fd, SHIM_REASON_NO_TRANSPORT);
 		return;
 	}
-	if (!peer_on_this_host(s)) {
+	if (!same_host) {
 		shim_upgrade_fail(s, fd, SHIM_REASON_NOT_SAME_HOST);
 		return;
 	}
@@ -437,6 +453,9 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 		break;
 	case SHIM_PHASE_S_OFFERED:
 		s_read_accept(s, fd);
+		break;
+	case SHIM_PHASE_RDMA:
+		shim_rdma_progress(s, fd, now);
 		break;
 	case SHIM_PHASE_DONE:
 	case SHIM_PHASE_FAILED:

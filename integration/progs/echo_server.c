@@ -11,14 +11,18 @@
  * Shapes:
  *   epoll     one process, nonblocking sockets, edge-triggered epoll loop
  *   threads   one thread per connection, blocking I/O
- *   prefork   --workers processes all accept() on the inherited listener
+ *   prefork   --workers processes all accept() on the inherited listener;
+ *             READY comes once every worker has started
  *   forkconn  the parent accepts and forks a child per connection; the
  *             child does the I/O, the parent closes its copy at once
  *   exec      like forkconn, but the child execs "echo_server --serve-fd N"
  *
  * Prints "READY <port>" on stdout once listening. With --max-conns N it exits
- * 0 after N connections were served completely. --timeout (default 120 s)
- * bounds the whole run: nothing waits forever.
+ * after N connections were served: status 0 if every one ended cleanly, 1 if
+ * any read, write or shutdown failed (each failure is reported on stderr with
+ * the connection's byte counts: a peer that read everything and closed never
+ * makes any of them fail). --timeout (default 120 s) bounds the whole run:
+ * nothing waits forever.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -126,7 +130,8 @@ static int bound_port(int fd)
 	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
 }
 
-static int write_all(int fd, const char *buf, size_t len)
+/* Writes all of buf; returns 0, or -1 with errno set and *done what went out. */
+static int write_all(int fd, const char *buf, size_t len, unsigned long long *done)
 {
 	while (len > 0) {
 		ssize_t n = write(fd, buf, len);
@@ -138,6 +143,7 @@ static int write_all(int fd, const char *buf, size_t len)
 		}
 		buf += n;
 		len -= (size_t)n;
+		*done += (unsigned long long)n;
 	}
 	return 0;
 }
@@ -146,30 +152,47 @@ static int write_all(int fd, const char *buf, size_t len)
 static int serve_blocking(int fd)
 {
 	static __thread char buf[BUF_SIZE];
+	unsigned long long in = 0, out = 0;
+	ssize_t n = 0;
 	int rc = 0;
 
 	for (;;) {
-		ssize_t n = read(fd, buf, sizeof(buf));
+		n = read(fd, buf, sizeof(buf));
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
-			fprintf(stderr, "%s: read: %s\n", prog, strerror(errno));
+			fprintf(stderr, "%s: read: %s (fd %d, after %llu bytes in, %llu out)\n", prog,
+				strerror(errno), fd, in, out);
 			rc = -1;
 			break;
 		}
 		if (n == 0)
 			break;
-		if (write_all(fd, buf, (size_t)n) < 0) {
-			fprintf(stderr, "%s: write: %s\n", prog, strerror(errno));
+		in += (unsigned long long)n;
+		if (write_all(fd, buf, (size_t)n, &out) < 0) {
+			fprintf(stderr, "%s: write: %s (fd %d, after %llu bytes in, %llu out; "
+				"the last read gave %zd bytes, the first 0x%02x)\n", prog,
+				strerror(errno), fd, in, out, n, (unsigned char)buf[0]);
 			rc = -1;
 			break;
 		}
 	}
-	if (rc == 0 && shutdown(fd, SHUT_WR) < 0 && errno != ENOTCONN)
-		fprintf(stderr, "%s: shutdown: %s\n", prog, strerror(errno));
+	/* The peer read everything before it closed: shutdown can not fail. */
+	if (rc == 0 && shutdown(fd, SHUT_WR) < 0) {
+		fprintf(stderr, "%s: shutdown: %s (fd %d, after %llu bytes in, %llu out)\n", prog,
+			strerror(errno), fd, in, out);
+		rc = -1;
+	}
 	close(fd);
 	return rc;
+}
+
+/* "READY <port>": the listener accepts, and every process that will serve runs. */
+static void announce(int lfd)
+{
+	printf("READY %d\n", bound_port(lfd));
+	fflush(stdout);
 }
 
 static int accept_retry(int lfd)
@@ -190,6 +213,7 @@ struct econn {
 	int fd;
 	bool eof;
 	size_t off, len; /* pending echo bytes buf[off, len) */
+	unsigned long long in, out;
 	char buf[BUF_SIZE];
 };
 
@@ -208,10 +232,12 @@ static int econn_pump(struct econn *c)
 			if (n < 0 && errno == EAGAIN)
 				return 0; /* EPOLLOUT edge will call again */
 			if (n < 0) {
-				fprintf(stderr, "%s: send: %s\n", prog, strerror(errno));
+				fprintf(stderr, "%s: send: %s (fd %d, after %llu bytes in, %llu out)\n", prog,
+					strerror(errno), c->fd, c->in, c->out);
 				return -1;
 			}
 			c->off += (size_t)n;
+			c->out += (unsigned long long)n;
 		}
 		c->off = c->len = 0;
 		if (c->eof)
@@ -223,12 +249,14 @@ static int econn_pump(struct econn *c)
 		if (n < 0 && errno == EAGAIN)
 			return 0; /* EPOLLIN edge will call again */
 		if (n < 0) {
-			fprintf(stderr, "%s: recv: %s\n", prog, strerror(errno));
+			fprintf(stderr, "%s: recv: %s (fd %d, after %llu bytes in, %llu out)\n", prog,
+				strerror(errno), c->fd, c->in, c->out);
 			return -1;
 		}
 		if (n == 0)
 			c->eof = true;
 		c->len = (size_t)n;
+		c->in += (unsigned long long)n;
 	}
 }
 
@@ -286,8 +314,11 @@ static int run_epoll(int lfd, long max_conns)
 					if (r != 0) {
 						if (r < 0)
 							count_error();
-						if (r > 0 && shutdown(fd, SHUT_WR) < 0 && errno != ENOTCONN)
-							fprintf(stderr, "%s: shutdown: %s\n", prog, strerror(errno));
+						if (r > 0 && shutdown(fd, SHUT_WR) < 0) {
+							fprintf(stderr, "%s: shutdown: %s (fd %d, after %llu bytes in, %llu out)\n",
+								prog, strerror(errno), fd, c->in, c->out);
+							count_error();
+						}
 						epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
 						close(fd);
 						free(c);
@@ -301,8 +332,11 @@ static int run_epoll(int lfd, long max_conns)
 			if (r != 0) {
 				if (r < 0)
 					count_error();
-				if (r > 0 && shutdown(c->fd, SHUT_WR) < 0 && errno != ENOTCONN)
-					fprintf(stderr, "%s: shutdown: %s\n", prog, strerror(errno));
+				if (r > 0 && shutdown(c->fd, SHUT_WR) < 0) {
+					fprintf(stderr, "%s: shutdown: %s (fd %d, after %llu bytes in, %llu out)\n",
+						prog, strerror(errno), c->fd, c->in, c->out);
+					count_error();
+				}
 				epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
 				close(c->fd);
 				/* Later events of this batch may name c: forget them. */
@@ -408,6 +442,9 @@ static int run_prefork(int lfd, long max_conns, int nworkers)
 			if (getppid() != parent)
 				_exit(1);
 			close(done_pipe[0]);
+			/* Tell the parent this worker runs (see below). */
+			if (write(done_pipe[1], "R", 1) < 0)
+				_exit(1);
 			for (;;) {
 				int fd = accept_retry(lfd);
 				int rc = serve_blocking(fd);
@@ -419,6 +456,23 @@ static int run_prefork(int lfd, long max_conns, int nworkers)
 		workers[n_workers++] = pid;
 	}
 	close(done_pipe[1]);
+	/* READY only once every worker has started, so a worker that never gets
+	 * a connection still exists (and has been seen to run) before the first
+	 * client comes; each sends "R" first, then one byte per connection. */
+	for (int ready = 0; ready < nworkers;) {
+		char c;
+		ssize_t n = read(done_pipe[0], &c, 1);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0 || c != 'R') {
+			fprintf(stderr, "%s: a worker died before it was ready\n", prog);
+			kill_workers();
+			return 1;
+		}
+		ready++;
+	}
+	announce(lfd);
 	while (max_conns <= 0 || done < max_conns) {
 		char c;
 		ssize_t n = read(done_pipe[0], &c, 1);
@@ -543,8 +597,9 @@ int main(int argc, char **argv)
 	self_exe = exe;
 
 	lfd = make_listener(bind_addr, port);
-	printf("READY %d\n", bound_port(lfd));
-	fflush(stdout);
+	/* prefork announces itself once every worker runs (see run_prefork). */
+	if (strcmp(shape, "prefork") != 0)
+		announce(lfd);
 
 	if (!strcmp(shape, "epoll"))
 		rc = run_epoll(lfd, max_conns);

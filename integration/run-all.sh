@@ -1,0 +1,75 @@
+#!/bin/bash
+# run-all.sh: run the integration scenarios (integration/t_*.sh).
+#
+#   integration/run-all.sh [FILTER...]
+#
+# With FILTERs, only scenarios whose name contains one of them run. Each
+# scenario runs under `timeout 300`, one after the other; its full output goes
+# to build/integration-logs/<name>.log. Prints PASS / FAIL / SKIP per scenario
+# (a failing one with its "not ok" lines and the tail of its log), then the
+# wall time, and last one line "N passed, M failed" (", K skipped" when some
+# were skipped). Exit status 1 if any scenario failed (or none matched).
+set -u
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+LOG_DIR=$ROOT/build/integration-logs
+SCENARIO_TIMEOUT=${SCENARIO_TIMEOUT:-300}
+mkdir -p "$LOG_DIR"
+
+scenarios=()
+for t in "$ROOT"/integration/t_*.sh; do
+  [[ -e $t ]] || continue
+  name=$(basename "$t" .sh)
+  if (($# > 0)); then
+    keep=0
+    for f in "$@"; do
+      [[ $name == *"$f"* ]] && keep=1
+    done
+    ((keep)) || continue
+  fi
+  scenarios+=("$t")
+done
+
+if [[ ! -e $ROOT/build/lib/librdmashim.so ]]; then
+  echo "warning: build/lib/librdmashim.so is missing; run make first"
+fi
+
+passed=0 failed=0 skipped=0
+start=$EPOCHREALTIME
+for t in "${scenarios[@]}"; do
+  name=$(basename "$t" .sh)
+  log=$LOG_DIR/$name.log
+  t0=$EPOCHREALTIME
+  rc=0
+  timeout -k 30 "$SCENARIO_TIMEOUT" bash "$t" </dev/null >"$log" 2>&1 || rc=$?
+  secs=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+  case $rc in
+    0)
+      passed=$((passed + 1))
+      printf 'PASS  %-28s %6ss  %s\n' "$name" "$secs" "$(tail -n 1 "$log" | sed 's/^\[[^]]*\] //')"
+      ;;
+    77)
+      skipped=$((skipped + 1))
+      printf 'SKIP  %-28s %6ss  %s\n' "$name" "$secs" "$(grep -m1 '^SKIP:' "$log" | sed 's/^SKIP: //')"
+      ;;
+    *)
+      failed=$((failed + 1))
+      why="status $rc"
+      ((rc == 124 || rc == 137)) && why="timed out after ${SCENARIO_TIMEOUT}s"
+      printf 'FAIL  %-28s %6ss  %s (log: %s)\n' "$name" "$secs" "$why" "${log#"$ROOT"/}"
+      if grep -q '^not ok - ' "$log"; then
+        echo "      failed checks:"
+        grep -A3 '^not ok - ' "$log" | head -n 40 | sed 's/^/      | /'
+      fi
+      echo "      log tail:"
+      tail -n 25 "$log" | sed 's/^/      | /'
+      ;;
+  esac
+done
+total=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+
+echo "wall time ${total}s for ${#scenarios[@]} scenario(s); logs in ${LOG_DIR#"$ROOT"/}/"
+summary="$passed passed, $failed failed"
+((skipped > 0)) && summary+=", $skipped skipped"
+echo "$summary"
+((failed == 0 && ${#scenarios[@]} > 0))

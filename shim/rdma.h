@@ -1,0 +1,100 @@
+/*
+ * The RDMA transport: rdma_cm setup and handshake (rdma_setup.c) and the
+ * channel operations over RC queue pairs (rdma_chan.c).
+ *
+ * Entry points for upgrade.c, called with the sock's lock held; none blocks
+ * longer than one bounded wait for a completion the peer's HCA owes us.
+ */
+#ifndef RDMASHIM_RDMA_H
+#define RDMASHIM_RDMA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mrpool.h"
+#include "rdma_wire.h"
+#include "sock.h"
+#include "transport.h"
+
+/* Starts the upgrade over RDMA (phase SHIM_PHASE_RDMA) or fails it. */
+void shim_rdma_start(struct shim_sock *s, int fd, unsigned long long now);
+/* Advances it: rdma_cm events, the QP's completions. */
+void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now);
+/* Frees s->rdma (the channel, if installed, is s->chan's to destroy). */
+void shim_rdma_release(struct shim_sock *s);
+/* Whether this process sees a usable RDMA device (checked once). */
+bool shim_rdma_device_present(void);
+
+extern const struct shim_transport_ops shim_rdma_ops;
+
+/* ---- shared by rdma_setup.c and rdma_chan.c ---- */
+
+struct ibv_context;
+struct ibv_pd;
+struct ibv_cq;
+struct ibv_qp;
+struct rdma_cm_id;
+struct rdma_event_channel;
+
+enum rdma_step {
+	RDMA_C_LISTEN,    /* C: listener up, CONNECT_REQUEST awaited */
+	RDMA_C_ACCEPTED,  /* C: REP sent, ESTABLISHED awaited */
+	RDMA_S_ADDR,      /* S: address resolution */
+	RDMA_S_ROUTE,     /* S: route resolution */
+	RDMA_S_CONNECT,   /* S: REQ sent, CONNECT_RESPONSE awaited */
+	RDMA_S_RETRY,     /* S: nobody listened yet; resolve again later */
+	RDMA_CONNECTED,   /* both: QP in RTS; offsets being exchanged */
+};
+
+struct rdma_conn {
+	struct shim_chan chan; /* first: the channel is the conn */
+	enum rdma_step step;
+	struct rdma_event_channel *ec;
+	struct rdma_cm_id *listen_id, *id;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct shim_mr_slot slot;
+	struct shim_rdma_ctl *ctl;
+	uint8_t *rx_data, *tx_shadow;
+	uint32_t ring_bytes, mask;
+	uint32_t max_inline;
+	uint64_t remote_addr; /* the peer's control page */
+	uint32_t rkey;
+	unsigned long long step_deadline_ns;
+	bool breaker_probe; /* this attempt reports to the breaker */
+	bool established;   /* C: S is committed (ESTABLISHED or its SWITCH_AT) */
+	bool installed;     /* s->chan points here */
+	bool tx_decided;    /* our SWITCH_AT went out (or we stay on TCP) */
+	bool peer_at_known; /* the peer's SWITCH_AT arrived */
+	bool peer_no_switch;
+	uint64_t peer_at;
+	bool broken;        /* the QP failed: the channel carries nothing more */
+	bool done;          /* handshake over: CM events are the channel's now */
+	bool peer_disconnected;
+	bool torn_down;
+	/* Send queue accounting: WRs get sequence numbers 1, 2, ...; RC
+	 * completes them in order, so one signaled completion retires all
+	 * earlier ones. */
+	uint64_t posted, completed, last_signaled;
+	/* Cursors: ours live here, the peer's in ctl (written remotely). */
+	uint64_t tx_tail;
+	uint64_t rx_head, rx_head_sent;
+	struct shim_sock *sock; /* for traces only */
+	int fd;
+};
+
+/* rdma_chan.c */
+void shim_rdma_chan_init(struct rdma_conn *c);
+/* Reaps completions; records SWITCH_AT receives and failures. */
+void shim_rdma_reap(struct rdma_conn *c);
+/* Posts our SWITCH_AT and waits (bounded) for it; 0 or -errno. */
+int shim_rdma_send_switch_at(struct rdma_conn *c, uint64_t offset, bool no_switch);
+/* Releases every verbs/cm resource and the slot, then frees c. */
+void shim_rdma_teardown(struct rdma_conn *c);
+/* Moves the QP to ERR (traced), if there is one. */
+void shim_rdma_qp_error(struct rdma_conn *c);
+/* Posts the receive for the peer's SWITCH_AT. */
+int shim_rdma_post_recv(struct rdma_conn *c);
+
+#endif

@@ -1,0 +1,589 @@
+/*
+ * The RDMA transport's channel operations (transport.h contracts).
+ *
+ * Each direction is a byte ring in the consumer's registered memory. The
+ * producer copies the application's bytes into a staging copy of the ring
+ * (same offsets), RDMA-WRITEs them into the consumer's ring and then WRITEs
+ * the new tail into the consumer's control page. The consumer reads its
+ * local ring and WRITEs its head back into the producer's control page
+ * (credits), at least every eighth of the ring and whenever the producer
+ * asked for space.
+ *
+ * Ordering: one RC QP places WRITEs in the order they were posted (the IB
+ * ordering rules for RDMA WRITE on one QP, which rxe and mlx5 keep and FaRM
+ * and rsocket rely on too), so the tail never lands before the bytes it
+ * covers, and "closed" never before the last tail. The reader's acquire
+ * loads of those words pair with that placement order.
+ *
+ * Wake-ups without loss (Dekker with completions as fences): the consumer
+ * arms by WRITEing 1 into the producer's armed word and waiting for that
+ * WRITE's completion (the ACK means it is in the producer's memory), then
+ * re-checks its local tail. The producer, after the completion of its tail
+ * WRITE (the tail is in the consumer's memory), reads its local armed word
+ * and exchanges it to 0: a 1 means a bell. If the consumer's re-check missed
+ * the tail, the tail landed after the arm did, so the producer, reading
+ * after its tail landed, sees the arm. Space is the same with the roles
+ * swapped (wants_space lives in the consumer's memory, head is the cursor).
+ * That is why tx_should_bell waits for a completion: a bell must never
+ * overtake the bytes it announces.
+ *
+ * Selective signaling: data WRITEs go unsignaled; the tail WRITE of a send
+ * and every control WRITE we wait for are signaled, plus every 16th WR so the
+ * send queue can always be reaped. All calls run under the sock's lock except
+ * readable/writable/rx_eof/peer_rx_gone/space_lowat (busy polling in io.c),
+ * which only read memory.
+ */
+#include "rdma.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <endian.h>
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "trace.h"
+
+#define SQ_SIGNAL_EVERY 16
+#define SQ_LIMIT 48 /* outstanding WRs kept below this (SQ depth 64) */
+#define RECV_WR_ID UINT64_MAX
+/* Longest wait for a completion the peer's HCA owes us: an ACK is a round
+ * trip; far longer means the peer or the path is gone. */
+#define COMPLETION_WAIT_NS (2000ull * 1000 * 1000)
+
+static struct rdma_conn *conn_of(const struct shim_chan *ch)
+{
+	return (struct rdma_conn *)ch;
+}
+
+static unsigned long long mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+static void mark_broken(struct rdma_conn *c, const char *why, int detail)
+{
+	if (c->broken)
+		return;
+	c->broken = true;
+	SHIM_TRACE(SHIM_TRACE_WARN, "rdma.broken", c->fd, c->sock ? &c->sock->tuple : NULL, SHIM_REASON_INTERNAL_ERROR,
+		   "\"why\":\"%s\",\"detail\":%d", why, detail);
+}
+
+void shim_rdma_reap(struct rdma_conn *c)
+{
+	struct ibv_wc wc[16];
+	int n;
+
+	if (!c->cq)
+		return;
+	while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0) {
+		for (int i = 0; i < n; i++) {
+			if (wc[i].status != IBV_WC_SUCCESS) {
+				/* Flushes after we moved the QP to ERR are expected. */
+				if (!c->torn_down)
+					mark_broken(c, ibv_wc_status_str(wc[i].status), (int)wc[i].status);
+				if (wc[i].wr_id != RECV_WR_ID && wc[i].wr_id > c->completed)
+					c->completed = wc[i].wr_id;
+				continue;
+			}
+			if (wc[i].opcode == IBV_WC_RECV) {
+				struct shim_rdma_switch_at at;
+
+				memcpy(&at, c->ctl->recv_buf, sizeof(at));
+				if (wc[i].byte_len < sizeof(at) || be32toh(at.magic) != SHIM_RDMA_MAGIC ||
+				    at.type != SHIM_RDMA_SWITCH_AT) {
+					mark_broken(c, "bad_switch_at", (int)wc[i].byte_len);
+					continue;
+				}
+				c->peer_no_switch = be16toh(at.flags) & SHIM_RDMA_NO_SWITCH;
+				c->peer_at = be64toh(at.offset);
+				c->peer_at_known = true;
+				continue;
+			}
+			if (wc[i].wr_id > c->completed)
+				c->completed = wc[i].wr_id;
+		}
+	}
+	if (n < 0)
+		mark_broken(c, "poll_cq", n);
+}
+
+static bool drain_cm_events(struct rdma_conn *c);
+
+static bool cm_disconnected(struct rdma_conn *c)
+{
+	if (drain_cm_events(c))
+		c->peer_disconnected = true;
+	return c->peer_disconnected;
+}
+
+/* Spins on the CQ until WR seq completed. Bounded: a peer that stops
+ * answering breaks the channel instead of hanging the program. */
+static bool wait_seq(struct rdma_conn *c, uint64_t seq)
+{
+	unsigned long long deadline = 0;
+	unsigned spins = 0;
+
+	while (c->completed < seq && !c->broken) {
+		shim_rdma_reap(c);
+		if (c->completed >= seq)
+			break;
+		if (++spins % 256 == 0) {
+			unsigned long long now = mono_ns();
+
+			if (!deadline)
+				deadline = now + COMPLETION_WAIT_NS;
+			else if (now > deadline)
+				mark_broken(c, "completion_timeout", (int)(seq - c->completed));
+			/* Soft-RoCE completes in kernel context: on a small VM a
+			 * tight spin would hold the CPU the ACK needs. */
+			sched_yield();
+			/* A peer that closed sends a DREQ before it destroys its
+			 * QP: notice it instead of waiting for retries to run out. */
+			if (c->done && cm_disconnected(c))
+				mark_broken(c, "disconnected", 0);
+		}
+	}
+	return !c->broken;
+}
+
+/* Makes room for n more WRs in the send queue. */
+static bool sq_room(struct rdma_conn *c, unsigned n)
+{
+	if (c->posted - c->completed + n < SQ_LIMIT)
+		return true;
+	/* Every 16th WR is signaled, so the last signaled one retires all
+	 * but at most 15 of those outstanding. */
+	return wait_seq(c, c->last_signaled) && c->posted - c->completed + n < SQ_LIMIT;
+}
+
+/* Posts one RDMA WRITE of len bytes at local to the peer's remote_off.
+ * Returns the WR's sequence number, or 0 on failure. */
+static uint64_t post_write(struct rdma_conn *c, const void *local, uint32_t lkey, size_t len, uint64_t remote_off,
+			   bool signal)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)local, .length = (uint32_t)len, .lkey = lkey };
+	struct ibv_send_wr wr = { 0 }, *bad;
+	uint64_t seq;
+	int rc;
+
+	if (c->broken || !sq_room(c, 1))
+		return 0;
+	seq = c->posted + 1;
+	signal |= seq % SQ_SIGNAL_EVERY == 0;
+	wr.wr_id = seq;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.send_flags = (signal ? IBV_SEND_SIGNALED : 0) | (len <= c->max_inline ? IBV_SEND_INLINE : 0);
+	wr.wr.rdma.remote_addr = c->remote_addr + remote_off;
+	wr.wr.rdma.rkey = c->rkey;
+	rc = ibv_post_send(c->qp, &wr, &bad);
+	if (rc) {
+		mark_broken(c, "post_send", rc);
+		return 0;
+	}
+	c->posted = seq;
+	if (signal)
+		c->last_signaled = seq;
+	return seq;
+}
+
+/* WRITEs one 8-byte control word into the peer's control page. */
+static uint64_t post_word(struct rdma_conn *c, size_t ctl_off, uint64_t value, bool signal)
+{
+	/* Inline copies the value at post time; without inline the source
+	 * must be registered and stay put until the WR is done: one scratch
+	 * word per send-queue slot (SQ_LIMIT < SHIM_RDMA_SCRATCH_WORDS). */
+	uint64_t *src = &c->ctl->scratch[(c->posted + 1) % SHIM_RDMA_SCRATCH_WORDS];
+
+	*src = value;
+	return post_write(c, src, c->slot.lkey, sizeof(value), ctl_off, signal);
+}
+
+#define CTL_OFF(field) offsetof(struct shim_rdma_ctl, field)
+
+int shim_rdma_post_recv(struct rdma_conn *c)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)c->ctl->recv_buf,
+			       .length = sizeof(c->ctl->recv_buf),
+			       .lkey = c->slot.lkey };
+	struct ibv_recv_wr wr = { .wr_id = RECV_WR_ID, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+	return -ibv_post_recv(c->qp, &wr, &bad);
+}
+
+int shim_rdma_send_switch_at(struct rdma_conn *c, uint64_t offset, bool no_switch)
+{
+	struct shim_rdma_switch_at at = {
+		.magic = htobe32(SHIM_RDMA_MAGIC),
+		.version = SHIM_RDMA_VERSION,
+		.type = SHIM_RDMA_SWITCH_AT,
+		.flags = htobe16(no_switch ? SHIM_RDMA_NO_SWITCH : 0),
+		.offset = htobe64(offset),
+	};
+	struct ibv_sge sge = { .addr = (uintptr_t)c->ctl->send_buf, .length = sizeof(at), .lkey = c->slot.lkey };
+	struct ibv_send_wr wr = { 0 }, *bad;
+	int rc;
+
+	if (c->broken || !sq_room(c, 1))
+		return -EIO;
+	memcpy(c->ctl->send_buf, &at, sizeof(at));
+	wr.wr_id = c->posted + 1;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_SEND;
+	wr.send_flags = IBV_SEND_SIGNALED | (sizeof(at) <= c->max_inline ? IBV_SEND_INLINE : 0);
+	rc = ibv_post_send(c->qp, &wr, &bad);
+	if (rc) {
+		mark_broken(c, "post_send", rc);
+		return -rc;
+	}
+	c->posted = c->last_signaled = wr.wr_id;
+	/* The completion is the peer's ACK: its receive is done (and its CQE
+	 * written) before our SWITCH frame can go on TCP. */
+	return wait_seq(c, wr.wr_id) ? 0 : -EIO;
+}
+
+/* ---- producer side ---- */
+
+static uint64_t load_acq(const uint64_t *p)
+{
+	/* Acquire: pairs with the in-order placement of the peer's WRITEs
+	 * (data before tail, tail before closed; see the top of the file). */
+	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+static size_t rdma_writable(const struct shim_chan *ch)
+{
+	const struct rdma_conn *c = conn_of(ch);
+
+	if (c->broken)
+		return 0;
+	return c->ring_bytes - (size_t)(c->tx_tail - load_acq(&c->ctl->tx_head));
+}
+
+static size_t rdma_send(struct shim_chan *ch, const struct iovec *iov, int iovcnt, size_t skip)
+{
+	struct rdma_conn *c = conn_of(ch);
+	size_t space, done = 0;
+	uint64_t tail = c->tx_tail;
+
+	shim_rdma_reap(c);
+	space = rdma_writable(ch);
+	for (int i = 0; i < iovcnt && done < space; i++) {
+		size_t len = iov[i].iov_len, off, first;
+		const uint8_t *base = iov[i].iov_base;
+
+		if (skip >= len) {
+			skip -= len;
+			continue;
+		}
+		base += skip;
+		len -= skip;
+		skip = 0;
+		if (len > space - done)
+			len = space - done;
+		off = (size_t)((tail + done) & c->mask);
+		first = c->ring_bytes - off < len ? c->ring_bytes - off : len;
+		memcpy(c->tx_shadow + off, base, first);
+		memcpy(c->tx_shadow, base + first, len - first);
+		done += len;
+	}
+	if (!done)
+		return 0;
+	/* The staging copy has the same offsets as the peer's ring: at most
+	 * two WRITEs (the wrap), then the tail. */
+	size_t off = (size_t)(tail & c->mask), first = c->ring_bytes - off < done ? c->ring_bytes - off : done;
+
+	if (!sq_room(c, 3) ||
+	    !post_write(c, c->tx_shadow + off, c->slot.lkey, first, SHIM_RDMA_CTL_BYTES + off, false) ||
+	    (done > first &&
+	     !post_write(c, c->tx_shadow, c->slot.lkey, done - first, SHIM_RDMA_CTL_BYTES, false))) {
+		/* Nothing was promised to the program yet: report no progress;
+		 * the broken channel shows as EPIPE (peer_rx_gone). */
+		return 0;
+	}
+	c->tx_tail = tail + done;
+	if (!post_word(c, CTL_OFF(rx_tail), c->tx_tail, true))
+		return done; /* broken now: the next call sees EPIPE */
+	return done;
+}
+
+static bool rdma_tx_should_bell(struct shim_chan *ch)
+{
+	struct rdma_conn *c = conn_of(ch);
+
+	/* Fence: our tail (or closed) WRITE is in the consumer's memory before
+	 * we read the armed word; pairs with the consumer's wait for its arm
+	 * WRITE in rdma_rx_arm(). */
+	if (!wait_seq(c, c->last_signaled))
+		return false;
+	if (!load_acq(&c->ctl->tx_consumer_armed))
+		return false;
+	/* Exchange: one armed wait gets one bell, not one per send. */
+	return __atomic_exchange_n(&c->ctl->tx_consumer_armed, 0, __ATOMIC_ACQ_REL) != 0;
+}
+
+static size_t rdma_space_lowat(const struct shim_chan *ch)
+{
+	return conn_of(ch)->ring_bytes / 4;
+}
+
+static bool rdma_peer_rx_gone(const struct shim_chan *ch)
+{
+	const struct rdma_conn *c = conn_of(ch);
+
+	return c->broken || load_acq(&c->ctl->tx_consumer_closed) != 0;
+}
+
+static bool rdma_tx_arm(struct shim_chan *ch)
+{
+	struct rdma_conn *c = conn_of(ch);
+	uint64_t seq = post_word(c, CTL_OFF(rx_wants_space), 1, true);
+
+	/* Fence: our wants_space is in the consumer's memory before we look at
+	 * head again; pairs with the wait for the head WRITE in
+	 * rdma_rx_should_bell(). */
+	if (!seq || !wait_seq(c, seq))
+		return false;
+	return rdma_writable(ch) < rdma_space_lowat(ch) && !rdma_peer_rx_gone(ch);
+}
+
+/* We can not tell whether the consumer took the arm (its word lives over
+ * there): clear it and say "not taken". A bell that was on its way anyway
+ * is drained as a stray one, which the frame layer allows. */
+static bool rdma_tx_disarm(struct shim_chan *ch)
+{
+	struct rdma_conn *c = conn_of(ch);
+
+	post_word(c, CTL_OFF(rx_wants_space), 0, false);
+	return true;
+}
+
+static void rdma_shutdown_tx(struct shim_chan *ch)
+{
+	struct rdma_conn *c = conn_of(ch);
+
+	/* After the last tail on the same QP, so it lands after it; signaled
+	 * so that tx_should_bell waits for it before looking at armed. */
+	post_word(c, CTL_OFF(rx_closed), 1, true);
+}
+
+/* ---- consumer side ---- */
+
+static size_t rdma_readable(const struct shim_chan *ch)
+{
+	const struct rdma_conn *c = conn_of(ch);
+
+	return (size_t)(load_acq(&c->ctl->rx_tail) - c->rx_head);
+}
+
+static size_t rdma_recv(struct shim_chan *ch, const struct iovec *iov, int iovcnt, bool peek)
+{
+	struct rdma_conn *c = conn_of(ch);
+	size_t avail = rdma_readable(ch), done = 0;
+
+	for (int i = 0; i < iovcnt && done < avail; i++) {
+		size_t n = iov[i].iov_len, off, first;
+
+		if (n > avail - done)
+			n = avail - done;
+		off = (size_t)((c->rx_head + done) & c->mask);
+		first = c->ring_bytes - off < n ? c->ring_bytes - off : n;
+		memcpy(iov[i].iov_base, c->rx_data + off, first);
+		memcpy((uint8_t *)iov[i].iov_base + first, c->rx_data, n - first);
+		done += n;
+	}
+	if (!peek)
+		c->rx_head += done;
+	return done;
+}
+
+static bool rdma_rx_eof(const struct shim_chan *ch)
+{
+	const struct rdma_conn *c = conn_of(ch);
+
+	/* closed lands after the last tail (same QP): acquire it first. */
+	return (load_acq(&c->ctl->rx_closed) || c->broken) && rdma_readable(ch) == 0;
+}
+
+/* Sends our head to the producer and waits until it is there. */
+static bool flush_head(struct rdma_conn *c)
+{
+	uint64_t seq = post_word(c, CTL_OFF(tx_head), c->rx_head, true);
+
+	if (!seq)
+		return false;
+	c->rx_head_sent = c->rx_head;
+	return wait_seq(c, seq);
+}
+
+static bool rdma_rx_should_bell(struct shim_chan *ch)
+{
+	struct rdma_conn *c = conn_of(ch);
+	bool wants = load_acq(&c->ctl->rx_wants_space) != 0;
+
+	/*
+	 * Credits go back at least every eighth of the ring, so the producer's
+	 * view lags ours by less than that: with our ring empty it sees more
+	 * than its low-water mark free and never waits on us while we sleep.
+	 */
+	if (!wants && c->rx_head - c->rx_head_sent < c->ring_bytes / 8)
+		return false;
+	/* Fence: the head is in the producer's memory before we read
+	 * wants_space (again); pairs with the wait in rdma_tx_arm(). */
+	if (!flush_head(c))
+		return false;
+	if (!load_acq(&c->ctl->rx_wants_space))
+		return false;
+	/* Wake it only for room worth writing into; a later read looks again. */
+	if (c->ring_bytes - rdma_readable(ch) < rdma_space_lowat(ch))
+		return false;
+	return __atomic_exchange_n(&c->ctl->rx_wants_space, 0, __ATOMIC_ACQ_REL) != 0;
+}
+
+static bool rdma_rx_arm(struct shim_chan *ch)
+{
+	struct rdma_conn *c = conn_of(ch);
+	uint64_t seq;
+
+	if (c->rx_head != c->rx_head_sent)
+		post_word(c, CTL_OFF(tx_head), c->rx_head_sent = c->rx_head, false);
+	seq = post_word(c, CTL_OFF(tx_consumer_armed), 1, true);
+	/* Fence: the arm is in the producer's memory before we re-check the
+	 * tail; pairs with the wait in rdma_tx_should_bell(). */
+	if (!seq || !wait_seq(c, seq))
+		return false;
+	return !rdma_readable(ch) && !load_acq(&c->ctl->rx_closed);
+}
+
+static bool rdma_rx_disarm(struct shim_chan *ch)
+{
+	struct rdma_conn *c = conn_of(ch);
+
+	post_word(c, CTL_OFF(tx_consumer_armed), 0, false);
+	return true; /* see rdma_tx_disarm() */
+}
+
+static void rdma_shutdown_rx(struct shim_chan *ch)
+{
+	struct rdma_conn *c = conn_of(ch);
+
+	post_word(c, CTL_OFF(tx_consumer_closed), 1, true);
+}
+
+static void rdma_destroy(struct shim_chan *ch)
+{
+	shim_rdma_teardown(conn_of(ch));
+}
+
+void shim_rdma_qp_error(struct rdma_conn *c)
+{
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+	int rc;
+
+	if (!c->qp)
+		return;
+	rc = ibv_modify_qp(c->qp, &attr, IBV_QP_STATE);
+	SHIM_TRACE(SHIM_TRACE_DEBUG, "qp.state", c->fd, c->sock ? &c->sock->tuple : NULL, SHIM_REASON_NONE,
+		   "\"qp\":%u,\"state\":\"err\",\"rc\":%d", c->qp->qp_num, rc);
+}
+
+/* Acks what the event channel holds; true if the peer disconnected. */
+static bool drain_cm_events(struct rdma_conn *c)
+{
+	struct rdma_cm_event *ev;
+	bool gone = false;
+
+	/* rdma_destroy_id waits for every event of the id we were handed to
+	 * be acked: ack what is queued (the channel is nonblocking). */
+	while (c->ec && rdma_get_cm_event(c->ec, &ev) == 0) {
+		struct rdma_cm_id *child = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST ? ev->id : NULL;
+
+		gone |= ev->event == RDMA_CM_EVENT_DISCONNECTED || ev->event == RDMA_CM_EVENT_TIMEWAIT_EXIT;
+		rdma_ack_cm_event(ev);
+		if (child) {
+			rdma_reject(child, NULL, 0);
+			rdma_destroy_id(child);
+		}
+	}
+	return gone;
+}
+
+/* How long close waits for its "closed" WRITEs: a courtesy (TCP's FIN tells
+ * the peer too), so a short bound; a peer that is gone must not stall a
+ * single-threaded server once per connection. */
+#define TEARDOWN_WAIT_NS (20ull * 1000 * 1000)
+
+void shim_rdma_teardown(struct rdma_conn *c)
+{
+	bool peer_gone = drain_cm_events(c) || c->peer_disconnected;
+
+	if (c->qp && c->remote_addr && c->installed && !c->broken && !peer_gone) {
+		/* The peer sees both directions closed, as with shm. */
+		post_word(c, CTL_OFF(rx_closed), 1, false);
+		uint64_t seq = post_word(c, CTL_OFF(tx_consumer_closed), 1, true);
+		unsigned long long end = mono_ns() + TEARDOWN_WAIT_NS;
+
+		while (seq && c->completed < seq && !c->broken && mono_ns() < end) {
+			shim_rdma_reap(c);
+			sched_yield();
+		}
+	}
+	c->torn_down = true;
+	if (c->id && c->installed && !peer_gone)
+		rdma_disconnect(c->id);
+	shim_rdma_qp_error(c);
+	shim_rdma_reap(c);
+	if (c->qp)
+		ibv_destroy_qp(c->qp);
+	if (c->cq)
+		ibv_destroy_cq(c->cq);
+	drain_cm_events(c);
+	if (c->id)
+		rdma_destroy_id(c->id);
+	if (c->listen_id)
+		rdma_destroy_id(c->listen_id);
+	if (c->ec)
+		rdma_destroy_event_channel(c->ec);
+	shim_mrpool_put(&c->slot);
+	free(c);
+}
+
+void shim_rdma_chan_init(struct rdma_conn *c)
+{
+	c->chan.ops = &shim_rdma_ops;
+	c->chan.priv = c;
+	c->ctl = c->slot.addr;
+	c->rx_data = (uint8_t *)c->slot.addr + SHIM_RDMA_CTL_BYTES;
+	c->tx_shadow = c->rx_data + c->ring_bytes;
+	c->mask = c->ring_bytes - 1;
+}
+
+const struct shim_transport_ops shim_rdma_ops = {
+	.kind = SHIM_TRANSPORT_RDMA,
+	.send = rdma_send,
+	.recv = rdma_recv,
+	.readable = rdma_readable,
+	.writable = rdma_writable,
+	.space_lowat = rdma_space_lowat,
+	.rx_eof = rdma_rx_eof,
+	.peer_rx_gone = rdma_peer_rx_gone,
+	.tx_should_bell = rdma_tx_should_bell,
+	.rx_should_bell = rdma_rx_should_bell,
+	.rx_arm = rdma_rx_arm,
+	.rx_disarm = rdma_rx_disarm,
+	.tx_arm = rdma_tx_arm,
+	.tx_disarm = rdma_tx_disarm,
+	.shutdown_tx = rdma_shutdown_tx,
+	.shutdown_rx = rdma_shutdown_rx,
+	.destroy = rdma_destroy,
+};
