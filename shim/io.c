@@ -350,6 +350,9 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		if (rc < 0)
 			break;
 	}
+	SHIM_TRACE(SHIM_TRACE_TRACE, "io.recv", fd, NULL, SHIM_REASON_NONE,
+		   "\"want\":%zu,\"got\":%zu,\"rc\":%d,\"flags\":%d,\"rx\":%d,\"tcp\":%llu",
+		   want, got, rc, flags, s->rx_dir, (unsigned long long)s->rx_tcp_bytes);
 	pthread_mutex_unlock(&s->lock);
 	return got ? (ssize_t)got : rc;
 }
@@ -424,6 +427,9 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		if (rc < 0)
 			break;
 	} while (done < total && !(nonblock && done));
+	SHIM_TRACE(SHIM_TRACE_TRACE, "io.send", fd, NULL, SHIM_REASON_NONE,
+		   "\"total\":%zu,\"done\":%zu,\"rc\":%d,\"flags\":%d,\"tx\":%d,\"tcp\":%llu", total, done,
+		   rc, flags, s->tx_dir, (unsigned long long)s->tx_tcp_bytes);
 	pthread_mutex_unlock(&s->lock);
 	return done ? (ssize_t)done : rc;
 }

@@ -43,7 +43,7 @@ sockperf_pp() { # MODE -> median usec
 	run "$1" timeout 60 sockperf sr --tcp -i 127.0.0.1 -p "$P" >/dev/null 2>&1 &
 	local srv=$!
 	sleep 0.5
-	run "$1" timeout 60 sockperf ping-pong --tcp -i 127.0.0.1 -p "$P" -t "$SECS" -m 64 2>&1 |
+	run "$1" timeout 60 sockperf ping-pong --tcp -i 127.0.0.1 -p "$P" -t "$SECS" -m 64 --mps 20000000 2>&1 |
 		sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p'
 	kill $srv 2>/dev/null; wait $srv 2>/dev/null
 }
