@@ -15,6 +15,7 @@
  * EPOLLONESHOT is honoured.
  */
 #include <errno.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -317,8 +318,10 @@ int shim_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long lo
 			*rc = theirs < 0 ? theirs : mine + theirs;
 			return 1;
 		}
-		if (shim_now_ns() < spin_end)
+		if (shim_now_ns() < spin_end) {
+			sched_yield(); /* the peer may share our core */
 			continue;
+		}
 		pthread_mutex_lock(&ep->lock);
 		bool short_sleep = false, sleep = arm_all(ep, false, &short_sleep);
 		int slice = shim_wait_slice_ms(deadline);

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -136,6 +137,10 @@ static bool spin_for(struct shim_sock *s, bool (*cond)(const struct shim_sock *)
 			hit = cond(s);
 			__builtin_ia32_pause();
 		}
+		/* The peer may share our core (more runnable threads than
+		 * cores): let it run, or the spin only burns its time. */
+		if (!hit)
+			sched_yield();
 	} while (!hit && shim_now_ns() < end);
 	pthread_mutex_lock(&s->lock);
 	return hit;

@@ -54,10 +54,12 @@
 #include "trace.h"
 #include "upgrade.h"
 
-/* 4.096 us * 2^14 = 67 ms per try, 8 tries: a dead peer shows as a failed
- * completion in about half a second. rdma_cm's default on RoCE comes from
- * the path's packet lifetime and was about a second per try on rxe. */
-#define ACK_TIMEOUT 14
+/* 4.096 us * 2^16 = 268 ms per try, 8 tries: a dead peer shows as a failed
+ * completion in about two seconds (a peer that closed is seen at once, by
+ * its DREQ). rdma_cm's default on RoCE comes from the path's packet
+ * lifetime and was about a second per try on rxe; shorter tries than these
+ * gave up under QEMU TCG load, where a VM can stall for 100 ms. */
+#define ACK_TIMEOUT 16
 #define SQ_DEPTH 64
 #define CQ_DEPTH (SQ_DEPTH + 8)
 #define WANT_INLINE 64
@@ -527,9 +529,14 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 			c_connect_request(s, fd, c, ev->id, ev->pdata, ev->plen);
 		return;
 	case RDMA_C_ACCEPTED:
-		if (e == RDMA_CM_EVENT_ESTABLISHED)
+		if (e == RDMA_CM_EVENT_ESTABLISHED) {
 			c->established = true;
-		else if (!c->peer_at_known)
+			return;
+		}
+		/* S's SWITCH_AT completes (its CQE is ours) before S can close
+		 * and send the DREQ: look at the CQ once more before giving up. */
+		shim_rdma_reap(c);
+		if (!c->peer_at_known)
 			rdma_fail(s, fd, reason_of(e));
 		return;
 	case RDMA_S_ADDR:

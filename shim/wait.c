@@ -9,6 +9,7 @@
 #include "wait.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,8 +151,10 @@ int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const 
 			rc = theirs < 0 ? theirs : mine + theirs;
 			break;
 		}
-		if (shim_now_ns() < spin_end)
+		if (shim_now_ns() < spin_end) {
+			sched_yield(); /* the peer may share our core */
 			continue;
+		}
 		/* Arm every switched fd, then look once more before sleeping. */
 		int armed_stack[WAIT_STACK_FDS], *armed = nfds > WAIT_STACK_FDS ? (int *)tmp : armed_stack;
 		bool sleep = true;
