@@ -249,6 +249,19 @@ static int translate(struct shim_ep *ep, struct epoll_event *ev, int n)
 	return kept;
 }
 
+int shim_epoll_fixup(int epfd, struct epoll_event *events, int n)
+{
+	struct shim_ep *ep = ep_of(epfd);
+
+	if (!ep || n <= 0)
+		return n;
+	pthread_once(&tag_once, make_tag);
+	pthread_mutex_lock(&ep->lock);
+	n = translate(ep, events, n);
+	pthread_mutex_unlock(&ep->lock);
+	return n;
+}
+
 static int kernel_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *sigmask)
 {
 	int n = sigmask ? REAL(epoll_pwait)(epfd, ev, max, timeout_ms, sigmask)

@@ -85,6 +85,14 @@ SHIM_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 	return (int)shim_ret(shim_epoll_ctl(epfd, op, fd, event));
 }
 
+/* The set may have gained an intercepted fd while the kernel waited. */
+static inline int kernel_epoll_result(int epfd, struct epoll_event *events, int n)
+{
+	if (likely(n <= 0 || !shim_fd_get(epfd)))
+		return n;
+	return shim_epoll_fixup(epfd, events, n);
+}
+
 /* One dispatch for the whole epoll_wait family. */
 static int epoll_dispatch(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
 			  const sigset_t *sigmask, int *handled)
@@ -102,7 +110,9 @@ SHIM_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, 
 {
 	int handled, rc = epoll_dispatch(epfd, events, maxevents, ms_ns(timeout), NULL, &handled);
 
-	return handled ? rc : REAL(epoll_wait)(epfd, events, maxevents, timeout);
+	if (handled)
+		return rc;
+	return kernel_epoll_result(epfd, events, REAL(epoll_wait)(epfd, events, maxevents, timeout));
 }
 
 SHIM_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int timeout,
@@ -110,7 +120,9 @@ SHIM_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxevents,
 {
 	int handled, rc = epoll_dispatch(epfd, events, maxevents, ms_ns(timeout), sigmask, &handled);
 
-	return handled ? rc : REAL(epoll_pwait)(epfd, events, maxevents, timeout, sigmask);
+	if (handled)
+		return rc;
+	return kernel_epoll_result(epfd, events, REAL(epoll_pwait)(epfd, events, maxevents, timeout, sigmask));
 }
 
 SHIM_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
@@ -118,7 +130,9 @@ SHIM_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents
 {
 	int handled, rc = epoll_dispatch(epfd, events, maxevents, timespec_ns(timeout), sigmask, &handled);
 
-	return handled ? rc : REAL(epoll_pwait2)(epfd, events, maxevents, timeout, sigmask);
+	if (handled)
+		return rc;
+	return kernel_epoll_result(epfd, events, REAL(epoll_pwait2)(epfd, events, maxevents, timeout, sigmask));
 }
 
 SHIM_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdslen)

@@ -16,6 +16,7 @@
 #include <sys/ioctl.h>
 #include <time.h>
 
+#include "fdtable.h"
 #include "frames.h"
 #include "real.h"
 #include "stats.h"
@@ -119,7 +120,18 @@ static int sleep_on_tcp(struct shim_sock *s, int fd, short events, long long dea
 	rc = rc < 0 ? -errno : 0;
 	pthread_mutex_lock(&s->lock);
 	s->sleepers--;
+	/* The program closed the fd while we slept: carry on with our own
+	 * copy if close() made one (io_fd), else end as on a closed socket. */
+	if (fd != s->tcp_keep && s->tcp_keep < 0 && shim_fd_get_acquire(fd) != s)
+		return -EBADF;
 	return rc == -EINTR ? -EINTR : 0;
+}
+
+/* The fd to use for TCP: the program's, or ours after it closed its own
+ * while a call was in progress (see shim_sock_on_close). */
+static inline int io_fd(const struct shim_sock *s, int fd)
+{
+	return s->tcp_keep >= 0 ? s->tcp_keep : fd;
 }
 
 /* Busy-polls cond for RDMASHIM_SPIN_US without the lock. */
@@ -177,7 +189,7 @@ static int wait_rx(struct shim_sock *s, int fd, long long deadline)
 	if (ch->ops->rx_arm(ch))
 		rc = sleep_on_tcp(s, fd, POLLIN, deadline);
 	note_disarm(s, !ch->ops->rx_disarm(ch));
-	shim_frames_drain(s, fd);
+	shim_frames_drain(s, io_fd(s, fd));
 	return rc;
 }
 
@@ -202,7 +214,7 @@ static int wait_tx(struct shim_sock *s, int fd, long long deadline)
 	}
 	note_disarm(s, !ch->ops->tx_disarm(ch));
 	if (s->rx_dir == SHIM_DIR_CHAN)
-		shim_frames_drain(s, fd);
+		shim_frames_drain(s, io_fd(s, fd));
 	return rc;
 }
 
@@ -283,6 +295,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	ssize_t n;
 	int rc = 0;
 
+	shim_sock_hold(s);
 	pthread_mutex_lock(&s->lock);
 	nonblock |= s->nonblocking;
 	deadline = deadline_after(s->rcv_timeout_ms);
@@ -290,6 +303,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		struct iovec win[IO_MAX_IOV];
 		int wincnt = iov_window(iov, iovcnt, got, (size_t)-1, win);
 
+		fd = io_fd(s, fd);
 		if (s->tcp_out_len)
 			shim_frames_flush(s, fd);
 		shim_upgrade_progress(s, fd);
@@ -359,6 +373,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		   "\"want\":%zu,\"got\":%zu,\"rc\":%d,\"flags\":%d,\"rx\":%d,\"tcp\":%llu",
 		   want, got, rc, flags, s->rx_dir, (unsigned long long)s->rx_tcp_bytes);
 	pthread_mutex_unlock(&s->lock);
+	shim_sock_release(s);
 	return got ? (ssize_t)got : rc;
 }
 
@@ -369,10 +384,12 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	long long deadline;
 	int rc = 0;
 
+	shim_sock_hold(s);
 	pthread_mutex_lock(&s->lock);
 	nonblock |= s->nonblocking;
 	deadline = deadline_after(s->snd_timeout_ms);
 	do {
+		fd = io_fd(s, fd);
 		if (s->tcp_out_len)
 			shim_frames_flush(s, fd);
 		shim_upgrade_progress(s, fd);
@@ -436,6 +453,7 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		   "\"total\":%zu,\"done\":%zu,\"rc\":%d,\"flags\":%d,\"tx\":%d,\"tcp\":%llu", total, done,
 		   rc, flags, s->tx_dir, (unsigned long long)s->tx_tcp_bytes);
 	pthread_mutex_unlock(&s->lock);
+	shim_sock_release(s);
 	return done ? (ssize_t)done : rc;
 }
 
@@ -444,7 +462,9 @@ int shim_io_bytes_readable(struct shim_sock *s, int fd, int *out)
 	int rc = 0;
 
 	pthread_mutex_lock(&s->lock);
-	if (s->rx_dir == SHIM_DIR_CHAN) {
+	if (s->closed) {
+		rc = -EBADF;
+	} else if (s->rx_dir == SHIM_DIR_CHAN) {
 		size_t n = s->chan->ops->readable(s->chan);
 
 		*out = n > 0x7fffffff ? 0x7fffffff : (int)n;
@@ -468,6 +488,10 @@ int shim_io_shutdown(struct shim_sock *s, int fd, int how)
 	if (!rd && !wr)
 		return -EINVAL;
 	pthread_mutex_lock(&s->lock);
+	if (s->closed) {
+		pthread_mutex_unlock(&s->lock);
+		return -EBADF;
+	}
 	/* A direction still on TCP is shut in the kernel, as without the shim.
 	 * A switched one is shut in the channel: TCP stays open both ways,
 	 * since it carries the bells of the other direction. */
@@ -500,7 +524,7 @@ bool shim_io_switched(const struct shim_sock *s)
 void shim_io_drain_bells(struct shim_sock *s, int fd)
 {
 	pthread_mutex_lock(&s->lock);
-	if (s->rx_dir == SHIM_DIR_CHAN)
+	if (s->rx_dir == SHIM_DIR_CHAN && !s->closed)
 		shim_frames_drain(s, fd);
 	pthread_mutex_unlock(&s->lock);
 }
@@ -513,6 +537,11 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 	if (!__atomic_load_n(&s->intercept, __ATOMIC_RELAXED))
 		return -1;
 	pthread_mutex_lock(&s->lock);
+	if (s->closed) {
+		/* Closed by another thread since the caller looked it up. */
+		pthread_mutex_unlock(&s->lock);
+		return POLLNVAL;
+	}
 	if (s->tcp_out_len)
 		shim_frames_flush(s, fd);
 	shim_upgrade_progress(s, fd);
@@ -568,6 +597,11 @@ int shim_io_arm(struct shim_sock *s, int fd, short events)
 
 	(void)fd;
 	pthread_mutex_lock(&s->lock);
+	if (s->closed) {
+		pthread_mutex_unlock(&s->lock);
+		return SHIM_ARM_READY;
+	}
+	armed |= SHIM_ARM_COUNTED;
 	if (++s->sleepers > 1)
 		s->shared_sleep = true;
 	if (s->shared_sleep)
@@ -589,6 +623,10 @@ int shim_io_arm(struct shim_sock *s, int fd, short events)
 void shim_io_disarm(struct shim_sock *s, int fd, int armed)
 {
 	pthread_mutex_lock(&s->lock);
+	if (s->closed || !(armed & SHIM_ARM_COUNTED)) {
+		pthread_mutex_unlock(&s->lock);
+		return;
+	}
 	s->sleepers--;
 	if (armed & SHIM_ARMED_RX)
 		note_disarm(s, !s->chan->ops->rx_disarm(s->chan));

@@ -34,7 +34,8 @@ void shim_io_drain_bells(struct shim_sock *s, int fd);
 #define SHIM_ARMED_RX 1
 #define SHIM_ARMED_TX 2
 #define SHIM_ARM_READY 4
-#define SHIM_ARM_SHORT 8 /* sleep at most a millisecond (see io.c) */
+#define SHIM_ARM_SHORT 8    /* sleep at most a millisecond (see io.c) */
+#define SHIM_ARM_COUNTED 16 /* counted as a sleeper: disarm must follow */
 int shim_io_arm(struct shim_sock *s, int fd, short events);
 void shim_io_disarm(struct shim_sock *s, int fd, int armed);
 /* The fd's switched directions make TCP readable only for frames: true

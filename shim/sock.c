@@ -96,6 +96,7 @@ static void sock_put(struct shim_sock *sock)
 {
 	if (sock && __atomic_sub_fetch(&sock->refs, 1, __ATOMIC_ACQ_REL) == 0) {
 		pthread_mutex_lock(&sock->lock);
+		sock->closed = true;
 		shim_upgrade_release(sock);
 		pthread_mutex_unlock(&sock->lock);
 		if (sock->ep) {
@@ -104,6 +105,16 @@ static void sock_put(struct shim_sock *sock)
 		}
 		sock_retire(sock);
 	}
+}
+
+void shim_sock_hold(struct shim_sock *sock)
+{
+	__atomic_add_fetch(&sock->refs, 1, __ATOMIC_RELAXED);
+}
+
+void shim_sock_release(struct shim_sock *sock)
+{
+	sock_put(sock);
 }
 
 static struct shim_sock *sock_new(enum shim_role role, enum shim_sock_state state,
@@ -120,6 +131,7 @@ static struct shim_sock *sock_new(enum shim_role role, enum shim_sock_state stat
 	sock->owner_pid = getpid();
 	sock->rv_listen_fd = -1;
 	sock->rv_fd = -1;
+	sock->tcp_keep = -1;
 	sock->rcv_timeout_ms = -1;
 	sock->snd_timeout_ms = -1;
 	pthread_mutex_init(&sock->lock, NULL);
@@ -290,6 +302,12 @@ void shim_sock_on_close(int fd)
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "fd.close", fd, &sock->tuple, SHIM_REASON_NONE,
 		   "\"role\":\"%s\",\"fds_left\":%d", shim_role_name(sock->role),
 		   __atomic_load_n(&sock->refs, __ATOMIC_RELAXED) - 1);
+	/* A thread still sleeps in a call on it: as with the kernel, that call
+	 * goes on with the socket. Keep the file open for it (io.c). */
+	pthread_mutex_lock(&sock->lock);
+	if (sock->sleepers && sock->chan && sock->tcp_keep < 0)
+		sock->tcp_keep = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 0);
+	pthread_mutex_unlock(&sock->lock);
 	sock_put(sock);
 }
 

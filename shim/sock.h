@@ -75,6 +75,9 @@ struct shim_sock {
 	bool rd_shut, wr_shut;
 	bool rx_tcp_eof;
 	bool peer_gone_told; /* a write after the peer closed was taken (io.c) */
+	bool closed;         /* the last reference went: channel released */
+	int tcp_keep;        /* our dup of the socket, made when the program closed
+			      * its last fd while a thread slept on it (-1: none) */
 	bool app_nodelay; /* TCP_NODELAY as the program set it */
 	int rcv_timeout_ms, snd_timeout_ms; /* SO_RCVTIMEO/SO_SNDTIMEO; -1: none */
 	enum shim_dir tx_dir, rx_dir;
@@ -103,6 +106,14 @@ struct shim_sock {
 	struct shim_sock *retired_next;
 	unsigned long long retired_at_ns;
 };
+
+/*
+ * References: one per fd in the table, plus one per data call in progress
+ * (io.c), so that a thread sleeping in recv keeps the channel mapped while
+ * another thread closes the fd. The last one releases the channel.
+ */
+void shim_sock_hold(struct shim_sock *sock);
+void shim_sock_release(struct shim_sock *sock);
 
 const char *shim_role_name(enum shim_role role);
 const char *shim_phase_name(enum shim_phase phase);

@@ -42,6 +42,7 @@ void shim_upgrade_release(struct shim_sock *s)
 {
 	close_fd(&s->rv_listen_fd);
 	close_fd(&s->rv_fd);
+	close_fd(&s->tcp_keep);
 	shim_rdma_release(s);
 	if (s->chan) {
 		s->chan->ops->destroy(s->chan);

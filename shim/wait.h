@@ -24,11 +24,14 @@ int shim_wait_select(int nfds, fd_set *r, fd_set *w, fd_set *e, long long *timeo
 
 /* epoll (epoll.c). */
 int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event);
-/* Returns -ENOENT... no: returns 1 and fills *rc when it handled the wait,
- * 0 when the kernel's epoll_wait is exact for this epfd. */
+/* Returns 1 and fills *rc when it handled the wait, 0 when the kernel's
+ * epoll_wait is exact for this epfd. */
 int shim_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
 		    const sigset_t *sigmask, int *rc);
 void shim_epoll_forget_fd(int fd);
+/* A kernel epoll_wait that began before the set held an intercepted fd may
+ * return one of its tagged events: map them to the program's data. */
+int shim_epoll_fixup(int epfd, struct epoll_event *events, int n);
 
 /* Milliseconds for a real wait: the time left, at most one slice. */
 int shim_wait_slice_ms(long long deadline_ns);

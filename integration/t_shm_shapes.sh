@@ -1,0 +1,231 @@
+#!/bin/bash
+# t_shm_shapes: every echo_server shape (epoll, threads, prefork, forkconn,
+# exec) against echo_client (blocking and --nonblock connect, with and
+# without half-close, several connections at once), both ends under the shim
+# with RDMASHIM_TRANSPORTS=shm. Each case runs once without the shim as the
+# baseline; with the shim the client must print the very same line (every
+# byte of every connection is checked by the client), the server must exit 0
+# with an empty stderr, and the trace must show:
+#   epoll, threads   upgrade.done (upgraded, transport shm) for every
+#                    connection at both ends, the server's in its one process
+#   prefork          the same, the server's in the worker processes
+#   forkconn         the same, the server's in the forked child that does the
+#                    I/O (not in the acceptor)
+#   exec             either upgraded in the exec'd program, or the connection
+#                    stays on TCP; the data must be exact either way
+# and no upgrade.fail for the shapes that must upgrade.
+# Last, two deterministic cases (one process holds both ends, under the shim;
+# the same script without the shim is the baseline):
+#   eof after switch   the client switches its direction to the ring right
+#                      after its last TCP byte and closes; the server's next
+#                      read must be EOF (b""), not a byte (the echo shapes hit
+#                      this only now and then)
+#   close under a sleeping reader   one thread sleeps in recv() on an
+#                      upgraded connection while another closes that socket
+#                      (as sockperf does at exit); the peer then writes. As
+#                      without the shim, the process must survive and the
+#                      reader get the bytes.
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+need_built "$PROGS/echo_server" "$PROGS/echo_client"
+need_cmd python3
+
+CONNS=${SHAPES_CONNS:-6}
+# 16 MiB per connection: enough that the client is still writing when the
+# handshake completes (with 2 MiB a half-closing client may shut its write side
+# first, and then the shim rightly keeps the connection on TCP: "shutdown").
+BYTES=${SHAPES_BYTES:-16M}
+CASE=0
+
+# run_case SHAPE [CLIENT-FLAG...]
+run_case() {
+  local shape=$1
+  shift
+  local flags=("$@") label port dir base got pid rc t0 t1
+  CASE=$((CASE + 1))
+  label="#$CASE $shape ${flags[*]:-blocking}"
+  dir=$WORK/case$CASE
+  mkdir -p "$dir"
+  port=$(free_port) || { not_ok "$label: no free port"; return; }
+  local srv=("$PROGS/echo_server" --shape "$shape" --bind 127.0.0.1 --port "$port" --max-conns "$CONNS"
+             --timeout 60)
+  local cli=("$PROGS/echo_client" --host 127.0.0.1 --port "$port" --bytes "$BYTES" --conns "$CONNS"
+             --seed "$CASE" --timeout 50 "${flags[@]}")
+
+  start_bg "case$CASE-plain-server" plain "${srv[@]}"
+  pid=$BG_PID
+  if ! wait_ready "case$CASE-plain-server" >/dev/null; then
+    not_ok "$label: server (no shim) ready"
+    stop_bg "$pid"
+    return
+  fi
+  base=$(no_shim "${cli[@]}" 2>&1)
+  rc=0; wait_bg "$pid" 30 || rc=$?
+  if [[ $base != OK* || $rc -ne 0 ]]; then
+    not_ok "$label: baseline without shim: client '$base', server status $rc"
+    return
+  fi
+
+  local vars=(RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_TRACE=debug
+              "RDMASHIM_TRACE_FILE=$dir/trace.%p.jsonl")
+  start_bg "case$CASE-shim-server" shim "${vars[@]}" "${srv[@]}"
+  pid=$BG_PID
+  if ! wait_ready "case$CASE-shim-server" >/dev/null; then
+    not_ok "$label: server (shim) ready"
+    stop_bg "$pid"
+    return
+  fi
+  t0=$(date +%s%N)
+  got=$(with_shim "${vars[@]}" "${cli[@]}" 2>"$dir/client.err")
+  t1=$(date +%s%N)
+  rc=0; wait_bg "$pid" 30 || rc=$?
+  log "$label: $got ($(( (t1 - t0) / 1000000 )) ms with the shim)"
+  same "$label: client output with shim = without" "$base" "$got"
+  check "$label: server exit status 0 under shim (got $rc)" test "$rc" -eq 0
+  check "$label: nothing on client stderr" test ! -s "$dir/client.err"
+  if [[ -s $WORK/case$CASE-shim-server.err ]]; then
+    not_ok "$label: nothing on server stderr"
+    head -n 5 "$WORK/case$CASE-shim-server.err" | sed 's/^/    /'
+  else
+    ok "$label: nothing on server stderr"
+  fi
+
+  trace_py "$dir" "$label" "$shape" "$port" "$CONNS" <<'PY'
+label, shape, port, conns = ARGS[0], ARGS[1], int(ARGS[2]), int(ARGS[3])
+L = label + ": "
+lis = events("listen.track")
+parent = lis[0]["pid"] if lis else None
+srv = [r for r in tracks("server", port) if r["how"] == "accept"]
+cli = [r for r in tracks("client", port) if r["how"] == "connect"]
+keys = {conn_key(r) for r in cli}
+check(len(srv) == conns and len(cli) == conns and {conn_key(r) for r in srv} == keys,
+      L + "%d connections tracked at both ends (server %d, client %d)" % (conns, len(srv), len(cli)))
+done = events("upgrade.done", reason="upgraded", transport="shm")
+dsrv = [r for r in done if r.get("role") == "server"]
+dcli = [r for r in done if r.get("role") == "client"]
+fails = events("upgrade.fail")
+kids = {r["pid"] for r in events("process.fork", parent=parent)}
+print("    upgrade.done: server %d, client %d; upgrade.fail %d %s" % (
+    len(dsrv), len(dcli), len(fails), sorted({r.get("reason") for r in fails})))
+if shape in ("epoll", "threads", "prefork", "forkconn"):
+    check(len(dsrv) == conns and {conn_key(r) for r in dsrv} == keys,
+          L + "upgrade.done transport=shm at the server for every connection (%d)" % len(dsrv))
+    check(len(dcli) == conns and {conn_key(r) for r in dcli} == keys,
+          L + "upgrade.done transport=shm at the client for every connection (%d)" % len(dcli))
+    check(not fails, L + "no upgrade.fail (%s)" % [(r.get("role"), r.get("reason")) for r in fails][:4])
+    if shape in ("epoll", "threads"):
+        check(all(r["pid"] == parent for r in dsrv), L + "server upgrades in the server process")
+    elif shape == "prefork":
+        check(kids and all(r["pid"] in kids for r in dsrv), L + "server upgrades in the worker processes")
+    else:
+        check(all(r["pid"] == parent for r in srv), L + "accepts traced in the acceptor")
+        check(len(kids) == conns and all(r["pid"] in kids for r in dsrv)
+              and len({r["pid"] for r in dsrv}) == conns,
+              L + "each server-side upgrade.done is in the forked child doing the I/O (one per child)")
+else:  # exec: upgraded in the exec'd program, or stays TCP
+    inh = [r for r in tracks("server", port) if r["how"] == "inherited"]
+    check(len(inh) == conns and {r["pid"] for r in inh} <= kids,
+          L + "each exec'd child adopted its connection (%d conn.track how=inherited)" % len(inh))
+    check(all(r["pid"] in kids for r in dsrv),
+          L + "any server-side upgrade.done is in an exec'd child, not the acceptor")
+    up = {conn_key(r) for r in dsrv}
+    check(up == {conn_key(r) for r in dcli}, L + "the two ends agree on which connections upgraded (%d)" % len(up))
+    print("    exec: %d of %d connections upgraded in the exec'd program, %d stayed on TCP" % (
+        len(up), conns, conns - len(up)))
+PY
+}
+
+for shape in epoll threads prefork forkconn exec; do
+  run_case "$shape"
+  run_case "$shape" --nonblock
+  run_case "$shape" --half-close
+  run_case "$shape" --nonblock --half-close
+done
+
+# The EOF right after an rx switch.
+eof_case() {
+  local port dir out base
+  dir=$WORK/eof
+  mkdir -p "$dir"
+  cat >"$dir/eof.py" <<'PYEOF'
+import socket, sys, time
+port = int(sys.argv[1])
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", port))
+l.listen(1)
+c = socket.create_connection(("127.0.0.1", port))
+s, _ = l.accept()
+c.sendall(b"hello")                   # on TCP: the server has not offered yet
+first = s.recv(100)                   # the server offers, reads b"hello"
+time.sleep(0.05)
+try:
+    c.recv(100, socket.MSG_DONTWAIT)  # the client takes the offer, switches its tx
+except BlockingIOError:
+    pass
+c.close()
+time.sleep(0.05)
+then = s.recv(100)
+print("first=%r then=%r" % (first, then))
+PYEOF
+  port=$(free_port)
+  base=$(no_shim "$PYTHON" "$dir/eof.py" "$port" 2>&1)
+  port=$(free_port)
+  out=$(with_shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_TRACE=debug \
+        "RDMASHIM_TRACE_FILE=$dir/trace.%p.jsonl" "$PYTHON" "$dir/eof.py" "$port" 2>&1)
+  same "eof after switch: baseline reads EOF" "first=b'hello' then=b''" "$base"
+  same "eof after switch: with the shim the read after the switch frame is EOF, no phantom byte" "$base" "$out"
+  trace_py "$dir" <<'PY'
+check(len(events("rx.switch")) == 1, "eof after switch: the server did switch its rx (rx.switch traced)")
+PY
+}
+eof_case
+
+close_case() {
+  local port dir out base rc=0 brc=0
+  dir=$WORK/close
+  mkdir -p "$dir"
+  cat >"$dir/close.py" <<'PYEOF'
+import os, socket, sys, threading, time
+port = int(sys.argv[1])
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", port))
+l.listen(1)
+c = socket.create_connection(("127.0.0.1", port))
+s, _ = l.accept()
+for i in range(20):                 # a few round trips: both ends upgrade
+    c.sendall(b"ping")
+    assert s.recv(4) == b"ping"
+    s.sendall(b"pong")
+    assert c.recv(4) == b"pong"
+def reader():
+    try:
+        print("reader got %r" % c.recv(100), flush=True)
+    except OSError as e:
+        print("reader: %s" % e, flush=True)
+t = threading.Thread(target=reader, daemon=True)
+t.start()
+time.sleep(0.3)                     # the reader sleeps in recv now
+os.close(c.detach())                # close the fd under it
+time.sleep(0.5)                     # its sleep slice runs out
+s.sendall(b"late")
+time.sleep(0.3)
+print("survived", flush=True)
+PYEOF
+  port=$(free_port)
+  base=$(no_shim "$PYTHON" "$dir/close.py" "$port" 2>&1) || brc=$?
+  port=$(free_port)
+  out=$(with_shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_TRACE=info \
+        "RDMASHIM_TRACE_FILE=$dir/trace.%p.jsonl" "$PYTHON" "$dir/close.py" "$port" 2>&1) || rc=$?
+  same "close under a sleeping reader: baseline" "reader got b'late'
+survived (status 0)" "$base (status $brc)"
+  same "close under a sleeping reader: with the shim the process survives as without it" \
+    "$base (status $brc)" "$out (status $rc)"
+  trace_py "$dir" <<'PY'
+done = events("upgrade.done")
+check(len(done) == 2, "close under a sleeping reader: the connection was upgraded at both ends (%d upgrade.done)" % len(done))
+PY
+}
+close_case
+
+finish
