@@ -1,7 +1,9 @@
 /* The rendezvous socket; see rendezvous.h. */
 #include "rendezvous.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -85,6 +87,38 @@ int shim_rv_connect(const struct shim_endpoint *client, const struct shim_endpoi
 	return fd;
 }
 
+/*
+ * The user check alone would let any process of the owner's user take the
+ * connection over; the peer must also hold the TCP socket itself. Reading
+ * another process's fd table needs ptrace-read rights: a peer we may not
+ * look at passes only if it is root (who could take the socket anyway).
+ */
+static int process_holds_socket(pid_t pid, uid_t uid, ino_t inode)
+{
+	char path[64];
+	struct dirent *de;
+	DIR *dir;
+	int rc = -EPERM;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	dir = opendir(path);
+	if (!dir)
+		return errno == EACCES && uid == 0 ? 0 : -EPERM;
+	while ((de = readdir(dir)) != NULL) {
+		struct stat st;
+
+		if (de->d_name[0] == '.')
+			continue;
+		if (fstatat(dirfd(dir), de->d_name, &st, 0) == 0 && S_ISSOCK(st.st_mode) &&
+		    st.st_ino == inode) {
+			rc = 0;
+			break;
+		}
+	}
+	closedir(dir);
+	return rc;
+}
+
 int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
 			const struct shim_endpoint *peer_remote)
 {
@@ -99,7 +133,9 @@ int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
 	rc = shim_diag_tcp_owner(peer_local, peer_remote, &owner, &inode);
 	if (rc < 0)
 		return rc;
-	return cred.uid == owner ? 0 : -EPERM;
+	if (cred.uid != owner)
+		return -EPERM;
+	return process_holds_socket(cred.pid, cred.uid, inode);
 }
 
 int shim_rv_send(int rv_fd, const void *msg, size_t len, int pass_fd)

@@ -22,8 +22,10 @@ int shim_rv_connect(const struct shim_endpoint *client, const struct shim_endpoi
 
 /*
  * Checks that the process at the other end of rv_fd runs as the user that
- * owns the TCP socket bound to peer_local and connected to peer_remote.
- * Returns 0, or -EPERM on a mismatch (a spoofing attempt), or -errno.
+ * owns the TCP socket bound to peer_local and connected to peer_remote, and
+ * holds that very socket (its inode, as sock_diag reports it, is among the
+ * process's open files). Returns 0, or -EPERM on a mismatch (a spoofing
+ * attempt), or -errno.
  */
 int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
 			const struct shim_endpoint *peer_remote);
