@@ -69,64 +69,54 @@ SHIM_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 
 /*
  * The variadic execl* forms: collect the arguments into an argv on the stack
- * (alloca-free, bounded like glibc's own), then call the vector form.
+ * (bounded like glibc's own), then call the vector form. The collecting is a
+ * macro because a va_list can not be handed on and used again portably.
  */
 #define SHIM_EXECL_MAX_ARGS 4096
 
-#define COLLECT_ARGS(ap, first, argv, n, ok)                                    \
+#define COLLECT_ARGS(first, last_named, argv, ok, after)                        \
 	do {                                                                    \
+		va_list ap;                                                     \
+		int n = 1;                                                      \
+		va_start(ap, last_named);                                       \
 		(argv)[0] = (char *)(first);                                    \
-		(n) = 1;                                                        \
 		(ok) = 1;                                                       \
-		while ((argv)[(n) - 1] != NULL) {                               \
-			if ((n) == SHIM_EXECL_MAX_ARGS) {                       \
+		while ((argv)[n - 1] != NULL) {                                 \
+			if (n == SHIM_EXECL_MAX_ARGS) {                         \
 				(ok) = 0;                                       \
 				break;                                          \
 			}                                                       \
-			(argv)[(n)++] = va_arg(ap, char *);                     \
+			(argv)[n++] = va_arg(ap, char *);                       \
 		}                                                               \
+		after;                                                          \
+		va_end(ap);                                                     \
 	} while (0)
 
 SHIM_EXPORT int execl(const char *path, const char *arg, ...)
 {
 	char *argv[SHIM_EXECL_MAX_ARGS];
-	va_list ap;
-	int n, ok;
+	int ok;
 
-	va_start(ap, arg);
-	COLLECT_ARGS(ap, arg, argv, n, ok);
-	va_end(ap);
-	if (!ok)
-		return (int)shim_ret(-E2BIG);
-	return execv(path, argv);
+	COLLECT_ARGS(arg, arg, argv, ok, (void)0);
+	return ok ? execv(path, argv) : (int)shim_ret(-E2BIG);
 }
 
 SHIM_EXPORT int execlp(const char *file, const char *arg, ...)
 {
 	char *argv[SHIM_EXECL_MAX_ARGS];
-	va_list ap;
-	int n, ok;
+	int ok;
 
-	va_start(ap, arg);
-	COLLECT_ARGS(ap, arg, argv, n, ok);
-	va_end(ap);
-	if (!ok)
-		return (int)shim_ret(-E2BIG);
-	return execvp(file, argv);
+	COLLECT_ARGS(arg, arg, argv, ok, (void)0);
+	return ok ? execvp(file, argv) : (int)shim_ret(-E2BIG);
 }
 
 SHIM_EXPORT int execle(const char *path, const char *arg, ...)
 {
 	char *argv[SHIM_EXECL_MAX_ARGS];
-	char *const *envp;
-	va_list ap;
-	int n, ok;
+	char *const *envp = NULL;
+	int ok;
 
-	va_start(ap, arg);
-	COLLECT_ARGS(ap, arg, argv, n, ok);
-	envp = ok ? va_arg(ap, char *const *) : NULL;
-	va_end(ap);
-	if (!ok)
-		return (int)shim_ret(-E2BIG);
-	return execve(path, argv, envp);
+	/* envp follows the NULL that ends the arguments. */
+	COLLECT_ARGS(arg, arg, argv, ok, envp = ok ? va_arg(ap, char *const *) : NULL);
+	return ok ? execve(path, argv, envp) : (int)shim_ret(-E2BIG);
 }
