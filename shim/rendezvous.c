@@ -1,7 +1,6 @@
 /* The rendezvous socket; see rendezvous.h. */
 #include "rendezvous.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <sys/stat.h>
 #include <stdio.h>
@@ -89,38 +88,26 @@ int shim_rv_connect(const struct shim_endpoint *client, const struct shim_endpoi
 
 /*
  * The user check alone would let any process of the owner's user take the
- * connection over; the peer must also hold the TCP socket itself. Reading
- * another process's fd table needs ptrace-read rights: a peer we may not
- * look at passes only if it is root (who could take the socket anyway).
+ * connection over: the peer must also hold the TCP socket itself. It names
+ * the fd it holds it under; a wrong number simply fails the check. Reading
+ * another process's fds needs ptrace-read rights: a peer we may not look at
+ * passes only if it is root (who could take the socket anyway).
  */
-static int process_holds_socket(pid_t pid, uid_t uid, ino_t inode)
+static int process_holds_socket(pid_t pid, uid_t uid, int fd, ino_t inode)
 {
 	char path[64];
-	struct dirent *de;
-	DIR *dir;
-	int rc = -EPERM;
+	struct stat st;
 
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	dir = opendir(path);
-	if (!dir)
+	if (fd < 0)
+		return -EPERM;
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, fd);
+	if (stat(path, &st) < 0)
 		return errno == EACCES && uid == 0 ? 0 : -EPERM;
-	while ((de = readdir(dir)) != NULL) {
-		struct stat st;
-
-		if (de->d_name[0] == '.')
-			continue;
-		if (fstatat(dirfd(dir), de->d_name, &st, 0) == 0 && S_ISSOCK(st.st_mode) &&
-		    st.st_ino == inode) {
-			rc = 0;
-			break;
-		}
-	}
-	closedir(dir);
-	return rc;
+	return S_ISSOCK(st.st_mode) && st.st_ino == inode ? 0 : -EPERM;
 }
 
 int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
-			const struct shim_endpoint *peer_remote)
+			const struct shim_endpoint *peer_remote, int peer_tcp_fd)
 {
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
@@ -135,7 +122,9 @@ int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
 		return rc;
 	if (cred.uid != owner)
 		return -EPERM;
-	return process_holds_socket(cred.pid, cred.uid, inode);
+	if (peer_tcp_fd == SHIM_RV_USER_ONLY)
+		return 0;
+	return process_holds_socket(cred.pid, cred.uid, peer_tcp_fd, inode);
 }
 
 int shim_rv_send(int rv_fd, const void *msg, size_t len, int pass_fd)

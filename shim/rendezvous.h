@@ -22,13 +22,15 @@ int shim_rv_connect(const struct shim_endpoint *client, const struct shim_endpoi
 
 /*
  * Checks that the process at the other end of rv_fd runs as the user that
- * owns the TCP socket bound to peer_local and connected to peer_remote, and
- * holds that very socket (its inode, as sock_diag reports it, is among the
- * process's open files). Returns 0, or -EPERM on a mismatch (a spoofing
- * attempt), or -errno.
+ * owns the TCP socket bound to peer_local and connected to peer_remote and,
+ * unless peer_tcp_fd is SHIM_RV_USER_ONLY, that its fd peer_tcp_fd is that
+ * very socket (same inode as sock_diag reports). The user check comes first,
+ * before the peer has said anything; the socket check once it named its fd.
+ * Returns 0, or -EPERM on a mismatch (a spoofing attempt), or -errno.
  */
+#define SHIM_RV_USER_ONLY (-2)
 int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
-			const struct shim_endpoint *peer_remote);
+			const struct shim_endpoint *peer_remote, int peer_tcp_fd);
 
 /* One message out, with an optional fd (-1: none). Nonblocking. */
 int shim_rv_send(int rv_fd, const void *msg, size_t len, int pass_fd);

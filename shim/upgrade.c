@@ -169,7 +169,7 @@ static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 	s->rv_fd = rv;
 	/* The listener must belong to the user who owns C's end of the TCP
 	 * connection; anything else is a squatter on the name. */
-	rc = shim_rv_verify_peer(rv, client_ep(s), server_ep(s));
+	rc = shim_rv_verify_peer(rv, client_ep(s), server_ep(s), SHIM_RV_USER_ONLY);
 	if (rc < 0) {
 		SHIM_TRACE(SHIM_TRACE_WARN, "rv.refused", fd, &s->tuple, SHIM_REASON_VERIFY_FAILED,
 			   "\"side\":\"server\",\"errno\":%d", -rc);
@@ -179,6 +179,7 @@ static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 	memset(&offer, 0, sizeof(offer));
 	shim_msg_init(&offer.hdr, SHIM_MSG_OFFER, sizeof(offer));
 	offer.ring_bytes = ring_bytes();
+	offer.tcp_fd = fd;
 	if (new_nonce(s->rx_nonce) < 0) {
 		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
 		return;
@@ -213,10 +214,17 @@ static void s_read_accept(struct shim_sock *s, int fd)
 	if (shim_msg_check(&msg, (size_t)n) != SHIM_MSG_ACCEPT || memfd < 0) {
 		if (memfd >= 0)
 			REAL(close)(memfd);
-		/* C may have switched already: nothing it sends can be trusted,
-		 * and its bytes on the ring would be lost. Make that visible. */
-		REAL(shutdown)(fd, SHUT_RDWR);
+		/* Our C never sends this: the peer is not it, and the real C,
+		 * which could not get the rendezvous, stays on TCP as we do. */
 		shim_upgrade_fail(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
+		return;
+	}
+	rc = shim_rv_verify_peer(s->rv_fd, client_ep(s), server_ep(s), msg.accept.tcp_fd);
+	if (rc < 0) {
+		REAL(close)(memfd);
+		SHIM_TRACE(SHIM_TRACE_WARN, "rv.refused", fd, &s->tuple, SHIM_REASON_VERIFY_FAILED,
+			   "\"side\":\"server\",\"errno\":%d", -rc);
+		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
 		return;
 	}
 	rc = shim_shm_attach(memfd, msg.accept.ring_bytes, &chan);
@@ -280,7 +288,7 @@ static void c_accept(struct shim_sock *s, int fd, unsigned long long now)
 			shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
 			return;
 		}
-		rc = shim_rv_verify_peer(rv, server_ep(s), client_ep(s));
+		rc = shim_rv_verify_peer(rv, server_ep(s), client_ep(s), SHIM_RV_USER_ONLY);
 		if (rc == 0) {
 			s->rv_fd = rv;
 			close_fd(&s->rv_listen_fd);
@@ -325,6 +333,13 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 		shim_upgrade_fail(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
 		return;
 	}
+	rc = shim_rv_verify_peer(s->rv_fd, server_ep(s), client_ep(s), msg.offer.tcp_fd);
+	if (rc < 0) {
+		SHIM_TRACE(SHIM_TRACE_WARN, "rv.refused", fd, &s->tuple, SHIM_REASON_VERIFY_FAILED,
+			   "\"side\":\"client\",\"errno\":%d", -rc);
+		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
+		return;
+	}
 	rc = shim_shm_create(ring_bytes(), &chan, &memfd);
 	if (rc < 0) {
 		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);
@@ -332,6 +347,7 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 	}
 	memset(&accept, 0, sizeof(accept));
 	shim_msg_init(&accept.hdr, SHIM_MSG_ACCEPT, sizeof(accept));
+	accept.tcp_fd = fd;
 	accept.switch_offset = s->tx_tcp_bytes;
 	accept.ring_bytes = ring_bytes();
 	memcpy(s->tx_nonce, msg.offer.nonce, SHIM_NONCE_LEN);

@@ -41,7 +41,7 @@ struct shim_msg_offer {
 	struct shim_msg_hdr hdr;
 	uint8_t nonce[SHIM_NONCE_LEN]; /* C writes it back in-band at its switch */
 	uint32_t ring_bytes;           /* S's preferred ring size per direction */
-	uint32_t reserved;
+	int32_t tcp_fd;                /* S's fd of the TCP socket, for C to check */
 };
 _Static_assert(sizeof(struct shim_msg_offer) == 40, "offer is 40 bytes");
 
@@ -51,7 +51,7 @@ struct shim_msg_accept {
 	uint8_t nonce[SHIM_NONCE_LEN]; /* S writes it back in-band at its switch */
 	uint64_t switch_offset;        /* C's TCP bytes before its SWITCH frame */
 	uint32_t ring_bytes;           /* the size C chose, per direction */
-	uint32_t reserved;
+	int32_t tcp_fd;                /* C's fd of the TCP socket, for S to check */
 };
 _Static_assert(sizeof(struct shim_msg_accept) == 48, "accept is 48 bytes");
 
