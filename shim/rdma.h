@@ -9,6 +9,7 @@
 #define RDMASHIM_RDMA_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "mrpool.h"
@@ -27,6 +28,14 @@ bool shim_rdma_device_present(void);
 
 extern const struct shim_transport_ops shim_rdma_ops;
 
+/* rdma_dev.c: process-wide state. The warm-up (device probe, contexts, PD,
+ * first pool chunk) runs once on its own thread; poll it for its state. */
+enum { WARM_IDLE, WARM_RUNNING, WARM_READY, WARM_NO_DEVICE };
+int shim_rdma_warm_poll(void);
+struct ibv_context;
+struct ibv_pd *shim_rdma_pd_for(struct ibv_context *ctx);
+size_t shim_rdma_slot_bytes(uint32_t ring_bytes);
+
 /* ---- shared by rdma_setup.c and rdma_chan.c ---- */
 
 struct ibv_context;
@@ -37,6 +46,7 @@ struct rdma_cm_id;
 struct rdma_event_channel;
 
 enum rdma_step {
+	RDMA_WARMING,     /* the process's RDMA warm-up still runs (rdma_setup.c) */
 	RDMA_C_LISTEN,    /* C: listener up, CONNECT_REQUEST awaited */
 	RDMA_C_ACCEPTED,  /* C: REP sent, ESTABLISHED awaited */
 	RDMA_S_ADDR,      /* S: address resolution */

@@ -52,7 +52,7 @@
 #define RECV_WR_ID UINT64_MAX
 /* Longest wait for a completion the peer's HCA owes us: an ACK is a round
  * trip; far longer means the peer or the path is gone. */
-#define COMPLETION_WAIT_NS (5000ull * 1000 * 1000)
+#define COMPLETION_WAIT_NS (10000ull * 1000 * 1000)
 
 static struct rdma_conn *conn_of(const struct shim_chan *ch)
 {

@@ -37,7 +37,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -49,17 +51,18 @@
 #include <rdma/rdma_cma.h>
 
 #include "breaker.h"
+#include "frames.h"
 #include "real.h"
 #include "stats.h"
 #include "trace.h"
 #include "upgrade.h"
 
-/* 4.096 us * 2^16 = 268 ms per try, 8 tries: a dead peer shows as a failed
- * completion in about two seconds (a peer that closed is seen at once, by
+/* 4.096 us * 2^17 = 537 ms per try, 8 tries: a dead peer shows as a failed
+ * completion in about four seconds (a peer that closed is seen at once, by
  * its DREQ). rdma_cm's default on RoCE comes from the path's packet
  * lifetime and was about a second per try on rxe; shorter tries than these
  * gave up under QEMU TCG load, where a VM can stall for 100 ms. */
-#define ACK_TIMEOUT 16
+#define ACK_TIMEOUT 17
 #define SQ_DEPTH 64
 #define CQ_DEPTH (SQ_DEPTH + 8)
 #define WANT_INLINE 64
@@ -70,58 +73,8 @@
 #define REJ_INVALID_SERVICE_ID 8
 #define MS_NS 1000000ull
 
-/* ---- process-wide: device check and protection domains ---- */
-
-static int device_state = -1; /* -1 unknown, 0 none, 1 present */
-static pthread_once_t device_once = PTHREAD_ONCE_INIT;
-
-static void device_check(void)
-{
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-
-	if (list)
-		ibv_free_device_list(list);
-	device_state = n > 0 && access("/dev/infiniband/rdma_cm", R_OK | W_OK) == 0;
-}
-
-bool shim_rdma_device_present(void)
-{
-	pthread_once(&device_once, device_check);
-	return device_state == 1;
-}
-
-#define MAX_PDS 8
-static pthread_mutex_t pd_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-} pds[MAX_PDS];
-
-/* One PD per device, kept for the process: the pool's chunks are
- * registered against it once. librdmacm shares one context per device. */
-static struct ibv_pd *pd_for(struct ibv_context *ctx)
-{
-	struct ibv_pd *pd = NULL;
-
-	pthread_mutex_lock(&pd_lock);
-	for (int i = 0; i < MAX_PDS && !pd; i++) {
-		if (pds[i].ctx == ctx) {
-			pd = pds[i].pd;
-		} else if (!pds[i].ctx) {
-			pd = ibv_alloc_pd(ctx);
-			if (pd) {
-				pds[i].ctx = ctx;
-				pds[i].pd = pd;
-			}
-			break;
-		}
-	}
-	pthread_mutex_unlock(&pd_lock);
-	return pd;
-}
-
 /* ---- helpers ---- */
+
 
 static socklen_t to_sockaddr(const struct shim_endpoint *ep, uint16_t port, struct sockaddr_storage *ss)
 {
@@ -182,8 +135,8 @@ static int qp_to(struct rdma_conn *c, enum ibv_qp_state st)
 static int make_qp(struct rdma_conn *c)
 {
 	struct ibv_qp_init_attr init;
-	struct ibv_pd *pd = pd_for(c->id->verbs);
-	size_t slot_bytes = SHIM_RDMA_CTL_BYTES + 2 * (size_t)c->ring_bytes;
+	struct ibv_pd *pd = shim_rdma_pd_for(c->id->verbs);
+	size_t slot_bytes = shim_rdma_slot_bytes(c->ring_bytes);
 	uint8_t timeout = ACK_TIMEOUT;
 	int rc;
 
@@ -313,12 +266,57 @@ static void rdma_fail(struct shim_sock *s, int fd, enum shim_reason reason)
 	shim_upgrade_fail(s, fd, reason);
 }
 
+/* The fd we started with, if it still names this connection (the program
+ * may have dup'ed and closed it since). */
+static bool fd_is_ours(const struct shim_sock *s, int fd)
+{
+	struct sockaddr_storage ss;
+	struct shim_endpoint local, peer;
+	socklen_t len = sizeof(ss);
+
+	if (fd < 0 || getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
+	    shim_endpoint_from_sockaddr((struct sockaddr *)&ss, len, &local) < 0)
+		return false;
+	len = sizeof(ss);
+	if (getpeername(fd, (struct sockaddr *)&ss, &len) < 0 ||
+	    shim_endpoint_from_sockaddr((struct sockaddr *)&ss, len, &peer) < 0)
+		return false;
+	return shim_endpoint_equal(&local, &s->tuple.local) && shim_endpoint_equal(&peer, &s->tuple.peer);
+}
+
+/*
+ * Frames still queued for TCP (our SWITCH frame when the send buffer was
+ * full at the switch, or a bell) must leave before the socket closes:
+ * without its SWITCH frame the peer can never read what we put on the
+ * ring. Bounded; the peer is reading TCP up to that frame.
+ */
+#define CLOSE_FLUSH_NS (2000ull * MS_NS)
+
+static void flush_before_close(struct shim_sock *s, int fd)
+{
+	unsigned long long end = shim_now_ns() + CLOSE_FLUSH_NS;
+
+	if (!s->tcp_out_len || !fd_is_ours(s, fd))
+		return;
+	while (s->tcp_out_len && shim_now_ns() < end) {
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+		if (shim_frames_flush(s, fd) != -EAGAIN)
+			break;
+		REAL(poll)(&p, 1, 50);
+	}
+	if (s->tcp_out_len)
+		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.close_unflushed", fd, &s->tuple, SHIM_REASON_NONE,
+			   "\"bytes\":%zu", s->tcp_out_len);
+}
+
 void shim_rdma_release(struct shim_sock *s)
 {
 	struct rdma_conn *c = s->rdma;
 
 	if (!c)
 		return;
+	flush_before_close(s, c->fd);
 	s->rdma = NULL;
 	/* An installed channel is torn down by s->chan's destroy. */
 	if (c->installed && s->chan == &c->chan)
@@ -565,6 +563,7 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 		else
 			rdma_fail(s, fd, reason_of(e));
 		return;
+	case RDMA_WARMING:
 	case RDMA_S_RETRY:
 	case RDMA_CONNECTED:
 		/* DISCONNECTED and the like: the data path notices on its own
@@ -636,6 +635,8 @@ static void check_deadline(struct shim_sock *s, int fd, struct rdma_conn *c, uns
 	}
 }
 
+static void warm_wait(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now);
+
 void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 {
 	struct rdma_conn *c = s->rdma;
@@ -643,6 +644,10 @@ void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 
 	if (!c) {
 		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
+		return;
+	}
+	if (c->step == RDMA_WARMING) {
+		warm_wait(s, fd, c, now);
 		return;
 	}
 	/* Completions first: a SWITCH_AT from S proves it committed, even if
@@ -688,11 +693,39 @@ void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 		finish(s, fd, c);
 }
 
+/* The first steps, once the process is warm. */
+static void begin(struct shim_sock *s, int fd, struct rdma_conn *c)
+{
+	c->ec = rdma_create_event_channel();
+	if (!c->ec || REAL(fcntl)(c->ec->fd, F_SETFL, REAL(fcntl)(c->ec->fd, F_GETFL) | O_NONBLOCK) < 0) {
+		rdma_fail(s, fd, SHIM_REASON_NO_RDMA_DEVICE);
+		return;
+	}
+	REAL(fcntl)(c->ec->fd, F_SETFD, FD_CLOEXEC);
+	if (s->role == SHIM_ROLE_CLIENT)
+		c_listen(s, fd, c);
+	else
+		s_resolve(s, fd, c);
+}
+
+static void warm_wait(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now)
+{
+	int st = shim_rdma_warm_poll();
+
+	if (st == WARM_READY)
+		begin(s, fd, c);
+	else if (st == WARM_NO_DEVICE)
+		rdma_fail(s, fd, SHIM_REASON_NO_RDMA_DEVICE);
+	else if (now >= s->deadline_ns)
+		rdma_fail(s, fd, SHIM_REASON_TIMEOUT);
+}
+
 void shim_rdma_start(struct shim_sock *s, int fd, unsigned long long now)
 {
 	struct rdma_conn *c;
+	int st = shim_rdma_warm_poll();
 
-	if (!shim_rdma_device_present()) {
+	if (st == WARM_NO_DEVICE) {
 		shim_upgrade_fail(s, fd, SHIM_REASON_NO_RDMA_DEVICE);
 		return;
 	}
@@ -715,23 +748,13 @@ void shim_rdma_start(struct shim_sock *s, int fd, unsigned long long now)
 	c->sock = s;
 	c->fd = fd;
 	c->ring_bytes = shim_cfg.ring_kb * 1024u;
-	c->ec = rdma_create_event_channel();
-	if (!c->ec || REAL(fcntl)(c->ec->fd, F_SETFL, REAL(fcntl)(c->ec->fd, F_GETFL) | O_NONBLOCK) < 0) {
-		if (c->ec)
-			rdma_destroy_event_channel(c->ec);
-		free(c);
-		shim_upgrade_fail(s, fd, SHIM_REASON_NO_RDMA_DEVICE);
-		return;
-	}
-	REAL(fcntl)(c->ec->fd, F_SETFD, FD_CLOEXEC);
+	c->step = RDMA_WARMING;
 	s->rdma = c;
 	s->phase = SHIM_PHASE_RDMA;
 	s->io_pid = getpid();
 	s->deadline_ns = now + (unsigned long long)shim_cfg.upgrade_timeout_ms * MS_NS;
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.start", fd, &s->tuple, SHIM_REASON_NONE,
 		   "\"role\":\"%s\",\"transport\":\"rdma\"", shim_role_name(s->role));
-	if (s->role == SHIM_ROLE_CLIENT)
-		c_listen(s, fd, c);
-	else
-		s_resolve(s, fd, c);
+	if (st == WARM_READY)
+		begin(s, fd, c);
 }

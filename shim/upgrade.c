@@ -42,12 +42,14 @@ void shim_upgrade_release(struct shim_sock *s)
 {
 	close_fd(&s->rv_listen_fd);
 	close_fd(&s->rv_fd);
-	close_fd(&s->tcp_keep);
+	/* The RDMA release may still flush a queued frame through our copy of
+	 * the socket: it goes before that copy is closed. */
 	shim_rdma_release(s);
 	if (s->chan) {
 		s->chan->ops->destroy(s->chan);
 		s->chan = NULL;
 	}
+	close_fd(&s->tcp_keep);
 }
 
 void shim_upgrade_fail(struct shim_sock *s, int fd, enum shim_reason reason)

@@ -1,0 +1,33 @@
+#!/bin/bash
+# t_rdma_vm: the RDMA transport for real, on Soft-RoCE (rdma_rxe) inside one
+# QEMU VM (integration/vm/rxe-vm.sh). With RDMASHIM_TRANSPORTS=rdma both ends
+# under the shim use RDMA although they share the host. The guest script
+# (integration/vm/guest-rdma-one.sh) runs stress (64M, 4 conns, mixed modes,
+# half-close), redis-server + redis-benchmark, iperf3 and sockperf ping-pong,
+# checks their results and that both ends traced upgrade.done with transport
+# rdma, then a plain client against a shim server (must stay on TCP, byte
+# exact). Skips (77) only when qemu or a kernel with rdma_rxe is missing.
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+need_built
+
+vm_prereqs() {
+  command -v qemu-system-x86_64 >/dev/null || { echo "qemu-system-x86_64 is not installed"; return 1; }
+  compgen -G '/boot/vmlinuz-*' >/dev/null || { echo "no kernel in /boot"; return 1; }
+  find /lib/modules -name 'rdma_rxe.ko*' 2>/dev/null | grep -q . || { echo "no kernel module rdma_rxe"; return 1; }
+}
+why=$(vm_prereqs) || skip "$why"
+
+# tally_vm FILE: counts the guest's "ok - "/"not ok - " lines as ours.
+tally_vm() {
+  local n
+  n=$(grep -c '^ok - ' "$1" || true); N_OK=$((N_OK + n))
+  n=$(grep -c '^not ok - ' "$1" || true); N_FAIL=$((N_FAIL + n))
+}
+
+rc=0
+RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-280} timeout 290 "$ROOT/integration/vm/rxe-vm.sh" \
+  "$ROOT/integration/vm/guest-rdma-one.sh" </dev/null >"$WORK/vm.out" 2>&1 || rc=$?
+grep -vE '^\[ *[0-9]+\.[0-9]+\] ' "$WORK/vm.out"
+tally_vm "$WORK/vm.out"
+check "the VM ran the guest script to the end (status $rc)" grep -q '^== [0-9]* ok, [0-9]* failed' "$WORK/vm.out"
+finish

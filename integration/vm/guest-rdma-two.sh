@@ -1,0 +1,117 @@
+#!/bin/bash
+# guest-rdma-two.sh — guest script for two-hosts.sh (integration/
+# t_rdma_two_hosts.sh). Host A (192.168.79.1) runs the servers, host B
+# (192.168.79.2) the clients, all under the shim with the default transports
+# (shm,rdma): the peer is on the other host, so the shim must pick RDMA.
+#   1. both hosts have rxe: stress (4 conns, mixed, half-close) and sockperf
+#      ping-pong over RDMA; each host checks its own trace for upgrade.done
+#      with transport rdma;
+#   2. B deletes its rxe device: B's shim fails fast (no_rdma_device), A's
+#      attempts time out in the CM (cm_timeout) and after 3 of them A's
+#      breaker for B opens (breaker_open on the later connections); every
+#      byte still arrives over TCP (5 stress runs, one after the other).
+# The stress servers' --exit-after orders the two VMs; B retries its clients
+# until A's servers listen. Prints "ok - " / "not ok - " lines.
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=guest-lib.sh
+. "$here/guest-lib.sh"
+: "${ROLE:?} ${IFACE:?} ${ADDR:?} ${PREFIX:?} ${PEER:?}"
+ROOT=$(cd "$here/../.." && pwd)
+LIB=$ROOT/build/lib/librdmashim.so
+PROGS=$ROOT/build/progs
+T=/tmp/rdma-two
+P1=7201 P2=7202 P3=7203
+ROUNDS=5
+n_ok=0 n_fail=0
+mkdir -p "$T"
+
+ok() { n_ok=$((n_ok + 1)); echo "ok - $*"; }
+not_ok() { n_fail=$((n_fail + 1)); echo "not ok - $*"; }
+check() { local m=$1; shift; if "$@"; then ok "$m"; else not_ok "$m"; fi; }
+
+# shim NAME PORT [VAR=V...] CMD...: CMD under the shim (default transports).
+shim() {
+  local name=$1 port=$2; shift 2
+  mkdir -p "$T/$name"
+  env RDMASHIM_PORTS="$port" RDMASHIM_TRACE="${RDMA_TRACE:-info}" RDMASHIM_TRACE_FILE="$T/$name/trace.%p.jsonl" \
+      LD_PRELOAD="$LIB" "$@"
+}
+events() { cat "$T/$1"/trace.*.jsonl 2>/dev/null | grep "\"event\":\"$2\"" | grep -c "$3" || true; }
+
+rxe_up "$IFACE" "$ADDR/$PREFIX" || { echo "not ok - rxe up"; exit 1; }
+
+if [[ $ROLE == a ]]; then
+  # 1. stress over RDMA between the hosts.
+  rc=0
+  shim stress "$P1" timeout 400 "$PROGS/stress" server --bind "$ADDR" --port "$P1" --exit-after 4 --timeout 120 \
+    > "$T/stress.server" 2>&1 || rc=$?
+  tail -n 1 "$T/stress.server"
+  check "A: stress server, 4 connections ok (status $rc)" grep -q 'stress-server: OK conns=4 failed=0' "$T/stress.server"
+  n=$(events stress upgrade.done '"transport":"rdma"')
+  check "A: server side upgraded to rdma by itself ($n of 4)" test "$n" -eq 4
+  # sockperf runs in the background; the phase-2 server below outlives B's
+  # sockperf client, since B only starts phase 2 after it.
+  shim sockperf "$P3" timeout 400 sockperf sr --tcp -i "$ADDR" -p "$P3" > "$T/sockperf.server" 2>&1 &
+  sp=$!
+  # 2. B has no RDMA device any more: stays on TCP, breaker opens.
+  rc=0
+  shim breaker "$P2" RDMASHIM_CM_TIMEOUT_MS=500 timeout 400 "$PROGS/stress" server --bind "$ADDR" --port "$P2" \
+    --exit-after "$ROUNDS" --timeout 120 > "$T/breaker.server" 2>&1 || rc=$?
+  kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
+  n=$(events sockperf upgrade.done '"transport":"rdma"')
+  check "A: sockperf server side upgraded to rdma ($n)" test "$n" -ge 1
+  tail -n 1 "$T/breaker.server"
+  check "A: without rdma at B, every byte still arrives ($ROUNDS connections, status $rc)" \
+    grep -q "stress-server: OK conns=$ROUNDS failed=0" "$T/breaker.server"
+  t=$(events breaker upgrade.fail '"cm_timeout"')
+  b=$(events breaker upgrade.fail '"breaker_open"')
+  d=$(events breaker upgrade.done rdma)
+  echo "   A: phase 2 outcomes: cm_timeout $t, breaker_open $b, rdma $d"
+  check "A: 3 CM timeouts open the breaker (cm_timeout $t)" test "$t" -eq 3
+  check "A: later connections skip rdma with breaker_open ($b of $((ROUNDS - 3)))" test "$b" -eq $((ROUNDS - 3))
+  check "A: no connection upgraded in phase 2 ($d)" test "$d" -eq 0
+else
+  # 1. Clients are retried until A's servers listen (a refused connection
+  # counts for nothing at A).
+  rc=0
+  rxe_retry 180 shim stress "$P1" timeout 300 "$PROGS/stress" client --host "$PEER" --port "$P1" --conns 4 \
+    --bytes 16M --mode mixed --half-close --timeout 200 > "$T/stress.client" 2>&1 || rc=$?
+  cat "$T/stress.client"
+  check "B: stress client 16M 4 conns mixed half-close (status $rc)" grep -q '^stress: OK' "$T/stress.client"
+  n=$(events stress upgrade.done '"transport":"rdma"')
+  check "B: client side upgraded to rdma by itself ($n of 4)" test "$n" -eq 4
+  # sockperf exits 0 even when its connect is refused: retry until it has
+  # a summary (A starts its server only after the stress phase).
+  sockperf_client() {
+    shim sockperf "$P3" timeout 100 sockperf ping-pong --tcp -i "$PEER" -p "$P3" -t 3 -m 64 \
+      > "$T/sockperf.client" 2>&1 && grep -q 'Summary: Latency' "$T/sockperf.client"
+  }
+  rc=0
+  rxe_retry 120 sockperf_client || rc=$?
+  sed 's/\x1b\[[0-9;]*m//g' "$T/sockperf.client" | grep -E 'Summary|observations|percentile 50.000|dropped'
+  check "B: sockperf ping-pong -t 3 (status $rc)" test "$rc" -eq 0
+  check "B: sockperf: no drops, duplicates or reordering" \
+    grep -q '# dropped messages = 0; # duplicated messages = 0; # out-of-order messages = 0' "$T/sockperf.client"
+  n=$(events sockperf upgrade.done '"transport":"rdma"')
+  check "B: sockperf client upgraded to rdma ($n)" test "$n" -ge 1
+  # 2. No RDMA device on B any more.
+  timeout 10 rdma link delete rxe0
+  check "B: rxe0 deleted" bash -c "! timeout 10 ibv_devices 2>/dev/null | grep -q rxe0"
+  for ((i = 1; i <= ROUNDS; i++)); do
+    rc=0
+    rxe_retry 60 shim breaker "$P2" timeout 100 "$PROGS/stress" client --host "$PEER" --port "$P2" --conns 1 \
+      --duration 1 --mode mixed --half-close --timeout 60 > "$T/breaker.client.$i" 2>&1 || rc=$?
+    check "B: round $i without rdma: stress over TCP ok (status $rc)" grep -q '^stress: OK' "$T/breaker.client.$i"
+  done
+  n=$(events breaker upgrade.fail '"no_rdma_device"')
+  check "B: the shim failed fast with no_rdma_device ($n of $ROUNDS)" test "$n" -eq "$ROUNDS"
+fi
+if [[ $n_fail -gt 0 ]]; then
+  grep -h 'stress-server: FAIL' "$T"/*.server 2>/dev/null | head -n 8
+  echo "-- warnings in host $ROLE's traces:"
+  cat "$T"/*/trace.*.jsonl 2>/dev/null | grep -E '"level":"(warn|error)"' | cut -c1-300 | head -n 20
+fi
+if [[ -n ${RDMA_KEEP:-} ]]; then rm -rf "$RDMA_KEEP/$ROLE"; mkdir -p "$RDMA_KEEP/$ROLE" && cp -r "$T"/. "$RDMA_KEEP/$ROLE"/; fi
+echo "== host $ROLE: $n_ok ok, $n_fail failed"
+[[ $n_fail -eq 0 ]]
