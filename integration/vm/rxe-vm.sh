@@ -51,8 +51,13 @@ die() { echo "$prog: $*" >&2; exit 2; }
 
 [[ $# -ge 1 ]] || die "usage: rxe-vm.sh GUEST_SCRIPT [ARG...]"
 guest=$1; shift
+# The guest mounts a fresh tmpfs on /tmp. A guest script under /tmp (a
+# checkout there, as a CI clone may be) keeps its top directory: the guest
+# binds it back into the new /tmp.
+keep_tmp=
 case $guest in
-  /tmp|/tmp/*) die "guest script must not be under /tmp (the guest mounts a fresh tmpfs there): $guest" ;;
+  /tmp) die "guest script must be a file: $guest" ;;
+  /tmp/*) keep_tmp=${guest#/tmp/}; keep_tmp=${keep_tmp%%/*} ;;
   /*) ;;
   *) die "guest script must be an absolute path: $guest" ;;
 esac
@@ -143,6 +148,7 @@ done
   printf 'rxevm_guest=%q\n' "$guest"
   printf 'rxevm_args=('; [[ $# -gt 0 ]] && printf ' %q' "$@"; printf ' )\n'
 } > "$ir/rxevm/env"
+printf '%s\n' "$keep_tmp" > "$ir/rxevm/keep_tmp"
 echo "$hostname" > "$ir/rxevm/hostname"
 echo "$hugepages" > "$ir/rxevm/hugepages"
 
@@ -181,7 +187,10 @@ if mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 hostroot $H; then
   rm -f $H/dev/ptmx; ln -s pts/ptmx $H/dev/ptmx
   mount -t tmpfs -o mode=1777 shm $H/dev/shm
   mount -t hugetlbfs hugetlbfs $H/dev/hugepages
+  keep=$(cat /rxevm/keep_tmp)
+  if [ -n "$keep" ]; then mkdir -p /keep && mount -o bind "$H/tmp/$keep" /keep; fi
   mount -t tmpfs -o mode=1777 tmp $H/tmp
+  if [ -n "$keep" ]; then mkdir -p "$H/tmp/$keep" && mount -o bind /keep "$H/tmp/$keep"; fi
   mkdir -p $H/tmp/.rxevm
   cp /rxevm/env /rxevm/run.sh $H/tmp/.rxevm/
   chroot $H /bin/bash /tmp/.rxevm/run.sh
