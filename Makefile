@@ -25,10 +25,13 @@ TOOL := $(BUILD)/bin/rdmashim
 UNIT_SUITES := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 UNIT_BINS   := $(UNIT_SUITES:%=$(BUILD)/tests/%)
 TEST_PROGS  := $(patsubst integration/progs/%.c,$(BUILD)/progs/%,$(wildcard integration/progs/*.c))
+# The stress tool is several files (integration/stress/), so it has a rule of its own.
+STRESS      := $(BUILD)/progs/stress
+STRESS_SRCS := $(wildcard integration/stress/*.c)
 
 .PHONY: all deps test unit integration demo bench install clean
 
-all: $(LIB) $(TOOL) $(TEST_PROGS)
+all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS)
 
 $(BUILD)/obj/shim/%.o: shim/%.c
 	@mkdir -p $(dir $@)
@@ -59,6 +62,10 @@ $(BUILD)/tests/%: tests/%.c $(CORE)
 $(BUILD)/progs/%: integration/progs/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -o $@ $< -lpthread
+
+$(STRESS): $(STRESS_SRCS) integration/stress/stress.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -o $@ $(STRESS_SRCS) -lpthread
 
 deps:
 	@tools/install-deps.sh

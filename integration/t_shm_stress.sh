@@ -1,5 +1,5 @@
 #!/bin/bash
-# t_shm_stress: the integrity stress tool (integration/progs/stress.c) with
+# t_shm_stress: the integrity stress tool (integration/stress/) with
 # both ends under the shim and RDMASHIM_TRANSPORTS=shm, so every connection is
 # upgraded to the shared-memory rings after its handshake.
 #   1. 1 GiB total over 8 connections, mixed modes (blocking, nonblock,

@@ -1,5 +1,5 @@
 #!/bin/bash
-# t_stress_tcp: the integrity stress tool (integration/progs/stress.c) on plain
+# t_stress_tcp: the integrity stress tool (integration/stress/) on plain
 # TCP, no shim: the baseline every shim run of it must match, and proof that
 # the tool itself can fail.
 #   1. server and client as two processes, 1 GiB total over 8 connections,
