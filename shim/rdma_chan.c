@@ -34,6 +34,7 @@
  * which only read memory.
  */
 #include "rdma.h"
+#include "ring.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -278,25 +279,7 @@ static size_t rdma_send(struct shim_chan *ch, const struct iovec *iov, int iovcn
 
 	shim_rdma_reap(c);
 	space = rdma_writable(ch);
-	for (int i = 0; i < iovcnt && done < space; i++) {
-		size_t len = iov[i].iov_len, off, first;
-		const uint8_t *base = iov[i].iov_base;
-
-		if (skip >= len) {
-			skip -= len;
-			continue;
-		}
-		base += skip;
-		len -= skip;
-		skip = 0;
-		if (len > space - done)
-			len = space - done;
-		off = (size_t)((tail + done) & c->mask);
-		first = c->ring_bytes - off < len ? c->ring_bytes - off : len;
-		memcpy(c->tx_shadow + off, base, first);
-		memcpy(c->tx_shadow, base + first, len - first);
-		done += len;
-	}
+	done = shim_ring_copy_iov_in(c->tx_shadow, c->mask, tail, iov, iovcnt, skip, space);
 	if (!done)
 		return 0;
 	/* The staging copy has the same offsets as the peer's ring: at most

@@ -64,17 +64,6 @@ static void copy_out(const struct shim_ring *ring, uint64_t cursor, uint8_t *buf
 	memcpy(buf + first, ring->data, len - first);
 }
 
-static void copy_in(struct shim_ring *ring, uint64_t cursor, const uint8_t *buf, size_t len)
-{
-	size_t off = (size_t)(cursor & ring->mask);
-	size_t first = ring->mask + 1 - off;
-
-	if (first > len)
-		first = len;
-	memcpy(ring->data + off, buf, first);
-	memcpy(ring->data, buf + first, len - first);
-}
-
 size_t shim_ring_read(struct shim_ring *ring, const struct iovec *iov, int iovcnt, bool peek)
 {
 	uint64_t head = __atomic_load_n(&ring->hdr->head, __ATOMIC_RELAXED);
@@ -96,14 +85,13 @@ size_t shim_ring_read(struct shim_ring *ring, const struct iovec *iov, int iovcn
 	return done;
 }
 
-size_t shim_ring_write(struct shim_ring *ring, const struct iovec *iov, int iovcnt, size_t skip)
+size_t shim_ring_copy_iov_in(uint8_t *data, uint32_t mask, uint64_t cursor, const struct iovec *iov,
+			     int iovcnt, size_t skip, size_t max)
 {
-	uint64_t tail = __atomic_load_n(&ring->hdr->tail, __ATOMIC_RELAXED);
-	size_t space = (size_t)(ring->mask + 1) - (size_t)(tail - load_head(ring));
 	size_t done = 0;
 
-	for (int i = 0; i < iovcnt && done < space; i++) {
-		size_t len = iov[i].iov_len;
+	for (int i = 0; i < iovcnt && done < max; i++) {
+		size_t len = iov[i].iov_len, off, first;
 		const uint8_t *base = iov[i].iov_base;
 
 		if (skip >= len) {
@@ -113,11 +101,23 @@ size_t shim_ring_write(struct shim_ring *ring, const struct iovec *iov, int iovc
 		base += skip;
 		len -= skip;
 		skip = 0;
-		if (len > space - done)
-			len = space - done;
-		copy_in(ring, tail + done, base, len);
+		if (len > max - done)
+			len = max - done;
+		off = (size_t)((cursor + done) & mask);
+		first = (size_t)mask + 1 - off < len ? (size_t)mask + 1 - off : len;
+		memcpy(data + off, base, first);
+		memcpy(data, base + first, len - first);
 		done += len;
 	}
+	return done;
+}
+
+size_t shim_ring_write(struct shim_ring *ring, const struct iovec *iov, int iovcnt, size_t skip)
+{
+	uint64_t tail = __atomic_load_n(&ring->hdr->tail, __ATOMIC_RELAXED);
+	size_t space = (size_t)(ring->mask + 1) - (size_t)(tail - load_head(ring));
+	size_t done = shim_ring_copy_iov_in(ring->data, ring->mask, tail, iov, iovcnt, skip, space);
+
 	if (done)
 		/* Release: the bytes are in place before the consumer can see the
 		 * new tail; pairs with load_tail() in the consumer. */

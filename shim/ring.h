@@ -91,6 +91,11 @@ static inline size_t shim_ring_space_lowat(const struct shim_ring *ring)
 
 /* Producer side. */
 size_t shim_ring_writable(const struct shim_ring *ring);
+/* Copies the iovec, from byte skip on and at most max bytes, into a
+ * power-of-two circular buffer at cursor (wrapping once); returns the count.
+ * The ring below and the RDMA transport's staging copy both use it. */
+size_t shim_ring_copy_iov_in(uint8_t *data, uint32_t mask, uint64_t cursor, const struct iovec *iov,
+			     int iovcnt, size_t skip, size_t max);
 /* Copies in as much of the iovec as fits (from byte skip on); publishes tail. */
 size_t shim_ring_write(struct shim_ring *ring, const struct iovec *iov, int iovcnt, size_t skip);
 bool shim_ring_producer_arm(struct shim_ring *ring);
