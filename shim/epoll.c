@@ -28,6 +28,7 @@
 #include "real.h"
 #include "sock.h"
 #include "trace.h"
+#include "upgrade.h"
 #include "wait.h"
 
 struct shim_epitem {
@@ -196,7 +197,11 @@ static int channel_round(int epfd, struct shim_ep *ep, struct epoll_event *out, 
 		struct shim_sock *s = intercepted_sock(it->fd);
 		int mask;
 
-		if (!s || !shim_io_switched(s))
+		if (!s)
+			continue;
+		if (!shim_io_switched(s) && !shim_upgrade_settled(s))
+			shim_io_progress(s, it->fd);
+		if (!shim_io_switched(s))
 			continue;
 		if (!it->kernel_switched) {
 			it->kernel_switched = true;

@@ -521,6 +521,14 @@ bool shim_io_switched(const struct shim_sock *s)
 	return s->tx_dir != SHIM_DIR_TCP || s->rx_dir != SHIM_DIR_TCP;
 }
 
+void shim_io_progress(struct shim_sock *s, int fd)
+{
+	pthread_mutex_lock(&s->lock);
+	if (!s->closed)
+		shim_upgrade_progress(s, fd);
+	pthread_mutex_unlock(&s->lock);
+}
+
 void shim_io_drain_bells(struct shim_sock *s, int fd)
 {
 	pthread_mutex_lock(&s->lock);

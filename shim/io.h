@@ -25,6 +25,9 @@ int shim_io_shutdown(struct shim_sock *s, int fd, int how);
  * POLLIN/POLLOUT/POLLRDHUP/POLLHUP/POLLERR as recv/send would see it, or -1
  * when the kernel's own answer for the fd is right (nothing switched). */
 int shim_io_poll_mask(struct shim_sock *s, int fd);
+/* Moves a pending upgrade on from a wait (a program that only waits in
+ * epoll between its calls must not let the handshake time out). */
+void shim_io_progress(struct shim_sock *s, int fd);
 /* The kernel saw the switched fd readable: those are bells (or EOF) only;
  * take them off TCP so a level-triggered wait does not spin on them. */
 void shim_io_drain_bells(struct shim_sock *s, int fd);
