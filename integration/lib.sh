@@ -37,6 +37,7 @@
 #   finish                print the tally and exit 0 (all ok) or 1
 #   tally_cmd CMD...      run a checker that prints "ok - "/"not ok - " lines
 #                         itself; count them (and fail if it dies otherwise)
+#   check_sockperf_report LABEL TEST FILE   check a sockperf client report
 #   trace_py DIR [ARG...] <<'PY' ... PY   run Python checks over every
 #                         DIR/trace.*.jsonl (see TRACE_PRELUDE below)
 #
@@ -361,4 +362,31 @@ for f in glob.glob(os.path.join(sys.argv[1], "trace.*.jsonl")):
 for k, v in sorted(c.items(), key=str):
     print("    %5d %s" % (v, k))
 PY
+}
+
+# check_sockperf_report LABEL TEST FILE: checks a sockperf client report in FILE
+# (TEST: ping-pong, under-load or throughput) and prints its summary.
+check_sockperf_report() {
+  local label=$1 test=$2 file=$3 text n
+  text=$(sed 's/\x1b\[[0-9;]*m//g' "$file")
+  if grep -qiE 'ERROR|fail' <<<"$text"; then
+    not_ok "$label: no ERROR in the report"
+    grep -iE 'ERROR|fail' <<<"$text" | head -n 5 | sed 's/^/    /'
+  else
+    ok "$label: no ERROR in the report"
+  fi
+  if [[ $test == throughput ]]; then
+    n=$(sed -n 's/.*Total of \([0-9]*\) messages sent.*/\1/p' <<<"$text" | head -n 1)
+    check "$label: messages sent > 0 (${n:-none})" test "${n:-0}" -gt 0
+    n=$(sed -n 's/.*Message Rate is \([0-9]*\).*/\1/p' <<<"$text" | head -n 1)
+    check "$label: message rate > 0 (${n:-none} msg/s)" test "${n:-0}" -gt 0
+  else
+    n=$(sed -n 's/.*Total \([0-9]*\) observations.*/\1/p' <<<"$text" | head -n 1)
+    check "$label: observations > 0 (${n:-none})" test "${n:-0}" -gt 0
+    n=$(sed -n 's/.*\[Valid Duration\].*ReceivedMessages=\([0-9]*\).*/\1/p' <<<"$text" | head -n 1)
+    check "$label: valid received messages > 0 (${n:-none})" test "${n:-0}" -gt 0
+    check "$label: no dropped, duplicated or out-of-order messages" \
+      grep -q '# dropped messages = 0; # duplicated messages = 0; # out-of-order messages = 0' <<<"$text"
+  fi
+  grep -E 'Summary:' <<<"$text" | sed "s/^sockperf: /    $label: /"
 }

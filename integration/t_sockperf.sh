@@ -11,31 +11,6 @@
 need_built
 need_cmd sockperf python3
 
-# check_output LABEL TEST FILE: the sockperf client report in FILE.
-check_output() {
-  local label=$1 test=$2 file=$3 text n
-  text=$(sed 's/\x1b\[[0-9;]*m//g' "$file")
-  if grep -qiE 'ERROR|fail' <<<"$text"; then
-    not_ok "$label: no ERROR in the report"
-    grep -iE 'ERROR|fail' <<<"$text" | head -n 5 | sed 's/^/    /'
-  else
-    ok "$label: no ERROR in the report"
-  fi
-  if [[ $test == throughput ]]; then
-    n=$(sed -n 's/.*Total of \([0-9]*\) messages sent.*/\1/p' <<<"$text" | head -n 1)
-    check "$label: messages sent > 0 (${n:-none})" test "${n:-0}" -gt 0
-    n=$(sed -n 's/.*Message Rate is \([0-9]*\).*/\1/p' <<<"$text" | head -n 1)
-    check "$label: message rate > 0 (${n:-none} msg/s)" test "${n:-0}" -gt 0
-  else
-    n=$(sed -n 's/.*Total \([0-9]*\) observations.*/\1/p' <<<"$text" | head -n 1)
-    check "$label: observations > 0 (${n:-none})" test "${n:-0}" -gt 0
-    n=$(sed -n 's/.*\[Valid Duration\].*ReceivedMessages=\([0-9]*\).*/\1/p' <<<"$text" | head -n 1)
-    check "$label: valid received messages > 0 (${n:-none})" test "${n:-0}" -gt 0
-    check "$label: no dropped, duplicated or out-of-order messages" \
-      grep -q '# dropped messages = 0; # duplicated messages = 0; # out-of-order messages = 0' <<<"$text"
-  fi
-}
-
 # run_round MODE SECONDS [VAR=V...]
 run_round() {
   local mode=$1 secs=$2 port pid rc test
@@ -55,7 +30,7 @@ run_round() {
     "${run[@]}" sockperf "$test" --tcp -i 127.0.0.1 -p "$port" -t "$secs" -m 64 \
       >"$WORK/$mode-$test.out" 2>&1 || rc=$?
     check "$mode $test -t $secs: exit status 0 (got $rc)" test "$rc" -eq 0
-    check_output "$mode $test" "$test" "$WORK/$mode-$test.out"
+    check_sockperf_report "$mode $test" "$test" "$WORK/$mode-$test.out"
   done
   check "$mode: server still running after the three clients" kill -0 "$pid"
   stop_bg "$pid"
