@@ -99,6 +99,10 @@ if wanted redis; then
     > "$T/redis.client" 2>&1 || rc=$?
   tr '\r' '\n' < "$T/redis.client" | grep -E 'requests per second' | sed 's/^ *//'
   check "redis-benchmark -n 20000 -c 20 -t get,set: exit 0 (got $rc)" test "$rc" -eq 0
+  if [ "$rc" -ne 0 ]; then
+    tr '\r' '\n' < "$T/redis.client" | tail -n 5 | sed 's/^/    client: /'
+    tail -n 5 "$T/redis.server" | sed 's/^/    server: /'
+  fi
   check "redis-benchmark: SET and GET results" bash -c \
     "tr '\r' '\n' < '$T/redis.client' | grep -q '^SET: .*requests per second' && tr '\r' '\n' < '$T/redis.client' | grep -q '^GET: .*requests per second'"
   kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
