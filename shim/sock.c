@@ -37,7 +37,7 @@ static const char *const role_names[] = { "listener", "client", "server", "epoll
 static const char *const state_names[] = { "listening", "connecting", "tcp", "closed" };
 static const char *const phase_names[] = { "idle", "c_listening", "c_connected", "c_switched",
 					   "s_retry", "s_offered", "done", "failed",
-					   "rdma" };
+					   "rdma", "s_linger" };
 
 const char *shim_phase_name(enum shim_phase phase)
 {

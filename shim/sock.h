@@ -50,6 +50,7 @@ enum shim_phase {
 	SHIM_PHASE_DONE,          /* both switch offsets known */
 	SHIM_PHASE_FAILED,        /* stays on TCP; reason says why */
 	SHIM_PHASE_RDMA,          /* the RDMA handshake runs (s->rdma; rdma_setup.c) */
+	SHIM_PHASE_S_LINGER,      /* S: switched; rendezvous kept until C closes it */
 };
 
 struct shim_chan;

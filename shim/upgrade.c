@@ -251,11 +251,24 @@ static void s_read_accept(struct shim_sock *s, int fd)
 	 * rendezvous close without a SWITCH_AT and keeps reading TCP. */
 	if (!s->wr_shut && shim_rv_send(s->rv_fd, &at, sizeof(at), -1) == 0)
 		shim_upgrade_switch_tx(s, fd);
-	close_fd(&s->rv_fd);
-	s->phase = SHIM_PHASE_DONE;
+	/* Closing now could race C's read of SWITCH_AT (a socket closed with
+	 * anything unread makes the peer's next read fail before its queued
+	 * data): C closes first, and we follow when we see it (s_linger). */
+	s->phase = SHIM_PHASE_S_LINGER;
 	shim_stats_count(SHIM_REASON_UPGRADED);
 	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.done", fd, &s->tuple, SHIM_REASON_UPGRADED,
 		   "\"role\":\"server\",\"transport\":\"shm\",\"ring_bytes\":%u", msg.accept.ring_bytes);
+}
+
+static void s_linger(struct shim_sock *s)
+{
+	uint8_t scratch[SHIM_MSG_MAX + 1];
+	ssize_t n = shim_rv_recv(s->rv_fd, scratch, sizeof(scratch), NULL);
+
+	if (n == -EAGAIN)
+		return;
+	close_fd(&s->rv_fd);
+	s->phase = SHIM_PHASE_DONE;
 }
 
 static void c_listen(struct shim_sock *s, int fd)
@@ -387,7 +400,8 @@ static void c_read_switch_at(struct shim_sock *s, int fd)
 	if (n <= 0 || shim_msg_check(&msg, (size_t)n) != SHIM_MSG_SWITCH_AT ||
 	    shim_upgrade_learn_rx_switch(s, fd, msg.at.switch_offset) < 0) {
 		/* S keeps its direction on TCP; ours is on the ring already. */
-		SHIM_TRACE(SHIM_TRACE_WARN, "upgrade.half", fd, &s->tuple, SHIM_REASON_HANDSHAKE_MALFORMED, NULL);
+		SHIM_TRACE(SHIM_TRACE_WARN, "upgrade.half", fd, &s->tuple, SHIM_REASON_HANDSHAKE_MALFORMED,
+			   "\"read\":%zd", n);
 		return;
 	}
 	shim_stats_count(SHIM_REASON_UPGRADED);
@@ -474,6 +488,9 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 		break;
 	case SHIM_PHASE_RDMA:
 		shim_rdma_progress(s, fd, now);
+		break;
+	case SHIM_PHASE_S_LINGER:
+		s_linger(s);
 		break;
 	case SHIM_PHASE_DONE:
 	case SHIM_PHASE_FAILED:
