@@ -14,7 +14,7 @@
 
 #include "sock.h"
 
-/* is_write: write(2)-like (SIGPIPE always possible, no flags). */
+/* write(2) and writev(2) come here with flags 0: SIGPIPE as the kernel raises it. */
 ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags);
 ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags);
 /* FIONREAD on an intercepted fd. */

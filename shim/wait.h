@@ -28,7 +28,6 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event);
  * epoll_wait is exact for this epfd. */
 int shim_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
 		    const sigset_t *sigmask, int *rc);
-void shim_epoll_forget_fd(int fd);
 /* A kernel epoll_wait that began before the set held an intercepted fd may
  * return one of its tagged events: map them to the program's data. */
 int shim_epoll_fixup(int epfd, struct epoll_event *events, int n);
