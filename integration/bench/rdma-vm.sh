@@ -11,6 +11,8 @@
 #      (mrbench.c, against the pool's own mapping code);
 #   4. rsocket (librdmacm's librspreload.so) under sockperf, iperf3 and redis:
 #      whether each runs at all.
+# RDMA_BENCH_PARTS (comma or space separated, default all four: latency
+# streaming registration rsocket) picks sections.
 # Under TCG every figure is slow in absolute terms; compare within one run.
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -20,6 +22,7 @@ mkdir -p "$ROOT/build/bench"
 cc -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -I"$ROOT/shim" -o "$ROOT/build/bench/mrbench" \
   "$ROOT/integration/bench/mrbench.c" "$ROOT/build/lib/librdmashim_core.a" -libverbs -lrdmacm -ldl -lpthread ||
   exit 1
-RXEVM_HUGEPAGES=${RXEVM_HUGEPAGES:-96} RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-380} \
+parts=${RDMA_BENCH_PARTS:-}
+RXEVM_ENV="RDMA_BENCH_PARTS=${parts// /,}" RXEVM_HUGEPAGES=${RXEVM_HUGEPAGES:-96} RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-380} \
   timeout 390 "$ROOT/integration/vm/rxe-vm.sh" "$ROOT/integration/vm/guest-rdma-bench.sh" </dev/null 2>&1 |
   grep -vE '^\[ *[0-9]+\.[0-9]+\] '

@@ -82,6 +82,11 @@ redis_run() { # MODE -> "SET x rps, GET y rps" or "failed"
   if [[ $rc -eq 0 && $r == *SET*GET* ]]; then echo "$r rps"; else echo "failed(status $rc: $(tr '\r' '\n' < "$T/rd.$mode" | grep -iE 'error|refused' | head -n 1))"; fi
 }
 
+# RDMA_BENCH_PARTS picks sections (default all): latency streaming registration rsocket
+parts=" ${RDMA_BENCH_PARTS:-latency,streaming,registration,rsocket} "; parts=${parts//,/ }
+want() { [[ $parts == *" $1 "* ]]; }
+
+if want latency; then
 echo "== 1. latency, 64 B"
 echo "figure: sockperf ping-pong median, plain TCP: $(sockperf_pp plain) us"
 echo "figure: sockperf ping-pong median, shim over rdma: $(sockperf_pp shim) us"
@@ -90,7 +95,9 @@ sp=$!
 rxe_retry 30 timeout 60 ib_send_lat -d rxe0 -s 64 -F -n 5000 "$addr" > "$T/lat.client" 2>&1
 wait "$sp"
 echo "figure: ib_send_lat -s 64 t_typical (median): $(awk '$1 == 64 {print $5}' "$T/lat.client") us"
+fi
 
+if want streaming; then
 echo "== 2. streaming"
 echo "figure: iperf3 -t 5, plain TCP: $(iperf plain)"
 echo "figure: iperf3 -t 5, shim over rdma: $(iperf shim)"
@@ -110,14 +117,19 @@ echo "figure: ib_write_bw -s 65536 BW average: $(awk '$1 == 65536 {print $4}' "$
 n=$(cat "$T"/trace.*.jsonl | grep '"upgrade.done"' | grep -c '"huge":true' || true)
 m=$(cat "$T"/trace.*.jsonl | grep -c '"upgrade.done"' || true)
 echo "figure: shim connections on huge-page rings: $n of $m upgrade.done"
+fi
 
+if want registration; then
 echo "== 3. registration"
 "$ROOT/build/bench/mrbench" 64 5 | sed 's/^/figure: /'
+fi
 
+if want rsocket; then
 echo "== 4. rsocket preload ($RSP)"
 echo "figure: rsocket sockperf ping-pong: $(sockperf_pp rsocket)"
 echo "figure: rsocket iperf3: $(iperf rsocket)"
 echo "figure: rsocket redis-benchmark: $(redis_run rsocket)"
 echo "figure: shim redis-benchmark (same settings): $(redis_run shim)"
 echo "figure: plain redis-benchmark (same settings): $(redis_run plain)"
+fi
 echo "== bench done"
