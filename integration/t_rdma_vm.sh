@@ -3,10 +3,13 @@
 # QEMU VM (integration/vm/rxe-vm.sh). With RDMASHIM_TRANSPORTS=rdma both ends
 # under the shim use RDMA although they share the host. The guest script
 # (integration/vm/guest-rdma-one.sh) runs stress (64M, 4 conns, mixed modes,
-# half-close), redis-server + redis-benchmark, iperf3 and sockperf ping-pong,
-# checks their results and that both ends traced upgrade.done with transport
-# rdma, then a plain client against a shim server (must stay on TCP, byte
-# exact). Skips (77) only when qemu or a kernel with rdma_rxe is missing.
+# half-close), redis-server + redis-benchmark, iperf3 and sockperf
+# ping-pong, checks their results and that both ends traced upgrade.done with
+# transport rdma; checks that the RDMA warm-up does not block a process's
+# first connection, that a child forked after it stays on TCP and that
+# fork-per-connection workers upgrade by themselves; then a plain client
+# against a shim server (must stay on TCP, byte exact). Skips (77) only when
+# qemu or a kernel with rdma_rxe is missing.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_built
 

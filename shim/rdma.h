@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "mrpool.h"
 #include "rdma_wire.h"
@@ -29,10 +30,29 @@ bool shim_rdma_device_present(void);
 extern const struct shim_transport_ops shim_rdma_ops;
 
 /* rdma_dev.c: process-wide state. The warm-up (device probe, contexts, PD,
- * first pool chunk) runs once on its own thread; poll it for its state. */
-enum { WARM_IDLE, WARM_RUNNING, WARM_READY, WARM_NO_DEVICE };
+ * first pool chunk) runs once per process on a thread of its own.
+ * WARM_INHERITED: this process was forked after another one (its parent or
+ * an ancestor) started the warm-up; it must not touch their verbs objects,
+ * so RDMA is not available to it. */
+enum { WARM_IDLE, WARM_RUNNING, WARM_READY, WARM_NO_DEVICE, WARM_FAILED, WARM_INHERITED };
+/* Starts the warm-up if nobody did yet and returns its state; never blocks
+ * (IDLE and RUNNING both mean "not yet"). */
 int shim_rdma_warm_poll(void);
+/* Starts the warm-up early, without waiting, if a connection with this
+ * tuple may pick RDMA (called when a client connection is tracked). */
+void shim_rdma_warm_kick(const struct shim_tuple *tuple);
+/* How long a connection may wait for the warm-up (RDMA_WARMING), apart
+ * from its upgrade timeout, which starts once the warm-up is ready. */
+unsigned long long shim_rdma_warm_wait_ns(void);
+/* The reason a warm-up state ends an attempt with; NONE: go on or wait. */
+enum shim_reason shim_rdma_warm_verdict(int st);
+/* Whether this process started the warm-up and so owns the PDs and pool. */
+bool shim_rdma_owned(void);
+/* Tests only: replaces the warm-up's work (NULL: the real one). The work
+ * returns the state to publish and sets *devices. */
+void shim_rdma_warm_set_work(int (*work)(int *devices));
 struct ibv_context;
+/* NULL in a process that does not own the warm-up (shim_rdma_owned). */
 struct ibv_pd *shim_rdma_pd_for(struct ibv_context *ctx);
 size_t shim_rdma_slot_bytes(uint32_t ring_bytes);
 
@@ -92,6 +112,7 @@ struct rdma_conn {
 	uint64_t rx_head, rx_head_sent;
 	struct shim_sock *sock; /* for traces only */
 	int fd;
+	pid_t pid; /* the process that made it: only it may touch its objects */
 };
 
 /* rdma_chan.c */

@@ -6,7 +6,9 @@
 #include "rdma.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -53,6 +55,8 @@ struct ibv_pd *shim_rdma_pd_for(struct ibv_context *ctx)
 {
 	struct ibv_pd *pd = NULL;
 
+	if (!shim_rdma_owned())
+		return NULL; /* the PDs in pds[] are a forked parent's */
 	pthread_mutex_lock(&pd_lock);
 	for (int i = 0; i < MAX_PDS && !pd; i++) {
 		if (pds[i].ctx == ctx) {
@@ -74,47 +78,99 @@ struct ibv_pd *shim_rdma_pd_for(struct ibv_context *ctx)
  * Warm-up, once per process: the device probe (ibv_get_device_list loads
  * the providers), librdmacm's device contexts, the PD and the pool's first
  * chunk (ibv_reg_mr pins it), so that no connection's handshake registers
- * memory. It runs in the call of the first connection that wants RDMA
- * (about 1 s in the TCG VM, a few ms on real hosts); connections of other
- * threads meanwhile wait without blocking (RDMA_WARMING) and stay on TCP.
- * A thread of its own was tried: under load in the VM it took 3 s, longer
- * than the upgrade timeout, and short connections missed their upgrade.
+ * memory. 0.3-1 s in the TCG VM (3-6 s beside a saturating load), a few
+ * ms on real hosts: so it runs on a thread of its own, and the call that
+ * starts it only starts it (invariant 6: connect and the first send return
+ * as fast as without the shim). Connections wait meanwhile in RDMA_WARMING, on TCP;
+ * the warm-up's time is not charged to their upgrade timeout
+ * (rdma_setup.c), which is what made an earlier thread attempt miss short
+ * connections' upgrades.
+ *
+ * Fork: verbs objects and registered pages belong to the process that made
+ * them. A child shares the parent's uverbs and rdma_cm file descriptions, so
+ * destroying "its" copy of a QP, PD or MR would destroy the parent's; and
+ * its copies of registered pages are not the pages the HCA reads and writes.
+ * warm_pid names the process that started the warm-up: any other process
+ * (a child forked after that, even while the thread ran and held
+ * libibverbs' locks) gets WARM_INHERITED and never touches any of it. A
+ * child of a process that never warmed up warms up on its own, which is
+ * what prefork and fork-per-connection servers need: the warm-up is started
+ * by the process that does the I/O (or connects), never at listen or accept.
  */
 static int warm_state = WARM_IDLE;
+static pid_t warm_pid; /* 0: nobody started the warm-up in this lineage */
+/* Set in a fork child of a process whose warm-up started; covers what the
+ * pid compare can not (a child in a new pid namespace may get the same pid). */
+static bool warm_forked;
+
+/* Where the warm-up's time went, for its trace line. */
+static unsigned long long warm_probe_ns, warm_pool_ns;
+
+/* The real work; returns the state to publish and the device count. */
+static int warm_devices(int *devices)
+{
+	struct ibv_context **ctxs;
+	unsigned long long t0 = shim_now_ns();
+	int n = 0;
+
+	if (!shim_rdma_device_present())
+		return WARM_NO_DEVICE;
+	ctxs = rdma_get_devices(&n);
+	warm_probe_ns = shim_now_ns() - t0;
+	for (int i = 0; ctxs && i < n; i++) {
+		struct ibv_pd *pd = shim_rdma_pd_for(ctxs[i]);
+		struct shim_mr_slot slot = { 0 };
+
+		/* Take a slot and give it back: the chunk stays registered. */
+		if (pd && shim_mrpool_get(pd, shim_rdma_slot_bytes(shim_cfg.ring_kb * 1024u), &slot) == 0)
+			shim_mrpool_put(&slot);
+	}
+	if (ctxs)
+		rdma_free_devices(ctxs);
+	warm_pool_ns = shim_now_ns() - t0 - warm_probe_ns;
+	*devices = n;
+	return n > 0 ? WARM_READY : WARM_NO_DEVICE;
+}
+
+static int (*warm_work)(int *devices) = warm_devices;
+
+void shim_rdma_warm_set_work(int (*work)(int *devices))
+{
+	warm_work = work ? work : warm_devices;
+}
+
+static const char *warm_name(int st)
+{
+	static const char *const names[] = { "idle", "running", "ready", "no_device", "failed", "inherited" };
+
+	return st >= 0 && st < (int)(sizeof(names) / sizeof(names[0])) ? names[st] : "unknown";
+}
 
 static void *warm_main(void *arg)
 {
-	struct ibv_context **ctxs;
-	int n = 0, st = WARM_NO_DEVICE;
+	unsigned long long t0 = shim_now_ns();
+	int n = 0, st;
 
 	(void)arg;
-	if (shim_rdma_device_present()) {
-		ctxs = rdma_get_devices(&n);
-		for (int i = 0; ctxs && i < n; i++) {
-			struct ibv_pd *pd = shim_rdma_pd_for(ctxs[i]);
-			struct shim_mr_slot slot = { 0 };
-
-			/* Take a slot and give it back: the chunk stays registered. */
-			if (pd && shim_mrpool_get(pd, shim_rdma_slot_bytes(shim_cfg.ring_kb * 1024u), &slot) == 0)
-				shim_mrpool_put(&slot);
-		}
-		if (ctxs)
-			rdma_free_devices(ctxs);
-		st = n > 0 ? WARM_READY : WARM_NO_DEVICE;
-	}
-	/* Release: pairs with the acquire in shim_rdma_warm_poll(); the contexts, PD and
-	 * chunk are set up before a connection uses them. */
+	/* By itself: a detached thread's pthread_t may be gone (and reused)
+	 * by the time its creator could name it. */
+	pthread_setname_np(pthread_self(), "rdmashim-warm");
+	st = warm_work(&n);
+	/* Release: pairs with the acquire in shim_rdma_warm_poll(); the contexts,
+	 * PD and chunk are set up before a connection uses them. */
 	__atomic_store_n(&warm_state, st, __ATOMIC_RELEASE);
-	SHIM_TRACE(SHIM_TRACE_DEBUG, "rdma.warm", -1, NULL, SHIM_REASON_NONE, "\"devices\":%d", n);
+	/* ms: the whole warm-up; probe_ms: device list and contexts; pool_ms:
+	 * the PDs and the pool's first chunk (registration). */
+	SHIM_TRACE(SHIM_TRACE_INFO, "rdma.warm", -1, NULL, SHIM_REASON_NONE,
+		   "\"state\":\"%s\",\"devices\":%d,\"ms\":%.1f,\"probe_ms\":%.1f,\"pool_ms\":%.1f", warm_name(st), n,
+		   (double)(shim_now_ns() - t0) / 1e6, (double)warm_probe_ns / 1e6, (double)warm_pool_ns / 1e6);
 	return NULL;
 }
 
-/* A fork from another thread during the warm-up: the child starts over. */
 static void warm_after_fork(void)
 {
-	int running = WARM_RUNNING;
-
-	__atomic_compare_exchange_n(&warm_state, &running, WARM_IDLE, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+	if (__atomic_load_n(&warm_pid, __ATOMIC_RELAXED))
+		warm_forked = true;
 }
 
 static void warm_register_atfork(void)
@@ -122,17 +178,109 @@ static void warm_register_atfork(void)
 	pthread_atfork(NULL, NULL, warm_after_fork);
 }
 
+/* Starts the thread with every signal blocked, so that it never takes one
+ * meant for the program's threads (it inherits the mask). 0 or -errno. */
+static int warm_launch(void)
+{
+	pthread_attr_t attr;
+	pthread_t t;
+	sigset_t all, old;
+	int rc;
+
+	rc = pthread_attr_init(&attr);
+	if (rc)
+		return -rc;
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&t, &attr, warm_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
+	return -rc;
+}
+
+bool shim_rdma_owned(void)
+{
+	pid_t owner = __atomic_load_n(&warm_pid, __ATOMIC_ACQUIRE);
+
+	return owner && owner == getpid() && !warm_forked;
+}
+
 int shim_rdma_warm_poll(void)
 {
-	int idle = WARM_IDLE;
+	pid_t me = getpid(), owner = 0;
 
-	if (__atomic_compare_exchange_n(&warm_state, &idle, WARM_RUNNING, false, __ATOMIC_ACQ_REL,
-					__ATOMIC_ACQUIRE)) {
+	/* Ownership first, by one compare-and-swap on the pid: a fork between
+	 * it and the state's store still leaves the child inherited. */
+	if (__atomic_compare_exchange_n(&warm_pid, &owner, me, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 		static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+		int rc;
 
 		pthread_once(&atfork_once, warm_register_atfork);
-		warm_main(NULL);
+		__atomic_store_n(&warm_state, WARM_RUNNING, __ATOMIC_RELEASE);
+		rc = warm_launch();
+		if (rc < 0) {
+			__atomic_store_n(&warm_state, WARM_FAILED, __ATOMIC_RELEASE);
+			SHIM_TRACE(SHIM_TRACE_WARN, "rdma.warm", -1, NULL, SHIM_REASON_INTERNAL_ERROR,
+				   "\"state\":\"failed\",\"errno\":%d", -rc);
+		}
+	} else if (owner != me || warm_forked) {
+		return WARM_INHERITED;
 	}
 	return __atomic_load_n(&warm_state, __ATOMIC_ACQUIRE);
 }
 
+/* Same choice as start() in upgrade.c: the first configured transport that
+ * fits the peer, shm only on this host. A connection that will use shm
+ * must not start the warm-up: it would pin memory for nothing, and a child
+ * forked later could no longer use RDMA. */
+static bool may_use_rdma(const struct shim_tuple *t)
+{
+	static const uint8_t v6_loopback[16] = { [15] = 1 };
+	bool same_host = memcmp(t->peer.addr, t->local.addr, 16) == 0 ||
+			 (shim_endpoint_is_v4(&t->peer) ? t->peer.addr[12] == 127
+							: memcmp(t->peer.addr, v6_loopback, 16) == 0);
+
+	for (unsigned i = 0; i < shim_cfg.n_transports; i++) {
+		if (shim_cfg.transports[i] == SHIM_TRANSPORT_RDMA)
+			return true;
+		if (shim_cfg.transports[i] == SHIM_TRANSPORT_SHM && same_host)
+			return false;
+	}
+	return false;
+}
+
+void shim_rdma_warm_kick(const struct shim_tuple *tuple)
+{
+	if (may_use_rdma(tuple))
+		shim_rdma_warm_poll();
+}
+
+/*
+ * A connection's wait in RDMA_WARMING is bounded apart from its upgrade
+ * timeout: the warm-up's time is the process's, not the connection's (up
+ * to 1 s in the TCG VM, 3-6 s there under load, longer on a host
+ * registering a big pool), and charging it to the first connections made
+ * them miss their upgrade. Ten upgrade timeouts, and never less than 30 s,
+ * still ends the wait of a process whose warm-up hangs (a stuck driver)
+ * with a reason of its own (rdma_warming).
+ */
+#define WARM_WAIT_FACTOR 10ull
+#define WARM_WAIT_MIN_NS (30000ull * 1000000ull)
+
+unsigned long long shim_rdma_warm_wait_ns(void)
+{
+	unsigned long long ns = WARM_WAIT_FACTOR * shim_cfg.upgrade_timeout_ms * 1000000ull;
+
+	return ns > WARM_WAIT_MIN_NS ? ns : WARM_WAIT_MIN_NS;
+}
+
+enum shim_reason shim_rdma_warm_verdict(int st)
+{
+	switch (st) {
+	case WARM_NO_DEVICE: return SHIM_REASON_NO_RDMA_DEVICE;
+	case WARM_INHERITED: return SHIM_REASON_RDMA_INHERITED;
+	case WARM_FAILED: return SHIM_REASON_INTERNAL_ERROR;
+	default: return SHIM_REASON_NONE;
+	}
+}

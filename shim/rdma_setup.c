@@ -310,12 +310,33 @@ static void flush_before_close(struct shim_sock *s, int fd)
 			   "\"bytes\":%zu", s->tcp_out_len);
 }
 
+/*
+ * An attempt a forked parent started: its ids, QP, CQ and slot are the
+ * parent's (the rdma_cm and uverbs file descriptions are shared, so even
+ * destroying our copies would destroy the parent's objects). Forget them,
+ * touching nothing, not even the frames queued for TCP (the parent's to
+ * send).
+ */
+static void forget_inherited(struct shim_sock *s)
+{
+	struct rdma_conn *c = s->rdma;
+
+	if (c->installed && s->chan == &c->chan)
+		s->chan = NULL;
+	s->rdma = NULL;
+	free(c);
+}
+
 void shim_rdma_release(struct shim_sock *s)
 {
 	struct rdma_conn *c = s->rdma;
 
 	if (!c)
 		return;
+	if (c->pid != getpid()) {
+		forget_inherited(s);
+		return;
+	}
 	flush_before_close(s, c->fd);
 	s->rdma = NULL;
 	/* An installed channel is torn down by s->chan's destroy. */
@@ -646,6 +667,16 @@ void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
 		return;
 	}
+	if (c->pid != getpid()) {
+		/* Before any direction moved, the child ends on TCP; after, the
+		 * connection is the parent's (README: a connection upgraded
+		 * before fork is used by one process only). */
+		if (s->tx_dir == SHIM_DIR_TCP && s->rx_dir == SHIM_DIR_TCP) {
+			forget_inherited(s);
+			shim_upgrade_fail(s, fd, SHIM_REASON_RDMA_INHERITED);
+		}
+		return;
+	}
 	if (c->step == RDMA_WARMING) {
 		warm_wait(s, fd, c, now);
 		return;
@@ -693,7 +724,7 @@ void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 		finish(s, fd, c);
 }
 
-/* The first steps, once the process is warm. */
+/* The first steps, once the process is warm (s->deadline_ns restarted). */
 static void begin(struct shim_sock *s, int fd, struct rdma_conn *c)
 {
 	c->ec = rdma_create_event_channel();
@@ -712,12 +743,15 @@ static void warm_wait(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned
 {
 	int st = shim_rdma_warm_poll();
 
-	if (st == WARM_READY)
+	if (st == WARM_READY) {
+		/* The upgrade's own time starts now. */
+		s->deadline_ns = now + (unsigned long long)shim_cfg.upgrade_timeout_ms * MS_NS;
 		begin(s, fd, c);
-	else if (st == WARM_NO_DEVICE)
-		rdma_fail(s, fd, SHIM_REASON_NO_RDMA_DEVICE);
-	else if (now >= s->deadline_ns)
-		rdma_fail(s, fd, SHIM_REASON_TIMEOUT);
+	} else if (shim_rdma_warm_verdict(st) != SHIM_REASON_NONE) {
+		rdma_fail(s, fd, shim_rdma_warm_verdict(st));
+	} else if (now >= c->step_deadline_ns) {
+		rdma_fail(s, fd, SHIM_REASON_RDMA_WARMING);
+	}
 }
 
 void shim_rdma_start(struct shim_sock *s, int fd, unsigned long long now)
@@ -725,8 +759,8 @@ void shim_rdma_start(struct shim_sock *s, int fd, unsigned long long now)
 	struct rdma_conn *c;
 	int st = shim_rdma_warm_poll();
 
-	if (st == WARM_NO_DEVICE) {
-		shim_upgrade_fail(s, fd, SHIM_REASON_NO_RDMA_DEVICE);
+	if (shim_rdma_warm_verdict(st) != SHIM_REASON_NONE) {
+		shim_upgrade_fail(s, fd, shim_rdma_warm_verdict(st));
 		return;
 	}
 	if (s->role == SHIM_ROLE_SERVER) {
@@ -748,7 +782,9 @@ void shim_rdma_start(struct shim_sock *s, int fd, unsigned long long now)
 	c->sock = s;
 	c->fd = fd;
 	c->ring_bytes = shim_cfg.ring_kb * 1024u;
+	c->pid = getpid();
 	c->step = RDMA_WARMING;
+	c->step_deadline_ns = now + shim_rdma_warm_wait_ns();
 	s->rdma = c;
 	s->phase = SHIM_PHASE_RDMA;
 	s->io_pid = getpid();

@@ -1,6 +1,7 @@
 /*
  * Reason codes: every decision the shim makes about a connection names one.
  * This table is the only list; the README prints it and the stats count by it.
+ * New codes go at the end, so that the numbers `rdmashim reasons` prints stay.
  * X(identifier, "trace name", "what it means")
  */
 #ifndef RDMASHIM_REASON_H
@@ -31,7 +32,11 @@
 	X(NO_TRANSPORT, "no_transport", "no configured transport fits this peer")                \
 	X(RENDEZVOUS_BUSY, "rendezvous_busy", "the rendezvous name was taken by another socket") \
 	X(INTERNAL_ERROR, "internal_error", "an unexpected local failure: stays on TCP")        \
-	X(CONFIG_INVALID, "config_invalid", "a configuration value is invalid: shim inert")
+	X(CONFIG_INVALID, "config_invalid", "a configuration value is invalid: shim inert")      \
+	X(RDMA_WARMING, "rdma_warming",                                                         \
+	  "the RDMA warm-up did not end in 10x RDMASHIM_UPGRADE_TIMEOUT_MS (30 s at least)")  \
+	X(RDMA_INHERITED, "rdma_inherited",                                                     \
+	  "the process was forked after its parent set up RDMA; the child stays on TCP/shm")
 
 enum shim_reason {
 #define SHIM_REASON_ENUM(id, name, text) SHIM_REASON_##id,

@@ -21,6 +21,7 @@
 
 #include "fdtable.h"
 #include "io.h"
+#include "rdma.h"
 #include "upgrade.h"
 #include "real.h"
 #include "stats.h"
@@ -202,15 +203,17 @@ static void trace_tracked(int fd, const struct shim_sock *sock, const char *how)
 		   sock->eligible ? "true" : "false", how);
 }
 
-static void track_connection(int fd, enum shim_role role, enum shim_sock_state state,
+/* Returns whether the connection is tracked and may upgrade. */
+static bool track_connection(int fd, enum shim_role role, enum shim_sock_state state,
 			     const struct shim_tuple *tuple, const char *how)
 {
 	struct shim_sock *sock = sock_new(role, state, tuple);
+	bool eligible;
 
 	if (!sock) {
 		SHIM_TRACE(SHIM_TRACE_ERROR, "conn.untracked", fd, tuple, SHIM_REASON_INTERNAL_ERROR,
 			   "\"errno\":%d", ENOMEM);
-		return;
+		return false;
 	}
 	decide_eligibility(sock);
 	if (sock->eligible) {
@@ -220,10 +223,14 @@ static void track_connection(int fd, enum shim_role role, enum shim_sock_state s
 		/* From here on every data call on this fd goes through io.c. */
 		sock->intercept = true;
 	}
+	eligible = sock->eligible;
 	trace_tracked(fd, sock, how);
-	if (sock_install(fd, sock) < 0)
+	if (sock_install(fd, sock) < 0) {
 		SHIM_TRACE(SHIM_TRACE_WARN, "conn.untracked", fd, tuple, SHIM_REASON_INTERNAL_ERROR,
 			   "\"why\":\"fd beyond RLIMIT_NOFILE\"");
+		return false;
+	}
+	return eligible;
 }
 
 void shim_sock_on_listen(int fd)
@@ -287,8 +294,16 @@ void shim_sock_on_connect(int fd, const struct sockaddr *addr, socklen_t len, in
 		return;
 	/* An IPv6 socket connected to a v4-mapped address reports a v4-mapped
 	 * local address too: both sides of the tuple compare the same. */
-	track_connection(fd, SHIM_ROLE_CLIENT, rc == 0 ? SHIM_STATE_TCP : SHIM_STATE_CONNECTING,
-			 &tuple, "connect");
+	if (track_connection(fd, SHIM_ROLE_CLIENT, rc == 0 ? SHIM_STATE_TCP : SHIM_STATE_CONNECTING, &tuple,
+			     "connect"))
+		/* The process that connects is the one that will do the I/O:
+		 * start the RDMA warm-up now (a thread; this call does not wait),
+		 * so that it is done or nearly by the first send. Not at listen
+		 * or accept, nor for inherited fds (adopted in the constructor,
+		 * before a daemon's fork): those processes may fork the workers
+		 * that do the I/O, and a child can not use RDMA its parent set
+		 * up (rdma_dev.c); a worker warms up by itself. */
+		shim_rdma_warm_kick(&tuple);
 }
 
 void shim_sock_on_close(int fd)

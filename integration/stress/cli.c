@@ -41,13 +41,16 @@ static void usage(FILE *f)
 	      "         prints \"READY <port>\" when listening (--port 0: any free port)\n"
 	      "       stress client --host ADDR --port P [--conns N] [--bytes TOTAL] [--seed S]\n"
 	      "                     [--max-msg BYTES] [--mode M] [--half-close]\n"
-	      "                     [--duration SECS] [--timeout SECS] [--threads T] [-v]\n"
+	      "                     [--duration SECS] [--timeout SECS] [--threads T]\n"
+	      "                     [--warm-up SECS] [-v]\n"
 	      "       stress selftest [client options]\n"
 	      "  M: blocking | nonblock | epoll-et | mixed (default mixed, per connection)\n"
 	      "  TOTAL, BYTES: with suffix K, M, G (powers of 1024); TOTAL is the payload\n"
 	      "  of all connections, both directions (default 64M); --max-msg default 1M\n"
 	      "  --timeout: client: whole run (default 120 s); server: per-connection idle\n"
-	      "  --threads: epoll-et event loops (default: CPUs, 2..8)\n", f);
+	      "  --threads: epoll-et event loops (default: CPUs, 2..8)\n"
+	      "  --warm-up: one short connection first, then wait (at most SECS) for the\n"
+	      "  shim's RDMA warm-up thread of this process to end\n", f);
 }
 
 static uint64_t parse_size(const char *s, const char *what)
@@ -87,14 +90,14 @@ static double parse_num(const char *s, const char *what)
 int main(int argc, char **argv)
 {
 	enum { O_HOST = 256, O_PORT, O_BIND, O_CONNS, O_BYTES, O_SEED, O_MAXMSG, O_MODE,
-	       O_HALF, O_DUR, O_TIMEOUT, O_EXIT, O_CORRUPT, O_THREADS };
+	       O_HALF, O_DUR, O_TIMEOUT, O_EXIT, O_CORRUPT, O_THREADS, O_WARM };
 	static const struct option lo[] = {
 		{ "host", 1, 0, O_HOST }, { "port", 1, 0, O_PORT }, { "bind", 1, 0, O_BIND },
 		{ "conns", 1, 0, O_CONNS }, { "bytes", 1, 0, O_BYTES }, { "seed", 1, 0, O_SEED },
 		{ "max-msg", 1, 0, O_MAXMSG }, { "mode", 1, 0, O_MODE },
 		{ "half-close", 0, 0, O_HALF }, { "duration", 1, 0, O_DUR },
 		{ "timeout", 1, 0, O_TIMEOUT }, { "exit-after", 1, 0, O_EXIT },
-		{ "corrupt-at", 1, 0, O_CORRUPT }, { "threads", 1, 0, O_THREADS },
+		{ "corrupt-at", 1, 0, O_CORRUPT }, { "threads", 1, 0, O_THREADS }, { "warm-up", 1, 0, O_WARM },
 		{ "verbose", 0, 0, 'v' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int opt;
@@ -122,6 +125,7 @@ int main(int argc, char **argv)
 		case O_EXIT: O.exit_after = (int)parse_num(optarg, "--exit-after"); break;
 		case O_CORRUPT: O.corrupt_at = parse_size(optarg, "--corrupt-at"); break;
 		case O_THREADS: O.threads = (int)parse_num(optarg, "--threads"); break;
+		case O_WARM: O.warm_up = parse_num(optarg, "--warm-up"); break;
 		case 'v': O.verbose = 1; break;
 		case O_MODE:
 			for (O.mode = 0; O.mode < 4 && strcmp(optarg, mode_name[O.mode]); O.mode++)
@@ -177,6 +181,8 @@ int main(int argc, char **argv)
 			fprintf(stderr, "stress: client needs --host and --port\n");
 			return 2;
 		}
+		if (O.warm_up > 0)
+			client_warm_up(O.host, O.port);
 		client_run(O.host, O.port, &st);
 		print_ok(&st);
 		return 0;

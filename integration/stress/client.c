@@ -4,6 +4,7 @@
  * and selftest, a server thread and the client in one process whose views of
  * every connection must agree.
  */
+#include <dirent.h>
 #include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -11,6 +12,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -120,6 +122,7 @@ void client_run(const char *host, int port, struct cli_stats *st)
 	if (e)
 		die("host %s: %s", host, gai_strerror(e));
 
+	atomic_store(&C.finished, false);	/* a run after --warm-up's */
 	C.n = O.conns;
 	C.c = calloc((size_t)C.n, sizeof *C.c);
 	pthread_t *thr = calloc((size_t)C.n, sizeof *thr);
@@ -213,6 +216,53 @@ void client_run(const char *host, int port, struct cli_stats *st)
 	}
 	free(ws);
 	free(thr);
+}
+
+/* Whether a thread of this process is named name (its comm). */
+static bool thread_named(const char *name)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	bool found = false;
+
+	while (d && !found && (e = readdir(d))) {
+		char path[300], comm[32] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+		f = fopen(path, "r");
+		if (f && fgets(comm, sizeof comm, f))
+			found = !strncmp(comm, name, strlen(name)) && comm[strlen(name)] == '\n';
+		if (f)
+			fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* --warm-up: see stress.h. */
+void client_warm_up(const char *host, int port)
+{
+	struct opts saved = O;
+	struct cli_stats st;
+	double t0, end;
+
+	O.conns = 1;
+	O.bytes = 64 << 10;
+	O.duration = 0;
+	O.mode = M_BLOCKING;
+	client_run(host, port, &st);
+	O = saved;
+	t0 = now_s();
+	end = t0 + O.warm_up;
+	while (thread_named("rdmashim-warm") && now_s() < end)
+		usleep(10000);
+	printf("stress: warm-up connection ok; %.2f s waiting for the shim's warm-up%s\n", now_s() - t0,
+	       thread_named("rdmashim-warm") ? " (still running)" : "");
+	fflush(stdout);
 }
 
 void print_ok(const struct cli_stats *st)

@@ -8,7 +8,7 @@
  *   stress client --host ADDR --port P [--conns N] [--bytes TOTAL] [--seed S]
  *                 [--max-msg BYTES] [--mode blocking|nonblock|epoll-et|mixed]
  *                 [--half-close] [--duration SECS] [--timeout SECS]
- *                 [--threads T] [-v]
+ *                 [--threads T] [--warm-up SECS] [-v]
  *   stress selftest [client options]      server thread + client, one process,
  *                                         on a free 127.0.0.1 port
  *
@@ -39,6 +39,13 @@
  * directions are complete and the server closes on EOF. --duration: streams
  * are unbounded, the client stops after SECS (then half-closes), the server
  * stops sending when it sees EOF.
+ *
+ * --warm-up SECS (client): first one short connection (64 KiB, blocking;
+ * the server counts it), then a wait of at most SECS until this process has
+ * no thread named "rdmashim-warm" left. Under the shim, a fresh process's
+ * RDMA warm-up runs on that thread beside its first connections, and under a
+ * heavy load in a slow VM it can outlast them; the measured connections then
+ * start in a warm process. Without the shim there is no such thread.
  *
  * Client: "stress: OK conns=N sent=X recv=Y MiB/s=Z" and exit 0, or one line
  * "stress: FAIL conn=I offset=O expected=0x.. got=0x.." (or reason=...) and
@@ -95,7 +102,7 @@ struct opts {
 	uint64_t bytes, seed, corrupt_at;
 	uint32_t max_msg;
 	bool half_close;
-	double duration, timeout;
+	double duration, timeout, warm_up;
 };
 extern struct opts O;			/* cli.c */
 
@@ -220,6 +227,7 @@ struct cli_stats {
 };
 
 void client_run(const char *host, int port, struct cli_stats *st);
+void client_warm_up(const char *host, int port);
 void print_ok(const struct cli_stats *st);
 int selftest(void);
 
