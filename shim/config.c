@@ -25,6 +25,10 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_BREAKER_COOLDOWN_MS", "30000", "how long an open breaker skips attempts, ms" },
 	{ "RDMASHIM_CM_TIMEOUT_MS", "2000", "bound on each RDMA connection-manager wait, ms" },
 	{ "RDMASHIM_UPGRADE_TIMEOUT_MS", "3000", "bound on a whole upgrade attempt, ms" },
+	{ "RDMASHIM_HUGE_PAGES", "1",
+	  "1: back RDMA ring pools with 2 MiB huge pages when the system has them; 0: 4 KiB pages" },
+	{ "RDMASHIM_TEST_FAIL_RDMA_KB", "0",
+	  "testing only: break each RDMA channel after it sent this many KiB (0: never)" },
 };
 const size_t shim_config_var_count = sizeof(shim_config_vars) / sizeof(shim_config_vars[0]);
 
@@ -198,6 +202,9 @@ static const struct uint_var uint_vars[] = {
 	  "expected milliseconds 1-600000" },
 	{ "RDMASHIM_UPGRADE_TIMEOUT_MS", 1, 600000, offsetof(struct shim_config, upgrade_timeout_ms),
 	  "expected milliseconds 1-600000" },
+	{ "RDMASHIM_HUGE_PAGES", 0, 1, offsetof(struct shim_config, huge_pages), "expected 0 or 1" },
+	{ "RDMASHIM_TEST_FAIL_RDMA_KB", 0, 4194304, offsetof(struct shim_config, test_fail_rdma_kb),
+	  "expected KiB 0-4194304" },
 };
 
 static const char *value_of(shim_getenv_fn get, void *ctx, const char *name)

@@ -12,7 +12,8 @@
  * registration asks for EPOLLIN only (bells) and its readiness comes from
  * its channel. EPOLLET on a switched fd is reported level-triggered (an
  * edge-triggered program drains to EAGAIN, so it only sees extra wake-ups);
- * EPOLLONESHOT is honoured.
+ * EPOLLONESHOT is honoured. A fd back on TCP after a failover gets its
+ * program's registration back.
  */
 #include <errno.h>
 #include <sched.h>
@@ -201,8 +202,16 @@ static int channel_round(int epfd, struct shim_ep *ep, struct epoll_event *out, 
 			continue;
 		if (!shim_io_switched(s) && !shim_upgrade_settled(s))
 			shim_io_progress(s, it->fd);
-		if (!shim_io_switched(s))
+		if (!shim_io_switched(s)) {
+			if (it->kernel_switched) {
+				/* Back on TCP after a failover: the program's own
+				 * registration again. MOD re-checks readiness, so an
+				 * edge-triggered item is told what is already there. */
+				it->kernel_switched = false;
+				kernel_ctl(epfd, EPOLL_CTL_MOD, it);
+			}
 			continue;
+		}
 		if (!it->kernel_switched) {
 			it->kernel_switched = true;
 			kernel_ctl(epfd, EPOLL_CTL_MOD, it);

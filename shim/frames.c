@@ -1,10 +1,12 @@
 /* In-band frames; see frames.h and wire.h. */
 #include "frames.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <string.h>
 
 #include "real.h"
+#include "stats.h"
 #include "trace.h"
 #include "wire.h"
 
@@ -35,26 +37,76 @@ int shim_frames_queue(struct shim_sock *s, int fd, const void *frame, size_t len
 	return shim_frames_flush(s, fd);
 }
 
+static bool is_bell(uint8_t b)
+{
+	return b == SHIM_FRAME_DATA_BELL || b == SHIM_FRAME_SPACE_BELL;
+}
+
+static void drain_eof(struct shim_sock *s)
+{
+	s->rx_tcp_eof = true;
+	s->bells_owed = 0;
+}
+
+/* Takes the peer's RESUME frame if all of it is there (peeked first: the
+ * plain bytes right behind it are the program's, not ours to read). */
+static void take_resume(struct shim_sock *s, int fd)
+{
+	struct shim_frame_resume frame;
+	ssize_t n = REAL(recv)(fd, &frame, sizeof(frame), MSG_DONTWAIT | MSG_PEEK);
+
+	if (n < (ssize_t)sizeof(frame))
+		return; /* the rest is on its way */
+	if (REAL(recv)(fd, &frame, sizeof(frame), MSG_DONTWAIT) != (ssize_t)sizeof(frame)) {
+		drain_eof(s);
+		return;
+	}
+	s->fo_peer_rx_offset = be64toh(frame.rx_offset);
+	s->fo_peer_known = true;
+	SHIM_TRACE(SHIM_TRACE_WARN, "failover.peer_resume", fd, &s->tuple, SHIM_REASON_CHAN_FAILED,
+		   "\"peer_rx\":%llu", (unsigned long long)s->fo_peer_rx_offset);
+}
+
 void shim_frames_drain(struct shim_sock *s, int fd)
 {
 	uint8_t scratch[256];
 
-	for (;;) {
-		ssize_t n = REAL(recv)(fd, scratch, sizeof(scratch), MSG_DONTWAIT);
+	while (!s->fo_peer_known && !s->rx_tcp_eof) {
+		ssize_t n = REAL(recv)(fd, scratch, sizeof(scratch), MSG_DONTWAIT | MSG_PEEK), bells = 0;
 
 		if (n == 0) {
-			s->rx_tcp_eof = true;
-			s->bells_owed = 0;
+			drain_eof(s);
 			return;
 		}
 		if (n < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-				s->rx_tcp_eof = true; /* reset: the peer is gone */
-				s->bells_owed = 0;
-			}
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				drain_eof(s); /* reset: the peer is gone */
 			return;
 		}
-		s->bells_owed = (size_t)n >= s->bells_owed ? 0 : s->bells_owed - (unsigned)n;
+		while (bells < n && is_bell(scratch[bells]))
+			bells++;
+		if (bells && REAL(recv)(fd, scratch, (size_t)bells, MSG_DONTWAIT) != bells) {
+			drain_eof(s);
+			return;
+		}
+		s->bells_owed = (size_t)bells >= s->bells_owed ? 0 : s->bells_owed - (unsigned)bells;
+		if (bells == n) {
+			if (n < (ssize_t)sizeof(scratch))
+				return;
+			continue;
+		}
+		if (scratch[bells] == SHIM_FRAME_RESUME) {
+			take_resume(s, fd);
+			return;
+		}
+		/* Not a frame of ours where one must start: someone else writes
+		 * into this stream. Reset rather than guess. */
+		shim_stats_count(SHIM_REASON_HANDSHAKE_MALFORMED);
+		SHIM_TRACE(SHIM_TRACE_ERROR, "frames.bad", fd, &s->tuple, SHIM_REASON_HANDSHAKE_MALFORMED,
+			   "\"byte\":%u", scratch[bells]);
+		REAL(shutdown)(fd, SHUT_RDWR);
+		drain_eof(s);
+		return;
 	}
 }
 
@@ -65,7 +117,15 @@ void shim_frames_absorb(struct shim_sock *s, const uint8_t *bytes, size_t len)
 
 	memcpy(s->rx_frame + s->rx_frame_len, bytes, take);
 	s->rx_frame_len += take;
-	/* What follows the SWITCH frame can only be bells: nothing to keep. */
+	/* Bells may follow the SWITCH frame: nothing to keep. A RESUME can
+	 * too (the channel failed at once), and the plain bytes after it
+	 * would be lost here: say so loudly rather than deliver a hole. */
+	for (size_t i = take; i < len; i++) {
+		if (!is_bell(bytes[i])) {
+			s->fo_absorb_bad = true;
+			break;
+		}
+	}
 }
 
 int shim_frames_read_switch(struct shim_sock *s, int fd)

@@ -16,6 +16,7 @@
 #include <sys/ioctl.h>
 #include <time.h>
 
+#include "failover.h"
 #include "fdtable.h"
 #include "frames.h"
 #include "real.h"
@@ -34,6 +35,9 @@
  * slept on one connection at the same time, its sleeps are cut to this.
  */
 #define IO_SHARED_SLICE_MS 1
+/* The first sleep after an rx arm on a channel with arm_grace (transport.h):
+ * far longer than a write's flight, far shorter than a sleep slice. */
+#define IO_GRACE_MS 1
 /* iovec elements handled per call; beyond this a call moves fewer bytes,
  * which stream sockets allow. */
 #define IO_MAX_IOV 64
@@ -99,9 +103,9 @@ static int slice_until(long long deadline)
 	return left < IO_SLEEP_SLICE_MS ? (int)left : IO_SLEEP_SLICE_MS;
 }
 
-/* Sleeps on the TCP fd without the lock. Returns 0, -EAGAIN on the
- * SO_*TIMEO deadline, or -EINTR. */
-static int sleep_on_tcp(struct shim_sock *s, int fd, short events, long long deadline)
+/* Sleeps on the TCP fd without the lock, at most cap_ms if cap_ms > 0.
+ * Returns 0, -EAGAIN on the SO_*TIMEO deadline, or -EINTR. */
+static int sleep_capped(struct shim_sock *s, int fd, short events, long long deadline, int cap_ms)
 {
 	struct pollfd p = { .fd = fd, .events = events };
 	int slice = slice_until(deadline), rc;
@@ -112,6 +116,8 @@ static int sleep_on_tcp(struct shim_sock *s, int fd, short events, long long dea
 		s->shared_sleep = true;
 	if (s->shared_sleep && slice > IO_SHARED_SLICE_MS)
 		slice = IO_SHARED_SLICE_MS;
+	if (cap_ms > 0 && slice > cap_ms)
+		slice = cap_ms;
 	pthread_mutex_unlock(&s->lock);
 	rc = REAL(poll)(&p, 1, slice);
 	if (rc == 0 && slice == IO_SLEEP_SLICE_MS)
@@ -125,6 +131,18 @@ static int sleep_on_tcp(struct shim_sock *s, int fd, short events, long long dea
 	if (fd != s->tcp_keep && s->tcp_keep < 0 && shim_fd_get_acquire(fd) != s)
 		return -EBADF;
 	return rc == -EINTR ? -EINTR : 0;
+}
+
+static int sleep_on_tcp(struct shim_sock *s, int fd, short events, long long deadline)
+{
+	return sleep_capped(s, fd, events, deadline, 0);
+}
+
+/* An rx arm whose sleep must be short (transport.h, arm_grace): the first
+ * of a run of arms that found nothing. */
+static bool grace_needed(struct shim_sock *s)
+{
+	return s->chan->ops->arm_grace && s->rx_idle_arms++ == 0;
 }
 
 /* The fd to use for TCP: the program's, or ours after it closed its own
@@ -187,7 +205,7 @@ static int wait_rx(struct shim_sock *s, int fd, long long deadline)
 	if (spin_for(s, rx_ready))
 		return 0;
 	if (ch->ops->rx_arm(ch))
-		rc = sleep_on_tcp(s, fd, POLLIN, deadline);
+		rc = sleep_capped(s, fd, POLLIN, deadline, grace_needed(s) ? IO_GRACE_MS : 0);
 	note_disarm(s, !ch->ops->rx_disarm(ch));
 	shim_frames_drain(s, io_fd(s, fd));
 	return rc;
@@ -307,6 +325,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		if (s->tcp_out_len)
 			shim_frames_flush(s, fd);
 		shim_upgrade_progress(s, fd);
+		shim_failover_progress(s, fd);
 		if (s->rd_shut)
 			break;
 		if (s->rx_dir == SHIM_DIR_TCP) {
@@ -353,6 +372,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		n = (ssize_t)ch->ops->recv(ch, win, wincnt, peek);
 		if (n > 0) {
 			got += (size_t)n;
+			s->rx_idle_arms = 0;
 			if (!peek && ch->ops->rx_should_bell(ch))
 				shim_frames_queue(s, fd, &space_bell, 1);
 			if (peek)
@@ -364,6 +384,13 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		if (nonblock) {
 			rc = -EAGAIN;
 			break;
+		}
+		if (s->fo_started) {
+			/* Failed and drained: the rest follows the peer's RESUME. */
+			rc = sleep_on_tcp(s, fd, POLLIN, deadline);
+			if (rc < 0)
+				break;
+			continue;
 		}
 		rc = wait_rx(s, fd, deadline);
 		if (rc < 0)
@@ -393,10 +420,23 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		if (s->tcp_out_len)
 			shim_frames_flush(s, fd);
 		shim_upgrade_progress(s, fd);
+		shim_failover_progress(s, fd);
 		if (s->tx_dir == SHIM_DIR_TCP) {
 			struct iovec win[IO_MAX_IOV];
 			struct msghdr mh = { .msg_iov = win };
 			ssize_t n;
+
+			if (shim_failover_replaying(s)) {
+				/* Our bytes the peer never got go first. */
+				if (nonblock) {
+					rc = -EAGAIN;
+					break;
+				}
+				rc = sleep_on_tcp(s, fd, POLLOUT, deadline);
+				if (rc < 0)
+					break;
+				continue;
+			}
 
 			mh.msg_iovlen = (size_t)iov_window(iov, iovcnt, done, (size_t)-1, win);
 			n = REAL(sendmsg)(fd, &mh, flags | MSG_DONTWAIT);
@@ -432,6 +472,17 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			if (!done)
 				raise_sigpipe(flags);
 			break;
+		}
+		if (shim_failover_waiting(s)) {
+			/* Where to resume is the peer's to say (its RESUME). */
+			if (nonblock) {
+				rc = -EAGAIN;
+				break;
+			}
+			rc = sleep_on_tcp(s, fd, POLLIN, deadline);
+			if (rc < 0)
+				break;
+			continue;
 		}
 		size_t n = ch->ops->send(ch, iov, iovcnt, done);
 
@@ -518,14 +569,17 @@ int shim_io_shutdown(struct shim_sock *s, int fd, int how)
 
 bool shim_io_switched(const struct shim_sock *s)
 {
-	return s->tx_dir != SHIM_DIR_TCP || s->rx_dir != SHIM_DIR_TCP;
+	/* A replay after a failover still needs our hand (failover.c). */
+	return s->tx_dir != SHIM_DIR_TCP || s->rx_dir != SHIM_DIR_TCP || shim_failover_replaying(s);
 }
 
 void shim_io_progress(struct shim_sock *s, int fd)
 {
 	pthread_mutex_lock(&s->lock);
-	if (!s->closed)
+	if (!s->closed) {
 		shim_upgrade_progress(s, fd);
+		shim_failover_progress(s, fd);
+	}
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -553,6 +607,7 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 	if (s->tcp_out_len)
 		shim_frames_flush(s, fd);
 	shim_upgrade_progress(s, fd);
+	shim_failover_progress(s, fd);
 	if (!shim_io_switched(s) && !shim_upgrade_rx_pending(s)) {
 		pthread_mutex_unlock(&s->lock);
 		return -1;
@@ -588,7 +643,8 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 		mask |= POLLIN | POLLRDHUP;
 	}
 	if (s->tx_dir == SHIM_DIR_TCP) {
-		mask |= p.revents & POLLOUT;
+		if (!shim_failover_replaying(s))
+			mask |= p.revents & POLLOUT;
 	} else if (tx_ready(s) || s->wr_shut || s->rx_tcp_eof) {
 		mask |= POLLOUT;
 	}
@@ -618,6 +674,8 @@ int shim_io_arm(struct shim_sock *s, int fd, short events)
 		armed |= SHIM_ARMED_RX;
 		if (!s->chan->ops->rx_arm(s->chan))
 			armed |= SHIM_ARM_READY;
+		else if (grace_needed(s))
+			armed |= SHIM_ARM_SHORT;
 	}
 	if ((events & POLLOUT) && s->tx_dir == SHIM_DIR_CHAN) {
 		armed |= SHIM_ARMED_TX;

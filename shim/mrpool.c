@@ -10,6 +10,7 @@
 
 #include <infiniband/verbs.h>
 
+#include "config.h"
 #include "trace.h"
 
 #define HUGE_2M (2u << 20)
@@ -82,7 +83,7 @@ static struct mrpool_chunk *new_chunk(struct ibv_pd *pd, size_t slot_bytes)
 	n = (unsigned)(c->len / slot_bytes);
 	if (n > MAX_SLOTS_PER_CHUNK)
 		n = MAX_SLOTS_PER_CHUNK;
-	c->base = map_chunk(c->len, true, &c->huge);
+	c->base = map_chunk(c->len, shim_cfg.huge_pages, &c->huge);
 	if (!c->base) {
 		free(c);
 		return NULL;

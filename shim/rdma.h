@@ -8,6 +8,7 @@
 #ifndef RDMASHIM_RDMA_H
 #define RDMASHIM_RDMA_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -100,6 +101,7 @@ struct rdma_conn {
 	bool peer_no_switch;
 	uint64_t peer_at;
 	bool broken;        /* the QP failed: the channel carries nothing more */
+	bool stopped;       /* we moved it to ERR and disconnected (rdma_fail) */
 	bool done;          /* handshake over: CM events are the channel's now */
 	bool peer_disconnected;
 	bool torn_down;
@@ -110,6 +112,15 @@ struct rdma_conn {
 	/* Cursors: ours live here, the peer's in ctl (written remotely). */
 	uint64_t tx_tail;
 	uint64_t rx_head, rx_head_sent;
+	/* Reaping the CQ: under the sock's lock, and also from the lock-free
+	 * readable() (busy polling), so it has a lock of its own. */
+	pthread_spinlock_t cq_lock;
+	bool cq_lock_ready;
+	uint64_t rx_tail;   /* bytes the peer's immediates announced; atomic */
+	bool rx_closed;     /* the peer's CLOSED immediate arrived; atomic */
+	uint64_t recv_posted, recv_reported; /* our receives, and what the peer knows */
+	uint64_t peer_recvs_used; /* our SENDs and immediates: one peer receive each */
+	bool closed_sent;
 	struct shim_sock *sock; /* for traces only */
 	int fd;
 	pid_t pid; /* the process that made it: only it may touch its objects */
@@ -125,7 +136,7 @@ int shim_rdma_send_switch_at(struct rdma_conn *c, uint64_t offset, bool no_switc
 void shim_rdma_teardown(struct rdma_conn *c);
 /* Moves the QP to ERR (traced), if there is one. */
 void shim_rdma_qp_error(struct rdma_conn *c);
-/* Posts the receive for the peer's SWITCH_AT. */
-int shim_rdma_post_recv(struct rdma_conn *c);
+/* Posts the first SHIM_RDMA_RQ_DEPTH receives (SWITCH_AT, immediates). */
+int shim_rdma_post_recvs(struct rdma_conn *c);
 
 #endif

@@ -24,8 +24,10 @@
  * the tail, the tail landed after the arm did, so the producer, reading
  * after its tail landed, sees the arm. Space is the same with the roles
  * swapped (wants_space lives in the consumer's memory, head is the cursor).
- * That is why tx_should_bell waits for a completion: a bell must never
- * overtake the bytes it announces.
+ * That is why tx_should_bell waits for a completion before it bells: a bell
+ * must never overtake the bytes it announces. It skips the wait when the
+ * consumer is not armed at all (the common, busy-polling case); the race
+ * that leaves is closed by the consumer's short first sleep (arm_grace).
  *
  * Selective signaling: data WRITEs go unsignaled; the tail WRITE of a send
  * and every control WRITE we wait for are signaled, plus every 16th WR so the
@@ -72,48 +74,115 @@ static void mark_broken(struct rdma_conn *c, const char *why, int detail)
 {
 	if (c->broken)
 		return;
-	c->broken = true;
+	/* Relaxed: rdma_failed() polls it without the lock; what follows a
+	 * failure is read under the lock. */
+	__atomic_store_n(&c->broken, true, __ATOMIC_RELAXED);
 	SHIM_TRACE(SHIM_TRACE_WARN, "rdma.broken", c->fd, c->sock ? &c->sock->tuple : NULL, SHIM_REASON_INTERNAL_ERROR,
 		   "\"why\":\"%s\",\"detail\":%d", why, detail);
 }
 
-void shim_rdma_reap(struct rdma_conn *c)
+static int post_recv_one(struct rdma_conn *c)
+{
+	/* Every receive points at recv_buf: only the SWITCH_AT SEND places
+	 * data; a WRITE WITH IMMEDIATE takes the receive and places nothing. */
+	struct ibv_sge sge = { .addr = (uintptr_t)c->ctl->recv_buf,
+			       .length = sizeof(c->ctl->recv_buf),
+			       .lkey = c->slot.lkey };
+	struct ibv_recv_wr wr = { .wr_id = RECV_WR_ID, .sg_list = &sge, .num_sge = 1 }, *bad;
+	int rc = ibv_post_recv(c->qp, &wr, &bad);
+
+	if (rc == 0)
+		__atomic_store_n(&c->recv_posted, c->recv_posted + 1, __ATOMIC_RELAXED);
+	return -rc;
+}
+
+int shim_rdma_post_recvs(struct rdma_conn *c)
+{
+	for (unsigned i = 0; i < SHIM_RDMA_RQ_DEPTH; i++) {
+		int rc = post_recv_one(c);
+
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static void take_switch_at(struct rdma_conn *c, const struct ibv_wc *wc)
+{
+	struct shim_rdma_switch_at at;
+
+	memcpy(&at, c->ctl->recv_buf, sizeof(at));
+	if (wc->byte_len < sizeof(at) || be32toh(at.magic) != SHIM_RDMA_MAGIC || at.type != SHIM_RDMA_SWITCH_AT) {
+		mark_broken(c, "bad_switch_at", (int)wc->byte_len);
+		return;
+	}
+	c->peer_no_switch = be16toh(at.flags) & SHIM_RDMA_NO_SWITCH;
+	c->peer_at = be64toh(at.offset);
+	c->peer_at_known = true;
+}
+
+/* The ring's tail and "closed" from the producer's immediate. The HCA
+ * writes the completion only after the data is placed. */
+static void take_imm(struct rdma_conn *c, const struct ibv_wc *wc)
+{
+	uint32_t imm = be32toh(wc->imm_data);
+
+	/* Release: pairs with the acquire loads in rdma_readable() and
+	 * rdma_rx_eof(), which may run on threads that did not reap. */
+	__atomic_store_n(&c->rx_tail, c->rx_tail + (imm & SHIM_RDMA_IMM_BYTES), __ATOMIC_RELEASE);
+	if (imm & SHIM_RDMA_IMM_CLOSED)
+		__atomic_store_n(&c->rx_closed, true, __ATOMIC_RELEASE);
+}
+
+/* Precondition: cq_lock held. */
+static void reap_locked(struct rdma_conn *c)
 {
 	struct ibv_wc wc[16];
 	int n;
 
-	if (!c->cq)
-		return;
 	while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0) {
 		for (int i = 0; i < n; i++) {
 			if (wc[i].status != IBV_WC_SUCCESS) {
 				/* Flushes after we moved the QP to ERR are expected. */
-				if (!c->torn_down)
+				if (!c->torn_down && !c->stopped)
 					mark_broken(c, ibv_wc_status_str(wc[i].status), (int)wc[i].status);
 				if (wc[i].wr_id != RECV_WR_ID && wc[i].wr_id > c->completed)
-					c->completed = wc[i].wr_id;
+					__atomic_store_n(&c->completed, wc[i].wr_id, __ATOMIC_RELAXED);
 				continue;
 			}
-			if (wc[i].opcode == IBV_WC_RECV) {
-				struct shim_rdma_switch_at at;
-
-				memcpy(&at, c->ctl->recv_buf, sizeof(at));
-				if (wc[i].byte_len < sizeof(at) || be32toh(at.magic) != SHIM_RDMA_MAGIC ||
-				    at.type != SHIM_RDMA_SWITCH_AT) {
-					mark_broken(c, "bad_switch_at", (int)wc[i].byte_len);
-					continue;
-				}
-				c->peer_no_switch = be16toh(at.flags) & SHIM_RDMA_NO_SWITCH;
-				c->peer_at = be64toh(at.offset);
-				c->peer_at_known = true;
+			if (wc[i].opcode & IBV_WC_RECV) {
+				if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM)
+					take_imm(c, &wc[i]);
+				else
+					take_switch_at(c, &wc[i]);
+				if (post_recv_one(c) < 0)
+					mark_broken(c, "post_recv", 0);
 				continue;
 			}
 			if (wc[i].wr_id > c->completed)
-				c->completed = wc[i].wr_id;
+				__atomic_store_n(&c->completed, wc[i].wr_id, __ATOMIC_RELAXED);
 		}
 	}
 	if (n < 0)
 		mark_broken(c, "poll_cq", n);
+}
+
+void shim_rdma_reap(struct rdma_conn *c)
+{
+	if (!c->cq)
+		return;
+	pthread_spin_lock(&c->cq_lock);
+	reap_locked(c);
+	pthread_spin_unlock(&c->cq_lock);
+}
+
+/* For the lock-free readers: whoever holds cq_lock is reaping already. */
+static void reap_try(struct rdma_conn *c)
+{
+	if (c->cq && pthread_spin_trylock(&c->cq_lock) == 0) {
+		reap_locked(c);
+		pthread_spin_unlock(&c->cq_lock);
+	}
 }
 
 static bool drain_cm_events(struct rdma_conn *c);
@@ -207,6 +276,17 @@ static void chain_word(struct rdma_conn *c, struct wr_chain *ch, size_t ctl_off,
 	chain_write(c, ch, src, sizeof(value), ctl_off, signal);
 }
 
+/* Makes the chain's last WRITE carry imm (signaled: tx_should_bell waits for
+ * it). Precondition: at least one WR in the chain. */
+static void chain_imm(struct wr_chain *ch, uint32_t imm)
+{
+	struct ibv_send_wr *wr = &ch->wr[ch->n - 1];
+
+	wr->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+	wr->imm_data = htobe32(imm);
+	wr->send_flags |= IBV_SEND_SIGNALED;
+}
+
 /* Posts the chain; returns the last WR's sequence number, or 0 on failure
  * (nothing of the chain was posted, or the channel is broken). */
 static uint64_t chain_post(struct rdma_conn *c, struct wr_chain *ch)
@@ -242,16 +322,6 @@ static uint64_t post_word(struct rdma_conn *c, size_t ctl_off, uint64_t value, b
 
 #define CTL_OFF(field) offsetof(struct shim_rdma_ctl, field)
 
-int shim_rdma_post_recv(struct rdma_conn *c)
-{
-	struct ibv_sge sge = { .addr = (uintptr_t)c->ctl->recv_buf,
-			       .length = sizeof(c->ctl->recv_buf),
-			       .lkey = c->slot.lkey };
-	struct ibv_recv_wr wr = { .wr_id = RECV_WR_ID, .sg_list = &sge, .num_sge = 1 }, *bad;
-
-	return -ibv_post_recv(c->qp, &wr, &bad);
-}
-
 int shim_rdma_send_switch_at(struct rdma_conn *c, uint64_t offset, bool no_switch)
 {
 	struct shim_rdma_switch_at at = {
@@ -279,6 +349,7 @@ int shim_rdma_send_switch_at(struct rdma_conn *c, uint64_t offset, bool no_switc
 		return -rc;
 	}
 	c->posted = c->last_signaled = wr.wr_id;
+	c->peer_recvs_used++;
 	/* The completion is the peer's ACK: its receive is done (and its CQE
 	 * written) before our SWITCH frame can go on TCP. */
 	return wait_seq(c, wr.wr_id) ? 0 : -EIO;
@@ -293,11 +364,21 @@ static uint64_t load_acq(const uint64_t *p)
 	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 }
 
+/* Whether n more immediates fit the receives the peer posted, with one
+ * kept back for CLOSED (keep_closed). */
+static bool imm_room(const struct rdma_conn *c, unsigned n, bool keep_closed)
+{
+	uint64_t told = load_acq(&c->ctl->tx_peer_recvs);
+	uint64_t posted = told ? told : SHIM_RDMA_RQ_DEPTH;
+
+	return c->peer_recvs_used + n + (keep_closed ? 1 : 0) <= posted;
+}
+
 static size_t rdma_writable(const struct shim_chan *ch)
 {
 	const struct rdma_conn *c = conn_of(ch);
 
-	if (c->broken)
+	if (c->broken || !imm_room(c, 1, true))
 		return 0;
 	return c->ring_bytes - (size_t)(c->tx_tail - load_acq(&c->ctl->tx_head));
 }
@@ -315,19 +396,31 @@ static size_t rdma_send(struct shim_chan *ch, const struct iovec *iov, int iovcn
 	if (!done)
 		return 0;
 	/* The staging copy has the same offsets as the peer's ring: at most
-	 * two WRITEs (the wrap), then the tail. */
+	 * two WRITEs (the wrap), the last one carrying the byte count as its
+	 * immediate, which is the tail's news for the consumer. */
 	size_t off = (size_t)(tail & c->mask), first = c->ring_bytes - off < done ? c->ring_bytes - off : done;
 
 	chain_write(c, &wrs, c->tx_shadow + off, first, SHIM_RDMA_CTL_BYTES + off, false);
 	if (done > first)
 		chain_write(c, &wrs, c->tx_shadow, done - first, SHIM_RDMA_CTL_BYTES, false);
-	chain_word(c, &wrs, CTL_OFF(rx_tail), tail + done, true);
+	/* Testing only (RDMASHIM_TEST_FAIL_RDMA_KB): the path dies here, as a
+	 * pulled cable would leave it: the program was told these bytes went
+	 * out, and the peer never learns of them (no immediate announces them). */
+	bool die = shim_cfg.test_fail_rdma_kb && tail + done >= (uint64_t)shim_cfg.test_fail_rdma_kb * 1024u;
+
+	if (!die)
+		chain_imm(&wrs, (uint32_t)done);
 	if (!chain_post(c, &wrs)) {
 		/* Nothing was promised to the program yet: report no progress;
 		 * the broken channel shows as EPIPE (peer_rx_gone). */
 		return 0;
 	}
 	c->tx_tail = tail + done;
+	c->peer_recvs_used += !die;
+	if (die) {
+		shim_rdma_qp_error(c);
+		mark_broken(c, "injected", (int)shim_cfg.test_fail_rdma_kb);
+	}
 	return done;
 }
 
@@ -335,9 +428,20 @@ static bool rdma_tx_should_bell(struct shim_chan *ch)
 {
 	struct rdma_conn *c = conn_of(ch);
 
+	/*
+	 * A consumer that is not armed yet is spinning on its ring and needs
+	 * no bell: return at once instead of waiting a round trip for our
+	 * tail's completion. The one race left is a consumer whose arm lands
+	 * after this look while our tail is still in flight: its re-check may
+	 * miss the tail, and nobody rings. transport.h's arm_grace covers it:
+	 * the first sleep after an arm lasts a millisecond, far longer than a
+	 * tail's flight, so the consumer looks again and finds it.
+	 */
+	if (!load_acq(&c->ctl->tx_consumer_armed))
+		return false;
 	/* Fence: our tail (or closed) WRITE is in the consumer's memory before
-	 * we read the armed word; pairs with the consumer's wait for its arm
-	 * WRITE in rdma_rx_arm(). */
+	 * we read the armed word again; pairs with the consumer's wait for its
+	 * arm WRITE in rdma_rx_arm(): a bell never overtakes its bytes. */
 	if (!wait_seq(c, c->last_signaled))
 		return false;
 	if (!load_acq(&c->ctl->tx_consumer_armed))
@@ -353,15 +457,19 @@ static size_t rdma_space_lowat(const struct shim_chan *ch)
 
 static bool rdma_peer_rx_gone(const struct shim_chan *ch)
 {
-	const struct rdma_conn *c = conn_of(ch);
-
-	return c->broken || load_acq(&c->ctl->tx_consumer_closed) != 0;
+	/* A broken channel is not a closed peer: the stream resumes on TCP. */
+	return load_acq(&conn_of(ch)->ctl->tx_consumer_closed) != 0;
 }
 
 static bool rdma_tx_arm(struct shim_chan *ch)
 {
 	struct rdma_conn *c = conn_of(ch);
-	uint64_t seq = post_word(c, CTL_OFF(rx_wants_space), 1, true);
+	uint64_t seq;
+
+	/* Broken: what wakes us now is the peer's RESUME (or EOF) on TCP. */
+	if (c->broken)
+		return true;
+	seq = post_word(c, CTL_OFF(rx_wants_space), 1, true);
 
 	/* Fence: our wants_space is in the consumer's memory before we look at
 	 * head again; pairs with the wait for the head WRITE in
@@ -382,22 +490,42 @@ static bool rdma_tx_disarm(struct shim_chan *ch)
 	return true;
 }
 
+/* A zero-length WRITE WITH IMMEDIATE carrying CLOSED: after the last data on
+ * the same QP, so its completion comes after theirs; signaled so that
+ * tx_should_bell waits for it before looking at armed. */
+static uint64_t post_closed(struct rdma_conn *c)
+{
+	struct wr_chain wrs = { .n = 0 };
+	uint64_t seq;
+
+	if (c->closed_sent || !imm_room(c, 1, false))
+		return 0;
+	chain_write(c, &wrs, NULL, 0, 0, true);
+	wrs.wr[0].num_sge = 0;
+	chain_imm(&wrs, SHIM_RDMA_IMM_CLOSED);
+	seq = chain_post(c, &wrs);
+	if (seq) {
+		c->closed_sent = true;
+		c->peer_recvs_used++;
+	}
+	return seq;
+}
+
 static void rdma_shutdown_tx(struct shim_chan *ch)
 {
-	struct rdma_conn *c = conn_of(ch);
-
-	/* After the last tail on the same QP, so it lands after it; signaled
-	 * so that tx_should_bell waits for it before looking at armed. */
-	post_word(c, CTL_OFF(rx_closed), 1, true);
+	post_closed(conn_of(ch));
 }
 
 /* ---- consumer side ---- */
 
 static size_t rdma_readable(const struct shim_chan *ch)
 {
-	const struct rdma_conn *c = conn_of(ch);
+	/* Busy polling calls this without the sock's lock: the tail comes
+	 * from our CQ, which reap_try() polls under cq_lock. */
+	struct rdma_conn *c = (struct rdma_conn *)conn_of(ch);
 
-	return (size_t)(load_acq(&c->ctl->rx_tail) - c->rx_head);
+	reap_try(c);
+	return (size_t)(__atomic_load_n(&c->rx_tail, __ATOMIC_ACQUIRE) - c->rx_head);
 }
 
 static size_t rdma_recv(struct shim_chan *ch, const struct iovec *iov, int iovcnt, bool peek)
@@ -425,19 +553,33 @@ static bool rdma_rx_eof(const struct shim_chan *ch)
 {
 	const struct rdma_conn *c = conn_of(ch);
 
-	/* closed lands after the last tail (same QP): acquire it first. */
-	return (load_acq(&c->ctl->rx_closed) || c->broken) && rdma_readable(ch) == 0;
+	/* CLOSED completes after the last data (same QP, completions in
+	 * order): acquire it first. A broken channel is no EOF: the rest
+	 * comes on TCP (failover.c). */
+	return __atomic_load_n(&c->rx_closed, __ATOMIC_ACQUIRE) && rdma_readable(ch) == 0;
 }
 
-/* Sends our head to the producer and waits until it is there. */
+/* Appends our credits for the producer: the head (ring space) and how many
+ * receives we posted (room for its immediates). */
+static void chain_credits(struct rdma_conn *c, struct wr_chain *wrs, bool signal)
+{
+	uint64_t posted = __atomic_load_n(&c->recv_posted, __ATOMIC_RELAXED);
+
+	chain_word(c, wrs, CTL_OFF(tx_head), c->rx_head, false);
+	chain_word(c, wrs, CTL_OFF(tx_peer_recvs), posted, signal);
+	c->rx_head_sent = c->rx_head;
+	c->recv_reported = posted;
+}
+
+/* Sends our credits to the producer and waits until they are there. */
 static bool flush_head(struct rdma_conn *c)
 {
-	uint64_t seq = post_word(c, CTL_OFF(tx_head), c->rx_head, true);
+	struct wr_chain wrs = { .n = 0 };
+	uint64_t seq;
 
-	if (!seq)
-		return false;
-	c->rx_head_sent = c->rx_head;
-	return wait_seq(c, seq);
+	chain_credits(c, &wrs, true);
+	seq = chain_post(c, &wrs);
+	return seq && wait_seq(c, seq);
 }
 
 static bool rdma_rx_should_bell(struct shim_chan *ch)
@@ -446,11 +588,13 @@ static bool rdma_rx_should_bell(struct shim_chan *ch)
 	bool wants = load_acq(&c->ctl->rx_wants_space) != 0;
 
 	/*
-	 * Credits go back at least every eighth of the ring, so the producer's
-	 * view lags ours by less than that: with our ring empty it sees more
-	 * than its low-water mark free and never waits on us while we sleep.
+	 * Credits go back at least every eighth of the ring and every quarter
+	 * of our receives, so the producer's view lags ours by less than
+	 * that: with our ring empty it sees more than its low-water mark free
+	 * and never waits on us while we sleep.
 	 */
-	if (!wants && c->rx_head - c->rx_head_sent < c->ring_bytes / 8)
+	if (!wants && c->rx_head - c->rx_head_sent < c->ring_bytes / 8 &&
+	    __atomic_load_n(&c->recv_posted, __ATOMIC_RELAXED) - c->recv_reported < SHIM_RDMA_RQ_DEPTH / 4)
 		return false;
 	/* Fence: the head is in the producer's memory before we read
 	 * wants_space (again); pairs with the wait in rdma_tx_arm(). */
@@ -469,14 +613,19 @@ static bool rdma_rx_arm(struct shim_chan *ch)
 	struct rdma_conn *c = conn_of(ch);
 	uint64_t seq;
 
-	if (c->rx_head != c->rx_head_sent)
-		post_word(c, CTL_OFF(tx_head), c->rx_head_sent = c->rx_head, false);
-	seq = post_word(c, CTL_OFF(tx_consumer_armed), 1, true);
+	if (c->broken)
+		return true; /* see rdma_tx_arm() */
+	struct wr_chain wrs = { .n = 0 };
+
+	/* Credits first: a producer waiting for room must not wait on us. */
+	chain_credits(c, &wrs, false);
+	chain_word(c, &wrs, CTL_OFF(tx_consumer_armed), 1, true);
+	seq = chain_post(c, &wrs);
 	/* Fence: the arm is in the producer's memory before we re-check the
 	 * tail; pairs with the wait in rdma_tx_should_bell(). */
 	if (!seq || !wait_seq(c, seq))
 		return false;
-	return !rdma_readable(ch) && !load_acq(&c->ctl->rx_closed);
+	return !rdma_readable(ch) && !__atomic_load_n(&c->rx_closed, __ATOMIC_ACQUIRE);
 }
 
 static bool rdma_rx_disarm(struct shim_chan *ch)
@@ -492,6 +641,56 @@ static void rdma_shutdown_rx(struct shim_chan *ch)
 	struct rdma_conn *c = conn_of(ch);
 
 	post_word(c, CTL_OFF(tx_consumer_closed), 1, true);
+}
+
+/* ---- failure ---- */
+
+static bool rdma_failed(const struct shim_chan *ch)
+{
+	return __atomic_load_n(&conn_of(ch)->broken, __ATOMIC_RELAXED);
+}
+
+static void rdma_fail(struct shim_chan *ch)
+{
+	struct rdma_conn *c = conn_of(ch);
+
+	if (c->stopped)
+		return;
+	c->stopped = true;
+	mark_broken(c, "stopped", 0);
+	/* ERR first: from here on nothing the peer posted lands in our ring,
+	 * so the offset our RESUME announces is final. The DREQ then tells a
+	 * peer spinning on a completion at once rather than after its retries. */
+	shim_rdma_qp_error(c);
+	if (c->id)
+		rdma_disconnect(c->id);
+}
+
+static uint64_t rdma_rx_offset(const struct shim_chan *ch)
+{
+	struct rdma_conn *c = (struct rdma_conn *)conn_of(ch);
+
+	/* After ERR: what completed before it is in the CQ still. */
+	shim_rdma_reap(c);
+	return __atomic_load_n(&c->rx_tail, __ATOMIC_ACQUIRE);
+}
+
+static int rdma_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct iovec out[2])
+{
+	const struct rdma_conn *c = conn_of(ch);
+	size_t n, off, first;
+
+	/* The staging copy holds the last ring_bytes bytes we sent, and the
+	 * peer's offset is at least the head it credited us, so a true offset
+	 * is always inside. */
+	if (from > c->tx_tail || c->tx_tail - from > c->ring_bytes)
+		return -ERANGE;
+	n = (size_t)(c->tx_tail - from);
+	off = (size_t)(from & c->mask);
+	first = c->ring_bytes - off < n ? c->ring_bytes - off : n;
+	out[0] = (struct iovec){ .iov_base = c->tx_shadow + off, .iov_len = first };
+	out[1] = (struct iovec){ .iov_base = c->tx_shadow, .iov_len = n - first };
+	return n > first ? 2 : 1;
 }
 
 static void rdma_destroy(struct shim_chan *ch)
@@ -543,7 +742,7 @@ void shim_rdma_teardown(struct rdma_conn *c)
 
 	if (c->qp && c->remote_addr && c->installed && !c->broken && !peer_gone) {
 		/* The peer sees both directions closed, as with shm. */
-		post_word(c, CTL_OFF(rx_closed), 1, false);
+		post_closed(c);
 		uint64_t seq = post_word(c, CTL_OFF(tx_consumer_closed), 1, true);
 		unsigned long long end = mono_ns() + TEARDOWN_WAIT_NS;
 
@@ -569,6 +768,8 @@ void shim_rdma_teardown(struct rdma_conn *c)
 	if (c->ec)
 		rdma_destroy_event_channel(c->ec);
 	shim_mrpool_put(&c->slot);
+	if (c->cq_lock_ready)
+		pthread_spin_destroy(&c->cq_lock);
 	free(c);
 }
 
@@ -580,6 +781,10 @@ void shim_rdma_chan_init(struct rdma_conn *c)
 	c->rx_data = (uint8_t *)c->slot.addr + SHIM_RDMA_CTL_BYTES;
 	c->tx_shadow = c->rx_data + c->ring_bytes;
 	c->mask = c->ring_bytes - 1;
+	if (!c->cq_lock_ready) {
+		pthread_spin_init(&c->cq_lock, PTHREAD_PROCESS_PRIVATE);
+		c->cq_lock_ready = true;
+	}
 }
 
 const struct shim_transport_ops shim_rdma_ops = {
@@ -600,4 +805,9 @@ const struct shim_transport_ops shim_rdma_ops = {
 	.shutdown_tx = rdma_shutdown_tx,
 	.shutdown_rx = rdma_shutdown_rx,
 	.destroy = rdma_destroy,
+	.arm_grace = true,
+	.failed = rdma_failed,
+	.fail = rdma_fail,
+	.rx_offset = rdma_rx_offset,
+	.tx_unreceived = rdma_tx_unreceived,
 };

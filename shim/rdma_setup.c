@@ -51,6 +51,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "breaker.h"
+#include "failover.h"
 #include "frames.h"
 #include "real.h"
 #include "stats.h"
@@ -64,7 +65,7 @@
  * gave up under QEMU TCG load, where a VM can stall for 100 ms. */
 #define ACK_TIMEOUT 17
 #define SQ_DEPTH 64
-#define CQ_DEPTH (SQ_DEPTH + 8)
+#define CQ_DEPTH (SQ_DEPTH + SHIM_RDMA_RQ_DEPTH + 8)
 #define WANT_INLINE 64
 /* S retries a missing listener (C not there yet) after these delays. */
 #define RETRY_FIRST_NS (1ull * 1000 * 1000)
@@ -161,7 +162,7 @@ static int make_qp(struct rdma_conn *c)
 	init.qp_type = IBV_QPT_RC;
 	init.sq_sig_all = 0; /* selective signaling: rdma_chan.c decides */
 	init.cap.max_send_wr = SQ_DEPTH;
-	init.cap.max_recv_wr = 2;
+	init.cap.max_recv_wr = SHIM_RDMA_RQ_DEPTH;
 	init.cap.max_send_sge = init.cap.max_recv_sge = 1;
 	init.cap.max_inline_data = WANT_INLINE;
 	c->qp = ibv_create_qp(pd, &init);
@@ -177,7 +178,7 @@ static int make_qp(struct rdma_conn *c)
 		   "\"qp\":%u,\"state\":\"reset\",\"rc\":0,\"max_inline\":%u", c->qp->qp_num, c->max_inline);
 	rc = qp_to(c, IBV_QPS_INIT);
 	if (rc == 0)
-		rc = shim_rdma_post_recv(c);
+		rc = shim_rdma_post_recvs(c);
 	return rc;
 }
 
@@ -238,7 +239,7 @@ static void conn_param(struct rdma_conn *c, struct rdma_conn_param *p, const voi
 	p->responder_resources = 0;
 	p->initiator_depth = 0;
 	p->retry_count = 7;
-	p->rnr_retry_count = 7; /* our one receive is posted before RTR */
+	p->rnr_retry_count = 7; /* receives are posted before RTR, and credited */
 	p->qp_num = c->qp->qp_num;
 }
 
@@ -296,14 +297,18 @@ static void flush_before_close(struct shim_sock *s, int fd)
 {
 	unsigned long long end = shim_now_ns() + CLOSE_FLUSH_NS;
 
-	if (!s->tcp_out_len || !fd_is_ours(s, fd))
+	if ((!s->tcp_out_len && !shim_failover_replaying(s)) || !fd_is_ours(s, fd))
 		return;
-	while (s->tcp_out_len && shim_now_ns() < end) {
+	/* Frames first, then a failover's replay (it goes behind our RESUME):
+	 * the bytes the program sent before close, as the kernel would. */
+	while ((s->tcp_out_len || shim_failover_replaying(s)) && shim_now_ns() < end) {
 		struct pollfd p = { .fd = fd, .events = POLLOUT };
+		int rc = s->tcp_out_len ? shim_frames_flush(s, fd) : shim_failover_flush(s, fd);
 
-		if (shim_frames_flush(s, fd) != -EAGAIN)
+		if (rc < 0 && rc != -EAGAIN)
 			break;
-		REAL(poll)(&p, 1, 50);
+		if (rc == -EAGAIN)
+			REAL(poll)(&p, 1, 50);
 	}
 	if (s->tcp_out_len)
 		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.close_unflushed", fd, &s->tuple, SHIM_REASON_NONE,

@@ -20,7 +20,7 @@
 #include "wire.h"
 
 #define SHIM_RDMA_MAGIC 0x52534852u /* "RSHR" */
-#define SHIM_RDMA_VERSION 1
+#define SHIM_RDMA_VERSION 2 /* 2: ring tails by WRITE WITH IMMEDIATE */
 #define SHIM_RDMA_REQ_PRIVATE_MAX 56
 #define SHIM_RDMA_REP_PRIVATE_MAX 196
 
@@ -60,6 +60,20 @@ _Static_assert(sizeof(struct shim_rdma_switch_at) == 16, "switch_at is 16 bytes"
 #define SHIM_RDMA_SCRATCH_WORDS 64
 
 /*
+ * The immediate of a ring WRITE WITH IMMEDIATE (big-endian on the wire, as
+ * verbs carries it): how many bytes this send added to the ring, and the
+ * CLOSED bit for the producer's last word (a zero-length write). The
+ * consumer learns both from its completion queue, which the HCA fills only
+ * after the data is placed: one packet per small send carries data and tail.
+ * Each one takes a posted receive at the consumer; the consumer reposts and
+ * reports its count in tx_peer_recvs, and the producer never has more in
+ * flight than the consumer posted (SHIM_RDMA_RQ_DEPTH at first).
+ */
+#define SHIM_RDMA_IMM_CLOSED 0x80000000u
+#define SHIM_RDMA_IMM_BYTES 0x7fffffffu
+#define SHIM_RDMA_RQ_DEPTH 128
+
+/*
  * The control page at the start of each connection's slot; the receive ring's
  * data follows at SHIM_RDMA_CTL_BYTES, and our send ring's staging copy after
  * that (local only). Words the peer writes are 8 bytes, aligned, each on a
@@ -67,21 +81,23 @@ _Static_assert(sizeof(struct shim_rdma_switch_at) == 16, "switch_at is 16 bytes"
  *
  * One direction's ring (producer P, consumer Q) is spread over both hosts so
  * that every word is read where it lives and written remotely:
- *   in Q's page:  tail, closed (P writes), wants_space (P arms for space)
+ *   in Q's page:  the data, wants_space (P arms for space); the tail and
+ *                 "closed" reach Q as immediates on its CQ
  *   in P's page:  head (Q writes credits back), armed (Q arms for data),
- *                 consumer_closed (Q is gone)
+ *                 consumer_closed (Q is gone), peer_recvs (Q's receives)
  */
 struct shim_rdma_ctl {
-	/* Our receive ring, written by the peer as producer. */
-	uint64_t rx_tail;
-	uint64_t rx_closed;
+	/* Our receive ring, written by the peer as producer. Its data comes
+	 * with RDMA WRITE WITH IMMEDIATE: the tail and "closed" arrive as
+	 * completions on our CQ (SHIM_RDMA_IMM_*), not as words here. */
 	uint64_t rx_wants_space;
-	uint8_t pad0[64 - 24];
+	uint8_t pad0[64 - 8];
 	/* Our send ring, written by the peer as consumer. */
 	uint64_t tx_head;
 	uint64_t tx_consumer_armed;
 	uint64_t tx_consumer_closed;
-	uint8_t pad1[64 - 24];
+	uint64_t tx_peer_recvs; /* receives the peer has posted in all (0: not told yet) */
+	uint8_t pad1[64 - 32];
 	/* Local: the peer's SWITCH_AT lands here; ours is sent from here. */
 	uint8_t recv_buf[64];
 	uint8_t send_buf[64];
@@ -91,6 +107,7 @@ struct shim_rdma_ctl {
 };
 _Static_assert(offsetof(struct shim_rdma_ctl, tx_head) == 64, "tx words on their own line");
 _Static_assert(offsetof(struct shim_rdma_ctl, recv_buf) == 128, "local words after the remote ones");
+_Static_assert(65536u * 1024u <= SHIM_RDMA_IMM_BYTES, "a whole ring's bytes fit the immediate");
 
 #define SHIM_RDMA_CTL_BYTES 4096u
 _Static_assert(sizeof(struct shim_rdma_ctl) <= SHIM_RDMA_CTL_BYTES, "control page fits");

@@ -36,7 +36,9 @@
 	X(RDMA_WARMING, "rdma_warming",                                                         \
 	  "the RDMA warm-up did not end in 10x RDMASHIM_UPGRADE_TIMEOUT_MS (30 s at least)")  \
 	X(RDMA_INHERITED, "rdma_inherited",                                                     \
-	  "the process was forked after its parent set up RDMA; the child stays on TCP/shm")
+	  "the process was forked after its parent set up RDMA; the child stays on TCP/shm") \
+	X(CHAN_FAILED, "chan_failed", "the side channel failed: the stream resumed on TCP")      \
+	X(RESUME_FAILED, "resume_failed", "the channel failed where no resume is possible: reset")
 
 enum shim_reason {
 #define SHIM_REASON_ENUM(id, name, text) SHIM_REASON_##id,

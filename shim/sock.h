@@ -93,8 +93,18 @@ struct shim_sock {
 	size_t tcp_out_len;
 	unsigned bells_owed; /* bells the peer took an arm for and will send */
 	unsigned sleepers;   /* threads of ours waiting on this connection */
+	unsigned rx_idle_arms; /* rx arms since data last came (io.c, arm_grace) */
 	bool shared_sleep;   /* two of them at once were seen (io.c) */
 	struct shim_chan *chan;
+
+	/* Back to TCP after the channel failed (failover.c). */
+	bool fo_started;    /* our RESUME is queued: the channel carries nothing more */
+	bool fo_peer_known; /* the peer's RESUME arrived: plain bytes follow it */
+	bool fo_tx_done;    /* our replay went out: tx is plain TCP again */
+	bool fo_absorb_bad; /* a frame other than bells came in one read with SWITCH */
+	uint64_t fo_peer_rx_offset; /* what the peer's RESUME said it received */
+	uint8_t *fo_replay;         /* our bytes the peer never got, sent on TCP first */
+	size_t fo_replay_len, fo_replay_off;
 
 	/* Upgrade handshake (upgrade.c). */
 	enum shim_phase phase;

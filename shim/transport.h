@@ -51,6 +51,29 @@ struct shim_transport_ops {
 	void (*shutdown_rx)(struct shim_chan *ch);
 	/* Releases the channel; the peer sees both directions closed. */
 	void (*destroy)(struct shim_chan *ch);
+	/* The producer may look at the armed word before its bytes are visible
+	 * (and so miss an arm that lands meanwhile): a consumer's first sleep
+	 * after an rx arm must then be short (IO_GRACE_MS in io.c), so that it
+	 * looks at its ring again. */
+	bool arm_grace;
+
+	/*
+	 * Failure and resume (failover.c, the RESUME frame in wire.h). A
+	 * transport that can not fail on its own leaves all four NULL (shm:
+	 * the channel is both processes' memory). Offsets count the bytes of
+	 * one direction carried by the channel since that direction switched.
+	 */
+	/* The channel failed: it carries nothing more. Lock-free, like readable. */
+	bool (*failed)(const struct shim_chan *ch);
+	/* Stops the channel for good (the peer's side fails too); idempotent.
+	 * Afterwards nothing more lands: rx_offset stays put. */
+	void (*fail)(struct shim_chan *ch);
+	/* Bytes received so far, read or not: where the peer must resume. */
+	uint64_t (*rx_offset)(const struct shim_chan *ch);
+	/* Our bytes from offset `from` on, which the peer never received: at
+	 * most two pieces into out. Returns the count, or -ERANGE when `from`
+	 * is outside what we still hold (a peer that lies or a bug). */
+	int (*tx_unreceived)(const struct shim_chan *ch, uint64_t from, struct iovec out[2]);
 };
 
 /* A channel: its operations and the transport's private state. */

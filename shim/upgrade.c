@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -48,6 +49,14 @@ void shim_upgrade_release(struct shim_sock *s)
 	if (s->chan) {
 		s->chan->ops->destroy(s->chan);
 		s->chan = NULL;
+	}
+	if (s->fo_replay) {
+		/* Closed before TCP took all of a failover's replay: the kernel
+		 * would have kept sending; we can not without blocking close. */
+		SHIM_TRACE(SHIM_TRACE_ERROR, "failover.replay_dropped", -1, &s->tuple, SHIM_REASON_CHAN_FAILED,
+			   "\"bytes\":%zu", s->fo_replay_len - s->fo_replay_off);
+		free(s->fo_replay);
+		s->fo_replay = NULL;
 	}
 	close_fd(&s->tcp_keep);
 }

@@ -72,12 +72,14 @@ _Static_assert(sizeof(struct shim_msg_decline) == 24, "decline is 24 bytes");
 
 /*
  * In-band frames on a switched TCP direction. A frame starts with one type
- * byte; only SWITCH has a body.
+ * byte; bells are that byte alone. Any other byte where a frame must start
+ * is a protocol violation (the connection is reset, never guessed at).
  */
 enum shim_frame_type {
 	SHIM_FRAME_SWITCH = 'W',     /* + nonce: the direction moves to the ring */
 	SHIM_FRAME_DATA_BELL = 'D',  /* the ring I write has data (you were armed) */
 	SHIM_FRAME_SPACE_BELL = 'S', /* the ring you write has space (you were armed) */
+	SHIM_FRAME_RESUME = 'R',     /* + offset: the channel failed; see below */
 };
 
 struct shim_frame_switch {
@@ -86,6 +88,20 @@ struct shim_frame_switch {
 	uint8_t nonce[SHIM_NONCE_LEN];
 };
 _Static_assert(sizeof(struct shim_frame_switch) == 24, "switch frame is 24 bytes");
+
+/*
+ * RESUME: the side channel failed. The sender received exactly rx_offset
+ * bytes over the channel (counted from the switch) and will deliver them;
+ * the receiver of the frame sends the rest of its stream, from rx_offset on,
+ * as plain bytes on TCP right after its own RESUME frame. After a RESUME
+ * frame a TCP direction carries application bytes again, never frames.
+ */
+struct shim_frame_resume {
+	uint8_t type; /* SHIM_FRAME_RESUME */
+	uint8_t reserved[7];
+	uint64_t rx_offset; /* big-endian: the hosts may differ in byte order */
+};
+_Static_assert(sizeof(struct shim_frame_resume) == 16, "resume frame is 16 bytes");
 
 /* Parses and checks one rendezvous message of n bytes. Returns its type, or
  * -EPROTO for anything malformed, truncated, or of an unknown type. */

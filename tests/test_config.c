@@ -300,6 +300,8 @@ START_TEST(parse_defaults)
 	ck_assert_str_eq(cfg.trace_file, "");
 	ck_assert_uint_eq(cfg.ring_kb, 1024);
 	ck_assert_uint_eq(cfg.spin_us, 50);
+	ck_assert_uint_eq(cfg.huge_pages, 1);
+	ck_assert_uint_eq(cfg.test_fail_rdma_kb, 0);
 	ck_assert_uint_eq(cfg.breaker_failures, 3);
 	ck_assert_uint_eq(cfg.breaker_cooldown_ms, 30000);
 	ck_assert_uint_eq(cfg.cm_timeout_ms, 2000);
@@ -349,6 +351,8 @@ START_TEST(parse_full_environment)
 		{ "RDMASHIM_BREAKER_COOLDOWN_MS", "0" },
 		{ "RDMASHIM_CM_TIMEOUT_MS", "1" },
 		{ "RDMASHIM_UPGRADE_TIMEOUT_MS", "600000" },
+		{ "RDMASHIM_HUGE_PAGES", "0" },
+		{ "RDMASHIM_TEST_FAIL_RDMA_KB", "2048" },
 		{ NULL } } };
 	struct shim_config cfg;
 	char err[256];
@@ -371,6 +375,8 @@ START_TEST(parse_full_environment)
 	ck_assert_uint_eq(cfg.breaker_cooldown_ms, 0);
 	ck_assert_uint_eq(cfg.cm_timeout_ms, 1);
 	ck_assert_uint_eq(cfg.upgrade_timeout_ms, 600000);
+	ck_assert_uint_eq(cfg.huge_pages, 0);
+	ck_assert_uint_eq(cfg.test_fail_rdma_kb, 2048);
 }
 END_TEST
 
@@ -467,6 +473,8 @@ static const struct {
 	{ "RDMASHIM_BREAKER_COOLDOWN_MS", "86400001" },
 	{ "RDMASHIM_CM_TIMEOUT_MS", "0" },
 	{ "RDMASHIM_UPGRADE_TIMEOUT_MS", "abc" },
+	{ "RDMASHIM_HUGE_PAGES", "2" },
+	{ "RDMASHIM_TEST_FAIL_RDMA_KB", "4194305" },
 };
 
 START_TEST(parse_bad_value_disables)

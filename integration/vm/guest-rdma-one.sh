@@ -11,8 +11,8 @@
 #   byte.
 # Prints TAP-like "ok - " / "not ok - " lines; exits 1 if any check failed.
 #
-# RDMA_ONLY=stress|redis|iperf3|sockperf|warm|forkconn|plain (space-separated)
-# runs a subset.
+# RDMA_ONLY=stress|failover|redis|iperf3|sockperf|warm|forkconn|plain (space
+# or comma separated) runs a subset.
 # RDMA_TRACE=debug for the whole handshake in the dumped traces.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -22,7 +22,8 @@ ROOT=$(cd "$here/../.." && pwd)
 LIB=$ROOT/build/lib/librdmashim.so
 PROGS=$ROOT/build/progs
 addr=192.168.77.1
-only=${RDMA_ONLY:-stress redis iperf3 sockperf warm forkconn plain}
+only=${RDMA_ONLY:-stress failover redis iperf3 sockperf warm forkconn plain}
+only=${only//,/ }
 T=/tmp/rdma-one
 n_ok=0 n_fail=0
 mkdir -p "$T"
@@ -115,6 +116,41 @@ if wanted stress; then
   check "stress server: every connection ok (status $src)" grep -q 'stress-server: OK conns=6 failed=0' "$T/stress.server"
   [[ $src -eq 0 ]] || tail -n 5 "$T/stress.server"
   upgraded stress
+fi
+
+# failover: the client's channels break after 2 MiB (RDMASHIM_TEST_FAIL_RDMA_KB:
+# its QP goes to ERR with writes in flight, as a dead link leaves it). Both
+# ends must resume on TCP at the first byte the other did not get: the stress
+# tool checks every byte of both directions, the trace shows the failover.
+if wanted failover; then
+  port=$((port + 1))
+  # Both warm first, as for stress: 5 connections in all at the server.
+  shim failover "$port" timeout 300 "$PROGS/stress" server --bind "$addr" --port "$port" --exit-after 5 \
+    --timeout 120 > "$T/failover.server" 2>&1 &
+  spid=$!
+  listening "$port"
+  warm_server failover "$port"
+  rc=0
+  RDMASHIM_TEST_FAIL_RDMA_KB=2048 shim failover $port timeout 240 "$PROGS/stress" client --host "$addr" \
+    --port "$port" --conns 3 --duration 8 --mode mixed --half-close --warm-up 60 --timeout 200 \
+    > "$T/failover.client" 2>&1 || rc=$?
+  src=0; wait "$spid" || src=$?
+  cat "$T/failover.client"
+  check "failover: stress 8 s, 3 conns, channels broken at 2 MiB: client byte-exact (status $rc)" \
+    grep -q '^stress: OK' "$T/failover.client"
+  check "failover: server byte-exact on every connection (status $src)" \
+    grep -q 'stress-server: OK conns=5 failed=0' "$T/failover.server"
+  upgraded failover
+  ft=$(cat "$T/failover"/trace.*.jsonl)
+  n=$(grep -c '"failover.start"' <<< "$ft" || true)
+  check "failover: both ends of every connection started a failover ($n of 6)" test "$n" -eq 6
+  n=$(grep -c '"failover.tx_tcp"' <<< "$ft" || true)
+  check "failover: both ends resumed sending on TCP ($n of 6)" test "$n" -eq 6
+  n=$(grep '"failover.tx_tcp"' <<< "$ft" | grep -c '"replay":[1-9]' || true)
+  check "failover: what the broken channels never delivered was replayed on TCP ($n replays, the client 3 at least)" test "$n" -ge 3
+  n=$(grep -c '"failover.reset"' <<< "$ft" || true)
+  check "failover: no connection had to be reset ($n)" test "$n" -eq 0
+  [[ $n -eq 0 ]] || dump failover
 fi
 
 if wanted redis; then

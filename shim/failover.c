@@ -1,0 +1,172 @@
+/*
+ * Failover to TCP after a side channel failed; see failover.h.
+ *
+ * Each end, on noticing the failure (a completion error, a broken QP, the
+ * peer's DREQ, or the peer's RESUME frame), stops its channel for good and
+ * queues RESUME(rx_offset): the bytes the channel brought it, which it will
+ * still deliver from its ring. On the peer's RESUME(n) it sends, as plain
+ * bytes right behind its own RESUME, its stream from offset n on (still in
+ * its staging copy), and from then on writes the program's bytes to TCP.
+ * Its receive side delivers what the ring holds, then reads TCP plainly.
+ *
+ * Our RESUME needs our sending direction on the channel: a TCP direction
+ * carries frames only after its switch. Our receiving direction may still
+ * be on TCP (we have not read up to the peer's SWITCH frame yet): the ring
+ * then holds what came after it, and the peer's RESUME follows its SWITCH
+ * frame, so both are read in stream order. When our sending side never
+ * switched (it was shut first, or the channel died before our SWITCH_AT
+ * went out), the peer can not learn where we stopped: the connection is
+ * reset, so the program sees an error, never a silent hole.
+ */
+#include "failover.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frames.h"
+#include "real.h"
+#include "stats.h"
+#include "trace.h"
+#include "transport.h"
+#include "wire.h"
+
+static void reset(struct shim_sock *s, int fd, const char *why)
+{
+	shim_stats_count(SHIM_REASON_RESUME_FAILED);
+	SHIM_TRACE(SHIM_TRACE_ERROR, "failover.reset", fd, &s->tuple, SHIM_REASON_RESUME_FAILED,
+		   "\"why\":\"%s\",\"tx\":%d,\"rx\":%d", why, s->tx_dir, s->rx_dir);
+	s->fo_started = true;
+	s->fo_tx_done = true;
+	free(s->fo_replay);
+	s->fo_replay = NULL;
+	REAL(shutdown)(fd, SHUT_RDWR);
+	s->rx_tcp_eof = true;
+	s->peer_gone_told = true; /* the next send fails at once */
+}
+
+static void start(struct shim_sock *s, int fd)
+{
+	struct shim_chan *ch = s->chan;
+	struct shim_frame_resume frame = { .type = SHIM_FRAME_RESUME };
+	uint64_t rx_offset;
+
+	if (s->tx_dir != SHIM_DIR_CHAN) {
+		ch->ops->fail(ch);
+		reset(s, fd, "tx_not_switched");
+		return;
+	}
+	if (s->fo_absorb_bad) {
+		ch->ops->fail(ch);
+		reset(s, fd, "frames_after_switch");
+		return;
+	}
+	/* Stopped before reading the offset: nothing lands after it. */
+	ch->ops->fail(ch);
+	rx_offset = ch->ops->rx_offset(ch);
+	frame.rx_offset = htobe64(rx_offset);
+	s->fo_started = true;
+	shim_stats_count(SHIM_REASON_CHAN_FAILED);
+	SHIM_TRACE(SHIM_TRACE_WARN, "failover.start", fd, &s->tuple, SHIM_REASON_CHAN_FAILED,
+		   "\"rx_offset\":%llu,\"peer_first\":%s", (unsigned long long)rx_offset,
+		   s->fo_peer_known ? "true" : "false");
+	if (shim_frames_queue(s, fd, &frame, sizeof(frame)) == -ENOBUFS)
+		reset(s, fd, "frame_queue_full");
+}
+
+/* The peer told us where its receive side stopped: take what it lacks out
+ * of the channel, and write to TCP from now on. */
+static void take_peer_offset(struct shim_sock *s, int fd)
+{
+	struct shim_chan *ch = s->chan;
+	struct iovec part[2];
+	int n = ch->ops->tx_unreceived(ch, s->fo_peer_rx_offset, part);
+	size_t len;
+
+	if (n < 0) {
+		reset(s, fd, "peer_offset_out_of_range");
+		return;
+	}
+	len = part[0].iov_len + (n > 1 ? part[1].iov_len : 0);
+	if (len) {
+		s->fo_replay = malloc(len);
+		if (!s->fo_replay) {
+			reset(s, fd, "no_memory");
+			return;
+		}
+		memcpy(s->fo_replay, part[0].iov_base, part[0].iov_len);
+		if (n > 1)
+			memcpy(s->fo_replay + part[0].iov_len, part[1].iov_base, part[1].iov_len);
+	}
+	s->fo_replay_len = len;
+	s->fo_replay_off = 0;
+	s->tx_dir = SHIM_DIR_TCP;
+	SHIM_TRACE(SHIM_TRACE_WARN, "failover.tx_tcp", fd, &s->tuple, SHIM_REASON_CHAN_FAILED,
+		   "\"peer_rx\":%llu,\"replay\":%zu", (unsigned long long)s->fo_peer_rx_offset, len);
+}
+
+/* Sends the replay behind our RESUME frame (never before it). */
+static void flush_replay(struct shim_sock *s, int fd)
+{
+	if (!s->fo_replay || (s->tcp_out_len && shim_frames_flush(s, fd) < 0))
+		return;
+	while (s->fo_replay_off < s->fo_replay_len) {
+		ssize_t n = REAL(send)(fd, s->fo_replay + s->fo_replay_off, s->fo_replay_len - s->fo_replay_off,
+				       MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				s->fo_replay_off = s->fo_replay_len; /* the peer is gone: so is the rest */
+			else
+				return;
+		} else {
+			s->fo_replay_off += (size_t)n;
+		}
+	}
+	free(s->fo_replay);
+	s->fo_replay = NULL;
+	s->fo_tx_done = true;
+	/* A write side the program shut while on the channel ends here, after
+	 * the last byte, as TCP's own FIN. */
+	if (s->wr_shut)
+		REAL(shutdown)(fd, SHUT_WR);
+}
+
+void shim_failover_progress(struct shim_sock *s, int fd)
+{
+	struct shim_chan *ch = s->chan;
+
+	if (!ch || !ch->ops->failed || (s->fo_tx_done && s->rx_dir != SHIM_DIR_CHAN))
+		return;
+	if (!s->fo_started) {
+		if (s->tx_dir != SHIM_DIR_CHAN && s->rx_dir != SHIM_DIR_CHAN)
+			return; /* not switched (yet): the upgrade code owns failures */
+		if (!s->fo_peer_known && !ch->ops->failed(ch))
+			return;
+		start(s, fd);
+		if (s->fo_tx_done)
+			return; /* reset */
+	}
+	if (!s->fo_peer_known && s->rx_dir == SHIM_DIR_CHAN)
+		shim_frames_drain(s, fd);
+	if (!s->fo_peer_known)
+		return;
+	if (s->tx_dir == SHIM_DIR_CHAN)
+		take_peer_offset(s, fd);
+	if (!s->fo_tx_done && s->tx_dir == SHIM_DIR_TCP)
+		flush_replay(s, fd);
+	if (s->rx_dir == SHIM_DIR_CHAN && !ch->ops->readable(ch)) {
+		/* The ring is empty up to the offset we announced: the peer's
+		 * bytes from there on follow its RESUME on TCP. */
+		s->rx_dir = SHIM_DIR_TCP;
+		s->rx_switch_known = false;
+		SHIM_TRACE(SHIM_TRACE_WARN, "failover.rx_tcp", fd, &s->tuple, SHIM_REASON_CHAN_FAILED, NULL);
+	}
+}
+
+int shim_failover_flush(struct shim_sock *s, int fd)
+{
+	flush_replay(s, fd);
+	return s->fo_replay ? -EAGAIN : 0;
+}

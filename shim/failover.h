@@ -1,0 +1,38 @@
+/*
+ * Back to TCP when a side channel fails after the switch (the RESUME frame
+ * in wire.h; shim/PROTOCOL.md, "Failover"). Both directions resume on the
+ * same TCP connection at the first byte the receiver did not get, so the
+ * program sees one unbroken stream.
+ *
+ * Every entry point is called with the sock's lock held and never blocks.
+ */
+#ifndef RDMASHIM_FAILOVER_H
+#define RDMASHIM_FAILOVER_H
+
+#include <stdbool.h>
+
+#include "sock.h"
+
+/* Notices a failed channel (ours, or the peer's RESUME) and moves the
+ * failover on: our RESUME out, the peer's in, our replay out, each
+ * direction back to TCP when its side is done. Cheap when nothing failed. */
+void shim_failover_progress(struct shim_sock *s, int fd);
+
+/* Sends what it can of a pending replay: 0 when none is left, -EAGAIN. */
+int shim_failover_flush(struct shim_sock *s, int fd);
+
+/* The channel failed and this direction waits for the peer's RESUME:
+ * nothing can move until it arrives (or TCP ends). */
+static inline bool shim_failover_waiting(const struct shim_sock *s)
+{
+	return s->fo_started && !s->fo_peer_known && !s->rx_tcp_eof;
+}
+
+/* Bytes of ours the peer never got are still going out on TCP: the
+ * program's next bytes wait behind them. */
+static inline bool shim_failover_replaying(const struct shim_sock *s)
+{
+	return s->fo_replay != NULL;
+}
+
+#endif
