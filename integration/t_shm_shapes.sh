@@ -228,4 +228,53 @@ PY
 }
 close_case
 
+# idle client: the server waits in recv from accept on, the client connects
+# and says nothing for longer than the upgrade timeout (a pool, a pause), then
+# talks. The server starts its attempt only once a byte moved, so the
+# connection still upgrades at both ends.
+idle_case() {
+  local port dir out base
+  dir=$WORK/idle
+  mkdir -p "$dir"
+  cat >"$dir/idle.py" <<'PYEOF'
+import socket, sys, threading, time
+port = int(sys.argv[1])
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", port))
+l.listen(1)
+def server():
+    s, _ = l.accept()
+    while True:
+        m = s.recv(4)                 # waits here from accept on
+        if not m:
+            break
+        s.sendall(m)
+t = threading.Thread(target=server)
+t.start()
+c = socket.create_connection(("127.0.0.1", port))
+time.sleep(1.5)                       # idle past RDMASHIM_UPGRADE_TIMEOUT_MS=1000
+ok = 0
+for i in range(200):
+    c.sendall(b"p%03d" % (i % 1000))
+    ok += c.recv(4) == b"p%03d" % (i % 1000)
+    time.sleep(0.002)
+c.close()
+t.join()
+print("echoed %d of 200" % ok)
+PYEOF
+  port=$(free_port)
+  base=$(no_shim "$PYTHON" "$dir/idle.py" "$port" 2>&1)
+  port=$(free_port)
+  out=$(with_shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_TIMEOUT_MS=1000 RDMASHIM_TRACE=info \
+        "RDMASHIM_TRACE_FILE=$dir/trace.%p.jsonl" "$PYTHON" "$dir/idle.py" "$port" 2>&1)
+  same "idle client: baseline" "echoed 200 of 200" "$base"
+  same "idle client: with the shim every message is echoed" "$base" "$out"
+  trace_py "$dir" <<'PY'
+done = events("upgrade.done")
+check(len(done) == 2, "idle client: upgraded at both ends after an idle start longer than the timeout (%d upgrade.done)" % len(done))
+PY
+}
+idle_case
+
 finish

@@ -204,8 +204,14 @@ static int wait_rx(struct shim_sock *s, int fd, long long deadline)
 
 	if (spin_for(s, rx_ready))
 		return 0;
-	if (ch->ops->rx_arm(ch))
-		rc = sleep_capped(s, fd, POLLIN, deadline, grace_needed(s) ? IO_GRACE_MS : 0);
+	if (ch->ops->rx_arm(ch)) {
+		bool grace = grace_needed(s);
+
+		rc = sleep_capped(s, fd, POLLIN, deadline, grace ? IO_GRACE_MS : 0);
+		SHIM_TRACE(SHIM_TRACE_DEBUG, "wait.rx_slept", fd, NULL, SHIM_REASON_NONE,
+			   "\"grace\":%s,\"rc\":%d,\"readable\":%zu", grace ? "true" : "false", rc,
+			   ch->ops->readable(ch));
+	}
 	note_disarm(s, !ch->ops->rx_disarm(ch));
 	shim_frames_drain(s, io_fd(s, fd));
 	return rc;
@@ -343,6 +349,8 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 				break;
 			}
 			got += (size_t)n;
+			if (s->phase == SHIM_PHASE_IDLE)
+				shim_upgrade_progress(s, fd); /* the first byte moved: S may start */
 			if (peek)
 				break;
 			continue;
@@ -443,6 +451,8 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			if (n > 0) {
 				done += (size_t)n;
 				s->tx_tcp_bytes += (size_t)n;
+				if (s->phase == SHIM_PHASE_IDLE)
+					shim_upgrade_progress(s, fd); /* the first byte moved: S may start */
 				continue;
 			}
 			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !nonblock) {

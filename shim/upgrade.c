@@ -475,7 +475,15 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 	now = shim_now_ns();
 	switch (s->phase) {
 	case SHIM_PHASE_IDLE:
-		start(s, fd, now);
+		/*
+		 * S not before the first byte moved either way. C opens its
+		 * rendezvous on its first call; a server that waits in recv
+		 * from accept on would otherwise spend its whole attempt on a
+		 * client that connected and idles (a pool, a pause) and never
+		 * try again. A connection that carries no byte pays nothing.
+		 */
+		if (s->role == SHIM_ROLE_CLIENT || s->rx_tcp_bytes || s->tx_tcp_bytes)
+			start(s, fd, now);
 		break;
 	case SHIM_PHASE_C_LISTENING:
 		c_accept(s, fd, now);
