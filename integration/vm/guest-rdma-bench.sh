@@ -115,16 +115,18 @@ echo "figure: iperf3 -t 5, plain TCP: $(iperf plain)"
 echo "figure: iperf3 -t 5, shim over rdma: $(iperf shim)"
 # stress_run HUGE -> MiB/s of one connection, 128M both ways, ring pools on
 # 2 MiB pages (HUGE=1) or 4 KiB pages (0); its upgrade.done says which it got.
+# --warm-up: one short connection first, so both processes' RDMA warm-up is
+# done before the measured one starts.
 stress_run() {
   local sp
   next_port
   rm -f "$T"/trace.*.jsonl
-  RDMASHIM_HUGE_PAGES=$1 run shim timeout 120 "$PROGS/stress" server --bind "$addr" --port "$port" --exit-after 1 \
+  RDMASHIM_HUGE_PAGES=$1 run shim timeout 120 "$PROGS/stress" server --bind "$addr" --port "$port" --exit-after 2 \
     --timeout 60 > "$T/st.server" 2>&1 &
   sp=$!
   listening "$port"
   RDMASHIM_HUGE_PAGES=$1 run shim timeout 120 "$PROGS/stress" client --host "$addr" --port "$port" --conns 1 \
-    --bytes 128M --mode blocking --timeout 100 > "$T/st.client" 2>&1
+    --bytes 128M --mode blocking --warm-up 60 --timeout 100 > "$T/st.client" 2>&1
   wait "$sp"
   echo "$(grep -o 'MiB/s=[0-9.]*' "$T/st.client" || tail -n 1 "$T/st.client")" \
     "(huge rings: $(cat "$T"/trace.*.jsonl | grep '"upgrade.done"' | grep -c '"huge":true') of" \
