@@ -230,8 +230,9 @@ close_case
 
 # idle client: the server waits in recv from accept on, the client connects
 # and says nothing for longer than the upgrade timeout (a pool, a pause), then
-# talks. The server starts its attempt only once a byte moved, so the
-# connection still upgrades at both ends.
+# talks. The server's first attempt times out on the idle client; since the
+# connection had carried no byte, it tries once more when the first byte
+# moves, and the connection upgrades at both ends.
 idle_case() {
   local port dir out base
   dir=$WORK/idle

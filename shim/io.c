@@ -138,6 +138,13 @@ static int sleep_on_tcp(struct shim_sock *s, int fd, short events, long long dea
 	return sleep_capped(s, fd, events, deadline, 0);
 }
 
+/* Nothing can move until the peer acts: -EAGAIN for a nonblocking call,
+ * else a sleep on TCP for events (its result, as sleep_on_tcp's). */
+static int wait_for_peer(struct shim_sock *s, int fd, short events, bool nonblock, long long deadline)
+{
+	return nonblock ? -EAGAIN : sleep_on_tcp(s, fd, events, deadline);
+}
+
 /* An rx arm whose sleep must be short (transport.h, arm_grace): the first
  * of a run of arms that found nothing. */
 static bool grace_needed(struct shim_sock *s)
@@ -350,7 +357,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			}
 			got += (size_t)n;
 			if (s->phase == SHIM_PHASE_IDLE)
-				shim_upgrade_progress(s, fd); /* the first byte moved: S may start */
+				shim_upgrade_progress(s, fd); /* the first byte moved: a deferred attempt may start */
 			if (peek)
 				break;
 			continue;
@@ -436,11 +443,7 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 
 			if (shim_failover_replaying(s)) {
 				/* Our bytes the peer never got go first. */
-				if (nonblock) {
-					rc = -EAGAIN;
-					break;
-				}
-				rc = sleep_on_tcp(s, fd, POLLOUT, deadline);
+				rc = wait_for_peer(s, fd, POLLOUT, nonblock, deadline);
 				if (rc < 0)
 					break;
 				continue;
@@ -452,7 +455,7 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 				done += (size_t)n;
 				s->tx_tcp_bytes += (size_t)n;
 				if (s->phase == SHIM_PHASE_IDLE)
-					shim_upgrade_progress(s, fd); /* the first byte moved: S may start */
+					shim_upgrade_progress(s, fd); /* the first byte moved: a deferred attempt may start */
 				continue;
 			}
 			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !nonblock) {
@@ -485,11 +488,7 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		}
 		if (shim_failover_waiting(s)) {
 			/* Where to resume is the peer's to say (its RESUME). */
-			if (nonblock) {
-				rc = -EAGAIN;
-				break;
-			}
-			rc = sleep_on_tcp(s, fd, POLLIN, deadline);
+			rc = wait_for_peer(s, fd, POLLIN, nonblock, deadline);
 			if (rc < 0)
 				break;
 			continue;

@@ -111,6 +111,7 @@ struct shim_sock {
 	int rv_listen_fd, rv_fd;
 	unsigned long long deadline_ns, next_try_ns, retry_delay_ns;
 	pid_t io_pid; /* the process that started the upgrade */
+	bool await_bytes_used; /* the one retry of an idle start was granted (upgrade.c) */
 	void *rdma;   /* struct rdma_conn while the RDMA transport is in use */
 
 	struct shim_ep *ep; /* SHIM_ROLE_EPOLL only */

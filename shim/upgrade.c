@@ -61,10 +61,34 @@ void shim_upgrade_release(struct shim_sock *s)
 	close_fd(&s->tcp_keep);
 }
 
+/*
+ * An attempt that timed out while the connection had not carried a byte
+ * either way most likely met a peer that was idle, not one without the shim
+ * (a client that connects and waits, a pool): a process runs the handshake
+ * only from its own calls. Such a connection tries once more, when its first
+ * byte moves and both ends are busy with it.
+ */
+static bool retry_when_bytes_move(struct shim_sock *s, int fd, enum shim_reason reason)
+{
+	bool quiet = !s->rx_tcp_bytes && !s->tx_tcp_bytes && s->tx_dir == SHIM_DIR_TCP &&
+		     s->rx_dir == SHIM_DIR_TCP && !s->chan;
+
+	if (!quiet || s->await_bytes_used ||
+	    (reason != SHIM_REASON_PEER_NO_SHIM && reason != SHIM_REASON_TIMEOUT && reason != SHIM_REASON_CM_TIMEOUT))
+		return false;
+	s->await_bytes_used = true;
+	s->phase = SHIM_PHASE_IDLE;
+	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.deferred", fd, &s->tuple, reason, "\"role\":\"%s\"",
+		   shim_role_name(s->role));
+	return true;
+}
+
 void shim_upgrade_fail(struct shim_sock *s, int fd, enum shim_reason reason)
 {
 	close_fd(&s->rv_listen_fd);
 	close_fd(&s->rv_fd);
+	if (retry_when_bytes_move(s, fd, reason))
+		return;
 	s->phase = SHIM_PHASE_FAILED;
 	s->reason = reason;
 	shim_stats_count(reason);
@@ -475,14 +499,9 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 	now = shim_now_ns();
 	switch (s->phase) {
 	case SHIM_PHASE_IDLE:
-		/*
-		 * S not before the first byte moved either way. C opens its
-		 * rendezvous on its first call; a server that waits in recv
-		 * from accept on would otherwise spend its whole attempt on a
-		 * client that connected and idles (a pool, a pause) and never
-		 * try again. A connection that carries no byte pays nothing.
-		 */
-		if (s->role == SHIM_ROLE_CLIENT || s->rx_tcp_bytes || s->tx_tcp_bytes)
+		/* A second attempt waits for the first byte (see
+		 * retry_when_bytes_move()). */
+		if (!s->await_bytes_used || s->rx_tcp_bytes || s->tx_tcp_bytes)
 			start(s, fd, now);
 		break;
 	case SHIM_PHASE_C_LISTENING:

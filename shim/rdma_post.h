@@ -1,0 +1,75 @@
+/*
+ * Posting and reaping on an RDMA connection's QP (rdma_post.c), shared by
+ * the channel operations (rdma_chan.c). Every function here is called with
+ * the sock's lock held, except rdma_reap_try(), which the lock-free
+ * readable() uses; the CQ itself is guarded by cq_lock (see rdma.h).
+ */
+#ifndef RDMASHIM_RDMA_POST_H
+#define RDMASHIM_RDMA_POST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <infiniband/verbs.h>
+
+#include "rdma.h"
+
+#define CTL_OFF(field) offsetof(struct shim_rdma_ctl, field)
+
+/*
+ * WRITEs are built into a chain and posted with one ibv_post_send: a send's
+ * data WRITEs cost one doorbell to the HCA (on Soft-RoCE one system call).
+ */
+#define CHAIN_MAX 4
+
+struct wr_chain {
+	struct ibv_send_wr wr[CHAIN_MAX];
+	struct ibv_sge sge[CHAIN_MAX];
+	unsigned n;
+};
+
+/* Appends one RDMA WRITE of len bytes at local to the peer's remote_off.
+ * Precondition: fewer than CHAIN_MAX WRs in the chain. */
+void rdma_chain_write(struct rdma_conn *c, struct wr_chain *ch, const void *local, size_t len, uint64_t remote_off,
+		      bool signal);
+/* Appends a WRITE of one 8-byte control word into the peer's control page. */
+void rdma_chain_word(struct rdma_conn *c, struct wr_chain *ch, size_t ctl_off, uint64_t value, bool signal);
+/* Makes the chain's last WRITE carry imm, signaled. Precondition: n > 0. */
+void rdma_chain_imm(struct wr_chain *ch, uint32_t imm);
+/* Posts the chain: the last WR's sequence number, or 0 (nothing posted). */
+uint64_t rdma_chain_post(struct rdma_conn *c, struct wr_chain *ch);
+/* One control word, posted at once. */
+uint64_t rdma_post_word(struct rdma_conn *c, size_t ctl_off, uint64_t value, bool signal);
+/* Spins (bounded) until WR seq completed; false when the channel broke. */
+bool rdma_wait_seq(struct rdma_conn *c, uint64_t seq);
+/* Reaps unless another thread is reaping already (lock-free readers). */
+void rdma_reap_try(struct rdma_conn *c);
+/* The channel failed: traced once, why and a detail. */
+void rdma_mark_broken(struct rdma_conn *c, const char *why, int detail);
+/* Acks what the event channel holds; true if the peer disconnected. */
+bool rdma_drain_cm_events(struct rdma_conn *c);
+
+static inline unsigned long long rdma_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+/* Acquire: pairs with the in-order placement of the peer's WRITEs. */
+static inline uint64_t rdma_load_acq(const uint64_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+/* The peer closed both directions the orderly way (CLOSED immediate and
+ * consumer_closed): a failure after that is its teardown, not ours. */
+static inline bool rdma_peer_finished(const struct rdma_conn *c)
+{
+	return __atomic_load_n(&c->rx_closed, __ATOMIC_ACQUIRE) && rdma_load_acq(&c->ctl->tx_consumer_closed);
+}
+
+#endif
