@@ -11,7 +11,7 @@
 #   byte.
 # Prints TAP-like "ok - " / "not ok - " lines; exits 1 if any check failed.
 #
-# RDMA_ONLY=stress|failover|redis|iperf3|sockperf|warm|forkconn|plain (space
+# RDMA_ONLY=stress|failover|redis|iperf3|sockperf|wakeup|warm|forkconn|plain (space
 # or comma separated) runs a subset.
 # RDMA_TRACE=debug for the whole handshake in the dumped traces.
 set -uo pipefail
@@ -22,7 +22,7 @@ ROOT=$(cd "$here/../.." && pwd)
 LIB=$ROOT/build/lib/librdmashim.so
 PROGS=$ROOT/build/progs
 addr=192.168.77.1
-only=${RDMA_ONLY:-stress failover redis iperf3 sockperf warm forkconn plain}
+only=${RDMA_ONLY:-stress failover redis iperf3 sockperf wakeup warm forkconn plain}
 only=${only//,/ }
 T=/tmp/rdma-one
 n_ok=0 n_fail=0
@@ -204,6 +204,32 @@ if wanted sockperf; then
   check "sockperf: no ERROR" bash -c "! grep -qi error '$T/sockperf.client'"
   kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
   upgraded sockperf
+fi
+
+# wakeup: RDMASHIM_SPIN_US=0 at both ends, so every message finds its
+# consumer armed and asleep: each one needs its DATA bell, sent only after
+# the WRITE it announces completed. A lost wake-up would stall a message for
+# a whole sleep slice (200 ms) or for good; a late one (the arm that lands
+# while the producer looks, arm_grace) costs at most 1 ms. The slowest of
+# thousands of round trips must stay far below a slice.
+if wanted wakeup; then
+  port=$((port + 1))
+  RDMASHIM_SPIN_US=0 shim wakeup $port timeout 120 sockperf sr --tcp -i "$addr" -p "$port" \
+    > "$T/wakeup.server" 2>&1 &
+  spid=$!
+  listening "$port"
+  rc=0
+  RDMASHIM_SPIN_US=0 shim wakeup $port timeout 100 sockperf ping-pong --tcp -i "$addr" -p "$port" -t 4 -m 64 \
+    --pre-warmup-wait 2 > "$T/wakeup.client" 2>&1 || rc=$?
+  kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+  sed 's/\x1b\[[0-9;]*m//g' "$T/wakeup.client" | grep -E 'observations|percentile 50.000|<MAX>'
+  max=$(sed 's/\x1b\[[0-9;]*m//g' "$T/wakeup.client" | sed -n 's/.*<MAX> observation = *\([0-9.]*\).*/\1/p' | head -n 1)
+  check "wakeup: sockperf without busy polling, exit 0 (got $rc)" test "$rc" -eq 0
+  check "wakeup: no drops, duplicates or reordering" \
+    grep -q '# dropped messages = 0; # duplicated messages = 0; # out-of-order messages = 0' "$T/wakeup.client"
+  check "wakeup: the slowest round trip (${max:-?} us) is far below a 200 ms sleep slice" \
+    awk -v m="${max:-1e9}" 'BEGIN { exit !(m + 0 < 100000) }'
+  upgraded wakeup
 fi
 
 # warm: the process-wide RDMA warm-up (device, PD, registered pool: about
