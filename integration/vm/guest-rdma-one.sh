@@ -11,7 +11,7 @@
 #   byte.
 # Prints TAP-like "ok - " / "not ok - " lines; exits 1 if any check failed.
 #
-# RDMA_ONLY=stress|failover|redis|iperf3|sockperf|wakeup|warm|forkconn|plain (space
+# RDMA_ONLY=stress|failover|redis|iperf3|sockperf|wakeup|warm|forkconn|peerdeath|plain (space
 # or comma separated) runs a subset.
 # RDMA_TRACE=debug for the whole handshake in the dumped traces.
 set -uo pipefail
@@ -22,7 +22,7 @@ ROOT=$(cd "$here/../.." && pwd)
 LIB=$ROOT/build/lib/librdmashim.so
 PROGS=$ROOT/build/progs
 addr=192.168.77.1
-only=${RDMA_ONLY:-stress failover redis iperf3 sockperf wakeup warm forkconn plain}
+only=${RDMA_ONLY:-stress failover redis iperf3 sockperf wakeup warm forkconn peerdeath plain}
 only=${only//,/ }
 T=/tmp/rdma-one
 n_ok=0 n_fail=0
@@ -142,12 +142,18 @@ if wanted failover; then
     grep -q 'stress-server: OK conns=5 failed=0' "$T/failover.server"
   upgraded failover
   ft=$(cat "$T/failover"/trace.*.jsonl)
+  # Each channel the knob broke (a connection that got past 2 MiB over RDMA;
+  # under load one may stay on TCP) must have failed over at both ends.
+  inj=$(grep '"rdma.broken"' <<< "$ft" | grep -c '"why":"injected"' || true)
+  echo "   failover: channels broken $inj; other outcomes: $(grep -oE '"event":"upgrade\.(fail|deferred)"[^}]*"reason":"[a-z_]*"' <<< "$ft" | grep -oE '(fail|deferred)|"reason":"[a-z_]*"' | paste -sd ' ' -)"
+  check "failover: at least 2 of the 3 streams had their channel broken ($inj)" test "$inj" -ge 2
   n=$(grep -c '"failover.start"' <<< "$ft" || true)
-  check "failover: both ends of every connection started a failover ($n of 6)" test "$n" -eq 6
+  check "failover: both ends of every broken channel started a failover ($n for $inj)" test "$n" -eq $((2 * inj))
   n=$(grep -c '"failover.tx_tcp"' <<< "$ft" || true)
-  check "failover: both ends resumed sending on TCP ($n of 6)" test "$n" -eq 6
+  check "failover: both ends resumed sending on TCP ($n for $inj)" test "$n" -eq $((2 * inj))
   n=$(grep '"failover.tx_tcp"' <<< "$ft" | grep -c '"replay":[1-9]' || true)
-  check "failover: what the broken channels never delivered was replayed on TCP ($n replays, the client 3 at least)" test "$n" -ge 3
+  check "failover: what the broken channels never delivered was replayed on TCP ($n replays for $inj)" \
+    test "$n" -ge "$inj"
   n=$(grep -c '"failover.reset"' <<< "$ft" || true)
   check "failover: no connection had to be reset ($n)" test "$n" -eq 0
   [[ $n -eq 0 ]] || dump failover
@@ -303,6 +309,41 @@ if wanted forkconn; then
   n=$(grep -c '"rdma_inherited"' <<< "$ft" || true)
   check "forkconn: no worker was refused as inherited ($n)" test "$n" -eq 0
   [[ $n -eq 0 ]] || dump forkconn
+fi
+
+# peerdeath: the server process is killed (SIGKILL) in the middle of a
+# stream over RDMA. The client must not hang or crash: it ends with an error
+# (the stress tool reports the failed connections) well before its timeout.
+if wanted peerdeath; then
+  port=$((port + 1))
+  shim peerdeath "$port" timeout 300 "$PROGS/stress" server --bind "$addr" --port "$port" --timeout 120 \
+    > "$T/peerdeath.server" 2>&1 &
+  spid=$!
+  listening "$port"
+  warm_server peerdeath "$port"
+  rc=0
+  shim peerdeath $port timeout 200 "$PROGS/stress" client --host "$addr" --port "$port" --conns 2 --duration 30 \
+    --mode mixed --warm-up 60 --timeout 150 > "$T/peerdeath.client" 2>&1 &
+  cpid=$!
+  # Kill once both stream connections run over RDMA (bounded wait).
+  for ((i = 0; i < 150; i++)); do
+    n=$(cat "$T/peerdeath"/trace.*.jsonl 2>/dev/null | grep '"upgrade.done"' | grep '"role":"client"' | grep -c rdma)
+    [[ $n -ge 2 ]] && break
+    sleep 0.2
+  done
+  sleep 1
+  srv=$(pgrep -f "^$PROGS/stress server --bind $addr --port $port" | head -n 1)  # not its timeout wrapper
+  kill -9 "$srv" 2>/dev/null
+  tk=$SECONDS
+  wait "$cpid" || rc=$?
+  wait "$spid" 2>/dev/null
+  took=$((SECONDS - tk))
+  tail -n 3 "$T/peerdeath.client"
+  check "peerdeath: the client was on rdma when the server died ($n client upgrades)" test "${n:-0}" -ge 2
+  check "peerdeath: the client ended with an error, not a hang or a crash (status $rc, 124 = hang, >128 = signal)" \
+    test "$rc" -ne 0 -a "$rc" -ne 124 -a "$rc" -lt 128
+  check "peerdeath: it ended within 15 s of the kill ($took s; its run was to last 30 s)" test "$took" -le 15
+  check "peerdeath: the client reports the failed connections" grep -q '^stress: FAIL' "$T/peerdeath.client"
 fi
 
 if wanted plain; then
