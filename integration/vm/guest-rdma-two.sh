@@ -6,6 +6,7 @@
 #   1. both hosts have rxe: stress (4 conns, mixed, half-close) and sockperf
 #      ping-pong over RDMA; each host checks its own trace for upgrade.done
 #      with transport rdma;
+#      plain peers (no shim on one end) across the hosts, both ways: byte-exact;
 #   2. B deletes its rxe device: B's shim fails fast (no_rdma_device), A's
 #      attempts time out in the CM (cm_timeout) and after 3 of them A's
 #      breaker for B opens (breaker_open on the later connections); every
@@ -21,7 +22,7 @@ ROOT=$(cd "$here/../.." && pwd)
 LIB=$ROOT/build/lib/librdmashim.so
 PROGS=$ROOT/build/progs
 T=/tmp/rdma-two
-P1=7201 P2=7202 P3=7203
+P1=7201 P2=7202 P3=7203 P4=7204
 ROUNDS=5
 n_ok=0 n_fail=0
 mkdir -p "$T"
@@ -44,18 +45,22 @@ rxe_up "$IFACE" "$ADDR/$PREFIX" || { echo "not ok - rxe up"; exit 1; }
 if [[ $ROLE == a ]]; then
   # 1. stress over RDMA between the hosts.
   rc=0
-  # 4 connections and B's two warm-up ones (see B).
-  shim stress "$P1" timeout 400 "$PROGS/stress" server --bind "$ADDR" --port "$P1" --exit-after 6 --timeout 120 \
+  # 4 connections, B's two warm-up ones and B's plain client (see B).
+  shim stress "$P1" timeout 400 "$PROGS/stress" server --bind "$ADDR" --port "$P1" --exit-after 7 --timeout 120 \
     > "$T/stress.server" 2>&1 || rc=$?
   tail -n 1 "$T/stress.server"
-  check "A: stress server, 4 connections and 2 warm-up ones ok (status $rc)" \
-    grep -q 'stress-server: OK conns=6 failed=0' "$T/stress.server"
+  check "A: stress server, 4 connections, 2 warm-up ones and a plain peer's ok (status $rc)" \
+    grep -q 'stress-server: OK conns=7 failed=0' "$T/stress.server"
   n=$(events stress upgrade.done '"transport":"rdma"')
   check "A: server side upgraded to rdma by itself ($n of 4)" test "$n" -eq 4
   # sockperf runs in the background; the phase-2 server below outlives B's
   # sockperf client, since B only starts phase 2 after it.
   shim sockperf "$P3" timeout 400 sockperf sr --tcp -i "$ADDR" -p "$P3" > "$T/sockperf.server" 2>&1 &
   sp=$!
+  # A plain server (no shim) for B's shim client: plain peers across hosts.
+  timeout 400 "$PROGS/stress" server --bind "$ADDR" --port "$P4" --exit-after 2 --timeout 120 \
+    > "$T/plain.server" 2>&1 &
+  pp=$!
   # 2. B has no RDMA device any more: stays on TCP, breaker opens.
   rc=0
   shim breaker "$P2" RDMASHIM_CM_TIMEOUT_MS=500 timeout 400 "$PROGS/stress" server --bind "$ADDR" --port "$P2" \
@@ -63,6 +68,9 @@ if [[ $ROLE == a ]]; then
   kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
   n=$(events sockperf upgrade.done '"transport":"rdma"')
   check "A: sockperf server side upgraded to rdma ($n)" test "$n" -ge 1
+  rc=0; wait "$pp" || rc=$?
+  check "A: plain server (no shim) against B's shim client: byte-exact (status $rc)" \
+    grep -q 'stress-server: OK conns=2 failed=0' "$T/plain.server"
   tail -n 1 "$T/breaker.server"
   check "A: without rdma at B, every byte still arrives ($ROUNDS connections, status $rc)" \
     grep -q "stress-server: OK conns=$ROUNDS failed=0" "$T/breaker.server"
@@ -91,6 +99,20 @@ else
   check "B: stress client 16M 4 conns mixed half-close (status $rc)" grep -q '^stress: OK' "$T/stress.client"
   n=$(events stress upgrade.done '"transport":"rdma"')
   check "B: client side upgraded to rdma by itself ($n of 4)" test "$n" -eq 4
+  # Plain peers across the hosts, both ways: a plain client (no shim) for 3 s
+  # against A's shim server, and a shim client against A's plain server.
+  rc=0
+  timeout 60 "$PROGS/stress" client --host "$PEER" --port "$P1" --conns 1 --duration 3 --mode mixed \
+    --half-close --timeout 30 > "$T/plain_to_shim.client" 2>&1 || rc=$?
+  check "B: plain client (no shim) against A's shim server, 3 s: byte-exact (status $rc)" \
+    grep -q '^stress: OK' "$T/plain_to_shim.client"
+  rc=0
+  rxe_retry 60 shim plain "$P4" timeout 60 "$PROGS/stress" client --host "$PEER" --port "$P4" --conns 2 --duration 4 \
+    --mode mixed --half-close --timeout 30 > "$T/shim_to_plain.client" 2>&1 || rc=$?
+  check "B: shim client against A's plain server (no shim), 4 s: byte-exact (status $rc)" \
+    grep -q '^stress: OK' "$T/shim_to_plain.client"
+  n=$(events plain upgrade.done rdma)
+  check "B: no upgrade against a plain server ($n)" test "$n" -eq 0
   # sockperf exits 0 even when its connect is refused: retry until it has
   # a summary (A starts its server only after the stress phase).
   sockperf_client() {
