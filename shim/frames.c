@@ -52,7 +52,7 @@ static void drain_eof(struct shim_sock *s)
  * plain bytes right behind it are the program's, not ours to read). */
 static void take_resume(struct shim_sock *s, int fd)
 {
-	struct shim_frame_resume frame;
+	struct shim_frame_resume frame = { 0 };
 	ssize_t n = REAL(recv)(fd, &frame, sizeof(frame), MSG_DONTWAIT | MSG_PEEK);
 
 	if (n < (ssize_t)sizeof(frame))
