@@ -25,6 +25,9 @@ void shim_rdma_start(struct shim_sock *s, int fd, unsigned long long now);
 void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now);
 /* Frees s->rdma (the channel, if installed, is s->chan's to destroy). */
 void shim_rdma_release(struct shim_sock *s);
+/* Drops s->rdma of an attempt a forked parent started, touching none of
+ * its objects (they are the parent's). */
+void shim_rdma_forget_inherited(struct shim_sock *s);
 /* Whether this process sees a usable RDMA device (checked once). */
 bool shim_rdma_device_present(void);
 

@@ -51,7 +51,6 @@
 #include <rdma/rdma_cma.h>
 
 #include "breaker.h"
-#include "failover.h"
 #include "frames.h"
 #include "real.h"
 #include "stats.h"
@@ -267,54 +266,6 @@ static void rdma_fail(struct shim_sock *s, int fd, enum shim_reason reason)
 	shim_upgrade_fail(s, fd, reason);
 }
 
-/* The fd we started with, if it still names this connection (the program
- * may have dup'ed and closed it since). */
-static bool fd_is_ours(const struct shim_sock *s, int fd)
-{
-	struct sockaddr_storage ss;
-	struct shim_endpoint local, peer;
-	socklen_t len = sizeof(ss);
-
-	if (fd < 0 || getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
-	    shim_endpoint_from_sockaddr((struct sockaddr *)&ss, len, &local) < 0)
-		return false;
-	len = sizeof(ss);
-	if (getpeername(fd, (struct sockaddr *)&ss, &len) < 0 ||
-	    shim_endpoint_from_sockaddr((struct sockaddr *)&ss, len, &peer) < 0)
-		return false;
-	return shim_endpoint_equal(&local, &s->tuple.local) && shim_endpoint_equal(&peer, &s->tuple.peer);
-}
-
-/*
- * Frames still queued for TCP (our SWITCH frame when the send buffer was
- * full at the switch, or a bell) must leave before the socket closes:
- * without its SWITCH frame the peer can never read what we put on the
- * ring. Bounded; the peer is reading TCP up to that frame.
- */
-#define CLOSE_FLUSH_NS (2000ull * MS_NS)
-
-static void flush_before_close(struct shim_sock *s, int fd)
-{
-	unsigned long long end = shim_now_ns() + CLOSE_FLUSH_NS;
-
-	if ((!s->tcp_out_len && !shim_failover_replaying(s)) || !fd_is_ours(s, fd))
-		return;
-	/* Frames first, then a failover's replay (it goes behind our RESUME):
-	 * the bytes the program sent before close, as the kernel would. */
-	while ((s->tcp_out_len || shim_failover_replaying(s)) && shim_now_ns() < end) {
-		struct pollfd p = { .fd = fd, .events = POLLOUT };
-		int rc = s->tcp_out_len ? shim_frames_flush(s, fd) : shim_failover_flush(s, fd);
-
-		if (rc < 0 && rc != -EAGAIN)
-			break;
-		if (rc == -EAGAIN)
-			REAL(poll)(&p, 1, 50);
-	}
-	if (s->tcp_out_len)
-		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.close_unflushed", fd, &s->tuple, SHIM_REASON_NONE,
-			   "\"bytes\":%zu", s->tcp_out_len);
-}
-
 /*
  * An attempt a forked parent started: its ids, QP, CQ and slot are the
  * parent's (the rdma_cm and uverbs file descriptions are shared, so even
@@ -322,7 +273,7 @@ static void flush_before_close(struct shim_sock *s, int fd)
  * touching nothing, not even the frames queued for TCP (the parent's to
  * send).
  */
-static void forget_inherited(struct shim_sock *s)
+void shim_rdma_forget_inherited(struct shim_sock *s)
 {
 	struct rdma_conn *c = s->rdma;
 
@@ -330,24 +281,6 @@ static void forget_inherited(struct shim_sock *s)
 		s->chan = NULL;
 	s->rdma = NULL;
 	free(c);
-}
-
-void shim_rdma_release(struct shim_sock *s)
-{
-	struct rdma_conn *c = s->rdma;
-
-	if (!c)
-		return;
-	if (c->pid != getpid()) {
-		forget_inherited(s);
-		return;
-	}
-	flush_before_close(s, c->fd);
-	s->rdma = NULL;
-	/* An installed channel is torn down by s->chan's destroy. */
-	if (c->installed && s->chan == &c->chan)
-		return;
-	shim_rdma_teardown(c);
 }
 
 /* ---- C: listen, accept ---- */
@@ -677,7 +610,7 @@ void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 		 * connection is the parent's (README: a connection upgraded
 		 * before fork is used by one process only). */
 		if (s->tx_dir == SHIM_DIR_TCP && s->rx_dir == SHIM_DIR_TCP) {
-			forget_inherited(s);
+			shim_rdma_forget_inherited(s);
 			shim_upgrade_fail(s, fd, SHIM_REASON_RDMA_INHERITED);
 		}
 		return;
