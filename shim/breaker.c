@@ -4,10 +4,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <uthash.h>
 
 #include "config.h"
+#include "sock.h"
 
 struct breaker_entry {
 	uint8_t peer[16];
@@ -156,10 +156,7 @@ const char *shim_breaker_state_name(enum shim_breaker_state st)
 
 uint64_t shim_breaker_now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+	return shim_now_ns() / 1000000u;
 }
 
 static struct shim_breaker *global_breaker;

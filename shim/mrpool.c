@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
 #include <infiniband/verbs.h>
 
 #include "config.h"
+#include "sock.h"
 #include "trace.h"
 
 #define HUGE_2M (2u << 20)
@@ -37,14 +37,6 @@ struct mrpool_chunk {
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mrpool_chunk *chunks;
 static struct shim_mrpool_stats stats;
-
-static unsigned long long now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
-}
 
 static size_t round_up(size_t v, size_t to)
 {
@@ -92,7 +84,7 @@ static struct mrpool_chunk *new_chunk(struct ibv_pd *pd, size_t slot_bytes)
 	 * child up front, so the parent keeps the pages the HCA writes, and a
 	 * child that touches an inherited connection reads a snapshot instead
 	 * of faulting on an unmapped ring. */
-	t0 = now_ns();
+	t0 = shim_now_ns();
 	c->mr = ibv_reg_mr(pd, c->base, c->len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	if (!c->mr) {
 		int err = errno;
@@ -102,7 +94,7 @@ static struct mrpool_chunk *new_chunk(struct ibv_pd *pd, size_t slot_bytes)
 		errno = err;
 		return NULL;
 	}
-	stats.reg_ns += now_ns() - t0;
+	stats.reg_ns += shim_now_ns() - t0;
 	stats.chunks++;
 	stats.huge_chunks += c->huge;
 	c->pd = pd;
@@ -110,7 +102,7 @@ static struct mrpool_chunk *new_chunk(struct ibv_pd *pd, size_t slot_bytes)
 	c->nslots = n;
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "mrpool.chunk", -1, NULL, SHIM_REASON_NONE,
 		   "\"bytes\":%zu,\"slots\":%u,\"huge\":%s,\"reg_us\":%llu", c->len, n, c->huge ? "true" : "false",
-		   (now_ns() - t0) / 1000);
+		   (shim_now_ns() - t0) / 1000);
 	return c;
 }
 
@@ -192,9 +184,9 @@ long long shim_mrpool_time_registration(struct ibv_pd *pd, size_t bytes, bool hu
 		return -ENOMEM;
 	}
 	memset(p, 0, len); /* fault the pages in, as a pool chunk is used */
-	t0 = now_ns();
+	t0 = shim_now_ns();
 	mr = ibv_reg_mr(pd, p, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	ns = (long long)(now_ns() - t0);
+	ns = (long long)(shim_now_ns() - t0);
 	if (!mr) {
 		munmap(p, len);
 		return -errno;

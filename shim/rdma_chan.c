@@ -43,7 +43,6 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <endian.h>
 #include <infiniband/verbs.h>
@@ -410,9 +409,9 @@ static void rdma_destroy(struct shim_chan *ch)
  * disconnected; true if seq completed. */
 static bool teardown_wait(struct rdma_conn *c, uint64_t seq, unsigned long long bound_ns, bool *peer_gone)
 {
-	unsigned long long end = rdma_mono_ns() + bound_ns;
+	unsigned long long end = shim_now_ns() + bound_ns;
 
-	while (seq && c->completed < seq && !c->broken && rdma_mono_ns() < end) {
+	while (seq && c->completed < seq && !c->broken && shim_now_ns() < end) {
 		shim_rdma_reap(c);
 		if (rdma_drain_cm_events(c)) {
 			*peer_gone = true;

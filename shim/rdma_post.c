@@ -8,7 +8,6 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <endian.h>
 #include <rdma/rdma_cma.h>
@@ -156,7 +155,7 @@ bool rdma_wait_seq(struct rdma_conn *c, uint64_t seq)
 		if (c->completed >= seq)
 			break;
 		if (++spins % 256 == 0) {
-			unsigned long long now = rdma_mono_ns();
+			unsigned long long now = shim_now_ns();
 
 			if (!deadline)
 				deadline = now + COMPLETION_WAIT_NS;

@@ -10,7 +10,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <time.h>
 
 #include <infiniband/verbs.h>
 
@@ -50,14 +49,6 @@ void rdma_reap_try(struct rdma_conn *c);
 void rdma_mark_broken(struct rdma_conn *c, const char *why, int detail);
 /* Acks what the event channel holds; true if the peer disconnected. */
 bool rdma_drain_cm_events(struct rdma_conn *c);
-
-static inline unsigned long long rdma_mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
-}
 
 /* Acquire: pairs with the in-order placement of the peer's WRITEs. */
 static inline uint64_t rdma_load_acq(const uint64_t *p)
