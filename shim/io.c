@@ -211,14 +211,8 @@ static int wait_rx(struct shim_sock *s, int fd, long long deadline)
 
 	if (spin_for(s, rx_ready))
 		return 0;
-	if (ch->ops->rx_arm(ch)) {
-		bool grace = grace_needed(s);
-
-		rc = sleep_capped(s, fd, POLLIN, deadline, grace ? IO_GRACE_MS : 0);
-		SHIM_TRACE(SHIM_TRACE_DEBUG, "wait.rx_slept", fd, NULL, SHIM_REASON_NONE,
-			   "\"grace\":%s,\"rc\":%d,\"readable\":%zu", grace ? "true" : "false", rc,
-			   ch->ops->readable(ch));
-	}
+	if (ch->ops->rx_arm(ch))
+		rc = sleep_capped(s, fd, POLLIN, deadline, grace_needed(s) ? IO_GRACE_MS : 0);
 	note_disarm(s, !ch->ops->rx_disarm(ch));
 	shim_frames_drain(s, io_fd(s, fd));
 	return rc;
