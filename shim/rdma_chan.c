@@ -426,16 +426,17 @@ void shim_rdma_teardown(struct rdma_conn *c)
 {
 	bool peer_gone = rdma_drain_cm_events(c) || c->peer_disconnected;
 
-	if (c->qp && c->remote_addr && c->installed && !c->broken && !peer_gone &&
-	    !teardown_wait(c, c->last_signaled, TEARDOWN_DATA_WAIT_NS, &peer_gone) && c->completed < c->last_signaled)
-		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.close_unsent", c->fd, c->sock ? &c->sock->tuple : NULL,
-			   SHIM_REASON_NONE, "\"wrs\":%llu", (unsigned long long)(c->last_signaled - c->completed));
 	if (c->qp && c->remote_addr && c->installed && !c->broken && !peer_gone) {
-		/* The peer sees both directions closed, as with shm. */
-		post_closed(c);
-		uint64_t seq = rdma_post_word(c, CTL_OFF(tx_consumer_closed), 1, true);
-
-		teardown_wait(c, seq, TEARDOWN_WAIT_NS, &peer_gone);
+		if (c->last_signaled && !teardown_wait(c, c->last_signaled, TEARDOWN_DATA_WAIT_NS, &peer_gone))
+			SHIM_TRACE(SHIM_TRACE_WARN, "rdma.close_unsent", c->fd, c->sock ? &c->sock->tuple : NULL,
+				   SHIM_REASON_NONE, "\"wrs\":%llu",
+				   (unsigned long long)(c->last_signaled - c->completed));
+		if (!c->broken && !peer_gone) {
+			/* The peer sees both directions closed, as with shm. */
+			post_closed(c);
+			teardown_wait(c, rdma_post_word(c, CTL_OFF(tx_consumer_closed), 1, true), TEARDOWN_WAIT_NS,
+				      &peer_gone);
+		}
 	}
 	c->torn_down = true;
 	if (c->id && c->installed && !peer_gone)
