@@ -65,17 +65,6 @@ static int cli_connect(struct conn *c, struct addrinfo *ai, bool nb)
 	}
 }
 
-static void *cli_conn_thread(void *arg)
-{
-	struct conn *c = arg;
-	if (c->mode == M_BLOCKING)
-		run_blocking(c);
-	else
-		run_nonblock(c);
-	conn_finish(c);
-	return NULL;
-}
-
 /* The whole client run is bounded: fail clearly instead of hanging. */
 static void *cli_watchdog(void *arg)
 {
@@ -185,7 +174,7 @@ void client_run(const char *host, int port, struct cli_stats *st)
 		touch(c);
 		if (c->mode == M_EPOLL) {
 			worker_add(&ws[k++ % nws], c);
-		} else if ((e = pthread_create(&thr[i], NULL, cli_conn_thread, c))) {
+		} else if ((e = pthread_create(&thr[i], NULL, conn_thread, c))) {
 			die("pthread_create: %s", strerror(e));
 		}
 	}

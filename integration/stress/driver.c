@@ -99,6 +99,20 @@ void run_nonblock(struct conn *c)
 	rxbufs_free(b);
 }
 
+/* A thread per connection (blocking and nonblock modes): run it, then
+ * hand it to conn_finish(). */
+void *conn_thread(void *arg)
+{
+	struct conn *c = arg;
+
+	if (c->mode == M_BLOCKING)
+		run_blocking(c);
+	else
+		run_nonblock(c);
+	conn_finish(c);
+	return NULL;
+}
+
 /* ---------------------------------------------------------- epoll-et loops */
 
 static void wq_push(struct worker *w, struct conn *c)

@@ -83,17 +83,6 @@ void conn_finish(struct conn *c)
 	}
 }
 
-static void *srv_conn_thread(void *arg)
-{
-	struct conn *c = arg;
-	if (c->mode == M_BLOCKING)
-		run_blocking(c);
-	else
-		run_nonblock(c);
-	conn_finish(c);
-	return NULL;
-}
-
 /* Per-connection no-progress limit. */
 static void *srv_watchdog(void *arg)
 {
@@ -152,7 +141,7 @@ static void srv_dispatch(int fd, uint32_t seq, struct rng *r)
 		pthread_attr_t a;
 		pthread_attr_init(&a);
 		pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-		int e = pthread_create(&t, &a, srv_conn_thread, c);
+		int e = pthread_create(&t, &a, conn_thread, c);
 		if (e)
 			die("pthread_create: %s", strerror(e));
 		pthread_attr_destroy(&a);

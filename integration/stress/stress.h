@@ -200,6 +200,7 @@ struct worker {
 
 void run_blocking(struct conn *c);
 void run_nonblock(struct conn *c);
+void *conn_thread(void *arg);
 struct worker *workers_new(int n, bool server);
 void worker_add(struct worker *w, struct conn *c);
 void worker_start(struct worker *w);
