@@ -121,6 +121,14 @@ need_cmd() {
   done
 }
 
+# need_rxe_vm: skips (77) with the reason unless a Soft-RoCE VM can boot here
+# (qemu, a kernel in /boot, the rdma_rxe module).
+need_rxe_vm() {
+  command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed"
+  compgen -G '/boot/vmlinuz-*' >/dev/null || skip "no kernel in /boot"
+  find /lib/modules -name 'rdma_rxe.ko*' 2>/dev/null | grep -q . || skip "no kernel module rdma_rxe"
+}
+
 need_built() {
   local f
   for f in "$LIB" "$@"; do

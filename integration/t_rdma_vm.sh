@@ -13,12 +13,7 @@
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_built
 
-vm_prereqs() {
-  command -v qemu-system-x86_64 >/dev/null || { echo "qemu-system-x86_64 is not installed"; return 1; }
-  compgen -G '/boot/vmlinuz-*' >/dev/null || { echo "no kernel in /boot"; return 1; }
-  find /lib/modules -name 'rdma_rxe.ko*' 2>/dev/null | grep -q . || { echo "no kernel module rdma_rxe"; return 1; }
-}
-why=$(vm_prereqs) || skip "$why"
+need_rxe_vm
 
 # tally_vm FILE: counts the guest's "ok - "/"not ok - " lines as ours.
 tally_vm() {
