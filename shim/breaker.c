@@ -172,3 +172,16 @@ struct shim_breaker *shim_breaker_global(void)
 	pthread_once(&global_once, global_init);
 	return global_breaker;
 }
+
+/* fork (atfork.c): the child must not inherit the lock held. */
+void shim_breaker_atfork(bool prepare)
+{
+	struct shim_breaker *b = __atomic_load_n(&global_breaker, __ATOMIC_ACQUIRE);
+
+	if (!b)
+		return;
+	if (prepare)
+		pthread_mutex_lock(&b->lock);
+	else
+		pthread_mutex_unlock(&b->lock);
+}

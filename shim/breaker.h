@@ -43,6 +43,8 @@ const char *shim_breaker_state_name(enum shim_breaker_state st);
 
 /* The process-wide breaker, configured from shim_cfg on first use. */
 struct shim_breaker *shim_breaker_global(void);
+/* Fork handler half: true takes the global breaker's lock, false drops it. */
+void shim_breaker_atfork(bool prepare);
 uint64_t shim_breaker_now_ms(void);
 
 #endif

@@ -38,7 +38,6 @@ struct shim_epitem {
 	epoll_data_t data;
 	bool kernel_switched; /* kernel registration is the bell-only one */
 	bool oneshot_fired;
-	int armed; /* shim_io_arm()'s result while a wait sleeps */
 	UT_hash_handle hh;
 };
 
@@ -69,24 +68,43 @@ static uint64_t tag_of(int fd)
 	return ((uint64_t)tag_hi << 32) | (uint32_t)fd;
 }
 
+/* The intercepted sock at fd, held (shim_sock_put()), or NULL. */
 static struct shim_sock *intercepted_sock(int fd)
 {
-	struct shim_sock *s = shim_fd_get(fd);
+	struct shim_sock *s;
 
-	if (likely(!s))
+	if (likely(!shim_fd_get(fd)))
 		return NULL;
-	s = shim_fd_get_acquire(fd);
-	return s && s->role != SHIM_ROLE_EPOLL && __atomic_load_n(&s->intercept, __ATOMIC_RELAXED) ? s : NULL;
+	s = shim_sock_get(fd);
+	if (s && (s->role == SHIM_ROLE_EPOLL || !__atomic_load_n(&s->intercept, __ATOMIC_RELAXED))) {
+		shim_sock_put(s);
+		return NULL;
+	}
+	return s;
 }
 
-static struct shim_ep *ep_of(int epfd)
+/* The tracked epoll set at epfd, its sock held (shim_sock_put()), or NULL.
+ * The reference keeps the set's state alive for a wait in progress when
+ * another thread closes epfd. */
+static struct shim_sock *epoll_sock(int epfd)
 {
-	struct shim_sock *s = shim_fd_get(epfd);
+	struct shim_sock *s;
 
-	if (likely(!s))
+	if (likely(!shim_fd_get(epfd)))
 		return NULL;
-	s = shim_fd_get_acquire(epfd);
-	return s && s->role == SHIM_ROLE_EPOLL ? s->ep : NULL;
+	s = shim_sock_get(epfd);
+	if (s && s->role != SHIM_ROLE_EPOLL) {
+		shim_sock_put(s);
+		return NULL;
+	}
+	return s;
+}
+
+/* The shim's own copy of the set's fd (made at tracking, closed with the
+ * last reference): never the program's number, which may be reused. */
+static int epoll_fd(const struct shim_sock *es)
+{
+	return es->tcp_keep;
 }
 
 static uint32_t kernel_events(const struct shim_epitem *it)
@@ -94,33 +112,48 @@ static uint32_t kernel_events(const struct shim_epitem *it)
 	return it->kernel_switched ? (EPOLLIN | EPOLLRDHUP) : it->events;
 }
 
-static int kernel_ctl(int epfd, int op, struct shim_epitem *it)
+static int kernel_ctl(int efd, int op, struct shim_epitem *it)
 {
 	struct epoll_event ev = { .events = kernel_events(it), .data.u64 = tag_of(it->fd) };
 
-	return REAL(epoll_ctl)(epfd, op, it->fd, &ev) < 0 ? -errno : 0;
+	return REAL(epoll_ctl)(efd, op, it->fd, &ev) < 0 ? -errno : 0;
+}
+
+/* Changes an item's kernel registration, only while its fd still names s
+ * (checked under s->lock: close clears the entry, then takes the lock,
+ * before the real close), so that a reused number's registration, maybe
+ * the program's own, is never touched. Lock order: ep->lock, then s->lock. */
+static void item_ctl(int efd, struct shim_sock *s, struct shim_epitem *it)
+{
+	pthread_mutex_lock(&s->lock);
+	if (shim_fd_get_acquire(it->fd) == s)
+		kernel_ctl(efd, EPOLL_CTL_MOD, it);
+	pthread_mutex_unlock(&s->lock);
 }
 
 int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 {
-	struct shim_sock *s = intercepted_sock(fd);
+	struct shim_sock *s = intercepted_sock(fd), *es = epoll_sock(epfd);
 	struct shim_ep *ep;
 	struct shim_epitem *it;
 	int rc;
 
-	ep = ep_of(epfd);
-	if (!s && !ep)
+	if (!s && !es)
 		return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
 	pthread_once(&tag_once, make_tag);
-	if (!ep) {
-		ep = shim_sock_track_epoll(epfd);
-		if (!ep)
+	if (!es) {
+		es = shim_sock_track_epoll(epfd);
+		if (!es) {
+			shim_sock_put(s);
 			return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
+		}
 	}
+	ep = es->ep;
 	pthread_mutex_lock(&ep->lock);
 	HASH_FIND_INT(ep->items, &fd, it);
 	if (!s && !it) {
 		pthread_mutex_unlock(&ep->lock);
+		shim_sock_put(es);
 		return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
 	}
 	switch (op) {
@@ -139,7 +172,7 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		it->fd = fd;
 		it->events = event->events;
 		it->data = event->data;
-		it->kernel_switched = shim_io_switched(s);
+		it->kernel_switched = s ? shim_io_is_switched(s) : false;
 		rc = kernel_ctl(epfd, EPOLL_CTL_ADD, it);
 		if (rc == 0)
 			HASH_ADD_INT(ep->items, fd, it);
@@ -167,6 +200,8 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		rc = -EINVAL;
 	}
 	pthread_mutex_unlock(&ep->lock);
+	shim_sock_put(s);
+	shim_sock_put(es);
 	return rc;
 }
 
@@ -189,7 +224,7 @@ static uint32_t poll_to_epoll(int mask)
 
 /* Readiness of the switched items, into out[]; switches kernel
  * registrations of items that switched since. Called with ep->lock. */
-static int channel_round(int epfd, struct shim_ep *ep, struct epoll_event *out, int max)
+static int channel_round(int efd, struct shim_ep *ep, struct epoll_event *out, int max)
 {
 	struct shim_epitem *it, *tmp;
 	int n = 0;
@@ -200,25 +235,23 @@ static int channel_round(int epfd, struct shim_ep *ep, struct epoll_event *out, 
 
 		if (!s)
 			continue;
-		if (!shim_io_switched(s) && !shim_upgrade_settled(s))
-			shim_io_progress(s, it->fd);
-		if (!shim_io_switched(s)) {
+		if (!shim_io_progress(s, it->fd)) {
 			if (it->kernel_switched) {
 				/* Back on TCP after a failover: the program's own
 				 * registration again. MOD re-checks readiness, so an
 				 * edge-triggered item is told what is already there. */
 				it->kernel_switched = false;
-				kernel_ctl(epfd, EPOLL_CTL_MOD, it);
+				item_ctl(efd, s, it);
 			}
+			shim_sock_put(s);
 			continue;
 		}
 		if (!it->kernel_switched) {
 			it->kernel_switched = true;
-			kernel_ctl(epfd, EPOLL_CTL_MOD, it);
+			item_ctl(efd, s, it);
 		}
-		if (n >= max || it->oneshot_fired)
-			continue;
-		mask = shim_io_poll_mask(s, it->fd);
+		mask = n >= max || it->oneshot_fired ? -1 : shim_io_poll_mask(s, it->fd);
+		shim_sock_put(s);
 		if (mask < 0)
 			continue;
 		uint32_t ev = poll_to_epoll(mask) & (it->events | EPOLLHUP | EPOLLERR);
@@ -254,6 +287,7 @@ static int translate(struct shim_ep *ep, struct epoll_event *ev, int n)
 
 				if (s)
 					shim_io_drain_bells(s, it->fd);
+				shim_sock_put(s);
 				continue;
 			}
 			ev[i].data = it->data;
@@ -265,113 +299,168 @@ static int translate(struct shim_ep *ep, struct epoll_event *ev, int n)
 
 int shim_epoll_fixup(int epfd, struct epoll_event *events, int n)
 {
-	struct shim_ep *ep = ep_of(epfd);
+	struct shim_sock *es = epoll_sock(epfd);
+	struct shim_ep *ep;
 
-	if (!ep || n <= 0)
+	if (!es)
 		return n;
-	pthread_once(&tag_once, make_tag);
-	pthread_mutex_lock(&ep->lock);
-	n = translate(ep, events, n);
-	pthread_mutex_unlock(&ep->lock);
+	ep = es->ep;
+	if (n > 0) {
+		pthread_once(&tag_once, make_tag);
+		pthread_mutex_lock(&ep->lock);
+		n = translate(ep, events, n);
+		pthread_mutex_unlock(&ep->lock);
+	}
+	shim_sock_put(es);
 	return n;
 }
 
-static int kernel_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *sigmask)
+static int kernel_wait(int efd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *sigmask)
 {
-	int n = sigmask ? REAL(epoll_pwait)(epfd, ev, max, timeout_ms, sigmask)
-			: REAL(epoll_wait)(epfd, ev, max, timeout_ms);
+	int n = sigmask ? REAL(epoll_pwait)(efd, ev, max, timeout_ms, sigmask)
+			: REAL(epoll_wait)(efd, ev, max, timeout_ms);
 
 	return n < 0 ? -errno : n;
 }
 
-/* Arms (or disarms what was armed of) every switched item. Returns false
- * when sleeping is not needed; *short_sleep: sleep a millisecond at most. */
-static bool arm_all(struct shim_ep *ep, bool disarm, bool *short_sleep)
+/*
+ * One wait's arms: kept by the waiting thread, never in the shared items,
+ * so that two threads waiting on one set each disarm exactly what they
+ * armed. Each entry holds a reference, so the disarm reaches the same
+ * socket even if its fd was closed (and its number reused) meanwhile.
+ */
+struct arm {
+	struct shim_sock *s;
+	int fd;
+	int armed;
+};
+
+#define ARMS_ON_STACK 32
+
+/* Arms every switched item into arms[] (at most cap). Returns false when
+ * sleeping is not needed; *short_sleep: sleep a millisecond at most.
+ * Called with ep->lock. */
+static bool arm_all(struct shim_ep *ep, struct arm *arms, unsigned cap, unsigned *n, bool *short_sleep)
 {
 	struct shim_epitem *it, *tmp;
 	bool sleep = true;
 
+	*n = 0;
 	HASH_ITER(hh, ep->items, it, tmp) {
-		struct shim_sock *s = intercepted_sock(it->fd);
+		struct shim_sock *s;
 		short want = 0;
 
-		if (disarm) {
-			if (s && it->armed)
-				shim_io_disarm(s, it->fd, it->armed);
-			it->armed = 0;
+		if (*n == cap)
+			return false; /* more items than room: look again at once */
+		if (!it->kernel_switched || it->oneshot_fired)
 			continue;
-		}
-		if (!s || !it->kernel_switched || it->oneshot_fired)
+		s = intercepted_sock(it->fd);
+		if (!s)
 			continue;
 		if (it->events & EPOLLIN)
 			want |= POLLIN;
 		if (it->events & EPOLLOUT)
 			want |= POLLOUT;
-		it->armed = shim_io_arm(s, it->fd, want);
-		if (it->armed & SHIM_ARM_READY)
+		arms[*n] = (struct arm){ .s = s, .fd = it->fd, .armed = shim_io_arm(s, it->fd, want) };
+		if (arms[*n].armed & SHIM_ARM_READY)
 			sleep = false;
-		if (it->armed & SHIM_ARM_SHORT)
+		if (arms[*n].armed & SHIM_ARM_SHORT)
 			*short_sleep = true;
+		(*n)++;
 	}
 	return sleep;
 }
 
-int shim_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
-		    const sigset_t *sigmask, int *rc)
+static void disarm_all(struct arm *arms, unsigned n)
 {
-	struct shim_ep *ep = ep_of(epfd);
+	for (unsigned i = 0; i < n; i++) {
+		if (arms[i].armed)
+			shim_io_disarm(arms[i].s, arms[i].fd, arms[i].armed);
+		shim_sock_put(arms[i].s);
+	}
+}
+
+static int wait_loop(struct shim_sock *es, struct epoll_event *events, int maxevents, long long timeout_ns,
+		     const sigset_t *sigmask)
+{
+	struct shim_ep *ep = es->ep;
+	int efd = epoll_fd(es);
 	long long deadline = shim_wait_deadline(timeout_ns);
 	unsigned long long spin_end = shim_now_ns() + (unsigned long long)shim_cfg.spin_us * 1000ull;
+	struct arm arms_stack[ARMS_ON_STACK], *arms = arms_stack;
+	unsigned cap = ARMS_ON_STACK;
+	int rc;
 
-	if (!ep)
-		return 0;
-	if (maxevents <= 0) {
-		*rc = -EINVAL;
-		return 1;
-	}
 	for (;;) {
 		int mine, theirs;
 
 		pthread_mutex_lock(&ep->lock);
-		mine = channel_round(epfd, ep, events, maxevents);
+		mine = channel_round(efd, ep, events, maxevents);
 		pthread_mutex_unlock(&ep->lock);
-		theirs = mine < maxevents ? kernel_wait(epfd, events + mine, maxevents - mine, 0, NULL) : 0;
+		theirs = mine < maxevents ? kernel_wait(efd, events + mine, maxevents - mine, 0, NULL) : 0;
 		if (theirs > 0) {
 			pthread_mutex_lock(&ep->lock);
 			theirs = translate(ep, events + mine, theirs);
 			pthread_mutex_unlock(&ep->lock);
 		}
 		if (theirs < 0 || mine + theirs > 0 || timeout_ns == 0) {
-			*rc = theirs < 0 ? theirs : mine + theirs;
-			return 1;
+			rc = theirs < 0 ? theirs : mine + theirs;
+			break;
 		}
 		if (shim_now_ns() < spin_end) {
 			sched_yield(); /* the peer may share our core */
 			continue;
 		}
 		pthread_mutex_lock(&ep->lock);
-		bool short_sleep = false, sleep = arm_all(ep, false, &short_sleep);
+		unsigned items = HASH_COUNT(ep->items), narmed;
+
+		if (items > cap) {
+			struct arm *bigger = malloc(items * sizeof(*bigger));
+
+			if (bigger) {
+				if (arms != arms_stack)
+					free(arms);
+				arms = bigger;
+				cap = items;
+			}
+		}
+		bool short_sleep = false, sleep = arm_all(ep, arms, cap, &narmed, &short_sleep);
 		int slice = shim_wait_slice_ms(deadline);
 
 		pthread_mutex_unlock(&ep->lock);
 		if (short_sleep && slice > 1)
 			slice = 1;
-		theirs = sleep ? kernel_wait(epfd, events, maxevents, slice, sigmask) : 0;
+		theirs = sleep ? kernel_wait(efd, events, maxevents, slice, sigmask) : 0;
+		disarm_all(arms, narmed);
 		pthread_mutex_lock(&ep->lock);
-		arm_all(ep, true, &short_sleep);
 		if (theirs > 0)
 			theirs = translate(ep, events, theirs);
-		mine = theirs >= 0 && theirs < maxevents ? channel_round(epfd, ep, events + theirs, maxevents - theirs) : 0;
+		mine = theirs >= 0 && theirs < maxevents ? channel_round(efd, ep, events + theirs, maxevents - theirs) : 0;
 		pthread_mutex_unlock(&ep->lock);
 		if (theirs < 0 || mine + theirs > 0) {
-			*rc = theirs < 0 ? theirs : mine + theirs;
-			return 1;
+			rc = theirs < 0 ? theirs : mine + theirs;
+			break;
 		}
 		if (deadline >= 0 && (long long)shim_now_ns() >= deadline) {
-			*rc = 0;
-			return 1;
+			rc = 0;
+			break;
 		}
 	}
+	if (arms != arms_stack)
+		free(arms);
+	return rc;
+}
+
+int shim_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
+		    const sigset_t *sigmask, int *rc)
+{
+	struct shim_sock *es = epoll_sock(epfd);
+
+	if (!es)
+		return 0;
+	*rc = maxevents <= 0 ? -EINVAL : wait_loop(es, events, maxevents, timeout_ns, sigmask);
+	shim_sock_put(es);
+	return 1;
 }
 
 void shim_epoll_free(struct shim_ep *ep)
@@ -406,6 +495,22 @@ struct shim_ep *shim_epoll_new(void)
 	all_eps = ep;
 	pthread_mutex_unlock(&all_lock);
 	return ep;
+}
+
+/* fork: no set lock may be inherited held (lock order: all_lock, then
+ * each set's lock, then sock locks; see socklife.c). */
+void shim_epoll_atfork_prepare(void)
+{
+	pthread_mutex_lock(&all_lock);
+	for (struct shim_ep *ep = all_eps; ep; ep = ep->next)
+		pthread_mutex_lock(&ep->lock);
+}
+
+void shim_epoll_atfork_release(void)
+{
+	for (struct shim_ep *ep = all_eps; ep; ep = ep->next)
+		pthread_mutex_unlock(&ep->lock);
+	pthread_mutex_unlock(&all_lock);
 }
 
 /* An intercepted fd closed: the kernel dropped it from its epoll sets (if it

@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "atfork.h"
 #include "config.h"
 #include "fdtable.h"
 #include "real.h"
@@ -79,6 +80,7 @@ __attribute__((constructor)) static void shim_init(void)
 	SHIM_TRACE(SHIM_TRACE_INFO, "process.start", -1, NULL, SHIM_REASON_NONE,
 		   "\"version\":\"%s\",\"transports\":%u,\"ab_percent\":%u", RDMASHIM_VERSION,
 		   shim_cfg.n_transports, shim_cfg.ab_percent);
+	shim_atfork_register();
 	shim_sock_adopt_inherited();
 }
 

@@ -14,29 +14,43 @@
 
 extern void __chk_fail(void) __attribute__((noreturn));
 
-/* The intercepted sock behind fd, or NULL for the kernel's own path. */
+/* The intercepted sock behind fd, held, or NULL for the kernel's own path.
+ * The reference is taken with the lookup (shim/LIFETIME.md) and given
+ * back by done() when the call returns. */
 static inline struct shim_sock *intercepted(int fd)
 {
-	struct shim_sock *s = shim_fd_get(fd);
+	struct shim_sock *s;
 
-	if (likely(!s))
+	if (likely(!shim_fd_get(fd)))
 		return NULL;
-	s = shim_fd_get_acquire(fd);
-	return s && __atomic_load_n(&s->intercept, __ATOMIC_RELAXED) ? s : NULL;
+	s = shim_sock_get(fd);
+	if (s && !__atomic_load_n(&s->intercept, __ATOMIC_RELAXED)) {
+		shim_sock_put(s);
+		return NULL;
+	}
+	return s;
+}
+
+/* Gives back intercepted()'s reference; returns rc as the call's result
+ * (errno set from a negative one). */
+static inline ssize_t done(struct shim_sock *s, ssize_t rc)
+{
+	shim_sock_put(s);
+	return shim_ret(rc);
 }
 
 static ssize_t send_one(struct shim_sock *s, int fd, const void *buf, size_t len, int flags)
 {
 	struct iovec iov = { (void *)buf, len };
 
-	return shim_ret(shim_io_send(s, fd, &iov, 1, flags));
+	return done(s, shim_io_send(s, fd, &iov, 1, flags));
 }
 
 static ssize_t recv_one(struct shim_sock *s, int fd, void *buf, size_t len, int flags)
 {
 	struct iovec iov = { buf, len };
 
-	return shim_ret(shim_io_recv(s, fd, &iov, 1, flags));
+	return done(s, shim_io_recv(s, fd, &iov, 1, flags));
 }
 
 SHIM_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
@@ -63,9 +77,13 @@ SHIM_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
 	struct shim_sock *s = intercepted(fd);
 
-	if (likely(!s) || msg->msg_controllen)
+	if (unlikely(msg->msg_controllen > 0 && shim_cfg.enabled))
+		shim_sock_note_rights_sent(msg);
+	if (likely(!s) || msg->msg_controllen) {
+		shim_sock_put(s);
 		return REAL(sendmsg)(fd, msg, flags);
-	return shim_ret(shim_io_send(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags));
+	}
+	return done(s, shim_io_send(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags));
 }
 
 SHIM_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags)
@@ -79,10 +97,10 @@ SHIM_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags)
 		ssize_t rc = shim_io_send(s, fd, vec[i].msg_hdr.msg_iov, (int)vec[i].msg_hdr.msg_iovlen, flags);
 
 		if (rc < 0)
-			return i ? (int)i : (int)shim_ret(rc);
+			return i ? (int)done(s, (ssize_t)i) : (int)done(s, rc);
 		vec[i].msg_len = (unsigned int)rc;
 	}
-	return (int)i;
+	return (int)done(s, (ssize_t)i);
 }
 
 SHIM_EXPORT ssize_t write(int fd, const void *buf, size_t len)
@@ -100,7 +118,7 @@ SHIM_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 
 	if (likely(!s))
 		return REAL(writev)(fd, iov, iovcnt);
-	return shim_ret(shim_io_send(s, fd, iov, iovcnt, 0));
+	return done(s, shim_io_send(s, fd, iov, iovcnt, 0));
 }
 
 SHIM_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
@@ -145,7 +163,7 @@ SHIM_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 	msg->msg_namelen = 0;
 	msg->msg_controllen = 0;
 	msg->msg_flags = 0;
-	return shim_ret(shim_io_recv(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags));
+	return done(s, shim_io_recv(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags));
 }
 
 SHIM_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags,
@@ -163,12 +181,13 @@ SHIM_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags,
 	/* A stream socket fills one message per call, like the kernel's
 	 * recvmmsg on TCP usually does. */
 	if (n == 0)
-		return 0;
+		return (int)done(s, 0);
 	vec[0].msg_hdr.msg_namelen = 0;
 	vec[0].msg_hdr.msg_controllen = 0;
 	vec[0].msg_hdr.msg_flags = 0;
 	ssize_t got = shim_io_recv(s, fd, vec[0].msg_hdr.msg_iov, (int)vec[0].msg_hdr.msg_iovlen, flags);
 
+	shim_sock_put(s);
 	if (got < 0)
 		return (int)shim_ret(got);
 	vec[0].msg_len = (unsigned int)got;
@@ -190,7 +209,7 @@ SHIM_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 
 	if (likely(!s))
 		return REAL(readv)(fd, iov, iovcnt);
-	return shim_ret(shim_io_recv(s, fd, iov, iovcnt, 0));
+	return done(s, shim_io_recv(s, fd, iov, iovcnt, 0));
 }
 
 /* sendfile into an intercepted socket: read the file and send what was read,
@@ -223,6 +242,7 @@ SHIM_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 	off64_t off = offset ? *offset : 0;
 	ssize_t rc = sendfile_through(s, out_fd, in_fd, offset ? &off : NULL, count);
 
+	shim_sock_put(s);
 	if (offset)
 		*offset = (off_t)off;
 	return rc;
@@ -234,7 +254,10 @@ SHIM_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t co
 
 	if (likely(!s))
 		return REAL(sendfile64)(out_fd, in_fd, offset, count);
-	return sendfile_through(s, out_fd, in_fd, offset, count);
+	ssize_t rc = sendfile_through(s, out_fd, in_fd, offset, count);
+
+	shim_sock_put(s);
+	return rc;
 }
 
 /* _FORTIFY_SOURCE entry points: check the object size as glibc does, then

@@ -71,19 +71,20 @@ SHIM_EXPORT int close(int fd)
 
 SHIM_EXPORT int shutdown(int fd, int how)
 {
-	struct shim_sock *s = shim_fd_get(fd);
+	struct shim_sock *s;
 	int rc;
 
-	if (likely(!s))
+	if (likely(!shim_fd_get(fd)))
 		return REAL(shutdown)(fd, how);
-	s = shim_fd_get_acquire(fd);
+	s = shim_sock_get(fd);
 	if (s && __atomic_load_n(&s->intercept, __ATOMIC_RELAXED))
-		rc = (int)shim_ret(shim_io_shutdown(s, fd, how));
+		rc = shim_io_shutdown(s, fd, how);
 	else
-		rc = REAL(shutdown)(fd, how);
+		rc = REAL(shutdown)(fd, how) < 0 ? -errno : 0;
+	shim_sock_put(s);
 	if (rc == 0)
 		shim_sock_on_shutdown(fd, how);
-	return rc;
+	return (int)shim_ret(rc);
 }
 
 /* After a successful dup-like call: newfd now names oldfd's socket. */
@@ -102,14 +103,29 @@ SHIM_EXPORT int dup(int fd)
 	return after_dup(fd, REAL(dup)(fd));
 }
 
+/* dup2/dup3 close newfd first: that close must be seen as close's is,
+ * before the number names the other file (shim_sock_before_replace()). */
+static int replaced(int oldfd, int newfd, struct shim_sock *old, int rc)
+{
+	int err = errno;
+
+	shim_sock_after_replace(newfd, old, rc);
+	errno = err;
+	return after_dup(oldfd, rc);
+}
+
 SHIM_EXPORT int dup2(int oldfd, int newfd)
 {
-	return after_dup(oldfd, REAL(dup2)(oldfd, newfd));
+	struct shim_sock *old = unlikely(shim_fd_get(newfd) != NULL) ? shim_sock_before_replace(oldfd, newfd) : NULL;
+
+	return replaced(oldfd, newfd, old, REAL(dup2)(oldfd, newfd));
 }
 
 SHIM_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
-	return after_dup(oldfd, REAL(dup3)(oldfd, newfd, flags));
+	struct shim_sock *old = unlikely(shim_fd_get(newfd) != NULL) ? shim_sock_before_replace(oldfd, newfd) : NULL;
+
+	return replaced(oldfd, newfd, old, REAL(dup3)(oldfd, newfd, flags));
 }
 
 /* The one fcntl argument is an int or a pointer; both travel in one

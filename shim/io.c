@@ -126,9 +126,10 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 	rc = rc < 0 ? -errno : 0;
 	pthread_mutex_lock(&s->lock);
 	s->sleepers--;
-	/* The program closed the fd while we slept: carry on with our own
-	 * copy if close() made one (io_fd), else end as on a closed socket. */
-	if (fd != s->tcp_keep && s->tcp_keep < 0 && shim_fd_get_acquire(fd) != s)
+	/* The program closed the fd while we slept: as with the kernel, the
+	 * call goes on, with the copy close() made for it (io_fd); only when
+	 * that copy could not be made does it end as on a closed socket. */
+	if (s->fd_lost && s->tcp_keep < 0)
 		return -EBADF;
 	return rc == -EINTR ? -EINTR : 0;
 }
@@ -157,6 +158,30 @@ static bool grace_needed(struct shim_sock *s)
 static inline int io_fd(const struct shim_sock *s, int fd)
 {
 	return s->tcp_keep >= 0 ? s->tcp_keep : fd;
+}
+
+/*
+ * A data call starts: from here until io_leave() it is counted in
+ * s->active, so a close of fd on another thread, spinning or sleeping
+ * alike, makes the copy io_fd() then uses, and nothing here ever acts on
+ * the number once the program closed it (it may name another file by
+ * then). Returns the fd to use, or -EBADF (in *rc) when fd was closed
+ * before the call began.
+ */
+static int io_enter(struct shim_sock *s, int fd, int *rc)
+{
+	s->active++;
+	fd = shim_sock_fd_locked(s, fd);
+	if (fd < 0 || s->closed) {
+		*rc = -EBADF;
+		return -1;
+	}
+	return fd;
+}
+
+static void io_leave(struct shim_sock *s)
+{
+	s->active--;
 }
 
 /* Busy-polls cond for RDMASHIM_SPIN_US without the lock. */
@@ -320,11 +345,11 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	ssize_t n;
 	int rc = 0;
 
-	shim_sock_hold(s);
 	pthread_mutex_lock(&s->lock);
+	fd = io_enter(s, fd, &rc);
 	nonblock |= s->nonblocking;
 	deadline = deadline_after(s->rcv_timeout_ms);
-	while (want && !(got && (!waitall || got == want))) {
+	while (fd >= 0 && want && !(got && (!waitall || got == want))) {
 		struct iovec win[IO_MAX_IOV];
 		int wincnt = iov_window(iov, iovcnt, got, (size_t)-1, win);
 
@@ -408,8 +433,8 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	SHIM_TRACE(SHIM_TRACE_TRACE, "io.recv", fd, NULL, SHIM_REASON_NONE,
 		   "\"want\":%zu,\"got\":%zu,\"rc\":%d,\"flags\":%d,\"rx\":%d,\"tcp\":%llu",
 		   want, got, rc, flags, s->rx_dir, (unsigned long long)s->rx_tcp_bytes);
+	io_leave(s);
 	pthread_mutex_unlock(&s->lock);
-	shim_sock_release(s);
 	return got ? (ssize_t)got : rc;
 }
 
@@ -420,11 +445,11 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	long long deadline;
 	int rc = 0;
 
-	shim_sock_hold(s);
 	pthread_mutex_lock(&s->lock);
+	fd = io_enter(s, fd, &rc);
 	nonblock |= s->nonblocking;
 	deadline = deadline_after(s->snd_timeout_ms);
-	do {
+	if (fd >= 0) do {
 		fd = io_fd(s, fd);
 		if (s->tcp_out_len)
 			shim_frames_flush(s, fd);
@@ -506,8 +531,8 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	SHIM_TRACE(SHIM_TRACE_TRACE, "io.send", fd, NULL, SHIM_REASON_NONE,
 		   "\"total\":%zu,\"done\":%zu,\"rc\":%d,\"flags\":%d,\"tx\":%d,\"tcp\":%llu", total, done,
 		   rc, flags, s->tx_dir, (unsigned long long)s->tx_tcp_bytes);
+	io_leave(s);
 	pthread_mutex_unlock(&s->lock);
-	shim_sock_release(s);
 	return done ? (ssize_t)done : rc;
 }
 
@@ -516,7 +541,7 @@ int shim_io_bytes_readable(struct shim_sock *s, int fd, int *out)
 	int rc = 0;
 
 	pthread_mutex_lock(&s->lock);
-	if (s->closed) {
+	if (s->closed || (fd = shim_sock_fd_locked(s, fd)) < 0) {
 		rc = -EBADF;
 	} else if (s->rx_dir == SHIM_DIR_CHAN) {
 		size_t n = s->chan->ops->readable(s->chan);
@@ -542,7 +567,7 @@ int shim_io_shutdown(struct shim_sock *s, int fd, int how)
 	if (!rd && !wr)
 		return -EINVAL;
 	pthread_mutex_lock(&s->lock);
-	if (s->closed) {
+	if (s->closed || (fd = shim_sock_fd_locked(s, fd)) < 0) {
 		pthread_mutex_unlock(&s->lock);
 		return -EBADF;
 	}
@@ -576,20 +601,35 @@ bool shim_io_switched(const struct shim_sock *s)
 	return s->tx_dir != SHIM_DIR_TCP || s->rx_dir != SHIM_DIR_TCP || shim_failover_replaying(s);
 }
 
-void shim_io_progress(struct shim_sock *s, int fd)
+bool shim_io_is_switched(struct shim_sock *s)
 {
+	bool sw;
+
 	pthread_mutex_lock(&s->lock);
-	if (!s->closed) {
+	sw = shim_io_switched(s);
+	pthread_mutex_unlock(&s->lock);
+	return sw;
+}
+
+bool shim_io_progress(struct shim_sock *s, int fd)
+{
+	bool sw;
+
+	pthread_mutex_lock(&s->lock);
+	if (!s->closed && !shim_io_switched(s) && !shim_upgrade_settled(s) &&
+	    (fd = shim_sock_fd_locked(s, fd)) >= 0) {
 		shim_upgrade_progress(s, fd);
 		shim_failover_progress(s, fd);
 	}
+	sw = !s->closed && shim_io_switched(s);
 	pthread_mutex_unlock(&s->lock);
+	return sw;
 }
 
 void shim_io_drain_bells(struct shim_sock *s, int fd)
 {
 	pthread_mutex_lock(&s->lock);
-	if (s->rx_dir == SHIM_DIR_CHAN && !s->closed)
+	if (s->rx_dir == SHIM_DIR_CHAN && !s->closed && (fd = shim_sock_fd_locked(s, fd)) >= 0)
 		shim_frames_drain(s, fd);
 	pthread_mutex_unlock(&s->lock);
 }
@@ -602,11 +642,12 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 	if (!__atomic_load_n(&s->intercept, __ATOMIC_RELAXED))
 		return -1;
 	pthread_mutex_lock(&s->lock);
-	if (s->closed) {
+	if (s->closed || (fd = shim_sock_fd_locked(s, fd)) < 0) {
 		/* Closed by another thread since the caller looked it up. */
 		pthread_mutex_unlock(&s->lock);
 		return POLLNVAL;
 	}
+	p.fd = fd;
 	if (s->tcp_out_len)
 		shim_frames_flush(s, fd);
 	shim_upgrade_progress(s, fd);
@@ -701,7 +742,7 @@ void shim_io_disarm(struct shim_sock *s, int fd, int armed)
 		note_disarm(s, !s->chan->ops->rx_disarm(s->chan));
 	if (armed & SHIM_ARMED_TX)
 		note_disarm(s, !s->chan->ops->tx_disarm(s->chan));
-	if (s->rx_dir == SHIM_DIR_CHAN && s->bells_owed)
+	if (s->rx_dir == SHIM_DIR_CHAN && s->bells_owed && (fd = shim_sock_fd_locked(s, fd)) >= 0)
 		shim_frames_drain(s, fd);
 	pthread_mutex_unlock(&s->lock);
 }

@@ -26,8 +26,9 @@ int shim_io_shutdown(struct shim_sock *s, int fd, int how);
  * when the kernel's own answer for the fd is right (nothing switched). */
 int shim_io_poll_mask(struct shim_sock *s, int fd);
 /* Moves a pending upgrade on from a wait (a program that only waits in
- * epoll between its calls must not let the handshake time out). */
-void shim_io_progress(struct shim_sock *s, int fd);
+ * epoll between its calls must not let the handshake time out); returns
+ * shim_io_switched() as it is then, read under the lock. */
+bool shim_io_progress(struct shim_sock *s, int fd);
 /* The kernel saw the switched fd readable: those are bells (or EOF) only;
  * take them off TCP so a level-triggered wait does not spin on them. */
 void shim_io_drain_bells(struct shim_sock *s, int fd);
@@ -42,7 +43,9 @@ void shim_io_drain_bells(struct shim_sock *s, int fd);
 int shim_io_arm(struct shim_sock *s, int fd, short events);
 void shim_io_disarm(struct shim_sock *s, int fd, int armed);
 /* The fd's switched directions make TCP readable only for frames: true
- * when the kernel must be asked for POLLIN instead of the app's events. */
+ * when the kernel must be asked for POLLIN instead of the app's events.
+ * The caller holds s->lock; shim_io_is_switched() takes it. */
 bool shim_io_switched(const struct shim_sock *s);
+bool shim_io_is_switched(struct shim_sock *s);
 
 #endif

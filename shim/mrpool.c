@@ -195,3 +195,12 @@ long long shim_mrpool_time_registration(struct ibv_pd *pd, size_t bytes, bool hu
 	munmap(p, len);
 	return ns;
 }
+
+/* fork (atfork.c): the child must not inherit the lock held. */
+void shim_mrpool_atfork(bool prepare)
+{
+	if (prepare)
+		pthread_mutex_lock(&pool_lock);
+	else
+		pthread_mutex_unlock(&pool_lock);
+}

@@ -34,6 +34,8 @@ struct shim_mr_slot {
 
 /* Takes a zeroed slot of at least bytes from pd's pool. 0 or -errno. */
 int shim_mrpool_get(struct ibv_pd *pd, size_t bytes, struct shim_mr_slot *out);
+/* Fork handler half: true takes the pool's lock, false drops it. */
+void shim_mrpool_atfork(bool prepare);
 void shim_mrpool_put(struct shim_mr_slot *slot);
 /* Whether the slot's chunk sits on huge pages. */
 bool shim_mrpool_slot_huge(const struct shim_mr_slot *slot);

@@ -129,6 +129,9 @@ struct rdma_conn {
 	pid_t pid; /* the process that made it: only it may touch its objects */
 };
 
+/* rdma_dev.c. Fork handler half: true takes the PD table's lock, false drops it. */
+void shim_rdma_dev_atfork(bool prepare);
+
 /* rdma_chan.c */
 void shim_rdma_chan_init(struct rdma_conn *c);
 /* Reaps completions; records SWITCH_AT receives and failures. */

@@ -284,3 +284,12 @@ enum shim_reason shim_rdma_warm_verdict(int st)
 	default: return SHIM_REASON_NONE;
 	}
 }
+
+/* fork (atfork.c): the child must not inherit the lock held. */
+void shim_rdma_dev_atfork(bool prepare)
+{
+	if (prepare)
+		pthread_mutex_lock(&pd_lock);
+	else
+		pthread_mutex_unlock(&pd_lock);
+}

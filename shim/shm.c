@@ -192,6 +192,16 @@ static void shm_destroy(struct shim_chan *ch)
 	free(sc);
 }
 
+/* Another process may still serve the connection through the same pages:
+ * unmap our view and leave the rings' closed flags alone. */
+static void shm_forget(struct shim_chan *ch)
+{
+	struct shm_chan *sc = shm_of(ch);
+
+	munmap(sc->map, sc->map_len);
+	free(sc);
+}
+
 const struct shim_transport_ops shim_shm_ops = {
 	.kind = SHIM_TRANSPORT_SHM,
 	.send = shm_send,
@@ -210,4 +220,5 @@ const struct shim_transport_ops shim_shm_ops = {
 	.shutdown_tx = shm_shutdown_tx,
 	.shutdown_rx = shm_shutdown_rx,
 	.destroy = shm_destroy,
+	.forget = shm_forget,
 };

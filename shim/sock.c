@@ -27,13 +27,6 @@
 #include "stats.h"
 #include "trace.h"
 
-/* How long a retired sock outlives its last fd; see fdtable.h. */
-#define SHIM_RETIRE_NS (2ull * 1000 * 1000 * 1000)
-
-static pthread_mutex_t retire_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct shim_sock *retired_head;
-static unsigned live_socks;
-
 static const char *const role_names[] = { "listener", "client", "server", "epoll" };
 static const char *const state_names[] = { "listening", "connecting", "tcp", "closed" };
 static const char *const phase_names[] = { "idle", "c_listening", "c_connected", "c_switched",
@@ -55,11 +48,6 @@ const char *shim_state_name(enum shim_sock_state state)
 	return (unsigned)state < ARRAY_SIZE(state_names) ? state_names[state] : "?";
 }
 
-unsigned shim_sock_live_count(void)
-{
-	return __atomic_load_n(&live_socks, __ATOMIC_RELAXED);
-}
-
 unsigned long long shim_now_ns(void)
 {
 	struct timespec ts;
@@ -68,75 +56,26 @@ unsigned long long shim_now_ns(void)
 	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 
-static void sock_retire(struct shim_sock *sock)
-{
-	struct shim_sock **pp, *victim;
-	unsigned long long now = shim_now_ns();
-
-	sock->state = SHIM_STATE_CLOSED;
-	sock->retired_at_ns = now;
-	pthread_mutex_lock(&retire_lock);
-	sock->retired_next = retired_head;
-	retired_head = sock;
-	/* Free everything that has been dead long enough. */
-	for (pp = &retired_head->retired_next; *pp;) {
-		victim = *pp;
-		if (now - victim->retired_at_ns < SHIM_RETIRE_NS) {
-			pp = &victim->retired_next;
-			continue;
-		}
-		*pp = victim->retired_next;
-		pthread_mutex_destroy(&victim->lock);
-		free(victim);
-	}
-	pthread_mutex_unlock(&retire_lock);
-	__atomic_sub_fetch(&live_socks, 1, __ATOMIC_RELAXED);
-}
-
 static void sock_put(struct shim_sock *sock)
 {
-	if (sock && __atomic_sub_fetch(&sock->refs, 1, __ATOMIC_ACQ_REL) == 0) {
-		pthread_mutex_lock(&sock->lock);
-		sock->closed = true;
-		shim_upgrade_release(sock);
-		pthread_mutex_unlock(&sock->lock);
-		if (sock->ep) {
-			shim_epoll_free(sock->ep);
-			sock->ep = NULL;
-		}
-		sock_retire(sock);
-	}
-}
-
-void shim_sock_hold(struct shim_sock *sock)
-{
-	__atomic_add_fetch(&sock->refs, 1, __ATOMIC_RELAXED);
-}
-
-void shim_sock_release(struct shim_sock *sock)
-{
-	sock_put(sock);
+	shim_sock_unref(sock);
 }
 
 static struct shim_sock *sock_new(enum shim_role role, enum shim_sock_state state,
 				  const struct shim_tuple *tuple)
 {
-	struct shim_sock *sock = calloc(1, sizeof(*sock));
+	struct shim_sock *sock = shim_sock_alloc();
 
 	if (!sock)
 		return NULL;
-	sock->refs = 1;
 	sock->role = role;
 	sock->state = state;
 	sock->tuple = *tuple;
 	sock->owner_pid = getpid();
 	sock->rv_listen_fd = -1;
 	sock->rv_fd = -1;
-	sock->tcp_keep = -1;
 	sock->rcv_timeout_ms = -1;
 	sock->snd_timeout_ms = -1;
-	pthread_mutex_init(&sock->lock, NULL);
-	__atomic_add_fetch(&live_socks, 1, __ATOMIC_RELAXED);
 	return sock;
 }
 
@@ -256,10 +195,12 @@ void shim_sock_on_listen(int fd)
 
 void shim_sock_on_accept(int listen_fd, int fd)
 {
-	struct shim_sock *listener = shim_fd_get_acquire(listen_fd);
+	struct shim_sock *listener = shim_sock_get(listen_fd);
 	struct shim_tuple tuple;
+	bool is_listener = listener && listener->role == SHIM_ROLE_LISTENER;
 
-	if (!listener || listener->role != SHIM_ROLE_LISTENER)
+	shim_sock_put(listener);
+	if (!is_listener)
 		return;
 	if (endpoint_of(fd, false, &tuple.local) < 0 || endpoint_of(fd, true, &tuple.peer) < 0)
 		return;
@@ -273,11 +214,14 @@ void shim_sock_on_connect(int fd, const struct sockaddr *addr, socklen_t len, in
 
 	if (!shim_cfg.enabled)
 		return;
-	known = shim_fd_get_acquire(fd);
+	known = shim_sock_get(fd);
 	if (known) {
 		/* A repeated connect() reports how a nonblocking one ended. */
+		pthread_mutex_lock(&known->lock);
 		if (known->state == SHIM_STATE_CONNECTING && (rc == 0 || err == EISCONN))
 			known->state = SHIM_STATE_TCP;
+		pthread_mutex_unlock(&known->lock);
+		shim_sock_put(known);
 		return;
 	}
 	if (rc < 0 && err != EINPROGRESS)
@@ -306,6 +250,29 @@ void shim_sock_on_connect(int fd, const struct sockaddr *addr, socklen_t len, in
 		shim_rdma_warm_kick(&tuple);
 }
 
+/* The program's fd is about to go: a call in progress on the socket goes
+ * on with it, as with the kernel, through a copy of our own (io.c). Runs
+ * after the table entry was cleared and before the real close, under the
+ * lock: a thread that holds the lock and still finds fd in the table knows
+ * the number is not reused under it (shim_sock_fd_locked()). */
+static void keep_for_callers(struct shim_sock *sock, int fd)
+{
+	pthread_mutex_lock(&sock->lock);
+	if (sock->active && sock->tcp_keep < 0) {
+		sock->tcp_keep = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 0);
+		if (sock->tcp_keep < 0)
+			sock->fd_lost = true;
+	}
+	pthread_mutex_unlock(&sock->lock);
+}
+
+static void trace_close(int fd, struct shim_sock *sock)
+{
+	SHIM_TRACE(SHIM_TRACE_DEBUG, "fd.close", fd, &sock->tuple, SHIM_REASON_NONE,
+		   "\"role\":\"%s\",\"fds_left\":%d", shim_role_name(sock->role),
+		   __atomic_load_n(&sock->refs, __ATOMIC_RELAXED) - __atomic_load_n(&sock->holds, __ATOMIC_RELAXED) - 1);
+}
+
 void shim_sock_on_close(int fd)
 {
 	struct shim_sock *sock = shim_fd_clear(fd);
@@ -314,44 +281,96 @@ void shim_sock_on_close(int fd)
 		return;
 	if (sock->intercept || sock->chan)
 		shim_epoll_forget_fd(fd);
-	SHIM_TRACE(SHIM_TRACE_DEBUG, "fd.close", fd, &sock->tuple, SHIM_REASON_NONE,
-		   "\"role\":\"%s\",\"fds_left\":%d", shim_role_name(sock->role),
-		   __atomic_load_n(&sock->refs, __ATOMIC_RELAXED) - 1);
-	/* A thread still sleeps in a call on it: as with the kernel, that call
-	 * goes on with the socket. Keep the file open for it (io.c). */
-	pthread_mutex_lock(&sock->lock);
-	if (sock->sleepers && sock->chan && sock->tcp_keep < 0)
-		sock->tcp_keep = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 0);
-	pthread_mutex_unlock(&sock->lock);
+	trace_close(fd, sock);
+	keep_for_callers(sock, fd);
 	sock_put(sock);
+}
+
+struct shim_sock *shim_sock_before_replace(int oldfd, int newfd)
+{
+	struct shim_sock *sock;
+
+	if (oldfd == newfd)
+		return NULL;
+	sock = shim_fd_clear(newfd);
+	if (sock)
+		keep_for_callers(sock, newfd);
+	return sock;
+}
+
+void shim_sock_after_replace(int newfd, struct shim_sock *old, int rc)
+{
+	int err;
+
+	if (!old)
+		return;
+	if (rc >= 0) {
+		if (old->intercept || old->chan)
+			shim_epoll_forget_fd(newfd);
+		trace_close(newfd, old);
+		sock_put(old);
+		return;
+	}
+	/* The call failed: newfd still names old's socket. */
+	old = shim_fd_publish(newfd, old, &err);
+	sock_put(old);
 }
 
 void shim_sock_on_dup(int oldfd, int newfd)
 {
-	struct shim_sock *sock = shim_fd_get_acquire(oldfd);
+	struct shim_sock *sock = shim_sock_get(oldfd);
 
-	if (oldfd == newfd)
+	if (oldfd == newfd) {
+		shim_sock_put(sock);
 		return;
+	}
 	if (!sock) {
 		/* The new fd number may have held a tracked socket (dup2 onto it). */
 		sock_put(shim_fd_clear(newfd));
 		return;
 	}
-	__atomic_add_fetch(&sock->refs, 1, __ATOMIC_RELAXED);
+	/* The hold becomes the new entry's reference. */
+	__atomic_sub_fetch(&sock->holds, 1, __ATOMIC_RELAXED);
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "fd.dup", newfd, &sock->tuple, SHIM_REASON_NONE, "\"from\":%d", oldfd);
 	sock_install(newfd, sock);
 }
 
+void shim_sock_note_rights_sent(const struct msghdr *msg)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR((struct msghdr *)msg); c;
+	     c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		const int *fds = (const int *)CMSG_DATA(c);
+
+		for (size_t i = 0; i < n; i++) {
+			int fd;
+			struct shim_sock *sock;
+
+			memcpy(&fd, fds + i, sizeof(fd));
+			sock = shim_sock_get(fd);
+			if (!sock)
+				continue;
+			pthread_mutex_lock(&sock->lock);
+			sock->shared = true;
+			pthread_mutex_unlock(&sock->lock);
+			shim_sock_put(sock);
+		}
+	}
+}
+
 void shim_sock_on_shutdown(int fd, int how)
 {
-	struct shim_sock *sock = shim_fd_get_acquire(fd);
+	struct shim_sock *sock = shim_sock_get(fd);
 
 	if (sock)
 		SHIM_TRACE(SHIM_TRACE_DEBUG, "conn.shutdown", fd, &sock->tuple, SHIM_REASON_NONE,
 			   "\"how\":%d", how);
+	shim_sock_put(sock);
 }
 
-struct shim_ep *shim_sock_track_epoll(int epfd)
+struct shim_sock *shim_sock_track_epoll(int epfd)
 {
 	struct shim_tuple none = { 0 };
 	struct shim_sock *sock = sock_new(SHIM_ROLE_EPOLL, SHIM_STATE_TCP, &none);
@@ -359,33 +378,54 @@ struct shim_ep *shim_sock_track_epoll(int epfd)
 	if (!sock)
 		return NULL;
 	sock->ep = shim_epoll_new();
-	if (!sock->ep) {
+	/* The shim's own waits and registrations go through a copy of the
+	 * epoll fd, never the program's number: a wait in progress when the
+	 * program closes its fd (and the number is reused) goes on, as the
+	 * kernel's would, on the same set. */
+	sock->tcp_keep = REAL(fcntl)(epfd, F_DUPFD_CLOEXEC, 0);
+	if (!sock->ep || sock->tcp_keep < 0) {
 		sock_put(sock);
 		return NULL;
 	}
-	if (sock_install(epfd, sock) < 0)
+	/* Held for the caller: the table's reference is the one made here. */
+	__atomic_add_fetch(&sock->refs, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&sock->holds, 1, __ATOMIC_RELAXED);
+	if (sock_install(epfd, sock) < 0) {
+		shim_sock_put(sock);
 		return NULL;
-	return sock->ep;
+	}
+	return sock;
 }
 
 void shim_sock_on_fcntl_setfl(int fd, int flags)
 {
-	struct shim_sock *sock = shim_fd_get_acquire(fd);
+	struct shim_sock *sock = shim_sock_get(fd);
 
-	if (sock)
-		__atomic_store_n(&sock->nonblocking, (flags & O_NONBLOCK) != 0, __ATOMIC_RELAXED);
+	if (sock) {
+		pthread_mutex_lock(&sock->lock);
+		sock->nonblocking = (flags & O_NONBLOCK) != 0;
+		pthread_mutex_unlock(&sock->lock);
+	}
+	shim_sock_put(sock);
 }
 
 int shim_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
-	struct shim_sock *sock = shim_fd_get_acquire(fd);
+	struct shim_sock *sock;
 	int v;
 
 	/* The shim sets TCP_NODELAY for its bells; the program sees its own. */
-	if (!sock || !sock->intercept || level != IPPROTO_TCP || name != TCP_NODELAY || !val || !len ||
-	    *len < sizeof(int))
+	if (level != IPPROTO_TCP || name != TCP_NODELAY || !val || !len || *len < sizeof(int))
 		return 0;
-	v = sock->app_nodelay;
+	sock = shim_sock_get(fd);
+	if (!sock)
+		return 0;
+	pthread_mutex_lock(&sock->lock);
+	v = sock->intercept ? sock->app_nodelay : -1;
+	pthread_mutex_unlock(&sock->lock);
+	shim_sock_put(sock);
+	if (v < 0)
+		return 0;
 	memcpy(val, &v, sizeof(v));
 	*len = sizeof(v);
 	return 1;
@@ -393,14 +433,21 @@ int shim_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 
 int shim_sock_ioctl(int fd, unsigned long request, void *arg)
 {
-	struct shim_sock *sock = shim_fd_get_acquire(fd);
+	struct shim_sock *sock = shim_sock_get(fd);
 	int rc;
 
-	if (sock && sock->intercept && request == FIONREAD && arg)
-		return shim_io_bytes_readable(sock, fd, arg);
+	if (sock && __atomic_load_n(&sock->intercept, __ATOMIC_RELAXED) && request == FIONREAD && arg) {
+		rc = shim_io_bytes_readable(sock, fd, arg);
+		shim_sock_put(sock);
+		return rc;
+	}
 	rc = REAL(ioctl)(fd, request, arg) < 0 ? -errno : 0;
-	if (rc == 0 && sock && request == FIONBIO && arg)
-		__atomic_store_n(&sock->nonblocking, *(int *)arg != 0, __ATOMIC_RELAXED);
+	if (rc == 0 && sock && request == FIONBIO && arg) {
+		pthread_mutex_lock(&sock->lock);
+		sock->nonblocking = *(int *)arg != 0;
+		pthread_mutex_unlock(&sock->lock);
+	}
+	shim_sock_put(sock);
 	return rc;
 }
 
@@ -418,18 +465,19 @@ static int timeval_ms(const void *val, socklen_t len)
 
 void shim_sock_on_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
-	struct shim_sock *sock = shim_fd_get_acquire(fd);
+	struct shim_sock *sock = shim_sock_get(fd);
 
 	if (!sock)
 		return;
+	pthread_mutex_lock(&sock->lock);
 	if (level == IPPROTO_TCP && name == TCP_NODELAY && len >= sizeof(int))
 		sock->app_nodelay = *(const int *)val != 0;
-	if (level != SOL_SOCKET)
-		return;
-	if (name == SO_RCVTIMEO)
+	if (level == SOL_SOCKET && name == SO_RCVTIMEO)
 		sock->rcv_timeout_ms = timeval_ms(val, len);
-	else if (name == SO_SNDTIMEO)
+	else if (level == SOL_SOCKET && name == SO_SNDTIMEO)
 		sock->snd_timeout_ms = timeval_ms(val, len);
+	pthread_mutex_unlock(&sock->lock);
+	shim_sock_put(sock);
 }
 
 void shim_sock_adopt(int fd, const char *how)

@@ -57,7 +57,18 @@ struct shim_chan;
 struct shim_ep;
 
 struct shim_sock {
-	int refs; /* fds that point here; atomic */
+	/* Lifetime (socklife.c, shim/LIFETIME.md). refs: fd-table entries plus
+	 * held references; 0 means free (in the pool). holds: of refs, the ones
+	 * calls in progress took with shim_sock_get(). Both atomic. */
+	int refs;
+	int holds;
+	struct shim_sock *pool_next; /* the free list, while refs == 0 */
+	struct shim_sock *all_next;  /* every sock ever made, never unlinked */
+	/* Guards the fields below except the ones said to be atomic or set
+	 * once before publication; never held across a blocking wait. Lives
+	 * as long as the pool: it is never destroyed. */
+	pthread_mutex_t lock;
+
 	enum shim_role role;
 	enum shim_sock_state state;
 	/* Whether the connection may try an upgrade, and why (not). */
@@ -65,8 +76,6 @@ struct shim_sock {
 	enum shim_reason reason;
 	struct shim_tuple tuple;
 	pid_t owner_pid; /* process that created this entry */
-	/* Guards everything below; never held across a blocking wait. */
-	pthread_mutex_t lock;
 
 	/* Data path (io.c). intercept is read without the lock by the wrappers:
 	 * it is set once, before the first call that needs io.c, and cleared
@@ -77,8 +86,11 @@ struct shim_sock {
 	bool rx_tcp_eof;
 	bool peer_gone_told; /* a write after the peer closed was taken (io.c) */
 	bool closed;         /* the last reference went: channel released */
-	int tcp_keep;        /* our dup of the socket, made when the program closed
-			      * its last fd while a thread slept on it (-1: none) */
+	int tcp_keep;        /* our dup of the file, made when the program closed
+			      * a fd while a call was in progress on it (-1: none) */
+	bool fd_lost;        /* such a close could not make tcp_keep (EMFILE) */
+	unsigned active;     /* calls and waits in progress that use a fd number */
+	bool shared;         /* another process may hold the socket (fork, SCM_RIGHTS) */
 	bool app_nodelay; /* TCP_NODELAY as the program set it */
 	int rcv_timeout_ms, snd_timeout_ms; /* SO_RCVTIMEO/SO_SNDTIMEO; -1: none */
 	enum shim_dir tx_dir, rx_dir;
@@ -115,17 +127,35 @@ struct shim_sock {
 	void *rdma;   /* struct rdma_conn while the RDMA transport is in use */
 
 	struct shim_ep *ep; /* SHIM_ROLE_EPOLL only */
-	struct shim_sock *retired_next;
-	unsigned long long retired_at_ns;
 };
 
 /*
- * References: one per fd in the table, plus one per data call in progress
- * (io.c), so that a thread sleeping in recv keeps the channel mapped while
- * another thread closes the fd. The last one releases the channel.
+ * References (shim/LIFETIME.md): one per fd in the table, plus one per call
+ * in progress, taken atomically with the lookup by shim_sock_get(), so a
+ * thread sleeping in recv keeps the channel mapped while another thread
+ * closes the fd. The last one releases the channel; the memory goes back to
+ * a type-stable pool, never to malloc, so a lookup racing the last put
+ * still reads a shim_sock.
  */
-void shim_sock_hold(struct shim_sock *sock);
-void shim_sock_release(struct shim_sock *sock);
+/* The socket at fd with a reference held, or NULL. Every non-NULL result
+ * is given back with shim_sock_put(). */
+struct shim_sock *shim_sock_get(int fd);
+void shim_sock_put(struct shim_sock *sock);
+/* Under sock->lock: the fd to use for the kernel socket (the program's fd
+ * number while the table still maps it to sock, else our own copy), or
+ * -EBADF when neither names it any more. While sock->lock is held, a fd
+ * returned here names the socket: close clears the table, then takes the
+ * lock, before the real close. */
+int shim_sock_fd_locked(const struct shim_sock *sock, int fd);
+
+/* Process-wide: fork handlers over every lock of this module (atfork.c). */
+void shim_sock_atfork_prepare(void);
+void shim_sock_atfork_parent(void);
+void shim_sock_atfork_child(void);
+/* After every fork handler unlocked: frees what only dead threads held. */
+void shim_sock_atfork_child_done(void);
+/* Socks made and pool size, for tests and benchmarks. */
+unsigned shim_sock_pool_count(void);
 
 const char *shim_role_name(enum shim_role role);
 const char *shim_phase_name(enum shim_phase phase);
@@ -136,20 +166,30 @@ const char *shim_state_name(enum shim_sock_state state);
 void shim_sock_on_listen(int fd);
 void shim_sock_on_accept(int listen_fd, int fd);
 void shim_sock_on_connect(int fd, const struct sockaddr *addr, socklen_t len, int rc, int err);
-/* Called before the real close/dup2 target replacement. */
+/* Called before the real close. */
 void shim_sock_on_close(int fd);
+/* Around a dup2/dup3 onto newfd: before the real call, takes newfd's socket
+ * out of the table as close would (returned: give it to _after_replace);
+ * after it, rc < 0 puts it back. */
+struct shim_sock *shim_sock_before_replace(int oldfd, int newfd);
+void shim_sock_after_replace(int newfd, struct shim_sock *old, int rc);
 void shim_sock_on_dup(int oldfd, int newfd);
+/* sendmsg with SCM_RIGHTS: the tracked sockets it carries become shared. */
+void shim_sock_note_rights_sent(const struct msghdr *msg);
 void shim_sock_on_shutdown(int fd, int how);
 /* fds that arrived without our seeing them made: inherited or SCM_RIGHTS. */
 void shim_sock_adopt(int fd, const char *how);
 void shim_sock_adopt_inherited(void);
 void shim_sock_adopt_rights(const struct msghdr *msg);
 
-/* Starts tracking an epoll fd that is about to hold an intercepted fd. */
-struct shim_ep *shim_sock_track_epoll(int epfd);
+/* Starts tracking an epoll fd that is about to hold an intercepted fd;
+ * returns its sock held (shim_sock_put()), or NULL. */
+struct shim_sock *shim_sock_track_epoll(int epfd);
 struct shim_ep *shim_epoll_new(void);
 void shim_epoll_free(struct shim_ep *ep);
 void shim_epoll_forget_fd(int fd);
+void shim_epoll_atfork_prepare(void);
+void shim_epoll_atfork_release(void);
 
 /* Kept in step with the kernel by the wrappers, for intercepted fds. */
 void shim_sock_on_fcntl_setfl(int fd, int flags);
@@ -164,5 +204,10 @@ void shim_sock_after_fork_child(void);
 
 /* Counts of live tracked sockets, for stats and tests. */
 unsigned shim_sock_live_count(void);
+
+/* socklife.c, for sock.c: a new sock with one reference (the caller's),
+ * and the reference drop of a table entry or of sock_new's. */
+struct shim_sock *shim_sock_alloc(void);
+void shim_sock_unref(struct shim_sock *sock);
 
 #endif

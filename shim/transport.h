@@ -51,6 +51,11 @@ struct shim_transport_ops {
 	void (*shutdown_rx)(struct shim_chan *ch);
 	/* Releases the channel; the peer sees both directions closed. */
 	void (*destroy)(struct shim_chan *ch);
+	/* Releases this process's view only; the peer sees nothing, and the
+	 * end of the connection reaches it as TCP's own FIN or reset, when the
+	 * last descriptor of the socket in any process goes (shim/LIFETIME.md).
+	 * NULL when the transport can not (destroy is used then). */
+	void (*forget)(struct shim_chan *ch);
 	/* The producer may look at the armed word before its bytes are visible
 	 * (and so miss an arm that lands meanwhile): a consumer's first sleep
 	 * after an rx arm must then be short (IO_GRACE_MS in io.c), so that it

@@ -47,7 +47,14 @@ void shim_upgrade_release(struct shim_sock *s)
 	 * the socket: it goes before that copy is closed. */
 	shim_rdma_release(s);
 	if (s->chan) {
-		s->chan->ops->destroy(s->chan);
+		/* Not the process that owns the upgrade, or one whose socket
+		 * another process may still hold (fork, SCM_RIGHTS): this close
+		 * is not the connection's end, which the kernel tells the peer
+		 * with TCP's FIN when the last descriptor anywhere goes. */
+		if (s->chan->ops->forget && (s->shared || s->io_pid != getpid()))
+			s->chan->ops->forget(s->chan);
+		else
+			s->chan->ops->destroy(s->chan);
 		s->chan = NULL;
 	}
 	if (s->fo_replay) {

@@ -23,16 +23,36 @@
 #define WAIT_SLICE_MS 200
 #define WAIT_STACK_FDS 64
 
+/* The intercepted sock at fd, held (shim_sock_put()), or NULL. */
 static struct shim_sock *switched_sock(int fd)
 {
-	struct shim_sock *s = shim_fd_get(fd);
+	struct shim_sock *s;
 
-	if (likely(!s))
+	if (likely(!shim_fd_get(fd)))
 		return NULL;
-	s = shim_fd_get_acquire(fd);
-	if (!s || !__atomic_load_n(&s->intercept, __ATOMIC_RELAXED))
+	s = shim_sock_get(fd);
+	if (s && !__atomic_load_n(&s->intercept, __ATOMIC_RELAXED)) {
+		shim_sock_put(s);
 		return NULL;
+	}
 	return s;
+}
+
+static bool is_intercepted(int fd)
+{
+	struct shim_sock *s = switched_sock(fd);
+
+	shim_sock_put(s);
+	return s != NULL;
+}
+
+/* Gives back the references of one round's ours[]. */
+static void put_ours(struct shim_sock **ours, nfds_t nfds)
+{
+	for (nfds_t i = 0; i < nfds; i++) {
+		shim_sock_put(ours[i]);
+		ours[i] = NULL;
+	}
 }
 
 long long shim_wait_deadline(long long timeout_ns)
@@ -56,7 +76,7 @@ int shim_wait_slice_ms(long long deadline_ns)
 bool shim_wait_poll_needed(const struct pollfd *fds, nfds_t nfds)
 {
 	for (nfds_t i = 0; i < nfds; i++)
-		if (unlikely(shim_fd_get(fds[i].fd) != NULL) && switched_sock(fds[i].fd))
+		if (unlikely(shim_fd_get(fds[i].fd) != NULL) && is_intercepted(fds[i].fd))
 			return true;
 	return false;
 }
@@ -66,23 +86,31 @@ bool shim_wait_select_needed(int nfds, const fd_set *r, const fd_set *w)
 	for (int fd = 0; fd < nfds && fd < FD_SETSIZE; fd++) {
 		if (!((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w))))
 			continue;
-		if (unlikely(shim_fd_get(fd) != NULL) && switched_sock(fd))
+		if (unlikely(shim_fd_get(fd) != NULL) && is_intercepted(fd))
 			return true;
 	}
 	return false;
 }
 
 /* Fills revents of the switched fds from their channels; marks them in
- * ours[]. Returns how many have revents. */
+ * ours[], each with a reference held until the next round or the end
+ * (put_ours()), so that what a sleep armed is disarmed on the same socket
+ * even if another thread closed the fd meanwhile. Returns how many have
+ * revents. */
 static int channel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock **ours)
 {
 	int ready = 0;
 
+	put_ours(ours, nfds);
 	for (nfds_t i = 0; i < nfds; i++) {
 		struct shim_sock *s = fds[i].fd >= 0 ? switched_sock(fds[i].fd) : NULL;
 		int mask = s ? shim_io_poll_mask(s, fds[i].fd) : -1;
 
-		ours[i] = mask >= 0 ? s : NULL;
+		if (mask < 0) {
+			shim_sock_put(s);
+			s = NULL;
+		}
+		ours[i] = s;
 		if (!ours[i])
 			continue;
 		fds[i].revents = (short)(mask & (fds[i].events | POLLHUP | POLLERR | POLLNVAL));
@@ -134,6 +162,7 @@ int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const 
 	unsigned long long spin_end = shim_now_ns() + (unsigned long long)shim_cfg.spin_us * 1000ull;
 	int rc;
 
+	memset(ours_stack, 0, sizeof(ours_stack));
 	if (nfds > WAIT_STACK_FDS) {
 		ours = calloc(nfds, sizeof(*ours));
 		tmp = calloc(nfds, sizeof(*tmp));
@@ -161,6 +190,10 @@ int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const 
 
 		if (nfds > WAIT_STACK_FDS)
 			armed = calloc(nfds, sizeof(int));
+		if (!armed) {
+			rc = -ENOMEM;
+			break;
+		}
 		for (nfds_t i = 0; i < nfds; i++) {
 			armed[i] = ours[i] ? shim_io_arm(ours[i], fds[i].fd, fds[i].events) : 0;
 			if (armed[i] & SHIM_ARM_READY)
@@ -196,6 +229,7 @@ int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const 
 			break;
 		}
 	}
+	put_ours(ours, nfds);
 	if (ours != ours_stack) {
 		free(ours);
 		free(tmp);

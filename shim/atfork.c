@@ -1,0 +1,55 @@
+/*
+ * The fork handlers; see atfork.h. One place names every lock and the
+ * order they are taken in, which is the shim's lock order:
+ *
+ *   epoll all_lock > each epoll set's lock > sock pool lock > each sock's
+ *   lock > global breaker > RDMA PD table > MR pool
+ *
+ * A thread that holds one of them never waits for one earlier in the list.
+ * The per-connection CQ spinlocks of RDMA are left out: a child never
+ * touches its parent's RDMA objects (rdma_dev.c).
+ */
+#include "atfork.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "breaker.h"
+#include "mrpool.h"
+#include "rdma.h"
+#include "sock.h"
+
+static void prepare(void)
+{
+	shim_epoll_atfork_prepare();
+	shim_sock_atfork_prepare();
+	shim_breaker_atfork(true);
+	shim_rdma_dev_atfork(true);
+	shim_mrpool_atfork(true);
+}
+
+static void parent(void)
+{
+	shim_mrpool_atfork(false);
+	shim_rdma_dev_atfork(false);
+	shim_breaker_atfork(false);
+	shim_sock_atfork_parent();
+	shim_epoll_atfork_release();
+}
+
+static void child(void)
+{
+	shim_mrpool_atfork(false);
+	shim_rdma_dev_atfork(false);
+	shim_breaker_atfork(false);
+	shim_sock_atfork_child();
+	shim_epoll_atfork_release();
+	/* With every lock free again: what only the parent's other threads
+	 * held is let go (it may take the locks above). */
+	shim_sock_atfork_child_done();
+}
+
+void shim_atfork_register(void)
+{
+	pthread_atfork(prepare, parent, child);
+}

@@ -1,0 +1,228 @@
+/*
+ * The life of a shim_sock: references, the type-stable pool and the fork
+ * handlers over every sock lock. The model is written down in
+ * shim/LIFETIME.md; in short:
+ *
+ *  - a lookup returns a held reference, taken with increment-if-not-zero
+ *    and confirmed by reading the table entry again;
+ *  - the last put releases the connection's resources at once and gives
+ *    the memory back to a pool that never returns it to malloc, so a
+ *    lookup that loaded the pointer just before the entry was cleared
+ *    still reads a shim_sock (at worst a later one: it fails the
+ *    confirmation and lets go);
+ *  - giving back and taking from the pool is O(1) under a lock held for a
+ *    few stores, never across a scan.
+ */
+#include "sock.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fdtable.h"
+#include "upgrade.h"
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shim_sock *pool_free; /* under pool_lock */
+static struct shim_sock *all_socks; /* pushed under pool_lock; never shrinks */
+static unsigned pool_count;         /* under pool_lock */
+static unsigned live_socks;         /* atomic */
+
+unsigned shim_sock_live_count(void)
+{
+	return __atomic_load_n(&live_socks, __ATOMIC_RELAXED);
+}
+
+unsigned shim_sock_pool_count(void)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&pool_lock);
+	n = pool_count;
+	pthread_mutex_unlock(&pool_lock);
+	return n;
+}
+
+/* The part of a sock a new life starts from zero: everything after the
+ * lock. refs stays 0 until the very end, so a stale lookup that reaches
+ * this sock meanwhile fails its increment and never reads these fields. */
+#define SOCK_BODY_OFF (offsetof(struct shim_sock, lock) + sizeof(pthread_mutex_t))
+
+struct shim_sock *shim_sock_alloc(void)
+{
+	struct shim_sock *s;
+
+	pthread_mutex_lock(&pool_lock);
+	s = pool_free;
+	if (s) {
+		pool_free = s->pool_next;
+		/* Under pool_lock: the fork handler (which takes pool_lock
+		 * first) never sees a sock half cleared. */
+		memset((char *)s + SOCK_BODY_OFF, 0, sizeof(*s) - SOCK_BODY_OFF);
+		s->pool_next = NULL;
+	}
+	pthread_mutex_unlock(&pool_lock);
+	if (!s) {
+		s = calloc(1, sizeof(*s));
+		if (!s)
+			return NULL;
+		pthread_mutex_init(&s->lock, NULL);
+		pthread_mutex_lock(&pool_lock);
+		s->all_next = all_socks;
+		all_socks = s;
+		pool_count++;
+		pthread_mutex_unlock(&pool_lock);
+	}
+	s->holds = 0;
+	s->tcp_keep = -1;
+	/* Release: the cleared fields are in place before a stale lookup's
+	 * increment can succeed; pairs with the acquire CAS in shim_sock_get(). */
+	__atomic_store_n(&s->refs, 1, __ATOMIC_RELEASE);
+	__atomic_add_fetch(&live_socks, 1, __ATOMIC_RELAXED);
+	return s;
+}
+
+static void sock_free(struct shim_sock *s)
+{
+	/* The last put may come after a wrapper set errno for its caller. */
+	int err = errno;
+
+	pthread_mutex_lock(&s->lock);
+	s->closed = true;
+	s->state = SHIM_STATE_CLOSED;
+	shim_upgrade_release(s);
+	pthread_mutex_unlock(&s->lock);
+	if (s->ep) {
+		shim_epoll_free(s->ep);
+		s->ep = NULL;
+	}
+	__atomic_sub_fetch(&live_socks, 1, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&pool_lock);
+	s->pool_next = pool_free;
+	pool_free = s;
+	pthread_mutex_unlock(&pool_lock);
+	errno = err;
+}
+
+void shim_sock_unref(struct shim_sock *s)
+{
+	/* Acq_rel: every use of the sock by this holder happens before the
+	 * free, and the freeing thread sees every other holder's writes. */
+	if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0)
+		sock_free(s);
+}
+
+struct shim_sock *shim_sock_get(int fd)
+{
+	for (;;) {
+		struct shim_sock *s = shim_fd_get_acquire(fd);
+		int r;
+
+		if (!s)
+			return NULL;
+		r = __atomic_load_n(&s->refs, __ATOMIC_RELAXED);
+		do {
+			if (r == 0)
+				break;
+			/* Acquire: pairs with the release store of refs in
+			 * shim_sock_alloc() and the acq_rel drop in unref. */
+		} while (!__atomic_compare_exchange_n(&s->refs, &r, r + 1, true, __ATOMIC_ACQUIRE,
+						      __ATOMIC_RELAXED));
+		if (r == 0)
+			continue; /* freed since the load: the entry changed too */
+		__atomic_add_fetch(&s->holds, 1, __ATOMIC_RELAXED);
+		/* The sock may have been freed and made again for another fd
+		 * between our load and our increment: the entry says. */
+		if (shim_fd_get_acquire(fd) == s)
+			return s;
+		shim_sock_put(s);
+	}
+}
+
+void shim_sock_put(struct shim_sock *s)
+{
+	if (!s)
+		return;
+	__atomic_sub_fetch(&s->holds, 1, __ATOMIC_RELAXED);
+	shim_sock_unref(s);
+}
+
+int shim_sock_fd_locked(const struct shim_sock *s, int fd)
+{
+	if (s->tcp_keep >= 0)
+		return s->tcp_keep;
+	if (fd >= 0 && shim_fd_get_acquire(fd) == s)
+		return fd;
+	return -EBADF;
+}
+
+/*
+ * fork: the child must not inherit a sock lock held by a thread that does
+ * not exist there. prepare takes the pool lock (no sock is made or cleared
+ * meanwhile), then every sock's lock; a sock lock is never held across a
+ * blocking wait, so this ends. Lock order: epoll set locks, then sock
+ * locks, then the pool lock is never taken with a sock lock held.
+ */
+void shim_sock_atfork_prepare(void)
+{
+	pthread_mutex_lock(&pool_lock);
+	for (struct shim_sock *s = all_socks; s; s = s->all_next) {
+		pthread_mutex_lock(&s->lock);
+		/* The child holds a copy of every fd now. */
+		if (__atomic_load_n(&s->refs, __ATOMIC_RELAXED))
+			s->shared = true;
+	}
+}
+
+void shim_sock_atfork_parent(void)
+{
+	for (struct shim_sock *s = all_socks; s; s = s->all_next)
+		pthread_mutex_unlock(&s->lock);
+	pthread_mutex_unlock(&pool_lock);
+}
+
+static struct shim_sock *child_orphans;
+
+void shim_sock_atfork_child(void)
+{
+	struct shim_sock *orphans = NULL;
+
+	/* Only the forking thread lives on: the calls other threads had in
+	 * progress hold references and counts no one will give back here. */
+	for (struct shim_sock *s = all_socks; s; s = s->all_next) {
+		int refs = __atomic_load_n(&s->refs, __ATOMIC_RELAXED);
+
+		if (refs) {
+			int left = refs - __atomic_load_n(&s->holds, __ATOMIC_RELAXED);
+
+			s->holds = 0;
+			s->active = 0;
+			s->sleepers = 0;
+			if (left <= 0) {
+				/* Only those calls kept it: its fds are gone. */
+				left = 1;
+				s->pool_next = orphans;
+				orphans = s;
+			}
+			__atomic_store_n(&s->refs, left, __ATOMIC_RELAXED);
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+	pthread_mutex_unlock(&pool_lock);
+	child_orphans = orphans;
+}
+
+void shim_sock_atfork_child_done(void)
+{
+	struct shim_sock *orphans = child_orphans;
+
+	child_orphans = NULL;
+	while (orphans) {
+		struct shim_sock *s = orphans;
+
+		orphans = s->pool_next;
+		s->pool_next = NULL;
+		shim_sock_unref(s);
+	}
+}
