@@ -1,0 +1,48 @@
+#!/bin/bash
+# t_concurrency: a shim socket's lifetime under threads and processes
+# (shim/LIFETIME.md). Each mode of integration/progs/conc.c runs once without
+# the shim (the baseline: the scenario itself is sound) and once with both
+# ends under the shim (RDMASHIM_TRANSPORTS=shm, so the connections upgrade):
+#   close-race   recv, send and poll on one fd while another thread closes it
+#   reuse        a reader inside recv() while its fd closes and the number is
+#                reused: it must get its peer's next byte, the new connection
+#                its own bytes (long busy-polling, so the reader is spinning,
+#                not sleeping, when the fd closes)
+#   epoll-close  epoll_wait() while another thread closes the epoll fd
+#   epoll-two    two threads in epoll_wait() on one set
+#   fork-storm   fork() in a threaded program; children close their copies of
+#                upgraded connections: no child hangs, the parent's
+#                connections carry on byte-exact (no EOF)
+#   scm          connections handed to a worker with SCM_RIGHTS, the sender's
+#                copy closed at once
+# Every run is bounded (conc fails a thread that does not end in time; the
+# command has a timeout too). MALLOC_PERTURB_ fills freed memory, so a use
+# after free shows as a crash rather than by chance.
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+need_built "$PROGS/conc"
+
+CMD_TIMEOUT=40
+
+# run_mode MODE ROUNDS [VAR=VALUE...]
+run_mode() {
+  local mode=$1 rounds=$2 port out rc
+  shift 2
+  port=$(free_port)
+  out=$(no_shim MALLOC_PERTURB_=165 "$PROGS/conc" "$mode" --port "$port" --rounds "$rounds" 2>&1)
+  rc=$?
+  check "$mode, no shim: $out (status $rc)" test "$rc" -eq 0 -a "${out%% *}" = OK
+  port=$(free_port)
+  out=$(with_shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm MALLOC_PERTURB_=165 "$@" \
+        "$PROGS/conc" "$mode" --port "$port" --rounds "$rounds" 2>&1)
+  rc=$?
+  check "$mode, shim: $out (status $rc)" test "$rc" -eq 0 -a "${out%% *}" = OK
+}
+
+run_mode close-race 100
+run_mode reuse 12 RDMASHIM_SPIN_US=10000
+run_mode epoll-close 100
+run_mode epoll-two 2000
+run_mode fork-storm 300
+run_mode scm 30
+
+finish
