@@ -6,9 +6,10 @@
  * load with no lock, no branch on chunk presence and no syscall. Untouched
  * pages read as zero, so the array costs memory only where fds are tracked.
  *
- * Entries are published and cleared with atomic exchange. A tracked socket
- * that loses its last fd is retired, not freed at once: a thread that loaded
- * the pointer just before the clear may still be reading it (see sock.c).
+ * Entries are published and cleared with atomic exchange. Each entry holds a
+ * reference on its socket; shim_sock_get() turns a load into a held
+ * reference (shim/LIFETIME.md), and a socket's memory is never returned to
+ * malloc, so a load that races the clear still reads a shim_sock.
  */
 #ifndef RDMASHIM_FDTABLE_H
 #define RDMASHIM_FDTABLE_H

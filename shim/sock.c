@@ -354,6 +354,11 @@ void shim_sock_note_rights_sent(const struct msghdr *msg)
 				continue;
 			pthread_mutex_lock(&sock->lock);
 			sock->shared = true;
+			/* The receiver adopts it as a TCP connection and can
+			 * not reach our channel (shim/LIFETIME.md, limits). */
+			if (sock->chan || sock->tx_dir != SHIM_DIR_TCP || sock->rx_dir != SHIM_DIR_TCP)
+				SHIM_TRACE(SHIM_TRACE_WARN, "conn.handoff_upgraded", fd, &sock->tuple,
+					   SHIM_REASON_NONE, "\"role\":\"%s\"", shim_role_name(sock->role));
 			pthread_mutex_unlock(&sock->lock);
 			shim_sock_put(sock);
 		}
