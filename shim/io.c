@@ -103,13 +103,25 @@ static int slice_until(long long deadline)
 	return left < IO_SLEEP_SLICE_MS ? (int)left : IO_SLEEP_SLICE_MS;
 }
 
+/* The fd to use for TCP: the program's, or ours after it closed its own
+ * while a call was in progress (see shim_sock_on_close); -1 when that close
+ * could not make ours (the number may name another file by now). */
+static inline int io_fd(const struct shim_sock *s, int fd)
+{
+	if (s->tcp_keep >= 0)
+		return s->tcp_keep;
+	return s->fd_lost ? -1 : fd;
+}
+
 /* Sleeps on the TCP fd without the lock, at most cap_ms if cap_ms > 0.
  * Returns 0, -EAGAIN on the SO_*TIMEO deadline, or -EINTR. */
 static int sleep_capped(struct shim_sock *s, int fd, short events, long long deadline, int cap_ms)
 {
-	struct pollfd p = { .fd = fd, .events = events };
+	struct pollfd p = { .fd = io_fd(s, fd), .events = events };
 	int slice = slice_until(deadline), rc;
 
+	if (p.fd < 0)
+		return -EBADF;
 	if (deadline >= 0 && slice == 0)
 		return -EAGAIN;
 	if (++s->sleepers > 1)
@@ -129,7 +141,7 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 	/* The program closed the fd while we slept: as with the kernel, the
 	 * call goes on, with the copy close() made for it (io_fd); only when
 	 * that copy could not be made does it end as on a closed socket. */
-	if (s->fd_lost && s->tcp_keep < 0)
+	if (io_fd(s, fd) < 0)
 		return -EBADF;
 	return rc == -EINTR ? -EINTR : 0;
 }
@@ -153,12 +165,6 @@ static bool grace_needed(struct shim_sock *s)
 	return s->chan->ops->arm_grace && s->rx_idle_arms++ == 0;
 }
 
-/* The fd to use for TCP: the program's, or ours after it closed its own
- * while a call was in progress (see shim_sock_on_close). */
-static inline int io_fd(const struct shim_sock *s, int fd)
-{
-	return s->tcp_keep >= 0 ? s->tcp_keep : fd;
-}
 
 /*
  * A data call starts: from here until io_leave() it is counted in
@@ -181,7 +187,10 @@ static int io_enter(struct shim_sock *s, int fd, int *rc)
 
 static void io_leave(struct shim_sock *s)
 {
-	s->active--;
+	/* The last call that may have been on a closed number ends: new calls
+	 * check their number against the table (io_enter). */
+	if (--s->active == 0)
+		s->fd_lost = false;
 }
 
 /* Busy-polls cond for RDMASHIM_SPIN_US without the lock. */
@@ -239,7 +248,8 @@ static int wait_rx(struct shim_sock *s, int fd, long long deadline)
 	if (ch->ops->rx_arm(ch))
 		rc = sleep_capped(s, fd, POLLIN, deadline, grace_needed(s) ? IO_GRACE_MS : 0);
 	note_disarm(s, !ch->ops->rx_disarm(ch));
-	shim_frames_drain(s, io_fd(s, fd));
+	if (io_fd(s, fd) >= 0)
+		shim_frames_drain(s, io_fd(s, fd));
 	return rc;
 }
 
@@ -263,7 +273,7 @@ static int wait_tx(struct shim_sock *s, int fd, long long deadline)
 		}
 	}
 	note_disarm(s, !ch->ops->tx_disarm(ch));
-	if (s->rx_dir == SHIM_DIR_CHAN)
+	if (s->rx_dir == SHIM_DIR_CHAN && io_fd(s, fd) >= 0)
 		shim_frames_drain(s, io_fd(s, fd));
 	return rc;
 }
@@ -354,6 +364,10 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		int wincnt = iov_window(iov, iovcnt, got, (size_t)-1, win);
 
 		fd = io_fd(s, fd);
+		if (fd < 0) {
+			rc = -EBADF;
+			break;
+		}
 		if (s->tcp_out_len)
 			shim_frames_flush(s, fd);
 		shim_upgrade_progress(s, fd);
@@ -451,6 +465,10 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	deadline = deadline_after(s->snd_timeout_ms);
 	if (fd >= 0) do {
 		fd = io_fd(s, fd);
+		if (fd < 0) {
+			rc = -EBADF;
+			break;
+		}
 		if (s->tcp_out_len)
 			shim_frames_flush(s, fd);
 		shim_upgrade_progress(s, fd);

@@ -257,13 +257,19 @@ void shim_sock_on_connect(int fd, const struct sockaddr *addr, socklen_t len, in
  * the number is not reused under it (shim_sock_fd_locked()). */
 static void keep_for_callers(struct shim_sock *sock, int fd)
 {
+	bool in_epoll;
+
 	pthread_mutex_lock(&sock->lock);
 	if (sock->active && sock->tcp_keep < 0) {
 		sock->tcp_keep = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 0);
 		if (sock->tcp_keep < 0)
 			sock->fd_lost = true;
 	}
+	in_epoll = sock->intercept || sock->chan;
 	pthread_mutex_unlock(&sock->lock);
+	/* Our epoll items name fd: a new socket on that number is not this one. */
+	if (in_epoll)
+		shim_epoll_forget_fd(fd);
 }
 
 static void trace_close(int fd, struct shim_sock *sock)
@@ -279,8 +285,6 @@ void shim_sock_on_close(int fd)
 
 	if (!sock)
 		return;
-	if (sock->intercept || sock->chan)
-		shim_epoll_forget_fd(fd);
 	trace_close(fd, sock);
 	keep_for_callers(sock, fd);
 	sock_put(sock);
@@ -305,8 +309,6 @@ void shim_sock_after_replace(int newfd, struct shim_sock *old, int rc)
 	if (!old)
 		return;
 	if (rc >= 0) {
-		if (old->intercept || old->chan)
-			shim_epoll_forget_fd(newfd);
 		trace_close(newfd, old);
 		sock_put(old);
 		return;
