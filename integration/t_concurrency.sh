@@ -13,6 +13,8 @@
 #   fork-storm   fork() in a threaded program; children close their copies of
 #                upgraded connections: no child hangs, the parent's
 #                connections carry on byte-exact (no EOF)
+#   fork-close   the same without threads: a child's close of its copy must
+#                not end the parent's connection
 #   scm          connections handed to a worker with SCM_RIGHTS, the sender's
 #                copy closed at once
 # Every run is bounded (conc fails a thread that does not end in time; the
@@ -43,6 +45,7 @@ run_mode reuse 12 RDMASHIM_SPIN_US=10000
 run_mode epoll-close 100
 run_mode epoll-two 2000
 run_mode fork-storm 300
+run_mode fork-close 40
 run_mode scm 30
 
 finish

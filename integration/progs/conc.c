@@ -19,6 +19,10 @@
  *   fork-storm   threads ping-pong on upgraded connections while the main
  *                thread forks children that close their copies and exit: no
  *                child may hang, the ping-pong must stay byte-exact, no EOF.
+ *   fork-close   no threads: a child closes its copies of an upgraded
+ *                connection and exits; the parent's connection carries on
+ *                (the kernel ends a connection when its last descriptor in
+ *                any process goes, not at a child's close).
  *   scm          connections handed to a worker process with SCM_RIGHTS, the
  *                sender's copy closed at once, the worker echoes them.
  *
@@ -511,6 +515,32 @@ static void fork_storm(void)
 	printf("OK fork-storm children=%d\n", children);
 }
 
+/* ---- fork-close ---- */
+
+static void fork_close(void)
+{
+	for (int i = 0; i < rounds; i++) {
+		int c, s, st;
+		pid_t pid;
+
+		pair(&c, &s);
+		warm(c, s, (unsigned)i);
+		pid = fork();
+		if (pid == 0) {
+			alarm(5);
+			close(c);
+			close(s);
+			_exit(0);
+		}
+		if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			fail("round %d: the child ended badly (status %d)", i, st);
+		warm_for(c, s, (unsigned)i + 7, 0.002);
+		close(c);
+		close(s);
+	}
+	printf("OK fork-close rounds=%d\n", rounds);
+}
+
 /* ---- scm ---- */
 
 static int send_fd(int via, int fd)
@@ -623,6 +653,8 @@ int main(int argc, char **argv)
 		epoll_two();
 	else if (!strcmp(mode, "fork-storm"))
 		fork_storm();
+	else if (!strcmp(mode, "fork-close"))
+		fork_close();
 	else if (!strcmp(mode, "scm"))
 		scm();
 	else
