@@ -83,7 +83,7 @@ struct shim_sock {
 	int tcp_keep;        /* our dup of the socket, made when the program closed
 			      * its last fd while a thread slept on it (-1: none) */
 	bool app_nodelay; /* TCP_NODELAY as the program set it */
-	int rcv_timeout_ms, snd_timeout_ms; /* SO_RCVTIMEO/SO_SNDTIMEO; -1: none */
+	long long rcv_timeout_ms, snd_timeout_ms; /* SO_RCVTIMEO/SO_SNDTIMEO; -1: none */
 	enum shim_dir tx_dir, rx_dir;
 	uint64_t tx_tcp_bytes, rx_tcp_bytes; /* application bytes carried by TCP */
 	bool rx_switch_known;
