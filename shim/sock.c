@@ -58,7 +58,7 @@ unsigned long long shim_now_ns(void)
 
 static void sock_put(struct shim_sock *sock)
 {
-	shim_sock_unref(sock);
+	shim_sock_unref_fd(sock);
 }
 
 static struct shim_sock *sock_new(enum shim_role role, enum shim_sock_state state,
@@ -276,7 +276,7 @@ static void trace_close(int fd, struct shim_sock *sock)
 {
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "fd.close", fd, &sock->tuple, SHIM_REASON_NONE,
 		   "\"role\":\"%s\",\"fds_left\":%d", shim_role_name(sock->role),
-		   __atomic_load_n(&sock->refs, __ATOMIC_RELAXED) - __atomic_load_n(&sock->holds, __ATOMIC_RELAXED) - 1);
+		   __atomic_load_n(&sock->fds, __ATOMIC_RELAXED) - 1);
 }
 
 void shim_sock_on_close(int fd)
@@ -331,8 +331,8 @@ void shim_sock_on_dup(int oldfd, int newfd)
 		sock_put(shim_fd_clear(newfd));
 		return;
 	}
-	/* The hold becomes the new entry's reference. */
-	__atomic_sub_fetch(&sock->holds, 1, __ATOMIC_RELAXED);
+	/* Our reference becomes the new entry's. */
+	shim_sock_ref_becomes_fd(sock);
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "fd.dup", newfd, &sock->tuple, SHIM_REASON_NONE, "\"from\":%d", oldfd);
 	sock_install(newfd, sock);
 }
@@ -394,9 +394,8 @@ struct shim_sock *shim_sock_track_epoll(int epfd)
 		sock_put(sock);
 		return NULL;
 	}
-	/* Held for the caller: the table's reference is the one made here. */
+	/* Held for the caller; the table's reference is the one made here. */
 	__atomic_add_fetch(&sock->refs, 1, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&sock->holds, 1, __ATOMIC_RELAXED);
 	if (sock_install(epfd, sock) < 0) {
 		shim_sock_put(sock);
 		return NULL;

@@ -59,10 +59,11 @@ struct shim_ep;
 
 struct shim_sock {
 	/* Lifetime (socklife.c, shim/LIFETIME.md). refs: fd-table entries plus
-	 * held references; 0 means free (in the pool). holds: of refs, the ones
-	 * calls in progress took with shim_sock_get(). Both atomic. */
+	 * the references calls in progress took with shim_sock_get(); 0 means
+	 * free (in the pool). fds: of refs, the fd-table entries (changed only
+	 * when an entry is made or dropped, off the data path). Both atomic. */
 	int refs;
-	int holds;
+	int fds;
 	struct shim_sock *pool_next; /* the free list, while refs == 0 */
 	struct shim_sock *all_next;  /* every sock ever made, never unlinked */
 	/* Guards the fields below except the ones said to be atomic or set
@@ -210,9 +211,11 @@ void shim_sock_after_fork_child(void);
 /* Counts of live tracked sockets, for stats and tests. */
 unsigned shim_sock_live_count(void);
 
-/* socklife.c, for sock.c: a new sock with one reference (the caller's),
- * and the reference drop of a table entry or of sock_new's. */
+/* socklife.c, for sock.c: a new sock with one reference, the one its
+ * fd-table entry will own; the drop of such a reference (an entry cleared,
+ * or never made); a call's reference turned into an entry's (dup). */
 struct shim_sock *shim_sock_alloc(void);
-void shim_sock_unref(struct shim_sock *sock);
+void shim_sock_unref_fd(struct shim_sock *sock);
+void shim_sock_ref_becomes_fd(struct shim_sock *sock);
 
 #endif

@@ -74,7 +74,7 @@ struct shim_sock *shim_sock_alloc(void)
 		pool_count++;
 		pthread_mutex_unlock(&pool_lock);
 	}
-	s->holds = 0;
+	s->fds = 1;
 	/* The fds a sock may own: none yet (0 is a valid fd). */
 	s->tcp_keep = -1;
 	s->rv_listen_fd = -1;
@@ -108,12 +108,25 @@ static void sock_free(struct shim_sock *s)
 	errno = err;
 }
 
-void shim_sock_unref(struct shim_sock *s)
+static void unref(struct shim_sock *s)
 {
 	/* Acq_rel: every use of the sock by this holder happens before the
 	 * free, and the freeing thread sees every other holder's writes. */
-	if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0)
+	if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0)
 		sock_free(s);
+}
+
+void shim_sock_unref_fd(struct shim_sock *s)
+{
+	if (!s)
+		return;
+	__atomic_sub_fetch(&s->fds, 1, __ATOMIC_RELAXED);
+	unref(s);
+}
+
+void shim_sock_ref_becomes_fd(struct shim_sock *s)
+{
+	__atomic_add_fetch(&s->fds, 1, __ATOMIC_RELAXED);
 }
 
 struct shim_sock *shim_sock_get(int fd)
@@ -134,7 +147,6 @@ struct shim_sock *shim_sock_get(int fd)
 						      __ATOMIC_RELAXED));
 		if (r == 0)
 			continue; /* freed since the load: the entry changed too */
-		__atomic_add_fetch(&s->holds, 1, __ATOMIC_RELAXED);
 		/* The sock may have been freed and made again for another fd
 		 * between our load and our increment: the entry says. */
 		if (shim_fd_get_acquire(fd) == s)
@@ -145,10 +157,8 @@ struct shim_sock *shim_sock_get(int fd)
 
 void shim_sock_put(struct shim_sock *s)
 {
-	if (!s)
-		return;
-	__atomic_sub_fetch(&s->holds, 1, __ATOMIC_RELAXED);
-	shim_sock_unref(s);
+	if (s)
+		unref(s);
 }
 
 int shim_sock_fd_locked(const struct shim_sock *s, int fd)
@@ -192,19 +202,18 @@ void shim_sock_atfork_child(void)
 	struct shim_sock *orphans = NULL;
 
 	/* Only the forking thread lives on: the calls other threads had in
-	 * progress hold references and counts no one will give back here. */
+	 * progress hold references and counts no one will give back here.
+	 * What is left is one reference per fd-table entry. */
 	for (struct shim_sock *s = all_socks; s; s = s->all_next) {
-		int refs = __atomic_load_n(&s->refs, __ATOMIC_RELAXED);
+		if (__atomic_load_n(&s->refs, __ATOMIC_RELAXED)) {
+			int left = __atomic_load_n(&s->fds, __ATOMIC_RELAXED);
 
-		if (refs) {
-			int left = refs - __atomic_load_n(&s->holds, __ATOMIC_RELAXED);
-
-			s->holds = 0;
 			s->active = 0;
 			s->sleepers = 0;
 			if (left <= 0) {
 				/* Only those calls kept it: its fds are gone. */
 				left = 1;
+				s->fds = 1;
 				s->pool_next = orphans;
 				orphans = s;
 			}
@@ -226,6 +235,6 @@ void shim_sock_atfork_child_done(void)
 
 		orphans = s->pool_next;
 		s->pool_next = NULL;
-		shim_sock_unref(s);
+		shim_sock_unref_fd(s);
 	}
 }

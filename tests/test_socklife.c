@@ -39,7 +39,7 @@ static struct shim_sock *publish(int fd)
 /* close(fd) as far as references go. */
 static void drop(int fd)
 {
-	shim_sock_unref(shim_fd_clear(fd));
+	shim_sock_unref_fd(shim_fd_clear(fd));
 }
 
 START_TEST(lookup_holds_a_reference)
@@ -51,7 +51,7 @@ START_TEST(lookup_holds_a_reference)
 	got = shim_sock_get(5);
 	ck_assert_ptr_eq(got, s);
 	ck_assert_int_eq(s->refs, 2);
-	ck_assert_int_eq(s->holds, 1);
+	ck_assert_int_eq(s->fds, 1);
 	/* The fd closes while the reference is held: the sock lives on. */
 	drop(5);
 	ck_assert_int_eq(s->refs, 1);
@@ -125,7 +125,7 @@ START_TEST(fork_child_drops_the_other_threads_references)
 	shim_sock_atfork_child();
 	shim_sock_atfork_child_done();
 	ck_assert_int_eq(a->refs, 1);
-	ck_assert_int_eq(a->holds, 0);
+	ck_assert_int_eq(a->fds, 1);
 	ck_assert_uint_eq(a->active, 0);
 	ck_assert(a->shared);
 	ck_assert_int_eq(b->refs, 0);
