@@ -14,7 +14,8 @@
 #                upgraded connections: no child hangs, the parent's
 #                connections carry on byte-exact (no EOF)
 #   fork-close   the same without threads: a child's close of its copy must
-#                not end the parent's connection
+#                not end the parent's connection; the parent's last close
+#                then gives the peer its last byte, then EOF
 #   scm          connections handed to a worker with SCM_RIGHTS, the sender's
 #                copy closed at once
 # Every run is bounded (conc fails a thread that does not end in time; the

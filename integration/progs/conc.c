@@ -22,7 +22,9 @@
  *   fork-close   no threads: a child closes its copies of an upgraded
  *                connection and exits; the parent's connection carries on
  *                (the kernel ends a connection when its last descriptor in
- *                any process goes, not at a child's close).
+ *                any process goes, not at a child's close); then the
+ *                parent's close of one end gives the other end its last
+ *                byte, then EOF.
  *   scm          connections handed to a worker process with SCM_RIGHTS, the
  *                sender's copy closed at once, the worker echoes them.
  *
@@ -535,7 +537,18 @@ static void fork_close(void)
 		if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
 			fail("round %d: the child ended badly (status %d)", i, st);
 		warm_for(c, s, (unsigned)i + 7, 0.002);
+		/* The last descriptor of c goes (the child's went before): the
+		 * peer must see the end, after what was sent before it. */
+		write_all(c, "E", 1);
 		close(c);
+		char b[2];
+		struct pollfd p = { .fd = s, .events = POLLIN };
+
+		read_all(s, b, 1);
+		if (b[0] != 'E')
+			fail("round %d: the last byte before close differs", i);
+		if (poll(&p, 1, 5000) != 1 || recv(s, b, 1, 0) != 0)
+			fail("round %d: no EOF after the last close of the other end", i);
 		close(s);
 	}
 	printf("OK fork-close rounds=%d\n", rounds);
