@@ -4,6 +4,7 @@
 # the shim (the baseline: the scenario itself is sound) and once with both
 # ends under the shim (RDMASHIM_TRANSPORTS=shm, so the connections upgrade):
 #   close-race   recv, send and poll on one fd while another thread closes it
+#                (or dup2()s onto it)
 #   reuse        a reader inside recv() while its fd closes and the number is
 #                reused: it must get its peer's next byte, the new connection
 #                its own bytes (long busy-polling, so the reader is spinning,

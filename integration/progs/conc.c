@@ -7,7 +7,8 @@
  *
  * Modes:
  *   close-race   readers, a writer and poll() on one fd while another thread
- *                closes it; the peer then closes. Every thread must end.
+ *                closes it (every other round by dup2 onto it first); the
+ *                peer then closes. Every thread must end.
  *   reuse        a reader waits in recv() while the fd is closed and its
  *                number reused by a new connection: the reader must get the
  *                byte its peer sends afterwards (as with the kernel) and the
@@ -33,6 +34,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -238,6 +240,14 @@ static void close_race(void)
 		pthread_create(&t[2], NULL, race_writer, &r);
 		pthread_create(&t[3], NULL, race_poller, &r);
 		sleep_us(rand() % 2000);
+		if (i % 2) {
+			/* dup2 onto the fd closes it as close() does. */
+			int nul = open("/dev/null", O_RDWR);
+
+			if (nul < 0 || dup2(nul, c) != c)
+				fail("dup2: %s", strerror(errno));
+			close(nul);
+		}
 		close(c);
 		r.stop = 1;
 		/* The readers' socket is still open through their calls (as with
