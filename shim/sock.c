@@ -19,6 +19,7 @@
 
 #include <sys/ioctl.h>
 
+#include "close.h"
 #include "fdtable.h"
 #include "io.h"
 #include "rdma.h"
@@ -322,6 +323,12 @@ void shim_sock_on_close(int fd)
 	pthread_mutex_lock(&sock->lock);
 	if (sock->sleepers && sock->chan && sock->tcp_keep < 0)
 		sock->tcp_keep = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 0);
+	/* The last fd, with no call running on it, in the process that runs
+	 * the connection's upgrade: settle what is on the wire first. */
+	if (!sock->sleepers && __atomic_load_n(&sock->refs, __ATOMIC_RELAXED) == 1 &&
+	    (sock->role == SHIM_ROLE_CLIENT || sock->role == SHIM_ROLE_SERVER) &&
+	    (!sock->io_pid || sock->io_pid == getpid()))
+		shim_close_prepare(sock, fd);
 	pthread_mutex_unlock(&sock->lock);
 	sock_put(sock);
 }
