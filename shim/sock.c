@@ -19,6 +19,7 @@
 
 #include <sys/ioctl.h>
 
+#include "close.h"
 #include "fdtable.h"
 #include "io.h"
 #include "rdma.h"
@@ -265,6 +266,14 @@ static void keep_for_callers(struct shim_sock *sock, int fd)
 		if (sock->tcp_keep < 0)
 			sock->fd_lost = true;
 	}
+	/* The last fd, no call holding the socket, in the process that runs
+	 * the connection's upgrade, and no other process holding it (whose
+	 * bytes the settling would read): settle what is on the wire first
+	 * (close.c). refs is the cleared entry's alone then. */
+	if (!sock->active && __atomic_load_n(&sock->refs, __ATOMIC_RELAXED) == 1 && !sock->shared &&
+	    (sock->role == SHIM_ROLE_CLIENT || sock->role == SHIM_ROLE_SERVER) &&
+	    (!sock->io_pid || sock->io_pid == getpid()))
+		shim_close_prepare(sock, fd);
 	in_epoll = sock->intercept || sock->chan;
 	pthread_mutex_unlock(&sock->lock);
 	/* Our epoll items name fd: a new socket on that number is not this one. */
