@@ -182,8 +182,12 @@ void shim_sock_atfork_prepare(void)
 	pthread_mutex_lock(&pool_lock);
 	for (struct shim_sock *s = all_socks; s; s = s->all_next) {
 		pthread_mutex_lock(&s->lock);
-		/* The child holds a copy of every fd now. */
-		if (__atomic_load_n(&s->refs, __ATOMIC_RELAXED))
+		/* The child holds a copy of every fd now. What matters is a
+		 * side channel (or a handshake towards one) that both could
+		 * reach: a connection still idle is upgraded later by one of
+		 * them, which then owns that channel alone. */
+		if (__atomic_load_n(&s->refs, __ATOMIC_RELAXED) &&
+		    (s->chan || s->rdma || (s->phase != SHIM_PHASE_IDLE && s->phase != SHIM_PHASE_FAILED)))
 			s->shared = true;
 	}
 }
