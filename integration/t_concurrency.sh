@@ -10,7 +10,8 @@
 #                its own bytes (long busy-polling, so the reader is spinning,
 #                not sleeping, when the fd closes)
 #   epoll-close  epoll_wait() while another thread closes the epoll fd
-#   epoll-two    two threads in epoll_wait() on one set
+#   epoll-two    two threads in epoll_wait() on one set while the connection
+#                upgrades
 #   fork-storm   fork() in a threaded program; children close their copies of
 #                upgraded connections: no child hangs, the parent's
 #                connections carry on byte-exact (no EOF)

@@ -15,8 +15,9 @@
  *                new connection must carry its bytes intact.
  *   epoll-close  a thread waits in epoll_wait() while another closes the
  *                epoll fd.
- *   epoll-two    two threads wait in epoll_wait() on one set, many times;
- *                then the set must still report a byte at once.
+ *   epoll-two    two threads wait in epoll_wait() on one set, many times,
+ *                while the connection upgrades; then the set must still
+ *                report a byte at once.
  *   fork-storm   threads ping-pong on upgraded connections while the main
  *                thread forks children that close their copies and exit: no
  *                child may hang, the ping-pong must stay byte-exact, no EOF.
@@ -394,13 +395,14 @@ static void epoll_two(void)
 	char b;
 
 	pair(&c, &s);
-	warm(c, s, 3);
 	ev.data.fd = c;
 	w.epfd = epoll_create1(0);
 	if (epoll_ctl(w.epfd, EPOLL_CTL_ADD, c, &ev) < 0)
 		fail("epoll_ctl: %s", strerror(errno));
 	pthread_create(&t[0], NULL, epoll_twice, &w);
 	pthread_create(&t[1], NULL, epoll_twice, &w);
+	/* The upgrade happens while they wait (the waits read its state). */
+	warm(c, s, 3);
 	join_within(t[0], 20, "epoll waiter 1");
 	join_within(t[1], 20, "epoll waiter 2");
 	write_all(s, "Y", 1);
