@@ -20,6 +20,9 @@
 #                then gives the peer its last byte, then EOF
 #   scm          connections handed to a worker with SCM_RIGHTS, the sender's
 #                copy closed at once
+#   scm-upgraded the same after the sender's end upgraded: the receiver reads
+#                only bytes the peer sent (the shim ends such a connection
+#                rather than hand on what it can not), every end in time
 # Every run is bounded (conc fails a thread that does not end in time; the
 # command has a timeout too). MALLOC_PERTURB_ fills freed memory, so a use
 # after free shows as a crash rather than by chance.
@@ -50,5 +53,6 @@ run_mode epoll-two 2000
 run_mode fork-storm 300
 run_mode fork-close 40
 run_mode scm 30
+run_mode scm-upgraded 20
 
 finish

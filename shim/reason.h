@@ -41,7 +41,9 @@
 	X(RESUME_FAILED, "resume_failed", "the channel failed where no resume is possible: reset") \
 	X(PEER_VIOLATION, "peer_violation",                                                     \
 	  "the peer wrote a value outside the protocol's bounds (ring cursor, frame): reset")   \
-	X(RATE_LIMITED, "rate_limited", "too many refused rendezvous attempts: some were not looked at")
+	X(RATE_LIMITED, "rate_limited", "too many refused rendezvous attempts: some were not looked at") \
+	X(HANDED_OFF, "handed_off",                                                             \
+	  "passed to another process (SCM_RIGHTS) after its switch, which that process can not serve: reset")
 
 enum shim_reason {
 #define SHIM_REASON_ENUM(id, name, text) SHIM_REASON_##id,

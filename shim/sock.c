@@ -21,6 +21,7 @@
 
 #include "close.h"
 #include "fdtable.h"
+#include "frames.h"
 #include "io.h"
 #include "rdma.h"
 #include "upgrade.h"
@@ -346,6 +347,43 @@ void shim_sock_on_dup(int oldfd, int newfd)
 	sock_install(newfd, sock);
 }
 
+/* The stream is plain TCP from here on, both ways: nothing switched, and
+ * the peer announced no switch of its own. */
+static bool stream_plain(const struct shim_sock *s)
+{
+	return !s->chan && !s->rdma && s->tx_dir == SHIM_DIR_TCP && s->rx_dir == SHIM_DIR_TCP &&
+	       !s->rx_switch_known && !s->fo_started;
+}
+
+/*
+ * sock is about to be passed to another process, which will adopt it as a
+ * TCP connection (shim/LIFETIME.md): a handshake under way is stopped, as
+ * close does, so that the stream stays plain TCP and the receiver gets it
+ * at a clean offset. A connection already switched can not be handed on
+ * (its bytes travel in our channel, which the receiver can not reach): it
+ * is ended as by a reset, so that the receiver and the peer see an error,
+ * never the shim's frames as data nor a silent hole. Under sock->lock.
+ */
+static void hand_off(struct shim_sock *sock, int fd)
+{
+	if (sock->role != SHIM_ROLE_CLIENT && sock->role != SHIM_ROLE_SERVER)
+		return;
+	if (sock->phase != SHIM_PHASE_IDLE && !shim_upgrade_settled(sock) && sock->phase != SHIM_PHASE_RDMA) {
+		shim_upgrade_stop_for_close(sock, fd);
+		if (!shim_upgrade_settled(sock) && stream_plain(sock))
+			shim_upgrade_fail(sock, fd, SHIM_REASON_PEER_CLOSED);
+	}
+	/* Idle: a later upgrade is the receiver's (or ours, if we go on doing
+	 * I/O too: not supported, see LIFETIME.md). */
+	if (sock->phase == SHIM_PHASE_IDLE || (sock->phase == SHIM_PHASE_FAILED && stream_plain(sock))) {
+		SHIM_TRACE(SHIM_TRACE_DEBUG, "conn.handoff", fd, &sock->tuple, SHIM_REASON_NONE,
+			   "\"role\":\"%s\",\"phase\":\"%s\"", shim_role_name(sock->role),
+			   shim_phase_name(sock->phase));
+		return;
+	}
+	shim_frames_abort(sock, fd, SHIM_REASON_HANDED_OFF, "scm_rights");
+}
+
 void shim_sock_note_rights_sent(const struct msghdr *msg)
 {
 	for (struct cmsghdr *c = CMSG_FIRSTHDR((struct msghdr *)msg); c;
@@ -365,11 +403,8 @@ void shim_sock_note_rights_sent(const struct msghdr *msg)
 				continue;
 			pthread_mutex_lock(&sock->lock);
 			sock->shared = true;
-			/* The receiver adopts it as a TCP connection and can
-			 * not reach our channel (shim/LIFETIME.md, limits). */
-			if (sock->chan || sock->tx_dir != SHIM_DIR_TCP || sock->rx_dir != SHIM_DIR_TCP)
-				SHIM_TRACE(SHIM_TRACE_WARN, "conn.handoff_upgraded", fd, &sock->tuple,
-					   SHIM_REASON_NONE, "\"role\":\"%s\"", shim_role_name(sock->role));
+			if (!sock->closed && !sock->aborted && shim_sock_fd_locked(sock, fd) >= 0)
+				hand_off(sock, shim_sock_fd_locked(sock, fd));
 			pthread_mutex_unlock(&sock->lock);
 			shim_sock_put(sock);
 		}

@@ -29,6 +29,11 @@
  *                byte, then EOF.
  *   scm          connections handed to a worker process with SCM_RIGHTS, the
  *                sender's copy closed at once, the worker echoes them.
+ *   scm-upgraded the same after the sender moved bytes both ways (under the
+ *                shim: upgraded). Whatever the receiver reads must be bytes
+ *                the peer sent, in order, never anything else; every end
+ *                must finish in time. (The shim can not hand a switched
+ *                connection on; it ends it: shim/LIFETIME.md.)
  *
  * Prints "OK <mode> ..." and exits 0, or "FAIL <mode>: why" and exits 1; a
  * thread that does not end within its bound is a FAIL (hang), not a wait.
@@ -654,6 +659,74 @@ static void scm(void)
 	printf("OK scm rounds=%d\n", rounds);
 }
 
+static void scm_upgraded(void)
+{
+	int sv[2], st;
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0)
+		fail("socketpair: %s", strerror(errno));
+	pid = fork();
+	if (pid == 0) {
+		/* The worker: reads each connection to its end; every byte must
+		 * be the next one the peer sent. */
+		alarm(60);
+		close(sv[0]);
+		for (int fd, i = 0; (fd = recv_fd(sv[1])) >= 0; i++) {
+			unsigned char want[65536], buf[4096];
+			size_t at = 0;
+			ssize_t n;
+
+			fill(want, sizeof(want), (unsigned)i);
+			while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) {
+				if (at + (size_t)n > sizeof(want) || memcmp(buf, want + at, (size_t)n)) {
+					printf("FAIL scm-upgraded: the receiver of connection %d read %zd bytes that the peer did not send there\n",
+					       i, n);
+					fflush(stdout);
+					_exit(1);
+				}
+				at += (size_t)n;
+			}
+			close(fd);
+		}
+		_exit(0);
+	}
+	close(sv[1]);
+	for (int i = 0; i < rounds; i++) {
+		unsigned char out[65536], in[4096];
+		struct pollfd p;
+		int c, s;
+
+		pair(&c, &s);
+		warm(c, s, (unsigned)i + 100);
+		if (send_fd(sv[0], s) < 0)
+			fail("send_fd: %s", strerror(errno));
+		close(s);
+		fill(out, sizeof(out), (unsigned)i);
+		for (size_t at = 0; at < sizeof(out);) {
+			ssize_t n = send(c, out + at, sizeof(out) - at, MSG_NOSIGNAL);
+
+			if (n <= 0)
+				break; /* the connection was ended: fine */
+			at += (size_t)n;
+		}
+		shutdown(c, SHUT_WR);
+		/* The end reaches the client in time: EOF or an error. */
+		for (;;) {
+			p = (struct pollfd){ .fd = c, .events = POLLIN };
+			if (poll(&p, 1, 10000) != 1)
+				fail("round %d: the client saw no end within 10 s", i);
+			if (recv(c, in, sizeof(in), 0) <= 0)
+				break;
+		}
+		close(c);
+	}
+	close(sv[0]);
+	if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fail("the receiver ended badly (status %d)", st);
+	printf("OK scm-upgraded rounds=%d\n", rounds);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -682,6 +755,8 @@ int main(int argc, char **argv)
 		fork_close();
 	else if (!strcmp(mode, "scm"))
 		scm();
+	else if (!strcmp(mode, "scm-upgraded"))
+		scm_upgraded();
 	else
 		fail("unknown mode");
 	return 0;
