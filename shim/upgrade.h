@@ -19,7 +19,7 @@ void shim_upgrade_progress(struct shim_sock *s, int fd);
 static inline bool shim_upgrade_rx_pending(const struct shim_sock *s)
 {
 	return s->rx_dir == SHIM_DIR_TCP && !s->rx_switch_known &&
-	       (s->phase == SHIM_PHASE_C_SWITCHED || s->phase == SHIM_PHASE_S_OFFERED ||
+	       (s->phase == SHIM_PHASE_C_ACCEPTED || s->phase == SHIM_PHASE_S_AWAIT_C ||
 		s->phase == SHIM_PHASE_RDMA);
 }
 
