@@ -94,8 +94,9 @@ struct shim_sock {
 	int tcp_keep;        /* our dup of the file, made when the program closed
 			      * a fd while a call was in progress on it (-1: none) */
 	bool fd_lost;        /* such a close could not make tcp_keep (EMFILE) */
-	unsigned active;     /* calls and waits in progress that use a fd number */
-	bool shared;         /* another process may hold the socket (fork, SCM_RIGHTS) */
+	unsigned active;     /* data calls in progress (io.c), spinning or sleeping */
+	bool shared;         /* another process may reach its channel or stream: a
+			      * fork while it had one, an SCM_RIGHTS send */
 	bool app_nodelay; /* TCP_NODELAY as the program set it */
 	long long rcv_timeout_ms, snd_timeout_ms; /* SO_RCVTIMEO/SO_SNDTIMEO; -1: none */
 	enum shim_dir tx_dir, rx_dir;
@@ -161,7 +162,7 @@ void shim_sock_atfork_parent(void);
 void shim_sock_atfork_child(void);
 /* After every fork handler unlocked: frees what only dead threads held. */
 void shim_sock_atfork_child_done(void);
-/* Socks made and pool size, for tests and benchmarks. */
+/* Socks ever made (the pool's size, live or free), for tests and benchmarks. */
 unsigned shim_sock_pool_count(void);
 
 const char *shim_role_name(enum shim_role role);
