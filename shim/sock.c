@@ -82,8 +82,7 @@ static struct shim_sock *sock_new(enum shim_role role, enum shim_sock_state stat
 	return sock;
 }
 
-/* Installs sock at fd, dropping whatever stale entry was there. */
-static int sock_install(int fd, struct shim_sock *sock)
+int shim_sock_install(int fd, struct shim_sock *sock)
 {
 	int err;
 	struct shim_sock *old = shim_fd_publish(fd, sock, &err);
@@ -167,7 +166,7 @@ static bool track_connection(int fd, enum shim_role role, enum shim_sock_state s
 	}
 	eligible = sock->eligible;
 	trace_tracked(fd, sock, how);
-	if (sock_install(fd, sock) < 0) {
+	if (shim_sock_install(fd, sock) < 0) {
 		SHIM_TRACE(SHIM_TRACE_WARN, "conn.untracked", fd, tuple, SHIM_REASON_INTERNAL_ERROR,
 			   "\"why\":\"fd beyond RLIMIT_NOFILE\"");
 		return false;
@@ -193,7 +192,7 @@ void shim_sock_on_listen(int fd)
 		return;
 	sock->reason = SHIM_REASON_WHITELISTED;
 	SHIM_TRACE(SHIM_TRACE_INFO, "listen.track", fd, &tuple, sock->reason, NULL);
-	sock_install(fd, sock);
+	shim_sock_install(fd, sock);
 }
 
 void shim_sock_on_accept(int listen_fd, int fd)
@@ -253,165 +252,6 @@ void shim_sock_on_connect(int fd, const struct sockaddr *addr, socklen_t len, in
 		shim_rdma_warm_kick(&tuple);
 }
 
-/* The program's fd is about to go: a call in progress on the socket goes
- * on with it, as with the kernel, through a copy of our own (io.c). Runs
- * after the table entry was cleared and before the real close, under the
- * lock: a thread that holds the lock and still finds fd in the table knows
- * the number is not reused under it (shim_sock_fd_locked()). */
-static void keep_for_callers(struct shim_sock *sock, int fd)
-{
-	bool in_epoll;
-
-	pthread_mutex_lock(&sock->lock);
-	if (sock->active && sock->tcp_keep < 0) {
-		sock->tcp_keep = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 0);
-		if (sock->tcp_keep < 0)
-			sock->fd_lost = true;
-	}
-	/* The last fd, no call holding the socket, in the process that runs
-	 * the connection's upgrade, and no other process holding it (whose
-	 * bytes the settling would read): settle what is on the wire first
-	 * (close.c). refs is the cleared entry's alone then. */
-	if (!sock->active && __atomic_load_n(&sock->refs, __ATOMIC_RELAXED) == 1 && !sock->shared &&
-	    (sock->role == SHIM_ROLE_CLIENT || sock->role == SHIM_ROLE_SERVER) &&
-	    (!sock->io_pid || sock->io_pid == getpid()))
-		shim_close_prepare(sock, fd);
-	in_epoll = sock->intercept || sock->chan;
-	pthread_mutex_unlock(&sock->lock);
-	/* Our epoll items name fd: a new socket on that number is not this one. */
-	if (in_epoll)
-		shim_epoll_forget_fd(fd);
-}
-
-static void trace_close(int fd, struct shim_sock *sock)
-{
-	SHIM_TRACE(SHIM_TRACE_DEBUG, "fd.close", fd, &sock->tuple, SHIM_REASON_NONE,
-		   "\"role\":\"%s\",\"fds_left\":%d", shim_role_name(sock->role),
-		   __atomic_load_n(&sock->fds, __ATOMIC_RELAXED) - 1);
-}
-
-void shim_sock_on_close(int fd)
-{
-	struct shim_sock *sock = shim_fd_clear(fd);
-
-	if (!sock)
-		return;
-	trace_close(fd, sock);
-	keep_for_callers(sock, fd);
-	sock_put(sock);
-}
-
-struct shim_sock *shim_sock_before_replace(int oldfd, int newfd)
-{
-	struct shim_sock *sock;
-
-	if (oldfd == newfd)
-		return NULL;
-	sock = shim_fd_clear(newfd);
-	if (sock)
-		keep_for_callers(sock, newfd);
-	return sock;
-}
-
-void shim_sock_after_replace(int newfd, struct shim_sock *old, int rc)
-{
-	int err;
-
-	if (!old)
-		return;
-	if (rc >= 0) {
-		trace_close(newfd, old);
-		sock_put(old);
-		return;
-	}
-	/* The call failed: newfd still names old's socket. */
-	old = shim_fd_publish(newfd, old, &err);
-	sock_put(old);
-}
-
-void shim_sock_on_dup(int oldfd, int newfd)
-{
-	struct shim_sock *sock = shim_sock_get(oldfd);
-
-	if (oldfd == newfd) {
-		shim_sock_put(sock);
-		return;
-	}
-	if (!sock) {
-		/* The new fd number may have held a tracked socket (dup2 onto it). */
-		sock_put(shim_fd_clear(newfd));
-		return;
-	}
-	/* Our reference becomes the new entry's. */
-	shim_sock_ref_becomes_fd(sock);
-	SHIM_TRACE(SHIM_TRACE_DEBUG, "fd.dup", newfd, &sock->tuple, SHIM_REASON_NONE, "\"from\":%d", oldfd);
-	sock_install(newfd, sock);
-}
-
-/* The stream is plain TCP from here on, both ways: nothing switched, and
- * the peer announced no switch of its own. */
-static bool stream_plain(const struct shim_sock *s)
-{
-	return !s->chan && !s->rdma && s->tx_dir == SHIM_DIR_TCP && s->rx_dir == SHIM_DIR_TCP &&
-	       !s->rx_switch_known && !s->fo_started;
-}
-
-/*
- * sock is about to be passed to another process, which will adopt it as a
- * TCP connection (shim/LIFETIME.md): a handshake under way is stopped, as
- * close does, so that the stream stays plain TCP and the receiver gets it
- * at a clean offset. A connection already switched can not be handed on
- * (its bytes travel in our channel, which the receiver can not reach): it
- * is ended as by a reset, so that the receiver and the peer see an error,
- * never the shim's frames as data nor a silent hole. Under sock->lock.
- */
-static void hand_off(struct shim_sock *sock, int fd)
-{
-	if (sock->role != SHIM_ROLE_CLIENT && sock->role != SHIM_ROLE_SERVER)
-		return;
-	if (sock->phase != SHIM_PHASE_IDLE && !shim_upgrade_settled(sock) && sock->phase != SHIM_PHASE_RDMA) {
-		shim_upgrade_stop_for_close(sock, fd);
-		if (!shim_upgrade_settled(sock) && stream_plain(sock))
-			shim_upgrade_fail(sock, fd, SHIM_REASON_PEER_CLOSED);
-	}
-	/* Idle: a later upgrade is the receiver's (or ours, if we go on doing
-	 * I/O too: not supported, see LIFETIME.md). */
-	if (sock->phase == SHIM_PHASE_IDLE || (sock->phase == SHIM_PHASE_FAILED && stream_plain(sock))) {
-		SHIM_TRACE(SHIM_TRACE_DEBUG, "conn.handoff", fd, &sock->tuple, SHIM_REASON_NONE,
-			   "\"role\":\"%s\",\"phase\":\"%s\"", shim_role_name(sock->role),
-			   shim_phase_name(sock->phase));
-		return;
-	}
-	shim_frames_abort(sock, fd, SHIM_REASON_HANDED_OFF, "scm_rights");
-}
-
-void shim_sock_note_rights_sent(const struct msghdr *msg)
-{
-	for (struct cmsghdr *c = CMSG_FIRSTHDR((struct msghdr *)msg); c;
-	     c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		const int *fds = (const int *)CMSG_DATA(c);
-
-		for (size_t i = 0; i < n; i++) {
-			int fd;
-			struct shim_sock *sock;
-
-			memcpy(&fd, fds + i, sizeof(fd));
-			sock = shim_sock_get(fd);
-			if (!sock)
-				continue;
-			pthread_mutex_lock(&sock->lock);
-			sock->shared = true;
-			if (!sock->closed && !sock->aborted && shim_sock_fd_locked(sock, fd) >= 0)
-				hand_off(sock, shim_sock_fd_locked(sock, fd));
-			pthread_mutex_unlock(&sock->lock);
-			shim_sock_put(sock);
-		}
-	}
-}
-
 void shim_sock_on_shutdown(int fd, int how)
 {
 	struct shim_sock *sock = shim_sock_get(fd);
@@ -441,7 +281,7 @@ struct shim_sock *shim_sock_track_epoll(int epfd)
 	}
 	/* Held for the caller; the table's reference is the one made here. */
 	__atomic_add_fetch(&sock->refs, 1, __ATOMIC_RELAXED);
-	if (sock_install(epfd, sock) < 0) {
+	if (shim_sock_install(epfd, sock) < 0) {
 		shim_sock_put(sock);
 		return NULL;
 	}

@@ -217,6 +217,9 @@ unsigned shim_sock_live_count(void);
  * fd-table entry will own; the drop of such a reference (an entry cleared,
  * or never made); a call's reference turned into an entry's (dup). */
 struct shim_sock *shim_sock_alloc(void);
+/* sock.c: installs sock (its fd reference) at fd, dropping whatever stale
+ * entry was there; 0 or -errno (then the reference was dropped). */
+int shim_sock_install(int fd, struct shim_sock *sock);
 void shim_sock_unref_fd(struct shim_sock *sock);
 void shim_sock_ref_becomes_fd(struct shim_sock *sock);
 
