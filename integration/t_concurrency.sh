@@ -21,8 +21,11 @@
 #   scm          connections handed to a worker with SCM_RIGHTS, the sender's
 #                copy closed at once
 #   scm-upgraded the same after the sender's end upgraded: the receiver reads
-#                only bytes the peer sent (the shim ends such a connection
-#                rather than hand on what it can not), every end in time
+#                (and echoes) only bytes the peer sent (the shim ends such a
+#                connection rather than hand on what it can not), every end
+#                in time
+#   scm-early    handed over while the handshake is under way: the same
+#                checks (the shim gives the handshake up: plain TCP)
 # Every run is bounded (conc fails a thread that does not end in time; the
 # command has a timeout too). MALLOC_PERTURB_ fills freed memory, so a use
 # after free shows as a crash rather than by chance.
@@ -54,6 +57,7 @@ run_mode fork-storm 300
 run_mode fork-close 40
 run_mode scm 30
 run_mode scm-upgraded 20
+run_mode scm-early 20
 
 # Opt-in: the shim and conc built with ThreadSanitizer and linked together
 # (a preloaded TSan library does not see the locks taken inside libtsan's own

@@ -33,7 +33,11 @@
  *                shim: upgraded). Whatever the receiver reads must be bytes
  *                the peer sent, in order, never anything else; every end
  *                must finish in time. (The shim can not hand a switched
- *                connection on; it ends it: shim/LIFETIME.md.)
+ *                connection on; it ends it: shim/LIFETIME.md.) The receiver
+ *                echoes; the echo must be a prefix of what was sent.
+ *   scm-early    the same, handed over right after the first byte moved,
+ *                while the handshake is under way (the shim gives it up:
+ *                plain TCP at a clean offset, so most are served in full).
  *
  * Prints "OK <mode> ..." and exits 0, or "FAIL <mode>: why" and exits 1; a
  * thread that does not end within its bound is a FAIL (hang), not a wait.
@@ -48,6 +52,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -659,17 +664,19 @@ static void scm(void)
 	printf("OK scm rounds=%d\n", rounds);
 }
 
-static void scm_upgraded(void)
+/* early: hand over right after the first byte moved, while the handshake
+ * is under way; else after 20 ms of traffic, upgraded. */
+static void scm_upgraded(bool early)
 {
-	int sv[2], st;
+	int sv[2], st, full = 0;
 	pid_t pid;
 
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0)
 		fail("socketpair: %s", strerror(errno));
 	pid = fork();
 	if (pid == 0) {
-		/* The worker: reads each connection to its end; every byte must
-		 * be the next one the peer sent. */
+		/* The worker: echoes each connection to its end; every byte
+		 * must be the next one the peer sent. */
 		alarm(60);
 		close(sv[0]);
 		for (int fd, i = 0; (fd = recv_fd(sv[1])) >= 0; i++) {
@@ -680,12 +687,14 @@ static void scm_upgraded(void)
 			fill(want, sizeof(want), (unsigned)i);
 			while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) {
 				if (at + (size_t)n > sizeof(want) || memcmp(buf, want + at, (size_t)n)) {
-					printf("FAIL scm-upgraded: the receiver of connection %d read %zd bytes that the peer did not send there\n",
-					       i, n);
+					printf("FAIL %s: the receiver of connection %d read %zd bytes that the peer did not send there\n",
+					       mode, i, n);
 					fflush(stdout);
 					_exit(1);
 				}
 				at += (size_t)n;
+				if (send(fd, buf, (size_t)n, MSG_NOSIGNAL) != n)
+					break;
 			}
 			close(fd);
 		}
@@ -695,10 +704,16 @@ static void scm_upgraded(void)
 	for (int i = 0; i < rounds; i++) {
 		unsigned char out[65536], in[4096];
 		struct pollfd p;
+		size_t back = 0;
 		int c, s;
 
 		pair(&c, &s);
-		warm(c, s, (unsigned)i + 100);
+		if (early) {
+			write_all(c, "x", 1);
+			read_all(s, in, 1);
+		} else {
+			warm(c, s, (unsigned)i + 100);
+		}
 		if (send_fd(sv[0], s) < 0)
 			fail("send_fd: %s", strerror(errno));
 		close(s);
@@ -711,20 +726,27 @@ static void scm_upgraded(void)
 			at += (size_t)n;
 		}
 		shutdown(c, SHUT_WR);
-		/* The end reaches the client in time: EOF or an error. */
+		/* The echo, a prefix of what was sent, then the end, in time. */
 		for (;;) {
+			ssize_t n;
+
 			p = (struct pollfd){ .fd = c, .events = POLLIN };
 			if (poll(&p, 1, 10000) != 1)
 				fail("round %d: the client saw no end within 10 s", i);
-			if (recv(c, in, sizeof(in), 0) <= 0)
+			n = recv(c, in, sizeof(in), 0);
+			if (n <= 0)
 				break;
+			if (back + (size_t)n > sizeof(out) || memcmp(in, out + back, (size_t)n))
+				fail("round %d: the echo differs from what was sent at byte %zu", i, back);
+			back += (size_t)n;
 		}
+		full += back == sizeof(out);
 		close(c);
 	}
 	close(sv[0]);
 	if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
 		fail("the receiver ended badly (status %d)", st);
-	printf("OK scm-upgraded rounds=%d\n", rounds);
+	printf("OK %s rounds=%d served_in_full=%d\n", mode, rounds, full);
 }
 
 int main(int argc, char **argv)
@@ -756,7 +778,9 @@ int main(int argc, char **argv)
 	else if (!strcmp(mode, "scm"))
 		scm();
 	else if (!strcmp(mode, "scm-upgraded"))
-		scm_upgraded();
+		scm_upgraded(false);
+	else if (!strcmp(mode, "scm-early"))
+		scm_upgraded(true);
 	else
 		fail("unknown mode");
 	return 0;
