@@ -9,12 +9,15 @@
 #ifndef RDMASHIM_SOCK_H
 #define RDMASHIM_SOCK_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "compiler.h"
 #include "config.h"
+#include "fdtable.h"
 #include "reason.h"
 #include "rendezvous.h"
 #include "tuple.h"
@@ -145,16 +148,60 @@ struct shim_sock {
  * a type-stable pool, never to malloc, so a lookup racing the last put
  * still reads a shim_sock.
  */
+/* socklife.c: the last reference went (shim_sock_put()). */
+void shim_sock_free_last(struct shim_sock *sock);
+
+/* Gives back a reference (NULL: nothing). Inline: every intercepted call
+ * takes and gives one. */
+static inline void shim_sock_put(struct shim_sock *s)
+{
+	/* Acq_rel: every use of the sock by this holder happens before the
+	 * free, and the freeing thread sees every other holder's writes. */
+	if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0)
+		shim_sock_free_last(s);
+}
+
 /* The socket at fd with a reference held, or NULL. Every non-NULL result
  * is given back with shim_sock_put(). */
-struct shim_sock *shim_sock_get(int fd);
-void shim_sock_put(struct shim_sock *sock);
+static inline struct shim_sock *shim_sock_get(int fd)
+{
+	for (;;) {
+		struct shim_sock *s = shim_fd_get_acquire(fd);
+		int r;
+
+		if (!s)
+			return NULL;
+		r = __atomic_load_n(&s->refs, __ATOMIC_RELAXED);
+		do {
+			if (r == 0)
+				break;
+			/* Acquire: pairs with the release store of refs in
+			 * shim_sock_alloc() and the acq_rel drop in put. */
+		} while (!__atomic_compare_exchange_n(&s->refs, &r, r + 1, true, __ATOMIC_ACQUIRE,
+						      __ATOMIC_RELAXED));
+		if (r == 0)
+			continue; /* freed since the load: the entry changed too */
+		/* The sock may have been freed and made again for another fd
+		 * between our load and our increment: the entry says. */
+		if (likely(shim_fd_get_acquire(fd) == s))
+			return s;
+		shim_sock_put(s);
+	}
+}
+
 /* Under sock->lock: the fd to use for the kernel socket (the program's fd
  * number while the table still maps it to sock, else our own copy), or
  * -EBADF when neither names it any more. While sock->lock is held, a fd
  * returned here names the socket: close clears the table, then takes the
  * lock, before the real close. */
-int shim_sock_fd_locked(const struct shim_sock *sock, int fd);
+static inline int shim_sock_fd_locked(const struct shim_sock *s, int fd)
+{
+	if (s->tcp_keep >= 0)
+		return s->tcp_keep;
+	if (fd >= 0 && shim_fd_get_acquire(fd) == s)
+		return fd;
+	return -EBADF;
+}
 
 /* Process-wide: fork handlers over every lock of this module (atfork.c). */
 void shim_sock_atfork_prepare(void);

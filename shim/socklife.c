@@ -108,12 +108,14 @@ static void sock_free(struct shim_sock *s)
 	errno = err;
 }
 
+void shim_sock_free_last(struct shim_sock *s)
+{
+	sock_free(s);
+}
+
 static void unref(struct shim_sock *s)
 {
-	/* Acq_rel: every use of the sock by this holder happens before the
-	 * free, and the freeing thread sees every other holder's writes. */
-	if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0)
-		sock_free(s);
+	shim_sock_put(s);
 }
 
 void shim_sock_unref_fd(struct shim_sock *s)
@@ -127,47 +129,6 @@ void shim_sock_unref_fd(struct shim_sock *s)
 void shim_sock_ref_becomes_fd(struct shim_sock *s)
 {
 	__atomic_add_fetch(&s->fds, 1, __ATOMIC_RELAXED);
-}
-
-struct shim_sock *shim_sock_get(int fd)
-{
-	for (;;) {
-		struct shim_sock *s = shim_fd_get_acquire(fd);
-		int r;
-
-		if (!s)
-			return NULL;
-		r = __atomic_load_n(&s->refs, __ATOMIC_RELAXED);
-		do {
-			if (r == 0)
-				break;
-			/* Acquire: pairs with the release store of refs in
-			 * shim_sock_alloc() and the acq_rel drop in unref. */
-		} while (!__atomic_compare_exchange_n(&s->refs, &r, r + 1, true, __ATOMIC_ACQUIRE,
-						      __ATOMIC_RELAXED));
-		if (r == 0)
-			continue; /* freed since the load: the entry changed too */
-		/* The sock may have been freed and made again for another fd
-		 * between our load and our increment: the entry says. */
-		if (shim_fd_get_acquire(fd) == s)
-			return s;
-		shim_sock_put(s);
-	}
-}
-
-void shim_sock_put(struct shim_sock *s)
-{
-	if (s)
-		unref(s);
-}
-
-int shim_sock_fd_locked(const struct shim_sock *s, int fd)
-{
-	if (s->tcp_keep >= 0)
-		return s->tcp_keep;
-	if (fd >= 0 && shim_fd_get_acquire(fd) == s)
-		return fd;
-	return -EBADF;
 }
 
 /*
