@@ -476,6 +476,13 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 
 	shim_sock_hold(s);
 	pthread_mutex_lock(&s->lock);
+	/* Urgent data: the receiver keeps its byte out of the stream (or, with
+	 * SO_OOBINLINE, in it), which our byte counts can not know; such a
+	 * connection stays on TCP. Once moved, the bytes go as plain data. */
+	if (unlikely(flags & MSG_OOB) && !s->pinned && !s->closed)
+		shim_upgrade_pin_tcp(s, fd, SHIM_REASON_BYPASS);
+	if (s->tx_dir != SHIM_DIR_TCP)
+		flags &= ~MSG_OOB;
 	nonblock |= s->nonblocking;
 	deadline = deadline_after(s->snd_timeout_ms);
 	do {
