@@ -45,7 +45,7 @@ TEST_PROGS  := $(patsubst integration/progs/%.c,$(BUILD)/progs/%,$(wildcard inte
 STRESS      := $(BUILD)/progs/stress
 STRESS_SRCS := $(wildcard integration/stress/*.c)
 
-.PHONY: all deps test unit integration demo bench install clean
+.PHONY: all deps test unit unit-bins integration demo bench install clean asan tsan test-asan test-tsan
 
 all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS)
 
@@ -86,6 +86,8 @@ $(STRESS): $(STRESS_SRCS) integration/stress/stress.h
 deps:
 	@tools/install-deps.sh
 
+unit-bins: $(UNIT_BINS)
+
 unit: $(UNIT_BINS)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; CK_DEFAULT_TIMEOUT=30 $$t; done
 
@@ -96,6 +98,16 @@ test: deps
 	$(MAKE) all
 	$(MAKE) unit
 	$(MAKE) integration
+	$(MAKE) test-asan
+	$(MAKE) test-tsan
+
+# Sanitizer builds (own build dirs) and runs: tests/sanitize.sh says what runs.
+asan tsan:
+	$(MAKE) BUILD=build/$@ SAN=$@ build/$@/lib/librdmashim.so unit-bins
+
+test-asan test-tsan: all
+	$(MAKE) $(@:test-%=%)
+	@tests/sanitize.sh $(@:test-%=%)
 
 demo: deps
 	$(MAKE) all

@@ -43,15 +43,26 @@
 #
 # Tunables: CMD_TIMEOUT (default 60 s, per foreground command), BG_TIMEOUT
 # (default 240 s, per background command), SHIM_LIB (another build of the
-# library to test), SHIM_TRANSPORTS (see shim_vars), KEEP_WORK=1.
+# library to test), SHIM_TRANSPORTS (see shim_vars), KEEP_WORK=1,
+# INTEGRATION_LOGS (where WORK goes; default build/integration-logs).
+# Sanitizer runs (make test-asan, make test-tsan): SHIM_LIB names the
+# instrumented library and SHIM_PRELOAD_EXTRA its runtime (e.g. libasan.so),
+# which with_shim and start_bg preload before it, as a runtime must come
+# first in a program that was not built with it. Then every ASan, UBSan and
+# TSan report goes to a file under $WORK/sanitizer/ (log_path, appended to
+# any ASAN_OPTIONS, UBSAN_OPTIONS, TSAN_OPTIONS given), and finish fails the
+# scenario for each such file, showing its head.
 
 set -u
 set -o pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LIB=${SHIM_LIB:-$ROOT/build/lib/librdmashim.so}
+SHIM_PRELOAD_EXTRA=${SHIM_PRELOAD_EXTRA:-}
+PRELOAD=$LIB
+[[ -n $SHIM_PRELOAD_EXTRA ]] && PRELOAD="$SHIM_PRELOAD_EXTRA:$LIB"
 PROGS=$ROOT/build/progs
-LOG_DIR=$ROOT/build/integration-logs
+LOG_DIR=${INTEGRATION_LOGS:-$ROOT/build/integration-logs}
 T_NAME=${SCENARIO_NAME:-$(basename "$0" .sh)}
 CMD_TIMEOUT=${CMD_TIMEOUT:-60}
 export SHIM_TRANSPORTS=${SHIM_TRANSPORTS:-tcp}
@@ -65,6 +76,14 @@ unset LD_PRELOAD _v
 
 mkdir -p "$LOG_DIR"
 WORK=$(mktemp -d "$LOG_DIR/$T_NAME.XXXXXX")
+SAN_LOGS=$WORK/sanitizer
+if [[ -n $SHIM_PRELOAD_EXTRA ]]; then
+  mkdir -p "$SAN_LOGS"
+  # A report file is created only when there is something to report.
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}log_path=$SAN_LOGS/asan"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}log_path=$SAN_LOGS/ubsan"
+  export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}log_path=$SAN_LOGS/tsan"
+fi
 N_OK=0
 N_FAIL=0
 BG_PIDS=()
@@ -105,7 +124,23 @@ skip() {
   exit 77
 }
 
+# One not_ok per sanitizer report file (none unless SHIM_PRELOAD_EXTRA).
+# The background commands end first: a report may come at a process's exit.
+san_reports() {
+  local f pid
+  [[ -n $SHIM_PRELOAD_EXTRA ]] || return 0
+  for pid in "${BG_PIDS[@]}"; do
+    kill -0 "$pid" 2>/dev/null && stop_bg "$pid"
+  done
+  for f in "$SAN_LOGS"/*; do
+    [[ -e $f ]] || continue
+    not_ok "sanitizer report ${f#"$WORK"/}"
+    grep -m 3 -E 'ERROR|WARNING|SUMMARY|runtime error' "$f" | sed 's/^/    | /'
+  done
+}
+
 finish() {
+  san_reports
   echo "[$T_NAME] $N_OK ok, $N_FAIL not ok"
   if ((N_FAIL > 0)); then
     echo "[$T_NAME] scratch files kept in $WORK"
@@ -175,7 +210,7 @@ PY
 }
 
 with_shim() {
-  timeout -k 5 "$CMD_TIMEOUT" env LD_PRELOAD="$LIB" "$@"
+  timeout -k 5 "$CMD_TIMEOUT" env LD_PRELOAD="$PRELOAD" "$@"
 }
 
 no_shim() {
@@ -191,7 +226,7 @@ start_bg() {
   local name=$1 mode=$2
   shift 2
   local pre=(env -u LD_PRELOAD)
-  [[ $mode == shim ]] && pre=(env LD_PRELOAD="$LIB")
+  [[ $mode == shim ]] && pre=(env LD_PRELOAD="$PRELOAD")
   # A simple command: $! is timeout's own pid, and timeout leads a process
   # group holding CMD and all its children.
   timeout -k 5 "$BG_TIMEOUT" "${pre[@]}" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &

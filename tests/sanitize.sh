@@ -1,0 +1,87 @@
+#!/bin/bash
+# tests/sanitize.sh asan|tsan: the sanitizer runs behind `make test-asan` and
+# `make test-tsan` (which build what it needs first).
+#
+#   asan  ASan + UBSan (a UBSan report aborts): the unit tests of build/asan,
+#         then the scenarios in $SAN_SCENARIOS (default below) with
+#         build/asan/lib/librdmashim.so preloaded after the ASan runtime
+#   tsan  TSan: the same with build/tsan and the TSan runtime, over the
+#         scenarios whose programs run the shim from several threads
+#
+# The programs themselves are the normal build (build/progs): the runtime is
+# preloaded ahead of the instrumented library, as it must come first in a
+# process that was not built with it. Every report lands in a file
+# (log_path); any such file fails the unit step or the scenario (see
+# integration/lib.sh), so a report can not scroll by unnoticed. Unit logs:
+# build/<kind>/unit-reports/, scenario logs: build/<kind>/integration-logs/.
+# Known false positives are suppressed in tests/tsan.supp, each with its
+# reason.
+#
+# Tunables: SAN_SCENARIOS (names, as for integration/run-all.sh),
+# STRESS_BYTES (t_shm_stress's volume, default here 128M: the instrumented
+# ring copies are several times slower, and the volume adds no coverage).
+set -u
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+KIND=${1:-}
+case $KIND in
+  asan)
+    RUNTIME=$(gcc -print-file-name=libasan.so)
+    DEFAULT_SCENARIOS="t_passfd t_shm_security t_shm_plain_peers t_shm_shapes t_shm_stress"
+    # Leaks: checked in the unit tests only. Under a program that was not
+    # built with ASan, LeakSanitizer reports that program's own (python's,
+    # the test programs') never-freed memory, and the shim's sockets that
+    # stay open until exit are reachable only through the fd table, an
+    # mmap that it does not scan.
+    SCENARIO_OPTS=(ASAN_OPTIONS=detect_leaks=0:abort_on_error=0
+                   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+    UNIT_OPTS=(ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+               UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+    ;;
+  tsan)
+    RUNTIME=$(gcc -print-file-name=libtsan.so)
+    DEFAULT_SCENARIOS="t_shm_shapes t_shm_stress"
+    SCENARIO_OPTS=("TSAN_OPTIONS=suppressions=$ROOT/tests/tsan.supp:second_deadlock_stack=1")
+    UNIT_OPTS=("${SCENARIO_OPTS[@]}")
+    ;;
+  *)
+    echo "usage: $0 asan|tsan" >&2
+    exit 2
+    ;;
+esac
+BUILD=$ROOT/build/$KIND
+[[ -e $RUNTIME && -e $BUILD/lib/librdmashim.so ]] || {
+  echo "$KIND: missing $RUNTIME or $BUILD/lib/librdmashim.so (make $KIND)" >&2
+  exit 1
+}
+
+t0=$EPOCHREALTIME
+rc=0
+
+# Unit tests: each report file fails the step (a report in a test's forked
+# child may not change the suite's result by itself).
+reports=$BUILD/unit-reports
+rm -rf "$reports"
+mkdir -p "$reports"
+for t in "$BUILD"/tests/test_*; do
+  [[ -x $t && $t != *.d ]] || continue
+  echo "== $KIND $t"
+  env "${UNIT_OPTS[@]/%/:log_path=$reports/${t##*/}}" CK_DEFAULT_TIMEOUT=120 \
+    timeout -k 10 900 "$t" || rc=1
+done
+for f in "$reports"/*; do
+  [[ -e $f ]] || continue
+  echo "$KIND report in the unit tests: ${f#"$ROOT"/}"
+  head -n 40 "$f" | sed 's/^/    | /'
+  rc=1
+done
+
+# Scenarios.
+# shellcheck disable=SC2086 # a list of names
+env "${SCENARIO_OPTS[@]}" SHIM_LIB="$BUILD/lib/librdmashim.so" SHIM_PRELOAD_EXTRA="$RUNTIME" \
+  STRESS_BYTES="${STRESS_BYTES:-128M}" INTEGRATION_LOGS="$BUILD/integration-logs" \
+  "$ROOT/integration/run-all.sh" ${SAN_SCENARIOS:-$DEFAULT_SCENARIOS} || rc=1
+
+echo "$KIND: wall time $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')s," \
+  "$( ((rc == 0)) && echo "no sanitizer report" || echo FAILED)"
+exit "$rc"
