@@ -183,18 +183,35 @@ static bool spin_for(struct shim_sock *s, bool (*cond)(const struct shim_sock *)
 	return hit;
 }
 
+/* The peer broke the channel's rules (transport.h): lock-free, for the
+ * busy-poll loops too, which must stop at once rather than spin on it. */
+static bool chan_violated(const struct shim_chan *ch)
+{
+	return ch->ops->violated && ch->ops->violated(ch);
+}
+
 static bool rx_ready(const struct shim_sock *s)
 {
 	const struct shim_chan *ch = s->chan;
 
-	return ch->ops->readable(ch) || ch->ops->rx_eof(ch);
+	return ch->ops->readable(ch) || ch->ops->rx_eof(ch) || chan_violated(ch);
 }
 
 static bool tx_ready(const struct shim_sock *s)
 {
 	const struct shim_chan *ch = s->chan;
 
-	return ch->ops->writable(ch) >= ch->ops->space_lowat(ch) || ch->ops->peer_rx_gone(ch);
+	return ch->ops->writable(ch) >= ch->ops->space_lowat(ch) || ch->ops->peer_rx_gone(ch) ||
+	       chan_violated(ch);
+}
+
+/* After a channel op moved nothing: if the reason is a peer that broke the
+ * rules, the connection ends here (frames.h, shim_frames_abort). */
+static bool aborted_by_peer(struct shim_sock *s, int fd)
+{
+	if (!s->aborted && s->chan && chan_violated(s->chan))
+		shim_frames_abort(s, fd, SHIM_REASON_PEER_VIOLATION, "ring");
+	return s->aborted;
 }
 
 static void note_disarm(struct shim_sock *s, bool bell_coming)
@@ -333,6 +350,10 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			shim_frames_flush(s, fd);
 		shim_upgrade_progress(s, fd);
 		shim_failover_progress(s, fd);
+		if (s->aborted) {
+			rc = -ECONNRESET;
+			break;
+		}
 		if (s->rd_shut)
 			break;
 		if (s->rx_dir == SHIM_DIR_TCP) {
@@ -388,6 +409,10 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 				break;
 			continue;
 		}
+		if (aborted_by_peer(s, fd)) {
+			rc = -ECONNRESET;
+			break;
+		}
 		if (ch->ops->rx_eof(ch) || s->rx_tcp_eof)
 			break;
 		if (nonblock) {
@@ -430,6 +455,10 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			shim_frames_flush(s, fd);
 		shim_upgrade_progress(s, fd);
 		shim_failover_progress(s, fd);
+		if (s->aborted) {
+			rc = -ECONNRESET;
+			break;
+		}
 		if (s->tx_dir == SHIM_DIR_TCP) {
 			struct iovec win[IO_MAX_IOV];
 			struct msghdr mh = { .msg_iov = win };
@@ -494,6 +523,10 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			if (ch->ops->tx_should_bell(ch))
 				shim_frames_queue(s, fd, &data_bell, 1);
 			continue;
+		}
+		if (aborted_by_peer(s, fd)) {
+			rc = -ECONNRESET;
+			break;
 		}
 		if (nonblock) {
 			rc = -EAGAIN;
@@ -632,6 +665,11 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 		p.revents &= (short)~POLLIN;
 		if (finish_rx_switch(s, fd) < 0)
 			mask |= POLLERR;
+	}
+	if (s->chan && aborted_by_peer(s, fd)) {
+		/* As on a reset socket: every event, and the call fails. */
+		pthread_mutex_unlock(&s->lock);
+		return POLLIN | POLLOUT | POLLERR | POLLHUP | POLLRDHUP;
 	}
 	if (s->rx_dir == SHIM_DIR_TCP) {
 		mask |= p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR);
