@@ -12,8 +12,9 @@
 # Running things (every command runs under `timeout`; nothing waits forever)
 #   free_port             print a TCP port free on 127.0.0.1 and ::1 (never the
 #                         same twice in one scenario, never an ephemeral one)
-#   with_shim [RDMASHIM_X=V...] CMD...    run CMD with LD_PRELOAD=$LIB and only
-#                         the given RDMASHIM_* variables (foreground)
+#   with_shim [RDMASHIM_X=V...] CMD...    run CMD with LD_PRELOAD=$LIB (and a
+#                         sanitizer runtime, see below) and only the given
+#                         RDMASHIM_* variables (foreground)
 #   no_shim [VAR=V...] CMD...             the same without the shim
 #   shim_vars DIR PORTS   set SHIM_VARS to the usual tracked-but-never-upgraded
 #                         configuration: RDMASHIM_PORTS=PORTS, TRANSPORTS=tcp
@@ -46,12 +47,12 @@
 # library to test), SHIM_TRANSPORTS (see shim_vars), KEEP_WORK=1,
 # INTEGRATION_LOGS (where WORK goes; default build/integration-logs).
 # Sanitizer runs (make test-asan, make test-tsan): SHIM_LIB names the
-# instrumented library and SHIM_PRELOAD_EXTRA its runtime (e.g. libasan.so),
-# which with_shim and start_bg preload before it, as a runtime must come
-# first in a program that was not built with it. Then every ASan, UBSan and
-# TSan report goes to a file under $WORK/sanitizer/ (log_path, appended to
-# any ASAN_OPTIONS, UBSAN_OPTIONS, TSAN_OPTIONS given), and finish fails the
-# scenario for each such file, showing its head.
+# instrumented library and SHIM_PRELOAD_EXTRA (preloaded before it) or
+# SHIM_PRELOAD_AFTER (after it) its runtime, which a program that was not
+# built with it lacks (see tests/sanitize.sh for which order and why). Then
+# every ASan, UBSan and TSan report goes to a file under $WORK/sanitizer/
+# (log_path, appended to any ASAN_OPTIONS, UBSAN_OPTIONS, TSAN_OPTIONS
+# given), and finish fails the scenario for each such file, showing its head.
 
 set -u
 set -o pipefail
@@ -59,8 +60,9 @@ set -o pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LIB=${SHIM_LIB:-$ROOT/build/lib/librdmashim.so}
 SHIM_PRELOAD_EXTRA=${SHIM_PRELOAD_EXTRA:-}
-PRELOAD=$LIB
-[[ -n $SHIM_PRELOAD_EXTRA ]] && PRELOAD="$SHIM_PRELOAD_EXTRA:$LIB"
+SHIM_PRELOAD_AFTER=${SHIM_PRELOAD_AFTER:-}
+PRELOAD=${SHIM_PRELOAD_EXTRA:+$SHIM_PRELOAD_EXTRA:}$LIB${SHIM_PRELOAD_AFTER:+:$SHIM_PRELOAD_AFTER}
+SAN_RUN=${SHIM_PRELOAD_EXTRA}${SHIM_PRELOAD_AFTER}
 PROGS=$ROOT/build/progs
 LOG_DIR=${INTEGRATION_LOGS:-$ROOT/build/integration-logs}
 T_NAME=${SCENARIO_NAME:-$(basename "$0" .sh)}
@@ -77,7 +79,7 @@ unset LD_PRELOAD _v
 mkdir -p "$LOG_DIR"
 WORK=$(mktemp -d "$LOG_DIR/$T_NAME.XXXXXX")
 SAN_LOGS=$WORK/sanitizer
-if [[ -n $SHIM_PRELOAD_EXTRA ]]; then
+if [[ -n $SAN_RUN ]]; then
   mkdir -p "$SAN_LOGS"
   # A report file is created only when there is something to report.
   export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}log_path=$SAN_LOGS/asan"
@@ -124,11 +126,11 @@ skip() {
   exit 77
 }
 
-# One not_ok per sanitizer report file (none unless SHIM_PRELOAD_EXTRA).
+# One not_ok per sanitizer report file (only in a sanitizer run).
 # The background commands end first: a report may come at a process's exit.
 san_reports() {
   local f pid
-  [[ -n $SHIM_PRELOAD_EXTRA ]] || return 0
+  [[ -n $SAN_RUN ]] || return 0
   for pid in "${BG_PIDS[@]}"; do
     kill -0 "$pid" 2>/dev/null && stop_bg "$pid"
   done

@@ -120,12 +120,13 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 		slice = cap_ms;
 	pthread_mutex_unlock(&s->lock);
 	rc = REAL(poll)(&p, 1, slice);
+	rc = rc < 0 ? -errno : rc;
+	pthread_mutex_lock(&s->lock);
+	s->sleepers--;
+	/* Under the lock: another thread may switch rx_dir or tx_dir meanwhile. */
 	if (rc == 0 && slice == IO_SLEEP_SLICE_MS)
 		SHIM_TRACE(SHIM_TRACE_DEBUG, "wait.slice_expired", fd, NULL, SHIM_REASON_NONE,
 			   "\"events\":%d,\"rx\":%d,\"tx\":%d", events, s->rx_dir, s->tx_dir);
-	rc = rc < 0 ? -errno : 0;
-	pthread_mutex_lock(&s->lock);
-	s->sleepers--;
 	/* The program closed the fd while we slept: carry on with our own
 	 * copy if close() made one (io_fd), else end as on a closed socket. */
 	if (fd != s->tcp_keep && s->tcp_keep < 0 && shim_fd_get_acquire(fd) != s)

@@ -8,9 +8,17 @@
 #   tsan  TSan: the same with build/tsan and the TSan runtime, over the
 #         scenarios whose programs run the shim from several threads
 #
-# The programs themselves are the normal build (build/progs): the runtime is
-# preloaded ahead of the instrumented library, as it must come first in a
-# process that was not built with it. Every report lands in a file
+# The programs themselves are the normal build (build/progs), so the runtime
+# is preloaded with the instrumented library:
+#   ASan  runtime first (ASan insists on it, and must see every allocation)
+#   TSan  shim first, runtime after it. TSan's interceptors of blocking calls
+#         (recv, epoll_wait, poll, ...) stop modelling mutexes and atomics
+#         until they return; with the runtime first they would wrap the
+#         shim's wrappers, so the shim's own locking inside them would be
+#         invisible and every access under those locks a false race. With
+#         the shim first, its wrappers run outside the interceptors and call
+#         them as the real functions (dlsym RTLD_NEXT).
+# Every report lands in a file
 # (log_path); any such file fails the unit step or the scenario (see
 # integration/lib.sh), so a report can not scroll by unnoticed. Unit logs:
 # build/<kind>/unit-reports/, scenario logs: build/<kind>/integration-logs/.
@@ -18,8 +26,11 @@
 # reason.
 #
 # Tunables: SAN_SCENARIOS (names, as for integration/run-all.sh),
-# STRESS_BYTES (t_shm_stress's volume, default here 128M: the instrumented
-# ring copies are several times slower, and the volume adds no coverage).
+# STRESS_BYTES (t_shm_stress's volume, default here 128M) and SHAPES_BYTES
+# (t_shm_shapes's, default here 4M): instrumented, the copies are several
+# times slower, the volume adds no coverage, and in the prefork shapes a
+# connection waits for a worker to finish the previous one, which must stay
+# well inside the upgrade timeout (3 s) or it ends on TCP (peer_no_shim).
 set -u
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -27,6 +38,7 @@ KIND=${1:-}
 case $KIND in
   asan)
     RUNTIME=$(gcc -print-file-name=libasan.so)
+    WHERE=SHIM_PRELOAD_EXTRA
     DEFAULT_SCENARIOS="t_passfd t_shm_security t_shm_plain_peers t_shm_shapes t_shm_stress"
     # Leaks: checked in the unit tests only. Under a program that was not
     # built with ASan, LeakSanitizer reports that program's own (python's,
@@ -40,6 +52,7 @@ case $KIND in
     ;;
   tsan)
     RUNTIME=$(gcc -print-file-name=libtsan.so)
+    WHERE=SHIM_PRELOAD_AFTER
     DEFAULT_SCENARIOS="t_shm_shapes t_shm_stress"
     SCENARIO_OPTS=("TSAN_OPTIONS=suppressions=$ROOT/tests/tsan.supp:second_deadlock_stack=1")
     UNIT_OPTS=("${SCENARIO_OPTS[@]}")
@@ -78,8 +91,8 @@ done
 
 # Scenarios.
 # shellcheck disable=SC2086 # a list of names
-env "${SCENARIO_OPTS[@]}" SHIM_LIB="$BUILD/lib/librdmashim.so" SHIM_PRELOAD_EXTRA="$RUNTIME" \
-  STRESS_BYTES="${STRESS_BYTES:-128M}" INTEGRATION_LOGS="$BUILD/integration-logs" \
+env "${SCENARIO_OPTS[@]}" SHIM_LIB="$BUILD/lib/librdmashim.so" $WHERE="$RUNTIME" \
+  STRESS_BYTES="${STRESS_BYTES:-128M}" SHAPES_BYTES="${SHAPES_BYTES:-4M}" INTEGRATION_LOGS="$BUILD/integration-logs" \
   "$ROOT/integration/run-all.sh" ${SAN_SCENARIOS:-$DEFAULT_SCENARIOS} || rc=1
 
 echo "$KIND: wall time $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')s," \
