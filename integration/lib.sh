@@ -53,6 +53,8 @@
 # every ASan, UBSan and TSan report goes to a file under $WORK/sanitizer/
 # (log_path, appended to any ASAN_OPTIONS, UBSAN_OPTIONS, TSAN_OPTIONS
 # given), and finish fails the scenario for each such file, showing its head.
+# SHIM_DEFAULT_VARS: VAR=V words given to every shimmed command ahead of the
+# scenario's own (which win), e.g. a longer upgrade timeout for a slow build.
 
 set -u
 set -o pipefail
@@ -63,6 +65,7 @@ SHIM_PRELOAD_EXTRA=${SHIM_PRELOAD_EXTRA:-}
 SHIM_PRELOAD_AFTER=${SHIM_PRELOAD_AFTER:-}
 PRELOAD=${SHIM_PRELOAD_EXTRA:+$SHIM_PRELOAD_EXTRA:}$LIB${SHIM_PRELOAD_AFTER:+:$SHIM_PRELOAD_AFTER}
 SAN_RUN=${SHIM_PRELOAD_EXTRA}${SHIM_PRELOAD_AFTER}
+read -r -a SHIM_DEFAULTS <<<"${SHIM_DEFAULT_VARS:-}"
 PROGS=$ROOT/build/progs
 LOG_DIR=${INTEGRATION_LOGS:-$ROOT/build/integration-logs}
 T_NAME=${SCENARIO_NAME:-$(basename "$0" .sh)}
@@ -212,7 +215,7 @@ PY
 }
 
 with_shim() {
-  timeout -k 5 "$CMD_TIMEOUT" env LD_PRELOAD="$PRELOAD" "$@"
+  timeout -k 5 "$CMD_TIMEOUT" env LD_PRELOAD="$PRELOAD" "${SHIM_DEFAULTS[@]}" "$@"
 }
 
 no_shim() {
@@ -228,7 +231,7 @@ start_bg() {
   local name=$1 mode=$2
   shift 2
   local pre=(env -u LD_PRELOAD)
-  [[ $mode == shim ]] && pre=(env LD_PRELOAD="$PRELOAD")
+  [[ $mode == shim ]] && pre=(env LD_PRELOAD="$PRELOAD" "${SHIM_DEFAULTS[@]}")
   # A simple command: $! is timeout's own pid, and timeout leads a process
   # group holding CMD and all its children.
   timeout -k 5 "$BG_TIMEOUT" "${pre[@]}" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &

@@ -26,11 +26,14 @@
 # reason.
 #
 # Tunables: SAN_SCENARIOS (names, as for integration/run-all.sh),
-# STRESS_BYTES (t_shm_stress's volume, default here 128M) and SHAPES_BYTES
-# (t_shm_shapes's, default here 4M): instrumented, the copies are several
-# times slower, the volume adds no coverage, and in the prefork shapes a
-# connection waits for a worker to finish the previous one, which must stay
-# well inside the upgrade timeout (3 s) or it ends on TCP (peer_no_shim).
+# STRESS_BYTES (t_shm_stress's volume; default 1G, 512M under TSan, where
+# the copies are several times slower; not less: t_shm_stress wants every
+# connection upgraded before its stream ends, which short streams are not).
+# Under TSan the shimmed commands get RDMASHIM_UPGRADE_TIMEOUT_MS=15000
+# (unless a scenario sets its own): in t_shm_shapes' prefork cases a
+# connection waits in the accept queue for a worker to finish the previous
+# one, which instrumented takes longer than the default 3 s, and it would
+# end on TCP (peer_no_shim).
 set -u
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -39,6 +42,8 @@ case $KIND in
   asan)
     RUNTIME=$(gcc -print-file-name=libasan.so)
     WHERE=SHIM_PRELOAD_EXTRA
+    STRESS_DEFAULT=1G
+    DEFAULT_VARS=
     DEFAULT_SCENARIOS="t_passfd t_shm_security t_shm_plain_peers t_shm_shapes t_shm_stress"
     # Leaks: checked in the unit tests only. Under a program that was not
     # built with ASan, LeakSanitizer reports that program's own (python's,
@@ -53,6 +58,8 @@ case $KIND in
   tsan)
     RUNTIME=$(gcc -print-file-name=libtsan.so)
     WHERE=SHIM_PRELOAD_AFTER
+    STRESS_DEFAULT=512M
+    DEFAULT_VARS=RDMASHIM_UPGRADE_TIMEOUT_MS=15000
     DEFAULT_SCENARIOS="t_shm_shapes t_shm_stress"
     SCENARIO_OPTS=("TSAN_OPTIONS=suppressions=$ROOT/tests/tsan.supp:second_deadlock_stack=1")
     UNIT_OPTS=("${SCENARIO_OPTS[@]}")
@@ -92,7 +99,7 @@ done
 # Scenarios.
 # shellcheck disable=SC2086 # a list of names
 env "${SCENARIO_OPTS[@]}" SHIM_LIB="$BUILD/lib/librdmashim.so" $WHERE="$RUNTIME" \
-  STRESS_BYTES="${STRESS_BYTES:-128M}" SHAPES_BYTES="${SHAPES_BYTES:-4M}" INTEGRATION_LOGS="$BUILD/integration-logs" \
+  STRESS_BYTES="${STRESS_BYTES:-$STRESS_DEFAULT}" SHIM_DEFAULT_VARS="$DEFAULT_VARS" INTEGRATION_LOGS="$BUILD/integration-logs" \
   "$ROOT/integration/run-all.sh" ${SAN_SCENARIOS:-$DEFAULT_SCENARIOS} || rc=1
 
 echo "$KIND: wall time $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')s," \

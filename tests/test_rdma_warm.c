@@ -259,6 +259,11 @@ START_TEST(trace_reports_duration)
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(shim_trace_open(path, SHIM_TRACE_INFO), 0);
 	ck_assert_int_eq(wait_state(WARM_RUNNING, 5000), WARM_RUNNING);
+	/* The thread's clock starts when it runs, which under load (or a
+	 * sanitizer) can be well after the poll: wait until the work began. */
+	for (int i = 0; i < 5000 && !__atomic_load_n(&work_runs, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
+	ck_assert_int_eq(work_runs, 1);
 	usleep(20 * 1000);
 	open_gate();
 	ck_assert_int_eq(wait_state(WARM_READY, 5000), WARM_READY);
