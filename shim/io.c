@@ -85,7 +85,7 @@ static void absorb_from_iov(struct shim_sock *s, const struct iovec *iov, int io
 		shim_frames_absorb(s, part[i].iov_base, part[i].iov_len);
 }
 
-static long long deadline_after(int timeout_ms)
+static long long deadline_after(long long timeout_ms)
 {
 	return timeout_ms < 0 ? -1 : (long long)(shim_now_ns() / 1000000ull) + timeout_ms;
 }
@@ -101,6 +101,27 @@ static int slice_until(long long deadline)
 	if (left <= 0)
 		return 0;
 	return left < IO_SLEEP_SLICE_MS ? (int)left : IO_SLEEP_SLICE_MS;
+}
+
+/*
+ * A signal handler interrupted our sleep. The kernel restarts a blocking
+ * socket call after a handler installed with SA_RESTART, unless the socket
+ * has a timeout for that direction (signal(7)); the program would never
+ * see EINTR there. Which signal came is not ours to know, so restart only
+ * when every handler the program installed has SA_RESTART (a program with
+ * a handler without it handles EINTR anyway).
+ */
+static bool handlers_restart(void)
+{
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+
+		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) < 0)
+			continue;
+		if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
+			return false;
+	}
+	return true;
 }
 
 /* Sleeps on the TCP fd without the lock, at most cap_ms if cap_ms > 0.
@@ -131,6 +152,9 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 	 * copy if close() made one (io_fd), else end as on a closed socket. */
 	if (fd != s->tcp_keep && s->tcp_keep < 0 && shim_fd_get_acquire(fd) != s)
 		return -EBADF;
+	/* No deadline means no SO_*TIMEO for this direction. */
+	if (rc == -EINTR && deadline < 0 && handlers_restart())
+		rc = 0;
 	return rc == -EINTR ? -EINTR : 0;
 }
 

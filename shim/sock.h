@@ -78,12 +78,13 @@ struct shim_sock {
 	bool rx_tcp_eof;
 	bool peer_gone_told; /* a write after the peer closed was taken (io.c) */
 	bool closed;         /* the last reference went: channel released */
+	bool closing;        /* the program closed its last fd (close.c) */
 	bool aborted;        /* the peer broke the protocol: the connection was
 			      * ended as by a reset; calls fail ECONNRESET */
 	int tcp_keep;        /* our dup of the socket, made when the program closed
 			      * its last fd while a thread slept on it (-1: none) */
 	bool app_nodelay; /* TCP_NODELAY as the program set it */
-	int rcv_timeout_ms, snd_timeout_ms; /* SO_RCVTIMEO/SO_SNDTIMEO; -1: none */
+	long long rcv_timeout_ms, snd_timeout_ms; /* SO_RCVTIMEO/SO_SNDTIMEO; -1: none */
 	enum shim_dir tx_dir, rx_dir;
 	uint64_t tx_tcp_bytes, rx_tcp_bytes; /* application bytes carried by TCP */
 	bool rx_switch_known;

@@ -302,7 +302,7 @@ static void s_read_accept(struct shim_sock *s, int fd)
 	at.switch_offset = s->tx_tcp_bytes;
 	/* With our write side shut, our direction stays on TCP: C sees the
 	 * rendezvous close without a SWITCH_AT and keeps reading TCP. */
-	if (!s->wr_shut && shim_rv_send(s->rv_fd, &at, sizeof(at), -1) == 0)
+	if (!s->wr_shut && !s->closing && shim_rv_send(s->rv_fd, &at, sizeof(at), -1) == 0)
 		shim_upgrade_switch_tx(s, fd);
 	/* Closing now could race C's read of SWITCH_AT (a socket closed with
 	 * anything unread makes the peer's next read fail before its queued
@@ -511,6 +511,28 @@ static bool connected(struct shim_sock *s, int fd)
 		return false;
 	s->state = SHIM_STATE_TCP;
 	return true;
+}
+
+void shim_upgrade_stop_for_close(struct shim_sock *s, int fd)
+{
+	s->closing = true;
+	switch (s->phase) {
+	case SHIM_PHASE_C_SWITCHED:
+	case SHIM_PHASE_S_OFFERED:
+		/* The peer's SWITCH_AT or ACCEPT may be on its way. After
+		 * SHUT_RD its send fails (EPIPE) and its direction stays on
+		 * TCP; one that got in before is read by this progress step. */
+		REAL(shutdown)(s->rv_fd, SHUT_RD);
+		shim_upgrade_progress(s, fd);
+		if (s->phase == SHIM_PHASE_C_SWITCHED || s->phase == SHIM_PHASE_S_OFFERED)
+			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
+		break;
+	default:
+		/* Nobody committed (or all is settled): the release closes our
+		 * rendezvous, and without it the peer stays on TCP. The RDMA
+		 * handshake stops in rdma_close.c. */
+		break;
+	}
 }
 
 void shim_upgrade_progress(struct shim_sock *s, int fd)
