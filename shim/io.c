@@ -116,7 +116,11 @@ static bool handlers_restart(void)
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction sa;
 
-		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) < 0)
+		/* A fault (SEGV, BUS, FPE, ILL) comes from the faulting thread's
+		 * own instruction, never to a thread asleep in poll: its handler
+		 * (a crash reporter, a sanitizer's) says nothing about restarts. */
+		if (sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE ||
+		    sig == SIGILL || sigaction(sig, NULL, &sa) < 0)
 			continue;
 		if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
 			return false;
