@@ -6,7 +6,8 @@
 #         then the scenarios in $SAN_SCENARIOS (default below) with
 #         build/asan/lib/librdmashim.so preloaded after the ASan runtime
 #   tsan  TSan: the same with build/tsan and the TSan runtime, over the
-#         scenarios whose programs run the shim from several threads
+#         scenarios whose programs run the shim from several threads (redis
+#         too: its I/O and background threads)
 #
 # The programs themselves are the normal build (build/progs), so the runtime
 # is preloaded with the instrumented library:
@@ -44,7 +45,8 @@ case $KIND in
     WHERE=SHIM_PRELOAD_EXTRA
     STRESS_DEFAULT=1G
     DEFAULT_VARS=
-    DEFAULT_SCENARIOS="t_passfd t_shm_security t_shm_plain_peers t_shm_shapes t_shm_stress"
+    DEFAULT_SCENARIOS="t_passfd t_shm_security t_shm_plain_peers t_shm_shapes t_shm_stress t_shm_calls
+                       t_shm_close_answer t_redis"
     # Leaks: checked in the unit tests only. Under a program that was not
     # built with ASan, LeakSanitizer reports that program's own (python's,
     # the test programs') never-freed memory, and the shim's sockets that
@@ -60,7 +62,7 @@ case $KIND in
     WHERE=SHIM_PRELOAD_AFTER
     STRESS_DEFAULT=512M
     DEFAULT_VARS=RDMASHIM_UPGRADE_TIMEOUT_MS=15000
-    DEFAULT_SCENARIOS="t_shm_shapes t_shm_stress"
+    DEFAULT_SCENARIOS="t_shm_shapes t_shm_stress t_shm_calls t_shm_close_answer t_redis"
     SCENARIO_OPTS=("TSAN_OPTIONS=suppressions=$ROOT/tests/tsan.supp:second_deadlock_stack=1")
     UNIT_OPTS=("${SCENARIO_OPTS[@]}")
     ;;
