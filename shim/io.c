@@ -116,7 +116,11 @@ static bool handlers_restart(void)
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction sa;
 
-		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) < 0)
+		/* A fault (SEGV, BUS, FPE, ILL) comes from the faulting thread's
+		 * own instruction, never to a thread asleep in poll: its handler
+		 * (a crash reporter, a sanitizer's) says nothing about restarts. */
+		if (sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE ||
+		    sig == SIGILL || sigaction(sig, NULL, &sa) < 0)
 			continue;
 		if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
 			return false;
@@ -146,12 +150,13 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 		slice = cap_ms;
 	pthread_mutex_unlock(&s->lock);
 	rc = REAL(poll)(p, rv >= 0 ? 2 : 1, slice);
+	rc = rc < 0 ? -errno : rc;
+	pthread_mutex_lock(&s->lock);
+	s->sleepers--;
+	/* Under the lock: another thread may switch rx_dir or tx_dir meanwhile. */
 	if (rc == 0 && slice == IO_SLEEP_SLICE_MS)
 		SHIM_TRACE(SHIM_TRACE_DEBUG, "wait.slice_expired", fd, NULL, SHIM_REASON_NONE,
 			   "\"events\":%d,\"rx\":%d,\"tx\":%d", events, s->rx_dir, s->tx_dir);
-	rc = rc < 0 ? -errno : 0;
-	pthread_mutex_lock(&s->lock);
-	s->sleepers--;
 	/* The program closed the fd while we slept: carry on with our own
 	 * copy if close() made one (io_fd), else end as on a closed socket. */
 	if (fd != s->tcp_keep && s->tcp_keep < 0 && shim_fd_get_acquire(fd) != s)
