@@ -126,7 +126,11 @@ static bool handlers_restart(void)
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction sa;
 
-		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) < 0)
+		/* A fault (SEGV, BUS, FPE, ILL) comes from the faulting thread's
+		 * own instruction, never to a thread asleep in poll: its handler
+		 * (a crash reporter, a sanitizer's) says nothing about restarts. */
+		if (sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE ||
+		    sig == SIGILL || sigaction(sig, NULL, &sa) < 0)
 			continue;
 		if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
 			return false;
@@ -518,6 +522,13 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 
 	pthread_mutex_lock(&s->lock);
 	fd = io_enter(s, fd, &rc);
+	/* Urgent data: the receiver keeps its byte out of the stream (or, with
+	 * SO_OOBINLINE, in it), which our byte counts can not know; such a
+	 * connection stays on TCP. Once moved, the bytes go as plain data. */
+	if (unlikely(flags & MSG_OOB) && fd >= 0 && !s->pinned && !s->closed)
+		shim_upgrade_pin_tcp(s, fd, SHIM_REASON_BYPASS);
+	if (s->tx_dir != SHIM_DIR_TCP)
+		flags &= ~MSG_OOB;
 	nonblock |= s->nonblocking;
 	deadline = deadline_after(s->snd_timeout_ms);
 	if (fd >= 0) do {
@@ -573,7 +584,18 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			shim_frames_drain(s, fd);
 		if (!s->wr_shut && (ch->ops->peer_rx_gone(ch) || s->rx_tcp_eof) && !s->peer_gone_told) {
 			/* TCP takes the first write after the peer closed (the
-			 * reset comes back later) and fails the next ones. */
+			 * reset comes back later) and fails the next ones. A
+			 * peer that went with our bytes unread was reset by its
+			 * kernel at once: that write fails ECONNRESET. */
+			if (ch->ops->tx_unread && ch->ops->tx_unread(ch)) {
+				/* What this call moved counts; the reset is the
+				 * next call's, as the kernel reports it once. */
+				if (done)
+					break;
+				s->peer_gone_told = true;
+				rc = -ECONNRESET;
+				break;
+			}
 			s->peer_gone_told = true;
 			done = total;
 			break;

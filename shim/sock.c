@@ -20,6 +20,7 @@
 
 #include <sys/ioctl.h>
 
+#include "bypass.h"
 #include "close.h"
 #include "fdtable.h"
 #include "frames.h"
@@ -377,6 +378,11 @@ void shim_sock_on_setsockopt(int fd, int level, int name, const void *val, sockl
 		sock->snd_timeout_ms = timeval_ms(val, len);
 	pthread_mutex_unlock(&sock->lock);
 	shim_sock_put(sock);
+	/* Urgent bytes join the stream at a place only the kernel knows: the
+	 * byte counts that place a switch would be off. (Outside the lock:
+	 * the pin takes it.) */
+	if (level == SOL_SOCKET && name == SO_OOBINLINE && len >= sizeof(int) && *(const int *)val)
+		shim_bypass_pin(fd, SHIM_REASON_BYPASS);
 }
 
 void shim_sock_adopt(int fd, const char *how)
