@@ -64,9 +64,7 @@ run_mode scm-early 20
 # poll/epoll_wait interceptors); any report in the shim's code fails.
 if [[ ${CONC_TSAN:-0} == 1 ]]; then
   tsan=$WORK/tsan
-  if make -s -C "$ROOT" BUILD="$tsan" LDLIBS_SHIM="-ldl -lpthread -lrdmacm -libverbs -fsanitize=thread" \
-       CFLAGS_COMMON="-std=gnu11 -O1 -g -Wall -Wextra -D_GNU_SOURCE -fPIC -fno-strict-aliasing -MMD -MP -fsanitize=thread" \
-       "$tsan/lib/librdmashim_core.a" "$tsan/obj/shim/interpose_io.o" >/dev/null 2>&1 &&
+  if make -s -C "$ROOT" BUILD="$tsan" SAN=tsan "$tsan/lib/librdmashim.so" >/dev/null 2>&1 &&
      cc -std=gnu11 -O1 -g -D_GNU_SOURCE -fsanitize=thread -o "$tsan/conc" "$ROOT/integration/progs/conc.c" \
        "$tsan"/obj/shim/*.o -ldl -lpthread -lrdmacm -libverbs 2>/dev/null; then
     for m in "close-race 20" "epoll-two 2000" "epoll-close 30"; do
