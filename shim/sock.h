@@ -66,6 +66,7 @@ struct shim_sock {
 	enum shim_reason reason;
 	struct shim_tuple tuple;
 	pid_t owner_pid; /* process that created this entry */
+	unsigned long long born_ns; /* when it was tracked (shim_now_ns) */
 	/* Guards everything below; never held across a blocking wait. */
 	pthread_mutex_t lock;
 

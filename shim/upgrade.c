@@ -683,8 +683,12 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 	now = shim_now_ns();
 	switch (s->phase) {
 	case SHIM_PHASE_IDLE:
-		/* A second attempt waits for the first byte (see
-		 * retry_when_bytes_move()). */
+		/* A short connection never pays for a handshake: it starts once
+		 * the connection is RDMASHIM_UPGRADE_AFTER_MS old (both ends use
+		 * the same rule, so they start close together). A second
+		 * attempt waits for the first byte (retry_when_bytes_move()). */
+		if (now - s->born_ns < shim_cfg.upgrade_after_ms * 1000000ull)
+			break;
 		if (!s->await_bytes_used || s->rx_tcp_bytes || s->tx_tcp_bytes)
 			start(s, fd, now);
 		break;
