@@ -481,6 +481,12 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 	}
 	rc = shim_rv_verify_peer(s->rv_fd, server_ep(s), client_ep(s), msg.offer.tcp_fd, &s->rv_owner);
 	if (rc < 0) {
+		/* An S that answered and closed (a short connection) closed its
+		 * rendezvous before its socket: that is no spoofing. */
+		if (rv_peer_gone(s->rv_fd)) {
+			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
+			return;
+		}
 		trace_refused(s, fd, "client", -rc);
 		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
 		return;
