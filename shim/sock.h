@@ -81,6 +81,7 @@ struct shim_sock {
 	enum shim_reason reason;
 	struct shim_tuple tuple;
 	pid_t owner_pid; /* process that created this entry */
+	unsigned long long born_ns; /* when it was tracked (shim_now_ns) */
 
 	/* Data path (io.c). intercept is read without the lock by the wrappers:
 	 * it is set once, before the first call that needs io.c, and cleared

@@ -488,6 +488,12 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 	}
 	rc = shim_rv_verify_peer(s->rv_fd, server_ep(s), client_ep(s), msg.offer.tcp_fd, &s->rv_owner);
 	if (rc < 0) {
+		/* An S that answered and closed (a short connection) closed its
+		 * rendezvous before its socket: that is no spoofing. */
+		if (rv_peer_gone(s->rv_fd)) {
+			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
+			return;
+		}
 		trace_refused(s, fd, "client", -rc);
 		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
 		return;
@@ -690,8 +696,12 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 	now = shim_now_ns();
 	switch (s->phase) {
 	case SHIM_PHASE_IDLE:
-		/* A second attempt waits for the first byte (see
-		 * retry_when_bytes_move()). */
+		/* A short connection never pays for a handshake: it starts once
+		 * the connection is RDMASHIM_UPGRADE_AFTER_MS old (both ends use
+		 * the same rule, so they start close together). A second
+		 * attempt waits for the first byte (retry_when_bytes_move()). */
+		if (now - s->born_ns < shim_cfg.upgrade_after_ms * 1000000ull)
+			break;
 		if (!s->await_bytes_used || s->rx_tcp_bytes || s->tx_tcp_bytes)
 			start(s, fd, now);
 		break;
