@@ -146,20 +146,20 @@ END_TEST
 #define RACE_FDS 8
 #define RACE_ROUNDS 200000
 
-static volatile int race_stop;
-static volatile int race_bad;
+static int race_stop; /* atomic */
+static int race_bad;  /* atomic */
 
 static void *race_lookups(void *arg)
 {
 	(void)arg;
-	while (!race_stop) {
+	while (!__atomic_load_n(&race_stop, __ATOMIC_RELAXED)) {
 		for (int fd = 100; fd < 100 + RACE_FDS; fd++) {
 			struct shim_sock *s = shim_sock_get(fd);
 
 			if (!s)
 				continue;
 			if (s->tuple.local.port != fd || __atomic_load_n(&s->refs, __ATOMIC_RELAXED) <= 0)
-				race_bad = 1;
+				__atomic_store_n(&race_bad, 1, __ATOMIC_RELAXED);
 			shim_sock_put(s);
 		}
 	}
@@ -181,10 +181,10 @@ START_TEST(lookups_race_closes_and_reuse)
 		drop(fd);
 		publish(fd);
 	}
-	race_stop = 1;
+	__atomic_store_n(&race_stop, 1, __ATOMIC_RELAXED);
 	pthread_join(t[0], NULL);
 	pthread_join(t[1], NULL);
-	ck_assert_int_eq(race_bad, 0);
+	ck_assert_int_eq(__atomic_load_n(&race_bad, __ATOMIC_RELAXED), 0);
 	for (int fd = 100; fd < 100 + RACE_FDS; fd++)
 		drop(fd);
 	ck_assert_uint_eq(shim_sock_live_count(), live);
