@@ -49,7 +49,7 @@ case $KIND in
     DEFAULT_SCENARIOS="t_passfd t_shm_security t_shm_plain_peers t_shm_shapes t_shm_stress t_shm_calls
                        t_shm_close_answer t_redis"
     # Leaks: always in the unit tests; in the scenarios with SAN_LEAKS=1
-    # only: the scan at exit of a python client adds 0.4-0.5 s here (the
+    # only: the check at exit of a shimmed echo_client adds 0.4-0.5 s (the
     # medians of t_shm_plain_peers' cases 1-5 went from 20-60 ms to
     # 360-550 ms), more than its "no added wait" check allows. In a program that was not built with ASan, LeakSanitizer also
     # reports that program's own never-freed memory (python's, the test
