@@ -19,16 +19,16 @@
 #         invisible and every access under those locks a false race. With
 #         the shim first, its wrappers run outside the interceptors and call
 #         them as the real functions (dlsym RTLD_NEXT).
-# Every report lands in a file
-# (log_path); any such file fails the unit step or the scenario (see
-# integration/lib.sh), so a report can not scroll by unnoticed. Unit logs:
+# Every report lands in a file (log_path); any such file fails the unit step
+# or the scenario (see integration/lib.sh), so a report can not scroll by
+# unnoticed. Unit logs:
 # build/<kind>/unit-reports/, scenario logs: build/<kind>/integration-logs/.
 # Known false positives are suppressed in tests/tsan.supp, each with its
 # reason.
 #
 # Tunables: SAN_SCENARIOS (names, as for integration/run-all.sh), SAN_LEAKS=1
-# (leak checks in the scenarios too, see below),
-# STRESS_BYTES (t_shm_stress's volume; default 1G, 512M under TSan, where
+# (leak checks in the scenarios too, see below), STRESS_BYTES
+# (t_shm_stress's volume; default 1G, 512M under TSan, where
 # the copies are several times slower; not less: t_shm_stress wants every
 # connection upgraded before its stream ends, which short streams are not).
 # Under TSan the shimmed commands get RDMASHIM_UPGRADE_TIMEOUT_MS=15000
@@ -51,8 +51,9 @@ case $KIND in
     # Leaks: always in the unit tests; in the scenarios with SAN_LEAKS=1
     # only: the check at exit of a shimmed echo_client adds 0.4-0.5 s (the
     # medians of t_shm_plain_peers' cases 1-5 went from 20-60 ms to
-    # 360-550 ms), more than its "no added wait" check allows. In a program that was not built with ASan, LeakSanitizer also
-    # reports that program's own never-freed memory (python's, the test
+    # 360-550 ms), more than its "no added wait" check allows. In a
+    # program that was not built with ASan, LeakSanitizer also reports
+    # that program's own never-freed memory (python's, the test
     # programs'); lib.sh counts only leaks allocated through the shim. So
     # that such a report does not change the program's exit status,
     # exitcode=0; an ASan or UBSan error still kills it (abort_on_error).
