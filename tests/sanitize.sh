@@ -57,7 +57,7 @@ case $KIND in
     # programs'); lib.sh counts only leaks allocated through the shim. So
     # that such a report does not change the program's exit status,
     # exitcode=0; an ASan or UBSan error still kills it (abort_on_error).
-    SCENARIO_OPTS=(ASAN_OPTIONS=detect_leaks=${SAN_LEAKS:-0}:exitcode=0:abort_on_error=1
+    SCENARIO_OPTS=("ASAN_OPTIONS=detect_leaks=${SAN_LEAKS:-0}:exitcode=0:abort_on_error=1"
                    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:abort_on_error=1)
     UNIT_OPTS=(ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
                UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
