@@ -77,6 +77,7 @@ struct shim_sock {
 	bool nonblocking; /* O_NONBLOCK of the open file description */
 	bool rd_shut, wr_shut;
 	bool rx_tcp_eof;
+	bool rx_tcp_reset;   /* that end came as a reset (ECONNRESET), reported once */
 	bool peer_gone_told; /* a write after the peer closed was taken (io.c) */
 	bool closed;         /* the last reference went: channel released */
 	bool closing;        /* the program closed its last fd (close.c) */
