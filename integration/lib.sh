@@ -54,7 +54,8 @@
 # (log_path, appended to any ASAN_OPTIONS, UBSAN_OPTIONS, TSAN_OPTIONS
 # given), and finish fails the scenario for each such file, showing its head.
 # SHIM_DEFAULT_VARS: VAR=V words given to every shimmed command ahead of the
-# scenario's own (which win), e.g. a longer upgrade timeout for a slow build.
+# scenario's own (which win), e.g. a longer upgrade timeout for a slow build;
+# RDMASHIM_UPGRADE_AFTER_MS=0 always comes first (see below).
 
 set -u
 set -o pipefail
@@ -66,6 +67,11 @@ SHIM_PRELOAD_AFTER=${SHIM_PRELOAD_AFTER:-}
 PRELOAD=${SHIM_PRELOAD_EXTRA:+$SHIM_PRELOAD_EXTRA:}$LIB${SHIM_PRELOAD_AFTER:+:$SHIM_PRELOAD_AFTER}
 SAN_RUN=${SHIM_PRELOAD_EXTRA}${SHIM_PRELOAD_AFTER}
 read -r -a SHIM_DEFAULTS <<<"${SHIM_DEFAULT_VARS:-}"
+# The scenarios test the handshake and what runs over it, so a connection
+# starts its upgrade at its first data call, however young (the default
+# waits RDMASHIM_UPGRADE_AFTER_MS, which t_shm_short_policy tests); a
+# scenario that sets the variable itself wins.
+SHIM_DEFAULTS=(RDMASHIM_UPGRADE_AFTER_MS=0 "${SHIM_DEFAULTS[@]}")
 PROGS=$ROOT/build/progs
 LOG_DIR=${INTEGRATION_LOGS:-$ROOT/build/integration-logs}
 T_NAME=${SCENARIO_NAME:-$(basename "$0" .sh)}
