@@ -49,7 +49,7 @@ case $KIND in
     STRESS_DEFAULT=1G
     DEFAULT_VARS=
     DEFAULT_SCENARIOS="t_passfd t_shm_security t_shm_plain_peers t_shm_shapes t_shm_stress t_shm_calls
-                       t_shm_close_answer t_redis"
+                       t_shm_close_answer t_redis t_shm_inetd t_sandboxed t_shm_http t_shm_peer_killed"
     # Leaks: always in the unit tests; in the scenarios with SAN_LEAKS=1
     # only: the check at exit of a shimmed echo_client adds 0.4-0.5 s (the
     # medians of t_shm_plain_peers' cases 1-5 went from 20-60 ms to
@@ -69,7 +69,7 @@ case $KIND in
     WHERE=SHIM_PRELOAD_AFTER
     STRESS_DEFAULT=512M
     DEFAULT_VARS=RDMASHIM_UPGRADE_TIMEOUT_MS=15000
-    DEFAULT_SCENARIOS="t_shm_shapes t_shm_stress t_shm_calls t_shm_close_answer t_redis"
+    DEFAULT_SCENARIOS="t_shm_shapes t_shm_stress t_shm_calls t_shm_close_answer t_redis t_shm_inetd t_shm_peer_killed"
     SCENARIO_OPTS=("TSAN_OPTIONS=suppressions=$ROOT/tests/tsan.supp:second_deadlock_stack=1")
     UNIT_OPTS=("${SCENARIO_OPTS[@]}")
     ;;
