@@ -8,6 +8,7 @@
                                  is shrunk and saved to corpus/new/ (with
                                  --avoid-known, no shapes of corpus/known/)
   diff.py soak --budget S        the same, for the soak target
+  diff.py shrink FILE...         shrink differing scenarios, print the result
 
 Every scenario runs three ways: plain TCP, under the shim tracked but never
 upgraded (RDMASHIM_TRANSPORTS=tcp), and upgraded (RDMASHIM_TRANSPORTS=shm,
@@ -79,9 +80,9 @@ def parse(text):
 def scripts(lines):
     c, s = [], []
     for ln in lines:
-        if ln == "sync":
-            c.append("sync")
-            s.append("sync")
+        if ln in ("sync", "awaitup"):
+            c.append(ln)
+            s.append(ln)
         elif ln.startswith("c "):
             c.append(ln[2:])
         elif ln.startswith("s "):
@@ -151,6 +152,9 @@ def run_once(lines, mode, timeout=None):
                     if '"upgrade.done"' in ln:
                         upgraded = True
         obs["upgraded"] = upgraded
+        if os.environ.get("DIFF_KEEP"):  # keep the scripts, outputs and traces
+            import shutil
+            shutil.copytree(d, os.path.join(os.environ["DIFF_KEEP"], "%s.%d" % (mode, port)))
         return obs
 
 
@@ -194,18 +198,42 @@ def verdict(lines, modes=MODES, timeout=None):
     return same, obs, detail
 
 
-def differs(lines, mode):
-    """For the shrinker: the plain run is sane and `mode` differs from it."""
+def signature(base, other):
+    """Where two runs part: per end, the text of the first step whose record
+    differs (without its index and result), or the exit status."""
+    sig = set()
+    for end in ("server", "client"):
+        a, b = base[end], other[end]
+        for k in range(max(len(a), len(b))):
+            x = a[k] if k < len(a) else ""
+            y = b[k] if k < len(b) else ""
+            if x != y:
+                step = (x or y).split(" = ")[0].split(" ", 1)[-1]
+                sig.add((end, step.split()[0] if step else ""))
+                break
+        else:
+            if base["status"][end] != other["status"][end]:
+                sig.add((end, "status"))
+    return sig
+
+
+def differs(lines, mode, want=None):
+    """For the shrinker: the plain run is sane and `mode` differs from it at
+    a step of the same kind as the original difference (so that shrinking
+    does not wander off to another difference)."""
     base = run_once(lines, "plain")
     if not sane(base):
         return False
     for _ in range(2):
-        if key(run_once(lines, mode)) != key(base):
-            return True
+        got = run_once(lines, mode)
+        if key(got) != key(base):
+            sig = signature(base, got)
+            if not want or sig & want:
+                return True
     return False
 
 
-def shrink(lines, mode, budget_s):
+def shrink(lines, mode, budget_s, want=None):
     """Greedy: drop phases (sync to sync), then single lines, then halve sizes,
     as long as the difference stays."""
     t_end = time.monotonic() + budget_s
@@ -223,7 +251,7 @@ def shrink(lines, mode, budget_s):
         return out
 
     def attempt(cand):
-        return bool(cand) and time.monotonic() < t_end and differs(cand, mode)
+        return bool(cand) and time.monotonic() < t_end and differs(cand, mode, want)
 
     # Whole phases first (a phase ends at a barrier), then chunks of lines
     # halving in size (ddmin-like), then halved sizes.
@@ -346,7 +374,9 @@ def cmd_random(budget, seed, shrink_s, avoid):
         if sig in seen or time.monotonic() > t_end:
             continue
         seen.add(sig)
-        small = shrink(lines, mode, shrink_s)
+        want = signature(obs["plain"], obs[mode])
+        nonsync = {w for w in want if w[1] != "sync"}
+        small = shrink(lines, mode, shrink_s, nonsync or want)
         same2, obs2, detail2 = verdict(small)
         path = save_case(small, mode, s, detail2 or detail)
         fails += 1
@@ -396,6 +426,20 @@ def main():
             k += 1
     if cmd == "run":
         cmd_run(rest)
+        return 0
+    if cmd == "shrink":
+        for f in rest:
+            meta, lines = parse(open(f).read())
+            same, obs, detail = verdict(lines)
+            if same:
+                print("# %s: no difference to shrink" % f)
+                continue
+            mode = "tcp" if key(obs["tcp"]) != key(obs["plain"]) else "shm"
+            want = signature(obs["plain"], obs[mode])
+            small = shrink(lines, mode, shrink_s, {w for w in want if w[1] != "sync"} or want)
+            print("# %s (%s), differing at %s:" % (f, mode, sorted(want)))
+            print("\n".join(small))
+            print("\n".join(verdict(small)[2]))
         return 0
     if cmd == "check":
         return 1 if cmd_check(rest) else 0

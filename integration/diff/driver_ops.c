@@ -515,6 +515,51 @@ static void on_alarm(int sig)
 	(void)sig;
 }
 
+/* Whether this process traced upgrade.done or upgrade.fail (always true
+ * when upgrades are off: plain TCP, or RDMASHIM_TRANSPORTS=tcp). Only the
+ * trace file is read. */
+static int upgrade_settled(void)
+{
+	const char *tf = getenv("RDMASHIM_TRACE_FILE"), *tr = getenv("RDMASHIM_TRANSPORTS");
+	char path[512], buf[65536];
+	if (!tf || !tr || !strcmp(tr, "tcp") || !getenv("LD_PRELOAD") || !strstr(tf, "%p"))
+		return 1;
+	const char *pp = strstr(tf, "%p");
+	snprintf(path, sizeof(path), "%.*s%d%s", (int)(pp - tf), tf, (int)getpid(), pp + 2);
+	int f = open(path, O_RDONLY);
+	ssize_t n = f >= 0 ? read(f, buf, sizeof(buf) - 1) : -1;
+	if (f >= 0)
+		close(f);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	return strstr(buf, "\"upgrade.done\"") || strstr(buf, "\"upgrade.fail\"");
+}
+
+/* awaitup (both ends): one-byte round trips, 5 ms apart, until both ends
+ * traced the end of their upgrade (at most 2 s): the handshake moves only
+ * in data calls, so waiting alone would not finish it. These bytes do not
+ * advance the pattern offsets and nothing about them is recorded, so plain
+ * TCP (no round trip at all) and the shim's runs give the same records. */
+static void await_upgrade(void)
+{
+	for (int t = 0; t < 400; t++) {
+		char me = (char)('0' + upgrade_settled()), peer = 0, b = 'u';
+		if (write(D.sync_fd, &me, 1) != 1 || read(D.sync_fd, &peer, 1) != 1)
+			return;
+		if (me == '1' && peer == '1')
+			return;
+		if (D.is_server) {
+			if (recv(D.fd, &b, 1, 0) != 1 || send(D.fd, &b, 1, 0) != 1)
+				t = 400;
+		} else {
+			if (send(D.fd, &b, 1, 0) != 1 || recv(D.fd, &b, 1, 0) != 1)
+				t = 400;
+		}
+		usleep(5000);
+	}
+}
+
 int do_sync(char *out, size_t cap)
 {
 	char b = 'S';
@@ -583,6 +628,9 @@ int run_step(int i)
 		rec(i, "%d", r);
 	} else if (!strcmp(op, "sleep")) {
 		usleep(st->ntok > 1 ? num(st->tok[1]) * 1000 : 10000);
+		rec(i, "ok");
+	} else if (!strcmp(op, "awaitup")) {
+		await_upgrade();
 		rec(i, "ok");
 	} else if (!strcmp(op, "sync")) {
 		do_sync(out, sizeof(out));

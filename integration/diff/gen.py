@@ -47,13 +47,14 @@ class Gen:
 
     # ---- phases -------------------------------------------------------
     def warmup(self):
-        self.add("c", "send 64")
-        self.add("s", "drain 64")
-        self.add("s", "send 64")
-        self.add("c", "drain 64")
-        self.add("c", "sleep 30")
-        self.add("s", "sleep 30")
-        self.sync()
+        for k in range(2):
+            self.add("c", "send 64")
+            self.add("s", "drain 64")
+            self.add("s", "send 64")
+            self.add("c", "drain 64")
+            if k == 0:  # wait for the upgrade, then a round trip over it
+                self.L.append("awaitup")
+            self.sync()
         self.warm = True
 
     def send_step(self, n, big):
@@ -174,7 +175,7 @@ class Gen:
             return
         n = self.size(0, 17)
         kind = self.r.choice(["fork", "exec"])
-        if self.avoid and (self.warm or kind == "fork"):
+        if self.avoid:  # fork and exec after the first byte moved are known
             return
         if kind == "fork":
             self.add(e, "fork")
