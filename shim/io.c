@@ -85,7 +85,7 @@ static void absorb_from_iov(struct shim_sock *s, const struct iovec *iov, int io
 		shim_frames_absorb(s, part[i].iov_base, part[i].iov_len);
 }
 
-static long long deadline_after(int timeout_ms)
+static long long deadline_after(long long timeout_ms)
 {
 	return timeout_ms < 0 ? -1 : (long long)(shim_now_ns() / 1000000ull) + timeout_ms;
 }
@@ -103,11 +103,37 @@ static int slice_until(long long deadline)
 	return left < IO_SLEEP_SLICE_MS ? (int)left : IO_SLEEP_SLICE_MS;
 }
 
+/*
+ * A signal handler interrupted our sleep. The kernel restarts a blocking
+ * socket call after a handler installed with SA_RESTART, unless the socket
+ * has a timeout for that direction (signal(7)); the program would never
+ * see EINTR there. Which signal came is not ours to know, so restart only
+ * when every handler the program installed has SA_RESTART (a program with
+ * a handler without it handles EINTR anyway).
+ */
+static bool handlers_restart(void)
+{
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+
+		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) < 0)
+			continue;
+		if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
+			return false;
+	}
+	return true;
+}
+
 /* Sleeps on the TCP fd without the lock, at most cap_ms if cap_ms > 0.
  * Returns 0, -EAGAIN on the SO_*TIMEO deadline, or -EINTR. */
 static int sleep_capped(struct shim_sock *s, int fd, short events, long long deadline, int cap_ms)
 {
-	struct pollfd p = { .fd = fd, .events = events };
+	/* The handshake's messages wake us too: a program blocked in a call
+	 * moves its upgrade on while it waits, not only when bytes come. The
+	 * rendezvous fd may close meanwhile (another thread's call ends the
+	 * handshake): a wake-up for nothing, looked at again under the lock. */
+	int rv = s->rv_fd >= 0 ? s->rv_fd : s->rv_listen_fd;
+	struct pollfd p[2] = { { .fd = fd, .events = events }, { .fd = rv, .events = POLLIN } };
 	int slice = slice_until(deadline), rc;
 
 	if (deadline >= 0 && slice == 0)
@@ -119,7 +145,7 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 	if (cap_ms > 0 && slice > cap_ms)
 		slice = cap_ms;
 	pthread_mutex_unlock(&s->lock);
-	rc = REAL(poll)(&p, 1, slice);
+	rc = REAL(poll)(p, rv >= 0 ? 2 : 1, slice);
 	if (rc == 0 && slice == IO_SLEEP_SLICE_MS)
 		SHIM_TRACE(SHIM_TRACE_DEBUG, "wait.slice_expired", fd, NULL, SHIM_REASON_NONE,
 			   "\"events\":%d,\"rx\":%d,\"tx\":%d", events, s->rx_dir, s->tx_dir);
@@ -130,6 +156,9 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 	 * copy if close() made one (io_fd), else end as on a closed socket. */
 	if (fd != s->tcp_keep && s->tcp_keep < 0 && shim_fd_get_acquire(fd) != s)
 		return -EBADF;
+	/* No deadline means no SO_*TIMEO for this direction. */
+	if (rc == -EINTR && deadline < 0 && handlers_restart())
+		rc = 0;
 	return rc == -EINTR ? -EINTR : 0;
 }
 
