@@ -53,6 +53,12 @@ uint32_t fnv(uint32_t h, const unsigned char *p, size_t n);
 int run_step(int i);	  /* returns the next step index */
 int do_sync(char *out, size_t cap);
 
+/* driver_proc.c */
+void do_threads2(int i, struct step *st);
+int do_fork(int i, int pass); /* returns the next step index */
+void do_alarm(struct step *st);
+void await_upgrade(void);
+
 /* driver_wait.c */
 int wait_step(int i, struct step *st); /* 1 if the step was a wait step */
 void revents_str(char *out, size_t cap, unsigned ev);
