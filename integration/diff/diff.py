@@ -105,7 +105,11 @@ def run_once(lines, mode, timeout=None):
                 f.write("\n".join(sc) + "\n")
         env = {k: v for k, v in os.environ.items() if not k.startswith("RDMASHIM_") and k != "LD_PRELOAD"}
         if mode != "plain":
-            env.update(LD_PRELOAD=LIB, RDMASHIM_PORTS=str(port), RDMASHIM_TRANSPORTS=mode)
+            # A connection starts its upgrade at its first data call however
+            # young (as in lib.sh): the scenarios test the switch and what runs
+            # over it; a scenario's own "env" line wins.
+            env.update(LD_PRELOAD=LIB, RDMASHIM_PORTS=str(port), RDMASHIM_TRANSPORTS=mode,
+                       RDMASHIM_UPGRADE_AFTER_MS="0")
             if mode == "shm":
                 env.update(RDMASHIM_TRACE="info", RDMASHIM_TRACE_FILE=os.path.join(d, "trace.%p.jsonl"))
             for kv in env_extra:
@@ -418,6 +422,7 @@ def main():
     # A timeout's SIGTERM unwinds like an exception: the ends and the
     # scratch directory go with us.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    sys.stdout.reconfigure(line_buffering=True)  # progress shows in a log file as it comes
     if not os.path.exists(DRIVER) or not os.path.exists(LIB):
         print("not ok - not built: %s / %s (run make)" % (DRIVER, LIB))
         return 1
