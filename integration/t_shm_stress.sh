@@ -30,6 +30,7 @@ need_built "$STRESS"
 need_cmd python3
 
 BYTES=${STRESS_BYTES:-1G}
+MIN_BYTES=$(numfmt --from=iec "$BYTES") || { echo "STRESS_BYTES=$BYTES is no size"; exit 1; }
 SEED=${STRESS_SEED:-1}
 TMO=$((CMD_TIMEOUT - 20))
 
@@ -80,7 +81,7 @@ run_pair() {
     local total
     total=$(awk '$1 == "stress:" && $2 == "OK" { s = $4; r = $5; sub("sent=", "", s); sub("recv=", "", r); print s + r }' \
       <<<"$line")
-    check "$label: at least 1 GiB moved in total (${total:-?} bytes)" test "${total:-0}" -ge $((1 << 30))
+    check "$label: at least $BYTES moved in total (${total:-?} bytes)" test "${total:-0}" -ge "$MIN_BYTES"
   fi
   check "$label: nothing on client stderr" test ! -s "$WORK/$label-client.err"
   check "$label: nothing on server stderr" test ! -s "$WORK/$label-server.err"

@@ -116,7 +116,11 @@ static bool handlers_restart(void)
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction sa;
 
-		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) < 0)
+		/* A fault (SEGV, BUS, FPE, ILL) comes from the faulting thread's
+		 * own instruction, never to a thread asleep in poll: its handler
+		 * (a crash reporter, a sanitizer's) says nothing about restarts. */
+		if (sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE ||
+		    sig == SIGILL || sigaction(sig, NULL, &sa) < 0)
 			continue;
 		if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
 			return false;
@@ -146,12 +150,13 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 		slice = cap_ms;
 	pthread_mutex_unlock(&s->lock);
 	rc = REAL(poll)(p, rv >= 0 ? 2 : 1, slice);
+	rc = rc < 0 ? -errno : rc;
+	pthread_mutex_lock(&s->lock);
+	s->sleepers--;
+	/* Under the lock: another thread may switch rx_dir or tx_dir meanwhile. */
 	if (rc == 0 && slice == IO_SLEEP_SLICE_MS)
 		SHIM_TRACE(SHIM_TRACE_DEBUG, "wait.slice_expired", fd, NULL, SHIM_REASON_NONE,
 			   "\"events\":%d,\"rx\":%d,\"tx\":%d", events, s->rx_dir, s->tx_dir);
-	rc = rc < 0 ? -errno : 0;
-	pthread_mutex_lock(&s->lock);
-	s->sleepers--;
 	/* The program closed the fd while we slept: carry on with our own
 	 * copy if close() made one (io_fd), else end as on a closed socket. */
 	if (fd != s->tcp_keep && s->tcp_keep < 0 && shim_fd_get_acquire(fd) != s)
@@ -476,6 +481,13 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 
 	shim_sock_hold(s);
 	pthread_mutex_lock(&s->lock);
+	/* Urgent data: the receiver keeps its byte out of the stream (or, with
+	 * SO_OOBINLINE, in it), which our byte counts can not know; such a
+	 * connection stays on TCP. Once moved, the bytes go as plain data. */
+	if (unlikely(flags & MSG_OOB) && !s->pinned && !s->closed)
+		shim_upgrade_pin_tcp(s, fd, SHIM_REASON_BYPASS);
+	if (s->tx_dir != SHIM_DIR_TCP)
+		flags &= ~MSG_OOB;
 	nonblock |= s->nonblocking;
 	deadline = deadline_after(s->snd_timeout_ms);
 	do {
@@ -527,7 +539,18 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			shim_frames_drain(s, fd);
 		if (!s->wr_shut && (ch->ops->peer_rx_gone(ch) || s->rx_tcp_eof) && !s->peer_gone_told) {
 			/* TCP takes the first write after the peer closed (the
-			 * reset comes back later) and fails the next ones. */
+			 * reset comes back later) and fails the next ones. A
+			 * peer that went with our bytes unread was reset by its
+			 * kernel at once: that write fails ECONNRESET. */
+			if (ch->ops->tx_unread && ch->ops->tx_unread(ch)) {
+				/* What this call moved counts; the reset is the
+				 * next call's, as the kernel reports it once. */
+				if (done)
+					break;
+				s->peer_gone_told = true;
+				rc = -ECONNRESET;
+				break;
+			}
 			s->peer_gone_told = true;
 			done = total;
 			break;

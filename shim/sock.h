@@ -66,6 +66,7 @@ struct shim_sock {
 	enum shim_reason reason;
 	struct shim_tuple tuple;
 	pid_t owner_pid; /* process that created this entry */
+	unsigned long long born_ns; /* when it was tracked (shim_now_ns) */
 	/* Guards everything below; never held across a blocking wait. */
 	pthread_mutex_t lock;
 
@@ -79,6 +80,7 @@ struct shim_sock {
 	bool peer_gone_told; /* a write after the peer closed was taken (io.c) */
 	bool closed;         /* the last reference went: channel released */
 	bool closing;        /* the program closed its last fd (close.c) */
+	bool pinned;         /* must stay on TCP: used where the shim can not see */
 	bool aborted;        /* the peer broke the protocol: the connection was
 			      * ended as by a reset; calls fail ECONNRESET */
 	int tcp_keep;        /* our dup of the socket, made when the program closed
