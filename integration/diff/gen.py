@@ -66,8 +66,7 @@ class Gen:
 
     def send_step(self, n, big):
         r = self.r
-        m = r.choice(["send", "write", "writev", "sendmsg", "sendfile", "sendfile_null", "send_nosig"] +
-                     ([] if self.avoid else ["splicein"]))
+        m = r.choice(["send", "write", "writev", "sendmsg", "sendfile", "sendfile_null", "send_nosig", "splicein"])
         if m == "writev":
             return "writev %d %d" % (n, r.randint(1, 8))
         if m == "sendmsg":
@@ -94,7 +93,7 @@ class Gen:
             pass
         elif how < 0.6:
             self.add(o, "drain %d" % total)
-        elif how < 0.75 and not self.avoid:
+        elif how < 0.75:
             self.add(o, "spliceout %d" % total)
         elif how < 0.9:
             self.add(o, "recv %d waitall" % total)
