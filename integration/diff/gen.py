@@ -156,7 +156,7 @@ class Gen:
             self.add(o, "rcvtimeo 70")
             self.add(o, r.choice(["recv 10", "read 10", "recvmsg 10"]))
             self.add(o, "rcvtimeo 0")
-        elif k < 0.94 and not self.avoid:
+        elif k < 0.94:
             lw = r.choice([1, 2, 100, 5000])
             self.add(o, "rcvlowat %d" % lw)
             self.add(o, r.choice(["poll in 0", "select in 0", "fionread"]))
