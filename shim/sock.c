@@ -377,6 +377,8 @@ void shim_sock_on_setsockopt(int fd, int level, int name, const void *val, sockl
 		sock->rcv_timeout_ms = timeval_ms(val, len);
 	else if (level == SOL_SOCKET && name == SO_SNDTIMEO)
 		sock->snd_timeout_ms = timeval_ms(val, len);
+	else if (level == SOL_SOCKET && name == SO_RCVLOWAT && len >= sizeof(int))
+		sock->rcv_lowat = *(const int *)val;
 	pthread_mutex_unlock(&sock->lock);
 	shim_sock_put(sock);
 	/* Urgent bytes join the stream at a place only the kernel knows: the

@@ -538,7 +538,7 @@ static void c_give_up(struct shim_sock *s, int fd, enum shim_reason reason)
 
 /* S's SWITCH_AT: S committed (its direction moves at that offset, or
  * stays on TCP); ours follows the same way. */
-static void c_read_switch_at(struct shim_sock *s, int fd, unsigned long long now)
+static void c_read_switch_at(struct shim_sock *s, int fd)
 {
 	union {
 		struct shim_msg_switch_at at;
@@ -546,18 +546,11 @@ static void c_read_switch_at(struct shim_sock *s, int fd, unsigned long long now
 	} msg;
 	ssize_t n = shim_rv_recv(s->rv_fd, &msg, sizeof(msg), NULL);
 
-	if (n == -EAGAIN) {
-		if (now < s->deadline_ns)
-			return;
-		/* S may commit this very moment: after SHUT_RD its SWITCH_AT
-		 * fails at its end, unless it got in just before. */
-		REAL(shutdown)(s->rv_fd, SHUT_RD);
-		n = shim_rv_recv(s->rv_fd, &msg, sizeof(msg), NULL);
-		if (n <= 0) {
-			c_give_up(s, fd, SHIM_REASON_TIMEOUT);
-			return;
-		}
-	}
+	/* No deadline here: S is a verified shim that reads our ACCEPT at its
+	 * next call on the connection; until then the connection is idle at
+	 * its end, and waiting costs only the ring's pages. */
+	if (n == -EAGAIN)
+		return;
 	if (n <= 0 || shim_msg_check(&msg, (size_t)n) != SHIM_MSG_SWITCH_AT) {
 		c_give_up(s, fd, n <= 0 ? SHIM_REASON_PEER_CLOSED : SHIM_REASON_HANDSHAKE_MALFORMED);
 		return;
@@ -714,7 +707,7 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 		c_read_offer(s, fd, now);
 		break;
 	case SHIM_PHASE_C_ACCEPTED:
-		c_read_switch_at(s, fd, now);
+		c_read_switch_at(s, fd);
 		break;
 	case SHIM_PHASE_S_RETRY:
 		if (now >= s->next_try_ns)
