@@ -104,6 +104,7 @@ void shim_frames_drain(struct shim_sock *s, int fd)
 		if (n < 0) {
 			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
 				s->rx_tcp_reset = errno == ECONNRESET;
+				s->rx_reset_seen |= s->rx_tcp_reset;
 				drain_eof(s); /* reset: the peer is gone */
 			}
 			return;

@@ -463,7 +463,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			rc = -ECONNRESET;
 			break;
 		}
-		if (s->rx_tcp_reset && !ch->ops->rx_eof(ch)) {
+		if (s->rx_tcp_reset) {
 			/* Reset, not closed: the kernel reports that, once. */
 			s->rx_tcp_reset = false;
 			rc = -ECONNRESET;
@@ -559,7 +559,8 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			break;
 		if (s->bells_owed && s->rx_dir == SHIM_DIR_CHAN)
 			shim_frames_drain(s, fd);
-		if (!s->wr_shut && (ch->ops->peer_rx_gone(ch) || s->rx_tcp_eof) && !s->peer_gone_told) {
+		if (!s->wr_shut && !s->rx_tcp_reset && !s->rx_reset_seen &&
+		    (ch->ops->peer_rx_gone(ch) || s->rx_tcp_eof) && !s->peer_gone_told) {
 			/* TCP takes the first write after the peer closed (the
 			 * reset comes back later) and fails the next ones. A
 			 * peer that went with our bytes unread was reset by its
@@ -575,6 +576,13 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			}
 			s->peer_gone_told = true;
 			done = total;
+			break;
+		}
+		if (s->rx_tcp_reset && !s->wr_shut) {
+			/* The peer's reset, not yet reported: this send's error. */
+			s->rx_tcp_reset = false;
+			s->peer_gone_told = true;
+			rc = -ECONNRESET;
 			break;
 		}
 		if (s->wr_shut || ch->ops->peer_rx_gone(ch) || s->rx_tcp_eof) {
@@ -679,6 +687,9 @@ int shim_io_shutdown(struct shim_sock *s, int fd, int how)
 	if (wr && s->tx_dir == SHIM_DIR_TCP && REAL(shutdown)(fd, SHUT_WR) < 0)
 		rc = -errno;
 	if (rc == 0 && rd) {
+		/* No direction starts towards a reader that is gone: the peer's
+		 * SWITCH frame would reach a socket that reads nothing more. */
+		shim_upgrade_stop_for_close(s, fd);
 		s->rd_shut = true;
 		if (s->rx_dir != SHIM_DIR_TCP && s->chan)
 			s->chan->ops->shutdown_rx(s->chan);
@@ -774,6 +785,9 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 			mask |= POLLIN;
 		if (s->chan->ops->rx_eof(s->chan) || s->rx_tcp_eof || s->rd_shut)
 			mask |= POLLIN | POLLRDHUP;
+		/* The peer's FIN, with its last bytes still unread. */
+		if (s->chan->ops->rx_fin && s->chan->ops->rx_fin(s->chan))
+			mask |= POLLRDHUP;
 	} else if (s->rx_tcp_eof) {
 		mask |= POLLIN | POLLRDHUP;
 	}
@@ -783,11 +797,10 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 	} else if (tx_ready(s) || s->wr_shut || s->rx_tcp_eof) {
 		mask |= POLLOUT;
 	}
-	if (s->rx_tcp_eof && (s->tx_dir != SHIM_DIR_CHAN || s->chan->ops->peer_rx_gone(s->chan) ||
-			      s->wr_shut))
-		mask |= POLLHUP;
-	/* Both directions shut here: the kernel says POLLHUP for that too. */
-	if (s->rd_shut && s->wr_shut)
+	/* POLLHUP as the kernel's: both directions shut (the peer's FIN or
+	 * our SHUT_RD, and our SHUT_WR), or a reset; a peer's close alone is
+	 * POLLRDHUP. */
+	if ((s->rx_tcp_eof || s->rd_shut) && s->wr_shut)
 		mask |= POLLHUP;
 	/* The peer reset the connection (its TCP said so under the bells). */
 	if (s->rx_tcp_reset)

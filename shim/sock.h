@@ -78,6 +78,7 @@ struct shim_sock {
 	bool rd_shut, wr_shut;
 	bool rx_tcp_eof;
 	bool rx_tcp_reset;   /* that end came as a reset (ECONNRESET), reported once */
+	bool rx_reset_seen;  /* ... and stays a reset: later sends fail EPIPE at once */
 	bool peer_gone_told; /* a write after the peer closed was taken (io.c) */
 	bool closed;         /* the last reference went: channel released */
 	bool closing;        /* the program closed its last fd (close.c) */
