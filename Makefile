@@ -64,6 +64,11 @@ $(BUILD)/progs/%: integration/progs/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -o $@ $< -lpthread
 
+# The hostile RDMA peer speaks the shim's wire (shim/rdma_wire.h) itself.
+$(BUILD)/progs/hostile_rdma: integration/progs/hostile_rdma.c shim/rdma_wire.h shim/wire.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -Ishim -o $@ $< -lrdmacm -libverbs
+
 $(STRESS): $(STRESS_SRCS) integration/stress/stress.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -o $@ $(STRESS_SRCS) -lpthread

@@ -55,6 +55,7 @@
 #include "real.h"
 #include "stats.h"
 #include "trace.h"
+#include "rdma_post.h"
 #include "upgrade.h"
 
 /* 4.096 us * 2^17 = 537 ms per try, 8 tries: a dead peer shows as a failed
@@ -63,6 +64,7 @@
  * lifetime and was about a second per try on rxe; shorter tries than these
  * gave up under QEMU TCG load, where a VM can stall for 100 ms. */
 #define ACK_TIMEOUT 17
+#define RETRY_COUNT 7
 #define SQ_DEPTH 64
 #define CQ_DEPTH (SQ_DEPTH + SHIM_RDMA_RQ_DEPTH + 8)
 #define WANT_INLINE 64
@@ -123,6 +125,17 @@ static int qp_to(struct rdma_conn *c, enum ibv_qp_state st)
 			attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 			mask |= IBV_QP_ACCESS_FLAGS;
 		}
+		if (st == IBV_QPS_RTS) {
+			/* Our retries are ours to bound, whatever the peer's CM
+			 * message asked for (rdma_cm takes them from it). RNR: an
+			 * honest peer never runs out of receives (we send no more
+			 * immediates than it credited), so the first RNR NAK fails
+			 * the WR at once: 7 would mean retry forever, and a peer
+			 * posting no receives would stall us in rdma_wait_seq(). */
+			attr.rnr_retry = 0;
+			attr.retry_cnt = RETRY_COUNT;
+			mask |= IBV_QP_RNR_RETRY | IBV_QP_RETRY_CNT;
+		}
 		rc = -ibv_modify_qp(c->qp, &attr, mask);
 	}
 	SHIM_TRACE(rc ? SHIM_TRACE_WARN : SHIM_TRACE_DEBUG, "qp.state", c->fd, &c->sock->tuple, SHIM_REASON_NONE,
@@ -144,12 +157,26 @@ static int make_qp(struct rdma_conn *c)
 		return -ENOMEM;
 	/* Before RTS, whose attributes rdma_init_qp_attr computes from it. */
 	rdma_set_option(c->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof(timeout));
-	if (c->slot.chunk && c->pd != pd)
+	if (c->slot.chunk && c->pd != pd) {
+		if (c->mr)
+			ibv_dereg_mr(c->mr);
+		c->mr = NULL;
 		shim_mrpool_put(&c->slot);
+	}
 	if (!c->slot.chunk) {
 		rc = shim_mrpool_get(pd, slot_bytes, &c->slot);
 		if (rc < 0)
 			return rc;
+	}
+	if (!c->mr) {
+		/* The peer's window into our memory: this connection's control
+		 * page and receive ring, nothing else (the pool's chunk MR
+		 * grants local access only). One registration per connection,
+		 * of ring_bytes + 4 KiB already faulted in. */
+		c->mr = ibv_reg_mr(pd, c->slot.addr, SHIM_RDMA_CTL_BYTES + c->ring_bytes,
+				   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+		if (!c->mr)
+			return -errno;
 	}
 	c->pd = pd;
 	shim_rdma_chan_init(c);
@@ -203,7 +230,7 @@ static void fill_hello(const struct rdma_conn *c, struct shim_rdma_hello *h, uin
 	h->order = 0x0102;
 	memcpy(h->nonce, nonce, SHIM_NONCE_LEN);
 	h->addr = htobe64((uint64_t)(uintptr_t)c->slot.addr);
-	h->rkey = htobe32(c->slot.rkey);
+	h->rkey = htobe32(c->mr->rkey);
 	h->ring_bytes = htobe32(c->ring_bytes);
 }
 
@@ -237,8 +264,9 @@ static void conn_param(struct rdma_conn *c, struct rdma_conn_param *p, const voi
 	/* WRITEs and SENDs only: no RDMA READ or atomics either way. */
 	p->responder_resources = 0;
 	p->initiator_depth = 0;
-	p->retry_count = 7;
-	p->rnr_retry_count = 7; /* receives are posted before RTR, and credited */
+	/* What we ask of the peer; our own QP is set in qp_to() regardless. */
+	p->retry_count = RETRY_COUNT;
+	p->rnr_retry_count = 0; /* receives are posted before RTR, and credited */
 	p->qp_num = c->qp->qp_num;
 }
 
@@ -531,34 +559,62 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 	}
 }
 
-/* ---- after the QP is connected: offsets ---- */
+/* ---- after the QP is connected: offsets and the proof ---- */
 
-static void decide_tx(struct shim_sock *s, int fd, struct rdma_conn *c)
+/*
+ * Our direction's decision, sent as SWITCH_AT: C makes it at once (it is
+ * the first to switch, and posts nothing until S proved itself); S makes
+ * it only once its rx read C's SWITCH frame with nonce_S (C is proved), or
+ * when C said its direction stays on TCP (then no proof can come, and S
+ * stays too).
+ */
+static void decide_tx(struct shim_sock *s, int fd, struct rdma_conn *c, bool stay)
 {
-	bool stay = s->wr_shut;
-	int rc = shim_rdma_send_switch_at(c, s->tx_tcp_bytes, stay);
+	int rc;
 
 	c->tx_decided = true;
-	if (rc < 0) {
-		/* The peer may or may not have our offset: make that visible
-		 * rather than risk a silently corrupted stream. */
-		SHIM_TRACE(SHIM_TRACE_ERROR, "rdma.switch_at_failed", fd, &s->tuple, SHIM_REASON_INTERNAL_ERROR,
-			   "\"errno\":%d", -rc);
-		REAL(shutdown)(fd, SHUT_RDWR);
+	if (c->broken) {
+		/* Nothing was sent: the peer learns no offset from us and reads
+		 * our TCP plainly. */
 		return;
 	}
+	rc = shim_rdma_send_switch_at(c, s->tx_tcp_bytes, stay);
+	if (rc < 0) {
+		/* Our direction stays on TCP. Had the peer got the offset
+		 * anyway, it finds our plain bytes where our SWITCH frame would
+		 * be and reads on (rx.switch_refused): only that frame, with
+		 * its random nonce, ever moves a direction. */
+		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.switch_at_failed", fd, &s->tuple, SHIM_REASON_CHAN_FAILED,
+			   "\"errno\":%d", -rc);
+		return;
+	}
+	c->tx_switched = !stay;
 	if (!stay)
 		shim_upgrade_switch_tx(s, fd);
 }
 
-static void finish(struct shim_sock *s, int fd, struct rdma_conn *c)
+/* The peer's SWITCH_AT: where its direction moves (or that it stays). */
+static void learn_rx(struct shim_sock *s, int fd, struct rdma_conn *c)
 {
+	c->rx_learned = true;
 	if (c->peer_no_switch) {
 		SHIM_TRACE(SHIM_TRACE_WARN, "upgrade.half", fd, &s->tuple, SHIM_REASON_SHUTDOWN,
 			   "\"transport\":\"rdma\"");
-	} else if (shim_upgrade_learn_rx_switch(s, fd, c->peer_at) < 0) {
-		REAL(shutdown)(fd, SHUT_RDWR);
+		return;
 	}
+	if (shim_upgrade_learn_rx_switch(s, fd, c->peer_at) == 0)
+		return;
+	if (!c->tx_switched) {
+		/* An offset behind what we read: a liar, and our direction has
+		 * not moved, so nothing is lost by staying on TCP. */
+		rdma_violation(c, "switch_at_behind", c->peer_at);
+		return;
+	}
+	REAL(shutdown)(fd, SHUT_RDWR);
+}
+
+static void finish(struct shim_sock *s, int fd, struct rdma_conn *c)
+{
 	s->phase = SHIM_PHASE_DONE;
 	c->done = true;
 	shim_stats_count(SHIM_REASON_UPGRADED);
@@ -566,6 +622,36 @@ static void finish(struct shim_sock *s, int fd, struct rdma_conn *c)
 		   "\"role\":\"%s\",\"transport\":\"rdma\",\"ring_bytes\":%u,\"max_inline\":%u,\"huge\":%s",
 		   s->role == SHIM_ROLE_CLIENT ? "client" : "server", c->ring_bytes, c->max_inline,
 		   shim_mrpool_slot_huge(&c->slot) ? "true" : "false");
+}
+
+/* RDMA_CONNECTED: offsets both ways, then the proof. */
+static void connected(struct shim_sock *s, int fd, struct rdma_conn *c)
+{
+	if (!c->tx_decided) {
+		if (s->role == SHIM_ROLE_CLIENT)
+			decide_tx(s, fd, c, s->wr_shut);
+		else if (c->peer_at_known && c->peer_no_switch)
+			decide_tx(s, fd, c, true);
+		else if (c->broken || shim_rdma_tx_proved(c))
+			decide_tx(s, fd, c, s->wr_shut);
+	}
+	if (c->peer_at_known && !c->rx_learned)
+		learn_rx(s, fd, c);
+	if (c->tx_switched && !c->broken && c->rx_learned && c->peer_no_switch)
+		/* C switched, S stays on TCP: S can never prove itself, so our
+		 * staged bytes go on TCP behind a RESUME (failover.c). */
+		shim_rdma_unproven(c, "peer_stays_on_tcp");
+	if (c->tx_switched && shim_rdma_tx_release(c) < 0)
+		SHIM_TRACE(SHIM_TRACE_DEBUG, "rdma.release_failed", fd, &s->tuple, SHIM_REASON_NONE, NULL);
+	if (c->broken && !c->tx_switched && s->rx_dir == SHIM_DIR_TCP && !s->rx_switch_known) {
+		/* Nothing moved either way: drop the channel, stay on TCP. */
+		rdma_fail(s, fd, c->violated ? SHIM_REASON_PEER_VIOLATION : SHIM_REASON_UNPROVEN_PEER);
+		return;
+	}
+	/* Done when both decisions are known and nothing waits for the
+	 * proof; a broken channel is the failover's from here. */
+	if (c->broken || (c->tx_decided && c->rx_learned && (!c->tx_switched || c->proved)))
+		finish(s, fd, c);
 }
 
 static void check_deadline(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now)
@@ -656,10 +742,7 @@ void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 		check_deadline(s, fd, c, now);
 		return;
 	}
-	if (!c->tx_decided)
-		decide_tx(s, fd, c);
-	if (c->peer_at_known)
-		finish(s, fd, c);
+	connected(s, fd, c);
 }
 
 /* The first steps, once the process is warm (s->deadline_ns restarted). */

@@ -38,7 +38,11 @@
 	X(RDMA_INHERITED, "rdma_inherited",                                                     \
 	  "the process was forked after its parent set up RDMA; the child stays on TCP/shm") \
 	X(CHAN_FAILED, "chan_failed", "the side channel failed: the stream resumed on TCP")      \
-	X(RESUME_FAILED, "resume_failed", "the channel failed where no resume is possible: reset")
+	X(RESUME_FAILED, "resume_failed", "the channel failed where no resume is possible: reset") \
+	X(PEER_VIOLATION, "peer_violation",                                                     \
+	  "the peer wrote a value outside the bounds this end set: the channel ends")           \
+	X(UNPROVEN_PEER, "unproven_peer",                                                       \
+	  "the side-channel peer did not prove it owns the TCP connection in time")
 
 enum shim_reason {
 #define SHIM_REASON_ENUM(id, name, text) SHIM_REASON_##id,

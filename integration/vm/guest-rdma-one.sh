@@ -8,10 +8,11 @@
 #   process is not blocked by the RDMA warm-up (warm), fork-per-connection
 #   workers warm up and upgrade by themselves (forkconn); then a plain
 #   client (no shim) against a shim server, which must stay on TCP byte for
-#   byte.
+#   byte; then a hostile RDMA peer and a rendezvous squatter against a shim
+#   server (hostile, in guest-rdma-hostile.sh).
 # Prints TAP-like "ok - " / "not ok - " lines; exits 1 if any check failed.
 #
-# RDMA_ONLY=stress|failover|redis|iperf3|sockperf|wakeup|warm|forkconn|peerdeath|plain (space
+# RDMA_ONLY=stress|failover|redis|iperf3|sockperf|wakeup|warm|forkconn|peerdeath|plain|hostile (space
 # or comma separated) runs a subset.
 # RDMA_TRACE=debug for the whole handshake in the dumped traces.
 set -uo pipefail
@@ -22,7 +23,7 @@ ROOT=$(cd "$here/../.." && pwd)
 LIB=$ROOT/build/lib/librdmashim.so
 PROGS=$ROOT/build/progs
 addr=192.168.77.1
-only=${RDMA_ONLY:-stress failover redis iperf3 sockperf wakeup warm forkconn peerdeath plain}
+only=${RDMA_ONLY:-stress failover redis iperf3 sockperf wakeup warm forkconn peerdeath plain hostile}
 only=${only//,/ }
 T=/tmp/rdma-one
 n_ok=0 n_fail=0
@@ -366,6 +367,11 @@ if wanted plain; then
   n=$(cat "$T/plain"/trace.*.jsonl | grep '"upgrade.fail"' | grep -c '"reason":"peer_no_shim"' || true)
   check "plain: the server gave up with peer_no_shim, on TCP all along ($n of 2)" test "$n" -eq 2
   echo "   plain: server outcomes: $(cat "$T/plain"/trace.*.jsonl | grep -o '"event":"upgrade.fail"[^}]*"reason":"[a-z_]*"' | grep -o '"reason":"[a-z_]*"' | sort | uniq -c | tr '\n' ' ')"
+fi
+
+if wanted hostile; then
+  # shellcheck source=guest-rdma-hostile.sh
+  . "$here/guest-rdma-hostile.sh"
 fi
 
 if [[ -n ${RDMA_EVENTS:-} ]]; then
