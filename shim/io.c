@@ -320,6 +320,9 @@ static int finish_rx_switch(struct shim_sock *s, int fd)
 		if (!s->fo_started) {
 			shim_upgrade_release(s);
 			shim_upgrade_fail(s, fd, SHIM_REASON_SWITCH_MISMATCH);
+			/* Still ours to watch: an epoll set may hold this fd in
+			 * its switched registration until it sees it on TCP. */
+			__atomic_store_n(&s->intercept, true, __ATOMIC_RELAXED);
 		}
 		return 1;
 	}
@@ -656,9 +659,13 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 	if (s->rx_dir == SHIM_DIR_TCP && (p.revents & POLLIN) && shim_upgrade_rx_pending(s))
 		shim_upgrade_progress(s, fd);
 	if (s->rx_dir == SHIM_DIR_SWITCHING) {
+		short in = p.revents & POLLIN;
+
 		p.revents &= (short)~POLLIN;
 		if (finish_rx_switch(s, fd) < 0)
 			mask |= POLLERR;
+		else if (s->rx_dir == SHIM_DIR_TCP)
+			p.revents |= in; /* refused: those bytes are the program's */
 	}
 	if (s->rx_dir == SHIM_DIR_TCP) {
 		mask |= p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR);
