@@ -481,11 +481,19 @@ static void rdma_shutdown_rx(struct shim_chan *ch)
 
 /* ---- failure ---- */
 
+/* A channel the peer broke the rules of is not resumed: the caller resets
+ * the connection (rdma_violated). */
 static bool rdma_failed(const struct shim_chan *ch)
 {
 	const struct rdma_conn *c = conn_of(ch);
 
-	return __atomic_load_n(&c->broken, __ATOMIC_RELAXED) && !rdma_peer_finished(c);
+	return __atomic_load_n(&c->broken, __ATOMIC_RELAXED) && !__atomic_load_n(&c->violated, __ATOMIC_RELAXED) &&
+	       !rdma_peer_finished(c);
+}
+
+static bool rdma_violated(const struct shim_chan *ch)
+{
+	return __atomic_load_n(&conn_of(ch)->violated, __ATOMIC_RELAXED);
 }
 
 static void rdma_fail(struct shim_chan *ch)
@@ -642,6 +650,7 @@ const struct shim_transport_ops shim_rdma_ops = {
 	.shutdown_rx = rdma_shutdown_rx,
 	.destroy = rdma_destroy,
 	.arm_grace = true,
+	.violated = rdma_violated,
 	.failed = rdma_failed,
 	.fail = rdma_fail,
 	.rx_offset = rdma_rx_offset,

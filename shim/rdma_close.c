@@ -73,12 +73,18 @@ void shim_rdma_release(struct shim_sock *s)
 		shim_rdma_forget_inherited(s);
 		return;
 	}
-	if (c->installed && c->tx_switched && !c->proved && c->tx_posted != c->tx_tail && fd_is_ours(s, c->fd)) {
-		/* Closed with bytes still waiting for the peer's proof: they
-		 * go on TCP behind a RESUME, as the kernel would still send
-		 * them after close (flushed below, bounded). */
-		shim_rdma_unproven(c, "closed_unproven");
-		shim_failover_progress(s, c->fd);
+	if (c->installed && c->tx_switched && c->tx_posted != c->tx_tail) {
+		/* Closed with bytes still waiting for the peer's proof. If it
+		 * came meanwhile (close reads the peer's SWITCH frame), they
+		 * are posted and the teardown waits for them; if not, they go
+		 * on TCP behind a RESUME, as the kernel would still send them
+		 * after close (flushed below, bounded). */
+		if (shim_rdma_tx_proved(c))
+			shim_rdma_tx_release(c);
+		else if (fd_is_ours(s, c->fd)) {
+			shim_rdma_unproven(c, "closed_unproven");
+			shim_failover_progress(s, c->fd);
+		}
 	}
 	flush_before_close(s, c->fd);
 	s->rdma = NULL;

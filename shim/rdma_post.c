@@ -12,7 +12,6 @@
 #include <endian.h>
 #include <rdma/rdma_cma.h>
 
-#include "stats.h"
 #include "trace.h"
 
 #define SQ_SIGNAL_EVERY 16
@@ -63,8 +62,8 @@ void rdma_violation(struct rdma_conn *c, const char *why, unsigned long long val
 {
 	if (__atomic_load_n(&c->violated, __ATOMIC_RELAXED))
 		return;
+	/* Counted where the connection ends (conn.abort or upgrade.fail). */
 	__atomic_store_n(&c->violated, true, __ATOMIC_RELAXED);
-	shim_stats_count(SHIM_REASON_PEER_VIOLATION);
 	SHIM_TRACE(SHIM_TRACE_ERROR, "rdma.violation", c->fd, c->sock ? &c->sock->tuple : NULL,
 		   SHIM_REASON_PEER_VIOLATION, "\"why\":\"%s\",\"value\":%llu", why, value);
 	rdma_mark_broken(c, "violation", 0);

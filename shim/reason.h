@@ -40,7 +40,8 @@
 	X(CHAN_FAILED, "chan_failed", "the side channel failed: the stream resumed on TCP")      \
 	X(RESUME_FAILED, "resume_failed", "the channel failed where no resume is possible: reset") \
 	X(PEER_VIOLATION, "peer_violation",                                                     \
-	  "the peer wrote a value outside the bounds this end set: the channel ends")           \
+	  "the peer wrote a value outside the protocol's bounds (cursor, immediate, credit, frame)") \
+	X(RATE_LIMITED, "rate_limited", "too many refused rendezvous attempts: some were not looked at") \
 	X(UNPROVEN_PEER, "unproven_peer",                                                       \
 	  "the side-channel peer did not prove it owns the TCP connection in time")
 
