@@ -5,7 +5,7 @@
  * guest script checks the victim (alive, traced the violation, still
  * serving byte-exact) and these reports.
  *
- *   hostile_rdma --host H --port P --mode imm|head|recvs|norecv [--timeout S]
+ *   hostile_rdma --host H --port P --mode imm|head|recvs|norecv [--linger S] [--timeout S]
  *   hostile_rdma --host H --mode squat --ports A-B [--timeout S]
  *
  * Lies (modes imm, head, recvs, norecv): it connects over TCP to a shim
@@ -18,8 +18,10 @@
  *   recvs   sets the server's tx_peer_recvs to 2^40, then 100 bytes
  *   norecv  posts no receive after the switch, sets the server's armed
  *           word, then 100 bytes: the echo's immediate meets no receive
- * and prints "hostile: lie sent", then for 2 s counts the bytes the server
- * announces on our ring ("hostile: ring bytes N after the lie").
+ * and prints "hostile: lie sent", then for --linger seconds (default 2) keeps
+ * the connection (no DREQ that would end a victim's wait early) and counts
+ * the bytes the server announces on our ring ("hostile: ring bytes N after
+ * the lie").
  *
  * Squatter (mode squat): binds rdma_cm listeners at H on every port of
  * A-B before a real client does (the scenario narrows the kernel's
@@ -57,6 +59,7 @@
 
 static const char *mode;
 static int version = SHIM_RDMA_VERSION;
+static int linger_s = 2;
 
 static void die(const char *what)
 {
@@ -383,7 +386,7 @@ static int lie(const char *host, int port, int timeout)
 	printf("hostile: lie sent (%s)\n", mode);
 	fflush(stdout);
 	uint64_t before = p.ring_in;
-	double end = now_s() + 2;
+	double end = now_s() + linger_s;
 
 	while (now_s() < end) {
 		uint8_t sink[4096];
@@ -470,6 +473,8 @@ int main(int argc, char **argv)
 			ports = argv[i + 1];
 		else if (!strcmp(argv[i], "--timeout"))
 			timeout = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--linger"))
+			linger_s = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--version"))
 			version = atoi(argv[i + 1]);
 		else
@@ -482,7 +487,7 @@ int main(int argc, char **argv)
 	    (!strcmp(mode, "imm") || !strcmp(mode, "head") || !strcmp(mode, "recvs") || !strcmp(mode, "norecv")))
 		return lie(host, port, timeout);
 usage:
-	fprintf(stderr, "usage: hostile_rdma --host H --port P --mode imm|head|recvs|norecv [--timeout S]\n"
+	fprintf(stderr, "usage: hostile_rdma --host H --port P --mode imm|head|recvs|norecv [--linger S] [--timeout S]\n"
 			"       hostile_rdma --host H --mode squat --ports A-B [--timeout S]\n");
 	return 2;
 }

@@ -41,7 +41,10 @@ done
 
 for m in imm head recvs norecv; do
   rc=0
-  timeout 60 "$PROGS/hostile_rdma" --host "$addr" --port "$port" --mode "$m" --timeout 30 \
+  # norecv keeps its connection 9 s after the lie: a victim that waited for
+  # the RNR retries (endless at rnr_retry 7) would wait until then.
+  linger=2; [[ $m == norecv ]] && linger=9
+  timeout 60 "$PROGS/hostile_rdma" --host "$addr" --port "$port" --mode "$m" --linger "$linger" --timeout 30 \
     > "$T/hostile.$m" 2>&1 &
   hpid=$!
   for ((i = 0; i < 300; i++)); do
@@ -52,7 +55,8 @@ for m in imm head recvs norecv; do
   if [[ $m == norecv ]]; then
     # Right after the lie the victim echoes into a ring with no receive
     # posted: a plain client's whole echo must not wait for that (with
-    # endless RNR retries it waited 10 s under the victim's socket lock).
+    # endless RNR retries it waited, under the victim's socket lock, until
+    # its 10 s bound or the peer's DREQ).
     t0=$(date +%s%N)
     rc2=0
     timeout 30 "$PROGS/echo_client" --host "$addr" --port "$port" --bytes 64K --timeout 9 \
