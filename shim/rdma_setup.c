@@ -219,6 +219,9 @@ static void drop_qp(struct rdma_conn *c)
 		ibv_destroy_cq(c->cq);
 		c->cq = NULL;
 	}
+	/* The next QP starts with its own receives: the peer checks the
+	 * count we report against the queue depth. */
+	c->recv_posted = c->recv_reported = 0;
 }
 
 static void fill_hello(const struct rdma_conn *c, struct shim_rdma_hello *h, uint8_t type, const uint8_t *nonce)
