@@ -26,7 +26,7 @@ tally_vm() {
 }
 
 rc=0
-RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-280} timeout 290 "$ROOT/integration/vm/rxe-vm.sh" \
+RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-520} timeout 530 "$ROOT/integration/vm/rxe-vm.sh" \
   "$ROOT/integration/vm/guest-rdma-one.sh" </dev/null >"$WORK/vm.out" 2>&1 || rc=$?
 grep -vE '^\[ *[0-9]+\.[0-9]+\] ' "$WORK/vm.out"
 tally_vm "$WORK/vm.out"

@@ -2,7 +2,8 @@
 # t_shm_close_answer: the HTTP/1.0 shape, both ends under the shim with
 # RDMASHIM_TRANSPORTS=shm. The server (two prefork workers) reads a request,
 # writes its answer and closes at once; the client (4 threads) reads until
-# EOF and checks every byte. Answers of 100 B, 5 KB and 300 KB, 300
+# EOF and checks every byte. Every other request waits 2 ms before its
+# answer, so that upgrades complete before, during and after the answer. Answers of 100 B, 5 KB and 300 KB, 300
 # connections each. Over TCP every answer arrives whole, then EOF; under the
 # shim too: no reset, no short answer (a close once left the peer's SWITCH
 # frame unread in the socket, and the kernel reset the connection, dropping
@@ -19,7 +20,7 @@ for answer in 100 5000 300000; do
   vars=(RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_TRACE=info
     RDMASHIM_TRACE_FILE="$dir/trace.%p.jsonl")
   start_bg "serve$answer" shim "${vars[@]}" "$PROGS/close_answer" serve --port "$port" \
-    --conns "$CONNS" --answer "$answer" --workers 2
+    --conns "$CONNS" --answer "$answer" --workers 2 --delay-us 2000
   pid=$BG_PID
   wait_ready "serve$answer" >/dev/null || not_ok "answer $answer: server ready"
   got=$(with_shim "${vars[@]}" "$PROGS/close_answer" fetch --port "$port" --conns "$CONNS" \

@@ -128,7 +128,12 @@ static bool handlers_restart(void)
  * Returns 0, -EAGAIN on the SO_*TIMEO deadline, or -EINTR. */
 static int sleep_capped(struct shim_sock *s, int fd, short events, long long deadline, int cap_ms)
 {
-	struct pollfd p = { .fd = fd, .events = events };
+	/* The handshake's messages wake us too: a program blocked in a call
+	 * moves its upgrade on while it waits, not only when bytes come. The
+	 * rendezvous fd may close meanwhile (another thread's call ends the
+	 * handshake): a wake-up for nothing, looked at again under the lock. */
+	int rv = s->rv_fd >= 0 ? s->rv_fd : s->rv_listen_fd;
+	struct pollfd p[2] = { { .fd = fd, .events = events }, { .fd = rv, .events = POLLIN } };
 	int slice = slice_until(deadline), rc;
 
 	if (deadline >= 0 && slice == 0)
@@ -140,7 +145,7 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 	if (cap_ms > 0 && slice > cap_ms)
 		slice = cap_ms;
 	pthread_mutex_unlock(&s->lock);
-	rc = REAL(poll)(&p, 1, slice);
+	rc = REAL(poll)(p, rv >= 0 ? 2 : 1, slice);
 	if (rc == 0 && slice == IO_SLEEP_SLICE_MS)
 		SHIM_TRACE(SHIM_TRACE_DEBUG, "wait.slice_expired", fd, NULL, SHIM_REASON_NONE,
 			   "\"events\":%d,\"rx\":%d,\"tx\":%d", events, s->rx_dir, s->tx_dir);
@@ -501,6 +506,13 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 
 	shim_sock_hold(s);
 	pthread_mutex_lock(&s->lock);
+	/* Urgent data: the receiver keeps its byte out of the stream (or, with
+	 * SO_OOBINLINE, in it), which our byte counts can not know; such a
+	 * connection stays on TCP. Once moved, the bytes go as plain data. */
+	if (unlikely(flags & MSG_OOB) && !s->pinned && !s->closed)
+		shim_upgrade_pin_tcp(s, fd, SHIM_REASON_BYPASS);
+	if (s->tx_dir != SHIM_DIR_TCP)
+		flags &= ~MSG_OOB;
 	nonblock |= s->nonblocking;
 	deadline = deadline_after(s->snd_timeout_ms);
 	do {
@@ -552,7 +564,18 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			shim_frames_drain(s, fd);
 		if (!s->wr_shut && (ch->ops->peer_rx_gone(ch) || s->rx_tcp_eof) && !s->peer_gone_told) {
 			/* TCP takes the first write after the peer closed (the
-			 * reset comes back later) and fails the next ones. */
+			 * reset comes back later) and fails the next ones. A
+			 * peer that went with our bytes unread was reset by its
+			 * kernel at once: that write fails ECONNRESET. */
+			if (ch->ops->tx_unread && ch->ops->tx_unread(ch)) {
+				/* What this call moved counts; the reset is the
+				 * next call's, as the kernel reports it once. */
+				if (done)
+					break;
+				s->peer_gone_told = true;
+				rc = -ECONNRESET;
+				break;
+			}
 			s->peer_gone_told = true;
 			done = total;
 			break;

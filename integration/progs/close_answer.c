@@ -3,12 +3,13 @@
  * answer and closes at once; the client sends its request and reads until
  * EOF. Over TCP the client gets every byte, then EOF, every time.
  *
- *   close_answer serve --port P --conns N --answer BYTES [--workers W]
+ *   close_answer serve --port P --conns N --answer BYTES [--workers W] [--delay-us D]
  *   close_answer fetch --port P --conns N --answer BYTES [--parallel K]
  *
  * serve prints "READY <port>" once listening, serves N connections (each
  * worker process takes its share with accept on the shared listener), then
- * exits 0. The answer is a pattern of BYTES bytes that depends on the
+ * exits 0. With --delay-us, every other request waits D us before its
+ * answer. The answer is a pattern of BYTES bytes that depends on the
  * request's sequence number.
  * fetch runs N connections (K at a time, one thread each), checks each
  * answer's length and every byte, and prints one line:
@@ -31,8 +32,9 @@
 
 #define REQ_BYTES 64
 
-static int port, conns, parallel = 4, workers = 1;
+static int port, conns, parallel = 4, workers = 1, delay_us;
 static size_t answer_bytes;
+static unsigned seq_hint;
 static int next_conn, n_ok, n_short, n_reset, n_other;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -58,6 +60,10 @@ static int serve_one(int lfd)
 			break;
 		got += (size_t)n;
 	}
+	/* Think a moment, as servers do, on every other request: the upgrade
+	 * then meets the answer at every stage. */
+	if (delay_us && (seq_hint++ & 1))
+		usleep((useconds_t)delay_us);
 	if (got == sizeof(req) && sscanf(req, "GET %u", &seq) == 1) {
 		ans = malloc(answer_bytes);
 		for (size_t i = 0; i < answer_bytes; i++)
@@ -189,6 +195,8 @@ int main(int argc, char **argv)
 			answer_bytes = strtoul(argv[i + 1], NULL, 0);
 		else if (!strcmp(argv[i], "--parallel"))
 			parallel = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--delay-us"))
+			delay_us = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--workers"))
 			workers = atoi(argv[i + 1]);
 		else

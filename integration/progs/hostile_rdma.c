@@ -28,8 +28,8 @@
  * ephemeral range to A-B), so the real client's rendezvous is taken and the
  * real server reaches us. It answers OFFERs, sends SWITCH_AT(0) and counts
  * the bytes the server announces on our ring: "hostile: squat accepted K,
- * ring bytes N" at the end (--timeout). A server that waits for the proof
- * sends us nothing.
+ * ring bytes N" at the end (--timeout, or once every server it caught
+ * disconnected). A server that waits for the proof sends us nothing.
  *
  * Exit status: 0 when the lie (or, for squat, the listeners) went out, 1 on
  * a setup failure (reported), 2 on usage.
@@ -407,7 +407,7 @@ static int squat(const char *host, const char *ports, int timeout)
 	struct rdma_event_channel *ec = rdma_create_event_channel();
 	struct rdma_cm_id *lid[MAX_SQUAT];
 	struct peer *peers = calloc(MAX_SQUAT, sizeof(*peers));
-	int lo, hi, n = 0, accepted = 0;
+	int lo, hi, n = 0, accepted = 0, gone = 0;
 	uint64_t total = 0;
 	double end = now_s() + timeout;
 
@@ -432,6 +432,8 @@ static int squat(const char *host, const char *ports, int timeout)
 			struct rdma_cm_id *id = ev->id;
 			enum rdma_cm_event_type e = ev->event;
 
+			if (e == RDMA_CM_EVENT_DISCONNECTED)
+				gone++;
 			if (e == RDMA_CM_EVENT_CONNECT_REQUEST && accepted < MAX_SQUAT) {
 				struct peer *p = &peers[accepted++];
 
@@ -450,6 +452,9 @@ static int squat(const char *host, const char *ports, int timeout)
 		}
 		for (int i = 0; i < accepted; i++)
 			reap(&peers[i], true);
+		/* Every victim we caught gave up on us: nothing more comes. */
+		if (accepted && gone >= accepted)
+			break;
 	}
 	for (int i = 0; i < accepted; i++)
 		total += peers[i].ring_in;
