@@ -91,6 +91,7 @@ struct rdma_conn {
 	struct ibv_qp *qp;
 	struct shim_mr_slot slot;
 	struct ibv_mr *mr; /* remote access to the ctl page and rx ring only */
+	unsigned long long mr_reg_ns; /* what registering it took (traced) */
 	struct shim_rdma_ctl *ctl;
 	uint8_t *rx_data, *tx_shadow;
 	uint32_t ring_bytes, mask;
@@ -139,6 +140,11 @@ struct rdma_conn {
 	int fd;
 	pid_t pid; /* the process that made it: only it may touch its objects */
 };
+
+/* rdma_setup.c: gives up before any direction moved (TCP stays). */
+void shim_rdma_give_up(struct shim_sock *s, int fd, enum shim_reason reason);
+/* rdma_switch.c: RDMA_CONNECTED, offsets both ways, then the proof. */
+void shim_rdma_connected(struct shim_sock *s, int fd, struct rdma_conn *c);
 
 /* rdma_chan.c */
 void shim_rdma_chan_init(struct rdma_conn *c);

@@ -10,23 +10,21 @@
  *
  * Trust unit: the host. The CM source IP check proves only that the OFFER
  * came from the TCP peer's host (RoCE itself trusts IP addresses, and any
- * process on that host with an RDMA device could send it); the nonces that
- * each end writes back in-band on TCP at its switch prove that the peer owns
- * the TCP connection itself, as for shm.
+ * process on that host with an RDMA device could send it). Who may receive
+ * our bytes is decided later, by the nonces (rdma_switch.c): an end posts
+ * nothing on the QP until the peer's in-band SWITCH frame carried the nonce
+ * this end sent only to its CM peer (shim/PROTOCOL.md, "Proof").
  *
- * Switch offsets travel as two-sided SENDs (SWITCH_AT), one each way, once
- * each end knows the other is committed: S after CONNECT_RESPONSE (it then
- * moves its QP to RTS and sends the RTU with rdma_establish), C after its
- * ESTABLISHED event (the RTU) or S's SWITCH_AT, whichever comes first. The
- * brief put C's offset into ACCEPT; but between rdma_accept and ESTABLISHED
- * the program may write more on TCP, so the offset would be stale. Sending
- * it after ESTABLISHED keeps the point of no return of upgrade.c: an end
- * switches its direction only after the SEND with its offset completed (the
- * peer's HCA ACKed it, its CQE is written), so the peer learns the offset
- * no later than the SWITCH frame's bytes can reach it: it polls its CQ in
- * progress after every TCP read while rx is pending. Before the RTU, S may
- * still give up (rdma_destroy_id REJects C), and C, which has not switched,
- * gives up too.
+ * Switch offsets travel as two-sided SENDs (SWITCH_AT), one each way: C's
+ * once its ESTABLISHED event (the RTU) or S's SWITCH_AT came, S's once C's
+ * SWITCH frame proved C. The brief put C's offset into ACCEPT; but between
+ * rdma_accept and ESTABLISHED the program may write more on TCP, so the
+ * offset would be stale. An end writes its SWITCH frame only after the SEND
+ * with its offset completed (the peer's HCA ACKed it, its CQE is written),
+ * so the peer learns the offset no later than the frame's bytes can reach
+ * it: it polls its CQ in progress after every TCP read while rx is
+ * pending. Before the RTU, S may still give up (rdma_destroy_id REJects
+ * C), and C, which has not switched, gives up too.
  *
  * Every wait is bounded (RDMASHIM_CM_TIMEOUT_MS per CM step) and none
  * blocks: the event channel is nonblocking and progressed from
@@ -173,10 +171,13 @@ static int make_qp(struct rdma_conn *c)
 		 * page and receive ring, nothing else (the pool's chunk MR
 		 * grants local access only). One registration per connection,
 		 * of ring_bytes + 4 KiB already faulted in. */
+		unsigned long long t0 = shim_now_ns();
+
 		c->mr = ibv_reg_mr(pd, c->slot.addr, SHIM_RDMA_CTL_BYTES + c->ring_bytes,
 				   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 		if (!c->mr)
 			return -errno;
+		c->mr_reg_ns = shim_now_ns() - t0;
 	}
 	c->pd = pd;
 	shim_rdma_chan_init(c);
@@ -281,7 +282,7 @@ static bool breaker_counts(enum shim_reason r)
 }
 
 /* Gives up before any direction moved: everything goes, TCP stays. */
-static void rdma_fail(struct shim_sock *s, int fd, enum shim_reason reason)
+void shim_rdma_give_up(struct shim_sock *s, int fd, enum shim_reason reason)
 {
 	struct rdma_conn *c = s->rdma;
 
@@ -329,7 +330,7 @@ static void c_listen(struct shim_sock *s, int fd, struct rdma_conn *c)
 		rc = rdma_listen(c->listen_id, 4) ? -errno : 0;
 	if (rc < 0) {
 		SHIM_TRACE(SHIM_TRACE_INFO, "rdma.listen_failed", fd, &s->tuple, SHIM_REASON_NONE, "\"errno\":%d", -rc);
-		rdma_fail(s, fd, rc == -EADDRINUSE ? SHIM_REASON_RENDEZVOUS_BUSY : SHIM_REASON_NO_RDMA_DEVICE);
+		shim_rdma_give_up(s, fd, rc == -EADDRINUSE ? SHIM_REASON_RENDEZVOUS_BUSY : SHIM_REASON_NO_RDMA_DEVICE);
 		return;
 	}
 	c->step = RDMA_C_LISTEN;
@@ -374,7 +375,7 @@ static void c_connect_request(struct shim_sock *s, int fd, struct rdma_conn *c, 
 	if (rc < 0) {
 		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.accept_failed", fd, &s->tuple, SHIM_REASON_NONE, "\"errno\":%d", -rc);
 		rdma_reject(child, NULL, 0);
-		rdma_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
+		shim_rdma_give_up(s, fd, SHIM_REASON_INTERNAL_ERROR);
 		return;
 	}
 	/* Installed for rx: S may switch as soon as it has sent its SWITCH_AT,
@@ -400,7 +401,7 @@ static void s_resolve(struct shim_sock *s, int fd, struct rdma_conn *c)
 				       (int)shim_cfg.cm_timeout_ms) ? -errno : 0;
 	if (rc < 0) {
 		SHIM_TRACE(SHIM_TRACE_INFO, "rdma.resolve_failed", fd, &s->tuple, SHIM_REASON_NONE, "\"errno\":%d", -rc);
-		rdma_fail(s, fd, rc == -ENODEV || rc == -EADDRNOTAVAIL ? SHIM_REASON_NO_RDMA_DEVICE
+		shim_rdma_give_up(s, fd, rc == -ENODEV || rc == -EADDRNOTAVAIL ? SHIM_REASON_NO_RDMA_DEVICE
 								     : SHIM_REASON_CM_UNREACHABLE);
 		return;
 	}
@@ -423,7 +424,7 @@ static void s_route_resolved(struct shim_sock *s, int fd, struct rdma_conn *c)
 	}
 	if (rc < 0) {
 		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.connect_failed", fd, &s->tuple, SHIM_REASON_NONE, "\"errno\":%d", -rc);
-		rdma_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
+		shim_rdma_give_up(s, fd, SHIM_REASON_INTERNAL_ERROR);
 		return;
 	}
 	c->step = RDMA_S_CONNECT;
@@ -444,7 +445,7 @@ static void s_connect_response(struct shim_sock *s, int fd, struct rdma_conn *c,
 		rc = rdma_establish(c->id) ? -errno : 0;
 	if (rc < 0) {
 		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.establish_failed", fd, &s->tuple, SHIM_REASON_NONE, "\"errno\":%d", -rc);
-		rdma_fail(s, fd, rc == -EPROTO ? SHIM_REASON_HANDSHAKE_MALFORMED : SHIM_REASON_INTERNAL_ERROR);
+		shim_rdma_give_up(s, fd, rc == -EPROTO ? SHIM_REASON_HANDSHAKE_MALFORMED : SHIM_REASON_INTERNAL_ERROR);
 		return;
 	}
 	shim_breaker_record(shim_breaker_global(), s->tuple.peer.addr, true, shim_breaker_now_ms());
@@ -458,7 +459,7 @@ static void s_connect_response(struct shim_sock *s, int fd, struct rdma_conn *c,
 static void s_retry(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now)
 {
 	if (now >= s->deadline_ns) {
-		rdma_fail(s, fd, SHIM_REASON_PEER_NO_SHIM);
+		shim_rdma_give_up(s, fd, SHIM_REASON_PEER_NO_SHIM);
 		return;
 	}
 	drop_qp(c);
@@ -525,25 +526,25 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 		 * and send the DREQ: look at the CQ once more before giving up. */
 		shim_rdma_reap(c);
 		if (!c->peer_at_known)
-			rdma_fail(s, fd, reason_of(e));
+			shim_rdma_give_up(s, fd, reason_of(e));
 		return;
 	case RDMA_S_ADDR:
 		if (e == RDMA_CM_EVENT_ADDR_RESOLVED) {
 			if (rdma_resolve_route(c->id, (int)shim_cfg.cm_timeout_ms)) {
-				rdma_fail(s, fd, SHIM_REASON_CM_UNREACHABLE);
+				shim_rdma_give_up(s, fd, SHIM_REASON_CM_UNREACHABLE);
 				return;
 			}
 			c->step = RDMA_S_ROUTE;
 			c->step_deadline_ns = now + (unsigned long long)shim_cfg.cm_timeout_ms * MS_NS;
 		} else {
-			rdma_fail(s, fd, reason_of(e));
+			shim_rdma_give_up(s, fd, reason_of(e));
 		}
 		return;
 	case RDMA_S_ROUTE:
 		if (e == RDMA_CM_EVENT_ROUTE_RESOLVED)
 			s_route_resolved(s, fd, c);
 		else
-			rdma_fail(s, fd, reason_of(e));
+			shim_rdma_give_up(s, fd, reason_of(e));
 		return;
 	case RDMA_S_CONNECT:
 		if (e == RDMA_CM_EVENT_CONNECT_RESPONSE)
@@ -551,7 +552,7 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 		else if (e == RDMA_CM_EVENT_REJECTED && ev->status == REJ_INVALID_SERVICE_ID)
 			s_retry(s, fd, c, now);
 		else
-			rdma_fail(s, fd, reason_of(e));
+			shim_rdma_give_up(s, fd, reason_of(e));
 		return;
 	case RDMA_WARMING:
 	case RDMA_S_RETRY:
@@ -562,108 +563,13 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 	}
 }
 
-/* ---- after the QP is connected: offsets and the proof ---- */
-
-/*
- * Our direction's decision, sent as SWITCH_AT: C makes it at once (it is
- * the first to switch, and posts nothing until S proved itself); S makes
- * it only once its rx read C's SWITCH frame with nonce_S (C is proved), or
- * when C said its direction stays on TCP (then no proof can come, and S
- * stays too).
- */
-static void decide_tx(struct shim_sock *s, int fd, struct rdma_conn *c, bool stay)
-{
-	int rc;
-
-	c->tx_decided = true;
-	if (c->broken) {
-		/* Nothing was sent: the peer learns no offset from us and reads
-		 * our TCP plainly. */
-		return;
-	}
-	rc = shim_rdma_send_switch_at(c, s->tx_tcp_bytes, stay);
-	if (rc < 0) {
-		/* Our direction stays on TCP. Had the peer got the offset
-		 * anyway, it finds our plain bytes where our SWITCH frame would
-		 * be and reads on (rx.switch_refused): only that frame, with
-		 * its random nonce, ever moves a direction. */
-		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.switch_at_failed", fd, &s->tuple, SHIM_REASON_CHAN_FAILED,
-			   "\"errno\":%d", -rc);
-		return;
-	}
-	c->tx_switched = !stay;
-	if (!stay)
-		shim_upgrade_switch_tx(s, fd);
-}
-
-/* The peer's SWITCH_AT: where its direction moves (or that it stays). */
-static void learn_rx(struct shim_sock *s, int fd, struct rdma_conn *c)
-{
-	c->rx_learned = true;
-	if (c->peer_no_switch) {
-		SHIM_TRACE(SHIM_TRACE_WARN, "upgrade.half", fd, &s->tuple, SHIM_REASON_SHUTDOWN,
-			   "\"transport\":\"rdma\"");
-		return;
-	}
-	if (shim_upgrade_learn_rx_switch(s, fd, c->peer_at) == 0)
-		return;
-	if (!c->tx_switched) {
-		/* An offset behind what we read: a liar, and our direction has
-		 * not moved, so nothing is lost by staying on TCP. */
-		rdma_violation(c, "switch_at_behind", c->peer_at);
-		return;
-	}
-	REAL(shutdown)(fd, SHUT_RDWR);
-}
-
-static void finish(struct shim_sock *s, int fd, struct rdma_conn *c)
-{
-	s->phase = SHIM_PHASE_DONE;
-	c->done = true;
-	shim_stats_count(SHIM_REASON_UPGRADED);
-	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.done", fd, &s->tuple, SHIM_REASON_UPGRADED,
-		   "\"role\":\"%s\",\"transport\":\"rdma\",\"ring_bytes\":%u,\"max_inline\":%u,\"huge\":%s",
-		   s->role == SHIM_ROLE_CLIENT ? "client" : "server", c->ring_bytes, c->max_inline,
-		   shim_mrpool_slot_huge(&c->slot) ? "true" : "false");
-}
-
-/* RDMA_CONNECTED: offsets both ways, then the proof. */
-static void connected(struct shim_sock *s, int fd, struct rdma_conn *c)
-{
-	if (!c->tx_decided) {
-		if (s->role == SHIM_ROLE_CLIENT)
-			decide_tx(s, fd, c, s->wr_shut);
-		else if (c->peer_at_known && c->peer_no_switch)
-			decide_tx(s, fd, c, true);
-		else if (c->broken || shim_rdma_tx_proved(c))
-			decide_tx(s, fd, c, s->wr_shut);
-	}
-	if (c->peer_at_known && !c->rx_learned)
-		learn_rx(s, fd, c);
-	if (c->tx_switched && !c->broken && c->rx_learned && c->peer_no_switch)
-		/* C switched, S stays on TCP: S can never prove itself, so our
-		 * staged bytes go on TCP behind a RESUME (failover.c). */
-		shim_rdma_unproven(c, "peer_stays_on_tcp");
-	if (c->tx_switched && shim_rdma_tx_release(c) < 0)
-		SHIM_TRACE(SHIM_TRACE_DEBUG, "rdma.release_failed", fd, &s->tuple, SHIM_REASON_NONE, NULL);
-	if (c->broken && !c->tx_switched && s->rx_dir == SHIM_DIR_TCP && !s->rx_switch_known) {
-		/* Nothing moved either way: drop the channel, stay on TCP. */
-		rdma_fail(s, fd, c->violated ? SHIM_REASON_PEER_VIOLATION : SHIM_REASON_UNPROVEN_PEER);
-		return;
-	}
-	/* Done when both decisions are known and nothing waits for the
-	 * proof; a broken channel is the failover's from here. */
-	if (c->broken || (c->tx_decided && c->rx_learned && (!c->tx_switched || c->proved)))
-		finish(s, fd, c);
-}
-
 static void check_deadline(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now)
 {
 	if (now < c->step_deadline_ns)
 		return;
 	switch (c->step) {
 	case RDMA_C_LISTEN:
-		rdma_fail(s, fd, SHIM_REASON_PEER_NO_SHIM);
+		shim_rdma_give_up(s, fd, SHIM_REASON_PEER_NO_SHIM);
 		return;
 	case RDMA_C_ACCEPTED:
 		/* Stop any SWITCH_AT still in flight from completing, then
@@ -671,12 +577,12 @@ static void check_deadline(struct shim_sock *s, int fd, struct rdma_conn *c, uns
 		shim_rdma_qp_error(c);
 		shim_rdma_reap(c);
 		if (!c->peer_at_known)
-			rdma_fail(s, fd, SHIM_REASON_CM_TIMEOUT);
+			shim_rdma_give_up(s, fd, SHIM_REASON_CM_TIMEOUT);
 		return;
 	case RDMA_S_ADDR:
 	case RDMA_S_ROUTE:
 	case RDMA_S_CONNECT:
-		rdma_fail(s, fd, SHIM_REASON_CM_TIMEOUT);
+		shim_rdma_give_up(s, fd, SHIM_REASON_CM_TIMEOUT);
 		return;
 	default:
 		return;
@@ -745,7 +651,7 @@ void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 		check_deadline(s, fd, c, now);
 		return;
 	}
-	connected(s, fd, c);
+	shim_rdma_connected(s, fd, c);
 }
 
 /* The first steps, once the process is warm (s->deadline_ns restarted). */
@@ -753,7 +659,7 @@ static void begin(struct shim_sock *s, int fd, struct rdma_conn *c)
 {
 	c->ec = rdma_create_event_channel();
 	if (!c->ec || REAL(fcntl)(c->ec->fd, F_SETFL, REAL(fcntl)(c->ec->fd, F_GETFL) | O_NONBLOCK) < 0) {
-		rdma_fail(s, fd, SHIM_REASON_NO_RDMA_DEVICE);
+		shim_rdma_give_up(s, fd, SHIM_REASON_NO_RDMA_DEVICE);
 		return;
 	}
 	REAL(fcntl)(c->ec->fd, F_SETFD, FD_CLOEXEC);
@@ -772,9 +678,9 @@ static void warm_wait(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned
 		s->deadline_ns = now + (unsigned long long)shim_cfg.upgrade_timeout_ms * MS_NS;
 		begin(s, fd, c);
 	} else if (shim_rdma_warm_verdict(st) != SHIM_REASON_NONE) {
-		rdma_fail(s, fd, shim_rdma_warm_verdict(st));
+		shim_rdma_give_up(s, fd, shim_rdma_warm_verdict(st));
 	} else if (now >= c->step_deadline_ns) {
-		rdma_fail(s, fd, SHIM_REASON_RDMA_WARMING);
+		shim_rdma_give_up(s, fd, SHIM_REASON_RDMA_WARMING);
 	}
 }
 
