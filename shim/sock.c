@@ -133,6 +133,7 @@ static struct shim_sock *sock_new(enum shim_role role, enum shim_sock_state stat
 	sock->state = state;
 	sock->tuple = *tuple;
 	sock->owner_pid = getpid();
+	sock->born_ns = shim_now_ns();
 	sock->rv_listen_fd = -1;
 	sock->rv_fd = -1;
 	sock->tcp_keep = -1;
@@ -447,6 +448,8 @@ void shim_sock_on_setsockopt(int fd, int level, int name, const void *val, sockl
 		sock->rcv_timeout_ms = timeval_ms(val, len);
 	else if (name == SO_SNDTIMEO)
 		sock->snd_timeout_ms = timeval_ms(val, len);
+	else if (name == SO_RCVLOWAT && len >= sizeof(int))
+		sock->rcv_lowat = *(const int *)val;
 	else if (name == SO_OOBINLINE && len >= sizeof(int) && *(const int *)val)
 		/* Urgent bytes join the stream at a place only the kernel
 		 * knows: the byte counts that place a switch would be off. */

@@ -34,11 +34,13 @@ not_ok() { n_fail=$((n_fail + 1)); echo "not ok - $*"; }
 check() { local m=$1; shift; if "$@"; then ok "$m"; else not_ok "$m"; fi; }
 wanted() { [[ " $only " == *" $1 "* ]]; }
 
-# shim NAME PORT CMD...: CMD under the shim, tracing into $T/NAME/.
+# shim NAME PORT CMD...: CMD under the shim, tracing into $T/NAME/. The
+# handshake starts at the first data call, however young the connection (as
+# integration/lib.sh does; the default policy is t_shm_short_policy's).
 shim() {
   local name=$1 port=$2; shift 2
   mkdir -p "$T/$name"
-  env RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=rdma RDMASHIM_TRACE="${RDMA_TRACE:-info}" \
+  env RDMASHIM_UPGRADE_AFTER_MS=0 RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=rdma RDMASHIM_TRACE="${RDMA_TRACE:-info}" \
       RDMASHIM_TRACE_FILE="$T/$name/trace.%p.jsonl" LD_PRELOAD="$LIB" "$@"
 }
 
