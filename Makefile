@@ -44,10 +44,13 @@ TEST_PROGS  := $(patsubst integration/progs/%.c,$(BUILD)/progs/%,$(wildcard inte
 # The stress tool is several files (integration/stress/), so it has a rule of its own.
 STRESS      := $(BUILD)/progs/stress
 STRESS_SRCS := $(wildcard integration/stress/*.c)
+# The differential driver (integration/diff/) is several files as well.
+DIFF_DRIVER := $(BUILD)/progs/diff_driver
+DIFF_SRCS   := $(wildcard integration/diff/*.c)
 
-.PHONY: all deps test unit unit-bins integration demo bench install clean asan tsan test-asan test-tsan
+.PHONY: all deps test unit unit-bins integration demo bench install clean asan tsan test-asan test-tsan soak-diff
 
-all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS)
+all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS) $(DIFF_DRIVER)
 
 $(BUILD)/obj/shim/%.o: shim/%.c
 	@mkdir -p $(dir $@)
@@ -88,6 +91,10 @@ $(STRESS): $(STRESS_SRCS) integration/stress/stress.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -o $@ $(STRESS_SRCS) -lpthread
 
+$(DIFF_DRIVER): $(DIFF_SRCS) integration/diff/driver.h
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -MMD -MP,$(CFLAGS_COMMON)) -o $@ $(DIFF_SRCS) -lpthread
+
 deps:
 	@tools/install-deps.sh
 
@@ -113,6 +120,10 @@ asan tsan:
 test-asan test-tsan: all
 	$(MAKE) $(@:test-%=%)
 	@tests/sanitize.sh $(@:test-%=%)
+
+# The differential harness's random scenarios for DIFF_SOAK_S seconds (default 3600).
+soak-diff: all
+	@unshare -n bash -c 'ip link set lo up; DIFF_SOAK=1 integration/diff/diff.py soak --budget $${DIFF_SOAK_S:-3600}'
 
 demo: deps
 	$(MAKE) all
