@@ -29,7 +29,7 @@ LDLIBS_SHIM   := -ldl -lpthread -lrdmacm -libverbs
 # core that the unit tests link against.
 SHIM_CORE := config tuple reason trace fdtable sock sockfd socklife atfork real stats wire ring shm diag rendezvous frames failover upgrade close bypass io io_calls \
              wait epoll \
-             breaker mrpool rdma_dev rdma_post rdma_chan rdma_setup rdma_close
+             breaker mrpool rdma_dev rdma_post rdma_chan rdma_setup rdma_switch rdma_close
 SHIM_HOOKS := init interpose_socket interpose_io interpose_poll interpose_proc interpose_bypass
 CORE_OBJS := $(SHIM_CORE:%=$(BUILD)/obj/shim/%.o)
 HOOK_OBJS := $(SHIM_HOOKS:%=$(BUILD)/obj/shim/%.o)
@@ -81,6 +81,11 @@ $(BUILD)/tests/%: tests/%.c $(CORE)
 $(BUILD)/progs/%: integration/progs/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -o $@ $< -lpthread
+
+# The hostile RDMA peer speaks the shim's wire (shim/rdma_wire.h) itself.
+$(BUILD)/progs/hostile_rdma: integration/progs/hostile_rdma.c shim/rdma_wire.h shim/wire.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -Ishim -o $@ $< -lrdmacm -libverbs
 
 $(STRESS): $(STRESS_SRCS) integration/stress/stress.h
 	@mkdir -p $(dir $@)

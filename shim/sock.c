@@ -305,16 +305,28 @@ void shim_sock_on_fcntl_setfl(int fd, int flags)
 int shim_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
 	struct shim_sock *sock;
-	int v;
+	int v = -1;
 
-	/* The shim sets TCP_NODELAY for its bells; the program sees its own. */
-	if (level != IPPROTO_TCP || name != TCP_NODELAY || !val || !len || *len < sizeof(int))
+	if (!val || !len || *len < sizeof(int))
+		return 0;
+	if (!(level == SOL_SOCKET && name == SO_ERROR) && !(level == IPPROTO_TCP && name == TCP_NODELAY))
 		return 0;
 	sock = shim_sock_get(fd);
 	if (!sock)
 		return 0;
 	pthread_mutex_lock(&sock->lock);
-	v = sock->intercept ? sock->app_nodelay : -1;
+	if (sock->intercept && level == SOL_SOCKET) {
+		/* A reset the shim read under the bells took the kernel's
+		 * pending error: the program gets it here, once, as from the
+		 * kernel. */
+		if (sock->rx_tcp_reset)
+			v = ECONNRESET;
+		sock->rx_tcp_reset = false;
+	} else if (sock->intercept) {
+		/* The shim sets TCP_NODELAY for its bells; the program sees
+		 * its own. */
+		v = sock->app_nodelay;
+	}
 	pthread_mutex_unlock(&sock->lock);
 	shim_sock_put(sock);
 	if (v < 0)

@@ -48,8 +48,10 @@ case $KIND in
     WHERE=SHIM_PRELOAD_EXTRA
     STRESS_DEFAULT=1G
     DEFAULT_VARS=
+    # Not t_shm_http: curl itself hangs at start-up in setlocale's lock
+    # with libasan preloaded, with or without the shim.
     DEFAULT_SCENARIOS="t_passfd t_shm_security t_shm_plain_peers t_shm_shapes t_shm_stress t_shm_calls
-                       t_shm_close_answer t_redis t_shm_inetd t_sandboxed t_shm_http t_shm_peer_killed
+                       t_shm_close_answer t_redis t_shm_inetd t_sandboxed t_shm_peer_killed
                        t_concurrency"
     # Leaks: always in the unit tests; in the scenarios with SAN_LEAKS=1
     # only: the check at exit of a shimmed echo_client adds 0.4-0.5 s (the
