@@ -1,0 +1,254 @@
+#!/bin/bash
+# t_shm_hostile: a hostile peer of another user against root programs under
+# the shim (RDMASHIM_TRANSPORTS=shm). integration/progs/hostile_shm speaks
+# the documented protocol itself and lies in one field per run (ring indices,
+# sizes, seals, fds passed, truncated messages, frames, nonces, offsets).
+#   (a) fake client against a root echo_server (epoll shape, then threads):
+#       while a root shim client (echo_client, byte-checked) uses the same
+#       server, the attacker connects and lies. After each run: the server
+#       is alive, its fd count is back at its baseline, it does not spin (CPU
+#       over 1 s), it still serves a new client, and the attacker received
+#       no byte it did not write (hostile_shm classifies every echoed byte).
+#       Lies made after the switch must have reached a switched server
+#       (reached=yes), so that no check passes for want of an attack.
+#   (b) fake server against a root shim client (echo_client, 4 KiB rings,
+#       writes up to 1 MiB): the client must end by itself, not by a signal,
+#       within its timeout once the attacker is gone, and must not write
+#       outside its own ring (hostile_shm's "oob").
+#   (c) rendezvous flood: 4 processes of the other user connect in a loop to
+#       every @rdmashim1/ name of /proc/net/unix while a root shim client's
+#       upgrade is pending (its server has no shim); the client's rv.refused
+#       trace lines stay bounded and its bytes stay exact.
+# Run as root (it creates the user rdmashim-hostile if missing).
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+HOSTILE=$PROGS/hostile_shm
+need_built "$PROGS/echo_server" "$PROGS/echo_client" "$HOSTILE"
+[[ $(id -u) -eq 0 ]] || skip "needs root: the victims run as root, the attacker as another user"
+
+OTHER=rdmashim-hostile
+if ! id -u "$OTHER" >/dev/null 2>&1; then
+  timeout 20 useradd -r -M -s /usr/sbin/nologin "$OTHER" >/dev/null 2>&1 ||
+    timeout 20 useradd -M "$OTHER" >/dev/null 2>&1 || skip "useradd $OTHER failed"
+fi
+if command -v runuser >/dev/null 2>&1; then
+  AS_OTHER=(runuser -u "$OTHER" --)
+elif command -v setpriv >/dev/null 2>&1; then
+  AS_OTHER=(setpriv --reuid="$(id -u "$OTHER")" --regid="$(id -g "$OTHER")" --clear-groups --)
+else
+  skip "neither runuser nor setpriv"
+fi
+[[ $(timeout 10 "${AS_OTHER[@]}" id -u 2>/dev/null) == "$(id -u "$OTHER")" ]] || skip "can not run as $OTHER"
+log "attacker: $OTHER (uid $(id -u "$OTHER")) via ${AS_OTHER[0]}"
+TICKS=$(getconf CLK_TCK)
+# A victim that spins burns ~TICKS per second; an idle one next to nothing.
+SPIN_MAX=$((TICKS * 3 / 10))
+
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null; }
+fd_count() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
+result_of() { grep '^RESULT' "$1" | tail -n 1; }
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+# ---- (a) root servers ----
+VPORT= VPID= VTPID= VBASE= VN=0
+start_victim() {
+  local shape=$1 i
+  VN=$((VN + 1))
+  VPORT=$(free_port)
+  mkdir -p "$WORK/srv$VN"
+  start_bg "victim$VN" shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
+    RDMASHIM_TRACE=warn "RDMASHIM_TRACE_FILE=$WORK/srv$VN/trace.%p.jsonl" \
+    "$PROGS/echo_server" --shape "$shape" --bind 127.0.0.1 --port "$VPORT" --timeout 280
+  VTPID=$BG_PID
+  wait_ready "victim$VN" >/dev/null || { not_ok "$shape victim ready"; return 1; }
+  for ((i = 0; i < 50; i++)); do
+    VPID=$(pgrep -P "$VTPID" | head -n 1)
+    [[ -n $VPID ]] && break
+    sleep 0.02
+  done
+  # Warm up (the shim opens its trace file and netlink socket lazily), then
+  # the baseline.
+  legit "$shape warm-up" 256K || return 1
+  sleep 0.3
+  VBASE=$(fd_count "$VPID")
+  log "$shape victim pid $VPID port $VPORT: $VBASE fds at rest"
+}
+
+# legit LABEL BYTES: a root shim client, byte-checked, must succeed.
+legit() {
+  local out
+  out=$(with_shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
+    "$PROGS/echo_client" --port "$VPORT" --bytes "$2" --conns 2 --timeout 10 2>&1 | tail -n 1)
+  if [[ $out == OK* ]]; then ok "$1: a legitimate client is served ($out)"; return 0; fi
+  not_ok "$1: a legitimate client is served ($out)"
+  return 1
+}
+
+# after_attack LABEL: the server survived, leaks nothing, does not spin.
+after_attack() {
+  local label=$1 i n c0 c1
+  if ! kill -0 "$VPID" 2>/dev/null || [[ $(awk '{ print $3 }' "/proc/$VPID/stat" 2>/dev/null) == Z ]]; then
+    not_ok "$label: the server is alive"
+    tail -n 3 "$WORK/victim$VN.err" | sed 's/^/    | /'
+    wait "$VTPID" 2>/dev/null
+    log "server exit status $?"
+    return
+  fi
+  ok "$label: the server is alive"
+  for ((i = 0; i < 50; i++)); do
+    n=$(fd_count "$VPID")
+    ((n <= VBASE)) && break
+    sleep 0.1
+  done
+  check "$label: the server's fds are back at $VBASE after the attacker left (now $n)" test "$n" -le "$VBASE"
+  c0=$(cpu_ticks "$VPID")
+  sleep 1
+  c1=$(cpu_ticks "$VPID")
+  check "$label: the server does not spin once the attacker is gone ($((c1 - c0)) of $TICKS ticks in 1 s)" \
+    test $((c1 - c0)) -le "$SPIN_MAX"
+  legit "$label: after the attack" 256K
+}
+
+# attack_server MODE [HOSTILE OPTIONS...]
+attack_server() {
+  local mode=$1 label out res arc=0 lpid reached
+  shift
+  label="(a) $SHAPE server, $mode${*:+ $*}"
+  out=$WORK/a-$SHAPE-$mode${1:+-small}.out
+  # A fresh server per lie: one broken by a lie does not fail the next.
+  start_victim "$SHAPE" || return
+  # A legitimate connection is open while the attacker maps its ring.
+  start_bg "legit-$SHAPE-$mode" shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
+    "$PROGS/echo_client" --port "$VPORT" --bytes 2M --conns 2 --max-write 4K --timeout 10
+  lpid=$BG_PID
+  sleep 0.3
+  timeout -k 5 60 "${AS_OTHER[@]}" "$HOSTILE" --role client --connect "127.0.0.1:$VPORT" --mode "$mode" \
+    --seconds 1 "$@" >"$out" 2>&1 || arc=$?
+  res=$(result_of "$out")
+  echo "    $res"
+  reached=$(field reached "$res")
+  case $mode in
+    trunc | ctrunc | ring_size | ring_hdr | noseal | tiny) ;;
+    *) check "$label: the lie reached a switched server" test "$reached" = yes ;;
+  esac
+  check "$label: the attacker got back only bytes it wrote (exit $arc)" test "$arc" -eq 0
+  if [[ $mode == honest || $mode == extra_fds ]]; then
+    check "$label: the echo is exact" test "$(field good "$res")" = "$(field sent "$res")"
+  fi
+  if wait_bg "$lpid" 20; then
+    ok "$label: the concurrent legitimate client was served ($(tail -n 1 "$WORK/legit-$SHAPE-$mode.out"))"
+  else
+    not_ok "$label: the concurrent legitimate client was served ($(tail -n 1 "$WORK/legit-$SHAPE-$mode.out"))"
+  fi
+  after_attack "$label"
+  stop_bg "$VTPID"
+}
+
+SHAPE=epoll
+for m in honest tail_far tail_over head_ahead head_behind flip ring_size ring_hdr tiny noseal trunc ctrunc \
+         extra_fds resume garbage badnonce offset_huge; do
+  attack_server "$m"
+done
+# The attacker picks the ring size: a 4 KiB ring under the server's 64 KiB
+# reads (the over-read reaches the neighbouring mapping: the legitimate
+# connection's ring).
+for m in tail_far tail_over head_ahead flip; do
+  attack_server "$m" --ring 4096
+done
+SHAPE=threads
+attack_server honest
+attack_server tail_far --ring 4096
+attack_server ctrunc
+attack_server resume
+
+# ---- (b) a root client ----
+attack_client() {
+  local mode=$1 label port apid vpid rc=0 res i c0 c1
+  label="(b) client, $mode"
+  port=$(free_port)
+  start_bg "b-$mode-attacker" plain "${AS_OTHER[@]}" "$HOSTILE" --role server --listen "127.0.0.1:$port" \
+    --mode "$mode" --seconds 1
+  apid=$BG_PID
+  wait_ready "b-$mode-attacker" >/dev/null || { not_ok "$label: attacker ready"; stop_bg "$apid"; return; }
+  start_bg "b-$mode-victim" shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=4 \
+    "$PROGS/echo_client" --port "$port" --bytes 4M --max-write 1M --timeout 15
+  vpid=$BG_PID
+  wait_bg "$apid" 30 || true
+  res=$(result_of "$WORK/b-$mode-attacker.out")
+  echo "    $res"
+  # The attacker is gone: the client must finish by itself, promptly.
+  for ((i = 0; i < 50; i++)); do
+    kill -0 "$vpid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$vpid" 2>/dev/null; then
+    local p
+    p=$(pgrep -P "$vpid" | head -n 1)
+    c0=$(cpu_ticks "$p")
+    sleep 1
+    c1=$(cpu_ticks "$p")
+    not_ok "$label: the client ends within 5 s of the attacker's exit (still running, $((c1 - c0)) of $TICKS ticks in 1 s)"
+    stop_bg "$vpid"
+    rc=124
+  else
+    ok "$label: the client ends within 5 s of the attacker's exit"
+    wait_bg "$vpid" 5 || rc=$?
+  fi
+  echo "    client: $(tail -n 1 "$WORK/b-$mode-victim.out") (status $rc)"
+  check "$label: the client was not killed by a signal (status $rc)" test "$rc" -lt 124
+  check "$label: the lie reached a switched client" test "$(field reached "$res")" = yes
+  check "$label: the client wrote nothing outside its own ring (oob=$(field oob "$res"))" \
+    test "$(field oob "$res")" = 0
+  if [[ $mode == honest ]]; then
+    check "$label: the echo through the honest fake server is exact" \
+      grep -q '^OK ' "$WORK/b-$mode-victim.out"
+  fi
+}
+
+for m in honest tail_far tail_over head_ahead head_behind flip resume garbage badnonce offset_huge; do
+  attack_client "$m"
+done
+
+# ---- (c) rendezvous flood ----
+cat >"$WORK/pending.py" <<'PYEOF'
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+print("LOCAL %s:%d" % s.getsockname(), flush=True)
+got = 0
+end = time.time() + float(sys.argv[2])
+while time.time() < end:  # keeps making I/O calls while its upgrade is pending
+    s.sendall(b"x" * 100)
+    n = 0
+    while n < 100:
+        b = s.recv(100 - n)
+        if not b:
+            raise SystemExit("EOF")
+        n += len(b)
+    got += n
+    time.sleep(0.005)
+print("pending: %d bytes" % got, flush=True)
+PYEOF
+port=$(free_port)
+start_bg c-server plain "$PROGS/echo_server" --shape threads --bind 127.0.0.1 --port "$port" --timeout 60
+cspid=$BG_PID
+if wait_ready c-server >/dev/null; then
+  mkdir -p "$WORK/flood"
+  start_bg c-victim shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_TIMEOUT_MS=5000 \
+    RDMASHIM_TRACE=info "RDMASHIM_TRACE_FILE=$WORK/flood/trace.%p.jsonl" \
+    "$PYTHON" "$WORK/pending.py" "$port" 6
+  cvpid=$BG_PID
+  sleep 0.2
+  timeout -k 5 30 "${AS_OTHER[@]}" "$HOSTILE" --role flood --seconds 4 --procs 4 >"$WORK/flood.out" 2>&1
+  echo "    $(result_of "$WORK/flood.out")"
+  rc=0; wait_bg "$cvpid" 20 || rc=$?
+  check "(c) flood: the pending client carried on ($(tail -n 1 "$WORK/c-victim.out"), status $rc)" test "$rc" -eq 0
+  refused=$(cat "$WORK"/flood/trace.*.jsonl 2>/dev/null | grep -c '"rv.refused"')
+  connects=$(field connects "$(result_of "$WORK/flood.out")")
+  check "(c) flood: the attacker reached the rendezvous (${connects:-0} connects)" test "${connects:-0}" -gt 0
+  check "(c) flood: rv.refused trace lines bounded ($refused for ${connects:-0} connects; at most 64)" \
+    test "$refused" -le 64
+else
+  not_ok "(c) plain server ready"
+fi
+stop_bg "$cspid"
+
+finish
