@@ -577,8 +577,9 @@ static void pump(int memfd, int echo)
 			if (is_mode("flip"))
 				end = t + 1000;
 		}
+		/* An honest fake server echoes until its client is done. */
 		if (!lie_in_ring() && !lie_at && !end)
-			end = t + o.seconds * 1000LL;
+			end = t + (echo && is_mode("honest") ? 15000 : o.seconds * 1000LL);
 		if (is_mode("flip") && flipping && t >= end) {
 			flipping = 0;
 			pthread_join(flip_thread, NULL);
