@@ -34,16 +34,7 @@
 
 static void reset(struct shim_sock *s, int fd, const char *why)
 {
-	shim_stats_count(SHIM_REASON_RESUME_FAILED);
-	SHIM_TRACE(SHIM_TRACE_ERROR, "failover.reset", fd, &s->tuple, SHIM_REASON_RESUME_FAILED,
-		   "\"why\":\"%s\",\"tx\":%d,\"rx\":%d", why, s->tx_dir, s->rx_dir);
-	s->fo_started = true;
-	s->fo_tx_done = true;
-	free(s->fo_replay);
-	s->fo_replay = NULL;
-	REAL(shutdown)(fd, SHUT_RDWR);
-	s->rx_tcp_eof = true;
-	s->peer_gone_told = true; /* the next send fails at once */
+	shim_frames_abort(s, fd, SHIM_REASON_RESUME_FAILED, why);
 }
 
 static void start(struct shim_sock *s, int fd)

@@ -3,11 +3,13 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "real.h"
 #include "stats.h"
 #include "trace.h"
+#include "transport.h"
 #include "wire.h"
 
 int shim_frames_flush(struct shim_sock *s, int fd)
@@ -35,6 +37,27 @@ int shim_frames_queue(struct shim_sock *s, int fd, const void *frame, size_t len
 	memcpy(s->tcp_out + s->tcp_out_len, frame, len);
 	s->tcp_out_len += len;
 	return shim_frames_flush(s, fd);
+}
+
+void shim_frames_abort(struct shim_sock *s, int fd, enum shim_reason reason, const char *what)
+{
+	if (s->aborted)
+		return;
+	shim_stats_count(reason);
+	SHIM_TRACE(SHIM_TRACE_ERROR, "conn.abort", fd, &s->tuple, reason, "\"what\":\"%s\",\"tx\":%d,\"rx\":%d",
+		   what, s->tx_dir, s->rx_dir);
+	s->aborted = true;
+	if (s->chan && s->chan->ops->fail)
+		s->chan->ops->fail(s->chan);
+	s->fo_started = true;
+	s->fo_tx_done = true;
+	free(s->fo_replay);
+	s->fo_replay = NULL;
+	s->tcp_out_len = 0;
+	s->bells_owed = 0;
+	s->rx_tcp_eof = true;
+	s->peer_gone_told = true;
+	REAL(shutdown)(fd, SHUT_RDWR);
 }
 
 static bool is_bell(uint8_t b)
@@ -95,17 +118,17 @@ void shim_frames_drain(struct shim_sock *s, int fd)
 				return;
 			continue;
 		}
-		if (scratch[bells] == SHIM_FRAME_RESUME) {
+		/* A RESUME only where the channel can fail over: on one that can
+		 * not (shm), it is a lie, and taking it would stop the drain. */
+		if (scratch[bells] == SHIM_FRAME_RESUME && s->chan && s->chan->ops->fail) {
 			take_resume(s, fd);
 			return;
 		}
 		/* Not a frame of ours where one must start: someone else writes
 		 * into this stream. Reset rather than guess. */
-		shim_stats_count(SHIM_REASON_HANDSHAKE_MALFORMED);
-		SHIM_TRACE(SHIM_TRACE_ERROR, "frames.bad", fd, &s->tuple, SHIM_REASON_HANDSHAKE_MALFORMED,
+		SHIM_TRACE(SHIM_TRACE_ERROR, "frames.bad", fd, &s->tuple, SHIM_REASON_PEER_VIOLATION,
 			   "\"byte\":%u", scratch[bells]);
-		REAL(shutdown)(fd, SHUT_RDWR);
-		drain_eof(s);
+		shim_frames_abort(s, fd, SHIM_REASON_PEER_VIOLATION, "frame");
 		return;
 	}
 }

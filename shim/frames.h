@@ -25,6 +25,12 @@ void shim_frames_drain(struct shim_sock *s, int fd);
  * when it does not match, -ECONNRESET on EOF before it completed. */
 int shim_frames_read_switch(struct shim_sock *s, int fd);
 
+/* The peer broke the protocol (a frame, a ring cursor, an offset out of
+ * bounds): ends the connection as a reset would. TCP is shut both ways,
+ * the channel carries nothing more, and every later call on the fd fails
+ * with ECONNRESET. Traced at error level with reason and what. */
+void shim_frames_abort(struct shim_sock *s, int fd, enum shim_reason reason, const char *what);
+
 /* Takes bytes read from TCP past the peer's switch offset (the start of its
  * SWITCH frame, then bells) into the frame buffer. */
 void shim_frames_absorb(struct shim_sock *s, const uint8_t *bytes, size_t len);

@@ -22,10 +22,17 @@
 /* Upper bound on the fd table, whatever RLIMIT_NOFILE says (8 MiB reserved). */
 #define SHIM_FD_TABLE_MAX (1u << 20)
 
+/*
+ * secure_getenv: in a process that gained privilege at exec (setuid,
+ * setgid, file capabilities: AT_SECURE), every variable reads as unset, so
+ * the shim stays inert there and a user can not make a privileged program
+ * create or append to a file of the user's choosing (RDMASHIM_TRACE_FILE),
+ * nor change what it does with its connections.
+ */
 static const char *env_get(const char *name, void *ctx)
 {
 	(void)ctx;
-	return getenv(name);
+	return secure_getenv(name);
 }
 
 /* One line on stderr, written raw: stdio buffering is the program's. */

@@ -63,9 +63,9 @@ SHIM_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
 	struct shim_sock *s = intercepted(fd);
 
-	if (likely(!s) || msg->msg_controllen)
+	if (likely(!s))
 		return REAL(sendmsg)(fd, msg, flags);
-	return shim_ret(shim_io_send(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags));
+	return shim_ret(shim_io_sendmsg(s, fd, msg, flags));
 }
 
 SHIM_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags)
@@ -107,7 +107,7 @@ SHIM_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
 	struct shim_sock *s = intercepted(fd);
 
-	if (likely(!s))
+	if (likely(!s) || (flags & MSG_ERRQUEUE))
 		return REAL(recv)(fd, buf, len, flags);
 	return recv_one(s, fd, buf, len, flags);
 }
@@ -117,7 +117,7 @@ SHIM_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct so
 {
 	struct shim_sock *s = intercepted(fd);
 
-	if (likely(!s))
+	if (likely(!s) || (flags & MSG_ERRQUEUE))
 		return REAL(recvfrom)(fd, buf, len, flags, addr, alen);
 	/* TCP reports no source address: Linux sets the length to 0. */
 	if (addr && alen)
@@ -137,7 +137,8 @@ SHIM_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 	struct shim_sock *s = intercepted(fd);
 	ssize_t rc;
 
-	if (likely(!s)) {
+	/* MSG_ERRQUEUE reads the socket's error queue, never the stream. */
+	if (likely(!s) || (flags & MSG_ERRQUEUE)) {
 		rc = REAL(recvmsg)(fd, msg, flags);
 		adopt_passed_fds(msg, rc);
 		return rc;
@@ -197,21 +198,7 @@ SHIM_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
  * so the bytes follow the connection wherever it travels now. */
 static ssize_t sendfile_through(struct shim_sock *s, int out_fd, int in_fd, off64_t *offset, size_t count)
 {
-	char buf[65536];
-	size_t want = count < sizeof(buf) ? count : sizeof(buf);
-	ssize_t n = offset ? pread64(in_fd, buf, want, *offset) : REAL(read)(in_fd, buf, want);
-	ssize_t sent;
-
-	if (n <= 0)
-		return n;
-	sent = shim_io_send(s, out_fd, &(struct iovec){ buf, (size_t)n }, 1, 0);
-	if (sent < 0)
-		return shim_ret(sent);
-	if (offset)
-		*offset += sent;
-	else if (sent < n)
-		lseek64(in_fd, sent - n, SEEK_CUR);
-	return sent;
+	return shim_ret(shim_io_sendfile(s, out_fd, in_fd, offset, count));
 }
 
 SHIM_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)

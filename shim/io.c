@@ -85,7 +85,7 @@ static void absorb_from_iov(struct shim_sock *s, const struct iovec *iov, int io
 		shim_frames_absorb(s, part[i].iov_base, part[i].iov_len);
 }
 
-static long long deadline_after(int timeout_ms)
+static long long deadline_after(long long timeout_ms)
 {
 	return timeout_ms < 0 ? -1 : (long long)(shim_now_ns() / 1000000ull) + timeout_ms;
 }
@@ -101,6 +101,27 @@ static int slice_until(long long deadline)
 	if (left <= 0)
 		return 0;
 	return left < IO_SLEEP_SLICE_MS ? (int)left : IO_SLEEP_SLICE_MS;
+}
+
+/*
+ * A signal handler interrupted our sleep. The kernel restarts a blocking
+ * socket call after a handler installed with SA_RESTART, unless the socket
+ * has a timeout for that direction (signal(7)); the program would never
+ * see EINTR there. Which signal came is not ours to know, so restart only
+ * when every handler the program installed has SA_RESTART (a program with
+ * a handler without it handles EINTR anyway).
+ */
+static bool handlers_restart(void)
+{
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+
+		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) < 0)
+			continue;
+		if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
+			return false;
+	}
+	return true;
 }
 
 /* Sleeps on the TCP fd without the lock, at most cap_ms if cap_ms > 0.
@@ -130,6 +151,9 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 	 * copy if close() made one (io_fd), else end as on a closed socket. */
 	if (fd != s->tcp_keep && s->tcp_keep < 0 && shim_fd_get_acquire(fd) != s)
 		return -EBADF;
+	/* No deadline means no SO_*TIMEO for this direction. */
+	if (rc == -EINTR && deadline < 0 && handlers_restart())
+		rc = 0;
 	return rc == -EINTR ? -EINTR : 0;
 }
 
@@ -183,18 +207,35 @@ static bool spin_for(struct shim_sock *s, bool (*cond)(const struct shim_sock *)
 	return hit;
 }
 
+/* The peer broke the channel's rules (transport.h): lock-free, for the
+ * busy-poll loops too, which must stop at once rather than spin on it. */
+static bool chan_violated(const struct shim_chan *ch)
+{
+	return ch->ops->violated && ch->ops->violated(ch);
+}
+
 static bool rx_ready(const struct shim_sock *s)
 {
 	const struct shim_chan *ch = s->chan;
 
-	return ch->ops->readable(ch) || ch->ops->rx_eof(ch);
+	return ch->ops->readable(ch) || ch->ops->rx_eof(ch) || chan_violated(ch);
 }
 
 static bool tx_ready(const struct shim_sock *s)
 {
 	const struct shim_chan *ch = s->chan;
 
-	return ch->ops->writable(ch) >= ch->ops->space_lowat(ch) || ch->ops->peer_rx_gone(ch);
+	return ch->ops->writable(ch) >= ch->ops->space_lowat(ch) || ch->ops->peer_rx_gone(ch) ||
+	       chan_violated(ch);
+}
+
+/* After a channel op moved nothing: if the reason is a peer that broke the
+ * rules, the connection ends here (frames.h, shim_frames_abort). */
+static bool aborted_by_peer(struct shim_sock *s, int fd)
+{
+	if (!s->aborted && s->chan && chan_violated(s->chan))
+		shim_frames_abort(s, fd, SHIM_REASON_PEER_VIOLATION, "ring");
+	return s->aborted;
 }
 
 static void note_disarm(struct shim_sock *s, bool bell_coming)
@@ -333,6 +374,10 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			shim_frames_flush(s, fd);
 		shim_upgrade_progress(s, fd);
 		shim_failover_progress(s, fd);
+		if (s->aborted) {
+			rc = -ECONNRESET;
+			break;
+		}
 		if (s->rd_shut)
 			break;
 		if (s->rx_dir == SHIM_DIR_TCP) {
@@ -388,6 +433,10 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 				break;
 			continue;
 		}
+		if (aborted_by_peer(s, fd)) {
+			rc = -ECONNRESET;
+			break;
+		}
 		if (ch->ops->rx_eof(ch) || s->rx_tcp_eof)
 			break;
 		if (nonblock) {
@@ -430,6 +479,10 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			shim_frames_flush(s, fd);
 		shim_upgrade_progress(s, fd);
 		shim_failover_progress(s, fd);
+		if (s->aborted) {
+			rc = -ECONNRESET;
+			break;
+		}
 		if (s->tx_dir == SHIM_DIR_TCP) {
 			struct iovec win[IO_MAX_IOV];
 			struct msghdr mh = { .msg_iov = win };
@@ -494,6 +547,10 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			if (ch->ops->tx_should_bell(ch))
 				shim_frames_queue(s, fd, &data_bell, 1);
 			continue;
+		}
+		if (aborted_by_peer(s, fd)) {
+			rc = -ECONNRESET;
+			break;
 		}
 		if (nonblock) {
 			rc = -EAGAIN;
@@ -632,6 +689,11 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 		p.revents &= (short)~POLLIN;
 		if (finish_rx_switch(s, fd) < 0)
 			mask |= POLLERR;
+	}
+	if (s->chan && aborted_by_peer(s, fd)) {
+		/* As on a reset socket: every event, and the call fails. */
+		pthread_mutex_unlock(&s->lock);
+		return POLLIN | POLLOUT | POLLERR | POLLHUP | POLLRDHUP;
 	}
 	if (s->rx_dir == SHIM_DIR_TCP) {
 		mask |= p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR);

@@ -17,6 +17,14 @@
 /* write(2) and writev(2) come here with flags 0: SIGPIPE as the kernel raises it. */
 ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags);
 ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags);
+/* sendmsg: ancillary data is checked by the kernel as it would be for this
+ * send (a zero-byte sendmsg with the same control), never sent raw; then
+ * the bytes go as shim_io_send's. (io_calls.c) */
+ssize_t shim_io_sendmsg(struct shim_sock *s, int fd, const struct msghdr *msg, int flags);
+/* sendfile into the connection: the file's bytes are read and sent, and
+ * the file offset (*offset, or the file position when offset is NULL)
+ * advances by what was sent, not by what was read. (io_calls.c) */
+ssize_t shim_io_sendfile(struct shim_sock *s, int out_fd, int in_fd, off64_t *offset, size_t count);
 /* FIONREAD on an intercepted fd. */
 int shim_io_bytes_readable(struct shim_sock *s, int fd, int *out);
 int shim_io_shutdown(struct shim_sock *s, int fd, int how);

@@ -38,7 +38,10 @@
 	X(RDMA_INHERITED, "rdma_inherited",                                                     \
 	  "the process was forked after its parent set up RDMA; the child stays on TCP/shm") \
 	X(CHAN_FAILED, "chan_failed", "the side channel failed: the stream resumed on TCP")      \
-	X(RESUME_FAILED, "resume_failed", "the channel failed where no resume is possible: reset")
+	X(RESUME_FAILED, "resume_failed", "the channel failed where no resume is possible: reset") \
+	X(PEER_VIOLATION, "peer_violation",                                                     \
+	  "the peer wrote a value outside the protocol's bounds (ring cursor, frame): reset")   \
+	X(RATE_LIMITED, "rate_limited", "too many refused rendezvous attempts: some were not looked at")
 
 enum shim_reason {
 #define SHIM_REASON_ENUM(id, name, text) SHIM_REASON_##id,

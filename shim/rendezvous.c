@@ -107,24 +107,25 @@ static int process_holds_socket(pid_t pid, uid_t uid, int fd, ino_t inode)
 }
 
 int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
-			const struct shim_endpoint *peer_remote, int peer_tcp_fd)
+			const struct shim_endpoint *peer_remote, int peer_tcp_fd, struct shim_rv_owner *owner)
 {
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
-	uid_t owner;
-	ino_t inode;
 	int rc;
 
 	if (REAL(getsockopt)(rv_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
 		return -errno;
-	rc = shim_diag_tcp_owner(peer_local, peer_remote, &owner, &inode);
-	if (rc < 0)
-		return rc;
-	if (cred.uid != owner)
+	if (!owner->known) {
+		rc = shim_diag_tcp_owner(peer_local, peer_remote, &owner->uid, &owner->inode);
+		if (rc < 0)
+			return rc;
+		owner->known = true;
+	}
+	if (cred.uid != owner->uid)
 		return -EPERM;
 	if (peer_tcp_fd == SHIM_RV_USER_ONLY)
 		return 0;
-	return process_holds_socket(cred.pid, cred.uid, peer_tcp_fd, inode);
+	return process_holds_socket(cred.pid, cred.uid, peer_tcp_fd, owner->inode);
 }
 
 int shim_rv_send(int rv_fd, const void *msg, size_t len, int pass_fd)
@@ -186,10 +187,15 @@ ssize_t shim_rv_recv(int rv_fd, void *buf, size_t len, int *fd_out)
 				REAL(close)(fd);
 		}
 	}
+	/* A truncated message is malformed, and so is an fd that came with
+	 * one: close it here, or every such message would leak one of our fds
+	 * (any local user can send them). */
+	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+		if (got >= 0)
+			REAL(close)(got);
+		return -EPROTO;
+	}
 	if (fd_out)
 		*fd_out = got;
-	/* A truncated message is malformed: the caller's length check sees it. */
-	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
-		return -EPROTO;
 	return n;
 }

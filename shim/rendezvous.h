@@ -8,6 +8,7 @@
 #ifndef RDMASHIM_RENDEZVOUS_H
 #define RDMASHIM_RENDEZVOUS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -29,8 +30,19 @@ int shim_rv_connect(const struct shim_endpoint *client, const struct shim_endpoi
  * Returns 0, or -EPERM on a mismatch (a spoofing attempt), or -errno.
  */
 #define SHIM_RV_USER_ONLY (-2)
+/*
+ * What sock_diag said of the peer's TCP socket. Its owner and inode can not
+ * change while our end of the connection lives, so it is asked once per
+ * connection: a flood of strangers on the rendezvous costs no netlink query
+ * each (zero-initialise; filled by the first verification).
+ */
+struct shim_rv_owner {
+	bool known;
+	uid_t uid;
+	ino_t inode;
+};
 int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
-			const struct shim_endpoint *peer_remote, int peer_tcp_fd);
+			const struct shim_endpoint *peer_remote, int peer_tcp_fd, struct shim_rv_owner *owner);
 
 /* One message out, with an optional fd (-1: none). Nonblocking. */
 int shim_rv_send(int rv_fd, const void *msg, size_t len, int pass_fd);

@@ -17,39 +17,76 @@ int shim_ring_attach(struct shim_ring *ring, void *mem, uint32_t size)
 {
 	struct shim_ring_hdr *hdr = mem;
 
-	if (hdr->magic != SHIM_RING_MAGIC || hdr->size != size || !size || (size & (size - 1)))
+	if (!size || (size & (size - 1)) || hdr->magic != SHIM_RING_MAGIC || hdr->size != size)
 		return -EPROTO;
 	ring->hdr = hdr;
 	ring->data = (uint8_t *)mem + SHIM_RING_HDR_BYTES;
 	ring->mask = size - 1;
+	ring->own = 0;
+	ring->violated = 0;
 	return 0;
+}
+
+bool shim_ring_violated(const struct shim_ring *ring)
+{
+	return __atomic_load_n(&ring->violated, __ATOMIC_RELAXED) != 0;
+}
+
+/* Our own cursor. Relaxed: it is written only by us, under the socket's
+ * lock; the lock-free readers (busy polling) need no ordering with it. */
+static uint64_t own_cursor(const struct shim_ring *ring)
+{
+	return __atomic_load_n(&ring->own, __ATOMIC_RELAXED);
+}
+
+/*
+ * Bytes between the two cursors, from one read of the peer's: the only way
+ * a peer's cursor enters any computation. Returns false (and marks the ring
+ * violated) when the distance is impossible: more than the ring holds, or
+ * "negative" (the unsigned difference wraps).
+ */
+static bool cursor_distance(struct shim_ring *ring, uint64_t head, uint64_t tail, size_t *out)
+{
+	uint64_t used = tail - head;
+
+	if (used > (uint64_t)ring->mask + 1 || shim_ring_violated(ring)) {
+		__atomic_store_n(&ring->violated, 1, __ATOMIC_RELAXED);
+		*out = 0;
+		return false;
+	}
+	*out = (size_t)used;
+	return true;
 }
 
 /* Acquire: pairs with the producer's release store of tail in
  * shim_ring_write(), so the bytes before tail are visible. */
-static uint64_t load_tail(const struct shim_ring *ring)
+static uint64_t load_peer_tail(const struct shim_ring *ring)
 {
 	return __atomic_load_n(&ring->hdr->tail, __ATOMIC_ACQUIRE);
 }
 
 /* Acquire: pairs with the consumer's release store of head in
  * shim_ring_read(), so the consumer's reads of the freed bytes are done. */
-static uint64_t load_head(const struct shim_ring *ring)
+static uint64_t load_peer_head(const struct shim_ring *ring)
 {
 	return __atomic_load_n(&ring->hdr->head, __ATOMIC_ACQUIRE);
 }
 
-size_t shim_ring_readable(const struct shim_ring *ring)
+size_t shim_ring_readable(struct shim_ring *ring)
 {
-	/* head is ours: a relaxed read of our own cursor is exact. */
-	return (size_t)(load_tail(ring) - __atomic_load_n(&ring->hdr->head, __ATOMIC_RELAXED));
+	size_t avail;
+
+	cursor_distance(ring, own_cursor(ring), load_peer_tail(ring), &avail);
+	return avail;
 }
 
-size_t shim_ring_writable(const struct shim_ring *ring)
+size_t shim_ring_writable(struct shim_ring *ring)
 {
-	uint64_t tail = __atomic_load_n(&ring->hdr->tail, __ATOMIC_RELAXED);
+	size_t used;
 
-	return (size_t)(ring->mask + 1) - (size_t)(tail - load_head(ring));
+	if (!cursor_distance(ring, load_peer_head(ring), own_cursor(ring), &used))
+		return 0;
+	return (size_t)ring->mask + 1 - used;
 }
 
 /* Copies len bytes between the ring at cursor and buf, wrapping once. */
@@ -66,9 +103,11 @@ static void copy_out(const struct shim_ring *ring, uint64_t cursor, uint8_t *buf
 
 size_t shim_ring_read(struct shim_ring *ring, const struct iovec *iov, int iovcnt, bool peek)
 {
-	uint64_t head = __atomic_load_n(&ring->hdr->head, __ATOMIC_RELAXED);
-	size_t avail = (size_t)(load_tail(ring) - head);
-	size_t done = 0;
+	uint64_t head = own_cursor(ring);
+	size_t avail, done = 0;
+
+	if (!cursor_distance(ring, head, load_peer_tail(ring), &avail))
+		return 0;
 
 	for (int i = 0; i < iovcnt && done < avail; i++) {
 		size_t n = iov[i].iov_len;
@@ -78,10 +117,12 @@ size_t shim_ring_read(struct shim_ring *ring, const struct iovec *iov, int iovcn
 		copy_out(ring, head + done, iov[i].iov_base, n);
 		done += n;
 	}
-	if (!peek && done)
+	if (!peek && done) {
+		__atomic_store_n(&ring->own, head + done, __ATOMIC_RELAXED);
 		/* Release: our copies out of the ring happen before the producer
-		 * may overwrite; pairs with load_head() in the producer. */
+		 * may overwrite; pairs with load_peer_head() in the producer. */
 		__atomic_store_n(&ring->hdr->head, head + done, __ATOMIC_RELEASE);
+	}
 	return done;
 }
 
@@ -114,18 +155,20 @@ size_t shim_ring_copy_iov_in(uint8_t *data, uint32_t mask, uint64_t cursor, cons
 
 size_t shim_ring_write(struct shim_ring *ring, const struct iovec *iov, int iovcnt, size_t skip)
 {
-	uint64_t tail = __atomic_load_n(&ring->hdr->tail, __ATOMIC_RELAXED);
-	size_t space = (size_t)(ring->mask + 1) - (size_t)(tail - load_head(ring));
-	size_t done = shim_ring_copy_iov_in(ring->data, ring->mask, tail, iov, iovcnt, skip, space);
+	uint64_t tail = own_cursor(ring);
+	size_t space = shim_ring_writable(ring);
+	size_t done = space ? shim_ring_copy_iov_in(ring->data, ring->mask, tail, iov, iovcnt, skip, space) : 0;
 
-	if (done)
+	if (done) {
+		__atomic_store_n(&ring->own, tail + done, __ATOMIC_RELAXED);
 		/* Release: the bytes are in place before the consumer can see the
-		 * new tail; pairs with load_tail() in the consumer. */
+		 * new tail; pairs with load_peer_tail() in the consumer. */
 		__atomic_store_n(&ring->hdr->tail, tail + done, __ATOMIC_RELEASE);
+	}
 	return done;
 }
 
-bool shim_ring_eof(const struct shim_ring *ring)
+bool shim_ring_eof(struct shim_ring *ring)
 {
 	/* Closed is stored after the last tail (release in producer_close), so
 	 * an acquire read of closed followed by the tail check is exact. */
@@ -139,7 +182,8 @@ bool shim_ring_consumer_arm(struct shim_ring *ring)
 	/* Full fence: orders our armed store before our tail load; pairs with
 	 * the fence in shim_ring_producer_should_bell() (Dekker). */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	return !shim_ring_readable(ring) && !__atomic_load_n(&ring->hdr->producer_closed, __ATOMIC_ACQUIRE);
+	return !shim_ring_readable(ring) && !__atomic_load_n(&ring->hdr->producer_closed, __ATOMIC_ACQUIRE) &&
+	       !shim_ring_violated(ring);
 }
 
 bool shim_ring_consumer_disarm(struct shim_ring *ring)
@@ -163,7 +207,8 @@ bool shim_ring_producer_arm(struct shim_ring *ring)
 	__atomic_store_n(&ring->hdr->producer_wants_space, 1, __ATOMIC_RELAXED);
 	/* Full fence: pairs with the fence in shim_ring_consumer_should_bell(). */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	return shim_ring_writable(ring) < shim_ring_space_lowat(ring) && !shim_ring_consumer_gone(ring);
+	return shim_ring_writable(ring) < shim_ring_space_lowat(ring) && !shim_ring_consumer_gone(ring) &&
+	       !shim_ring_violated(ring);
 }
 
 bool shim_ring_producer_disarm(struct shim_ring *ring)

@@ -8,6 +8,17 @@
  * head; each reads the other's cursor with acquire and publishes its own
  * with release. Every barrier below says what it pairs with.
  *
+ * The peer is not trusted (shim/PROTOCOL.md, "Values the peer writes"): the
+ * header lives in memory the other process can write at any moment. So each
+ * side keeps its own cursor in private memory (`own`) and only publishes it
+ * to the header, never reads it back; the size and mask are this side's,
+ * fixed at attach; and the peer's cursor is read once per call into a local
+ * and checked: 0 <= (tail - head) <= size. A value outside that is a
+ * protocol violation: the ring reports nothing to move from then on
+ * (`violated`, sticky) and the connection is reset by the caller. No copy is
+ * ever sized from a value the peer wrote without that check, and every
+ * offset is masked with our own mask, so no access leaves the data area.
+ *
  * Wake-ups (see shim/PROTOCOL.md): a side about to sleep sets its "armed"
  * word, issues a full fence, then re-checks the ring; the other side, after
  * publishing its cursor, issues a full fence and then reads the armed word.
@@ -53,6 +64,12 @@ struct shim_ring {
 	struct shim_ring_hdr *hdr;
 	uint8_t *data;
 	uint32_t mask;
+	/* Our own cursor (head for the consumer, tail for the producer): the
+	 * truth; the header's copy is only published. Written under the
+	 * owning socket's lock, read lock-free by the busy-poll loops. */
+	uint64_t own;
+	/* The peer wrote an impossible cursor: sticky, lock-free. */
+	uint32_t violated;
 };
 
 /* Bytes a ring of data size `size` occupies, header included. */
@@ -63,14 +80,18 @@ static inline size_t shim_ring_footprint(uint32_t size)
 
 /* Formats a ring at mem (the creator does this once, before sharing). */
 void shim_ring_format(void *mem, uint32_t size);
-/* Attaches to a formatted ring; -EPROTO if the header does not match size. */
+/* Attaches to a formatted ring; -EPROTO if the header does not match size.
+ * A consumer attaches with its head, a producer with its tail: both start
+ * at the header's values as formatted (0), never at what a peer wrote. */
 int shim_ring_attach(struct shim_ring *ring, void *mem, uint32_t size);
+/* The peer broke the ring's rules (see above). */
+bool shim_ring_violated(const struct shim_ring *ring);
 
 /* Consumer side. */
-size_t shim_ring_readable(const struct shim_ring *ring);
+size_t shim_ring_readable(struct shim_ring *ring);
 /* Copies up to the iovec's total bytes out; advances head unless peek. */
 size_t shim_ring_read(struct shim_ring *ring, const struct iovec *iov, int iovcnt, bool peek);
-bool shim_ring_eof(const struct shim_ring *ring); /* closed and drained */
+bool shim_ring_eof(struct shim_ring *ring); /* closed and drained */
 /* Arms for a data wake-up; returns true when the ring is still empty (sleep).
  * Every arm is followed by one disarm, slept or not. */
 bool shim_ring_consumer_arm(struct shim_ring *ring);
@@ -90,7 +111,7 @@ static inline size_t shim_ring_space_lowat(const struct shim_ring *ring)
 }
 
 /* Producer side. */
-size_t shim_ring_writable(const struct shim_ring *ring);
+size_t shim_ring_writable(struct shim_ring *ring);
 /* Copies the iovec, from byte skip on and at most max bytes, into a
  * power-of-two circular buffer at cursor (wrapping once); returns the count.
  * The ring below and the RDMA transport's staging copy both use it. */

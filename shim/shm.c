@@ -12,10 +12,19 @@
 
 struct shm_chan {
 	struct shim_chan chan;
-	void *map;
+	void *map; /* the reservation: guard page, both rings, guard page */
 	size_t map_len;
 	struct shim_ring tx, rx;
 };
+
+/*
+ * One inaccessible page on each side of a connection's rings. Every ring
+ * access is masked into the data area (ring.h), so the guards are only a
+ * second line: were a bound ever wrong, the access would fault in our own
+ * reservation instead of reading or writing the mapping next to it, which
+ * may be another connection's ring.
+ */
+#define SHM_GUARD_BYTES 4096u
 
 static struct shm_chan *shm_of(const struct shim_chan *ch)
 {
@@ -30,16 +39,23 @@ uint64_t shim_shm_footprint(uint32_t ring_bytes)
 /* Maps the memfd and attaches: C sends on ring 0, S sends on ring 1. */
 static int shm_map(int memfd, uint32_t ring_bytes, bool is_client, bool format, struct shim_chan **out)
 {
-	size_t len = (size_t)shim_shm_footprint(ring_bytes);
+	size_t len = (size_t)shim_shm_footprint(ring_bytes), map_len = len + 2 * SHM_GUARD_BYTES;
 	struct shm_chan *sc = calloc(1, sizeof(*sc));
-	uint8_t *base;
+	uint8_t *map, *base;
 	int rc;
 
 	if (!sc)
 		return -ENOMEM;
-	base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	map = mmap(NULL, map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (map == MAP_FAILED) {
+		rc = -errno;
+		free(sc);
+		return rc;
+	}
+	base = mmap(map + SHM_GUARD_BYTES, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, memfd, 0);
 	if (base == MAP_FAILED) {
 		rc = -errno;
+		munmap(map, map_len);
 		free(sc);
 		return rc;
 	}
@@ -53,12 +69,12 @@ static int shm_map(int memfd, uint32_t ring_bytes, bool is_client, bool format, 
 	if (rc == 0)
 		rc = shim_ring_attach(&sc->rx, is_client ? s_to_c : c_to_s, ring_bytes);
 	if (rc < 0) {
-		munmap(base, len);
+		munmap(map, map_len);
 		free(sc);
 		return rc;
 	}
-	sc->map = base;
-	sc->map_len = len;
+	sc->map = map;
+	sc->map_len = map_len;
 	sc->chan.ops = &shim_shm_ops;
 	sc->chan.priv = sc;
 	*out = &sc->chan;
@@ -140,6 +156,11 @@ static bool shm_peer_rx_gone(const struct shim_chan *ch)
 	return shim_ring_consumer_gone(&shm_of(ch)->tx);
 }
 
+static bool shm_violated(const struct shim_chan *ch)
+{
+	return shim_ring_violated(&shm_of(ch)->tx) || shim_ring_violated(&shm_of(ch)->rx);
+}
+
 /* Shared memory: the release store of tail already made the bytes visible,
  * so the bell may follow at once. */
 static bool shm_tx_should_bell(struct shim_chan *ch)
@@ -201,6 +222,7 @@ const struct shim_transport_ops shim_shm_ops = {
 	.space_lowat = shm_space_lowat,
 	.rx_eof = shm_rx_eof,
 	.peer_rx_gone = shm_peer_rx_gone,
+	.violated = shm_violated,
 	.tx_should_bell = shm_tx_should_bell,
 	.rx_should_bell = shm_rx_should_bell,
 	.rx_arm = shm_rx_arm,

@@ -404,7 +404,11 @@ int shim_sock_ioctl(int fd, unsigned long request, void *arg)
 	return rc;
 }
 
-static int timeval_ms(const void *val, socklen_t len)
+/* Longest timeout kept as a number (about 292 years): longer ones, as
+ * the kernel's past MAX_SCHEDULE_TIMEOUT, mean "never". */
+#define TIMEOUT_MS_MAX (1LL << 53)
+
+static long long timeval_ms(const void *val, socklen_t len)
 {
 	struct timeval tv;
 
@@ -413,7 +417,11 @@ static int timeval_ms(const void *val, socklen_t len)
 	memcpy(&tv, val, sizeof(tv));
 	if (tv.tv_sec == 0 && tv.tv_usec == 0)
 		return -1; /* zero means "no timeout" */
-	return (int)(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
+	if (tv.tv_sec < 0)
+		return 0; /* the kernel takes a negative time as "at once" */
+	if (tv.tv_sec >= TIMEOUT_MS_MAX / 1000)
+		return -1;
+	return (long long)tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000;
 }
 
 void shim_sock_on_setsockopt(int fd, int level, int name, const void *val, socklen_t len)

@@ -16,6 +16,7 @@
 
 #include "config.h"
 #include "reason.h"
+#include "rendezvous.h"
 #include "tuple.h"
 
 enum shim_role {
@@ -77,10 +78,12 @@ struct shim_sock {
 	bool rx_tcp_eof;
 	bool peer_gone_told; /* a write after the peer closed was taken (io.c) */
 	bool closed;         /* the last reference went: channel released */
+	bool aborted;        /* the peer broke the protocol: the connection was
+			      * ended as by a reset; calls fail ECONNRESET */
 	int tcp_keep;        /* our dup of the socket, made when the program closed
 			      * its last fd while a thread slept on it (-1: none) */
 	bool app_nodelay; /* TCP_NODELAY as the program set it */
-	int rcv_timeout_ms, snd_timeout_ms; /* SO_RCVTIMEO/SO_SNDTIMEO; -1: none */
+	long long rcv_timeout_ms, snd_timeout_ms; /* SO_RCVTIMEO/SO_SNDTIMEO; -1: none */
 	enum shim_dir tx_dir, rx_dir;
 	uint64_t tx_tcp_bytes, rx_tcp_bytes; /* application bytes carried by TCP */
 	bool rx_switch_known;
@@ -109,6 +112,8 @@ struct shim_sock {
 	/* Upgrade handshake (upgrade.c). */
 	enum shim_phase phase;
 	int rv_listen_fd, rv_fd;
+	struct shim_rv_owner rv_owner; /* the peer's TCP socket, asked once */
+	unsigned rv_refusals;          /* strangers refused on our rendezvous */
 	unsigned long long deadline_ns, next_try_ns, retry_delay_ns;
 	pid_t io_pid; /* the process that started the upgrade */
 	bool await_bytes_used; /* the one retry of an idle start was granted (upgrade.c) */

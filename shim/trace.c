@@ -158,7 +158,10 @@ static int open_destination(const char *pattern)
 	rc = shim_trace_expand_path(path, sizeof(path), pattern, getpid());
 	if (rc < 0)
 		return rc;
-	fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+	/* O_NOFOLLOW: a symbolic link planted at the path (in a shared
+	 * directory such as /tmp) must not redirect our lines into a file the
+	 * link's owner chose. */
+	fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0640);
 	return fd < 0 ? -errno : fd;
 }
 
@@ -247,4 +250,29 @@ void shim_trace_emit(enum shim_trace_level level, const char *event, int fd,
 		/* Nothing sensible to do: the trace must never hurt the program. */
 	}
 	errno = saved_errno;
+}
+
+bool shim_trace_budget_take(struct shim_trace_budget *b, unsigned long long now_ns, unsigned *held)
+{
+	unsigned long long last = __atomic_load_n(&b->last_ns, __ATOMIC_RELAXED);
+	unsigned long long refill = b->per_sec ? (now_ns - last) / (1000000000ull / b->per_sec) : 0;
+	unsigned tokens;
+
+	if (!last || refill) {
+		/* Relaxed throughout: the budget guards volume, not memory. */
+		unsigned long long cap = b->burst;
+
+		tokens = __atomic_load_n(&b->tokens, __ATOMIC_RELAXED);
+		tokens = !last || tokens + refill > cap ? (unsigned)cap : tokens + (unsigned)refill;
+		__atomic_store_n(&b->tokens, tokens, __ATOMIC_RELAXED);
+		__atomic_store_n(&b->last_ns, now_ns, __ATOMIC_RELAXED);
+	}
+	tokens = __atomic_load_n(&b->tokens, __ATOMIC_RELAXED);
+	if (!tokens) {
+		__atomic_add_fetch(&b->held, 1, __ATOMIC_RELAXED);
+		return false;
+	}
+	__atomic_store_n(&b->tokens, tokens - 1, __ATOMIC_RELAXED);
+	*held = __atomic_exchange_n(&b->held, 0, __ATOMIC_RELAXED);
+	return true;
 }

@@ -9,6 +9,7 @@
 #define RDMASHIM_TRACE_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 #include <time.h>
@@ -63,6 +64,22 @@ void shim_trace_after_fork(void);
 void shim_trace_emit(enum shim_trace_level level, const char *event, int fd,
 		     const struct shim_tuple *tuple, enum shim_reason reason, const char *extra_fmt, ...)
 	__attribute__((format(printf, 6, 7)));
+
+/*
+ * A budget for lines another user can make us write (a refused rendezvous
+ * attempt, say): at most `burst` lines, refilled at `per_sec` a second.
+ * shim_trace_budget_take() returns true when this line may go out; the
+ * lines it held back are counted in *held and reported by the next line
+ * that goes out (its caller adds the count). Lock-free; a race between
+ * threads costs a line more or less, never a spin.
+ */
+struct shim_trace_budget {
+	unsigned burst, per_sec;
+	unsigned long long last_ns; /* when tokens were last refilled */
+	unsigned tokens;
+	unsigned held; /* lines held back since the last one that went out */
+};
+bool shim_trace_budget_take(struct shim_trace_budget *b, unsigned long long now_ns, unsigned *held);
 
 #define SHIM_TRACE(level, event, fd, tuple, reason, ...)                                   \
 	do {                                                                                \

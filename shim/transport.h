@@ -16,6 +16,11 @@
  *    false when the wait is no longer needed (data or space appeared).
  *    Every arm is followed by exactly one disarm, whether the caller slept.
  *  - All calls are made under the owning shim_sock's lock.
+ *  - The peer is hostile (shim/PROTOCOL.md, "Values the peer writes"):
+ *    every value it can write is read once, checked against bounds this
+ *    end owns, and a violation makes violated() true for good; until then
+ *    and after, no op copies, spins or faults because of such a value. The
+ *    caller then ends the connection as a protocol error.
  */
 #ifndef RDMASHIM_TRANSPORT_H
 #define RDMASHIM_TRANSPORT_H
@@ -40,6 +45,9 @@ struct shim_transport_ops {
 	bool (*rx_eof)(const struct shim_chan *ch);
 	/* The peer closed its receiving side: sends fail with EPIPE. */
 	bool (*peer_rx_gone)(const struct shim_chan *ch);
+	/* The peer broke the channel's rules (a cursor, length or credit out
+	 * of bounds): sticky, lock-free. send/recv move nothing from then on. */
+	bool (*violated)(const struct shim_chan *ch);
 	bool (*tx_should_bell)(struct shim_chan *ch);
 	bool (*rx_should_bell)(struct shim_chan *ch);
 	bool (*rx_arm)(struct shim_chan *ch);

@@ -28,6 +28,16 @@
 #include "wire.h"
 
 /* S retries a missing rendezvous after these delays, doubling, capped. */
+/* Strangers C refuses on one connection's rendezvous before it gives the
+ * upgrade up (the connection stays on TCP, reason rate_limited): another
+ * local user can name the rendezvous of any connection (the 4-tuple is in
+ * /proc/net/tcp), and each refusal costs us an accept and a credential
+ * check, so the work one connection can be made to do stays bounded. */
+#define RV_MAX_REFUSALS 16
+
+/* rv.refused lines, per process: 20 at once, then 10 a second. */
+static struct shim_trace_budget refused_lines = { .burst = 20, .per_sec = 10 };
+
 #define RETRY_FIRST_NS (1ull * 1000 * 1000)
 #define RETRY_MAX_NS (200ull * 1000 * 1000)
 
@@ -179,6 +189,17 @@ int shim_upgrade_learn_rx_switch(struct shim_sock *s, int fd, uint64_t offset)
 	return 0;
 }
 
+/* A refused rendezvous peer, traced within the budget (any local user can
+ * make these lines; the stats still count every refusal). */
+static void trace_refused(struct shim_sock *s, int fd, const char *side, int err)
+{
+	unsigned held = 0;
+
+	if (shim_trace_enabled(SHIM_TRACE_WARN) && shim_trace_budget_take(&refused_lines, shim_now_ns(), &held))
+		shim_trace_emit(SHIM_TRACE_WARN, "rv.refused", fd, &s->tuple, SHIM_REASON_VERIFY_FAILED,
+				"\"side\":\"%s\",\"errno\":%d,\"held_back\":%u", side, err, held);
+}
+
 static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 {
 	struct shim_msg_offer offer;
@@ -204,10 +225,9 @@ static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 	s->rv_fd = rv;
 	/* The listener must belong to the user who owns C's end of the TCP
 	 * connection; anything else is a squatter on the name. */
-	rc = shim_rv_verify_peer(rv, client_ep(s), server_ep(s), SHIM_RV_USER_ONLY);
+	rc = shim_rv_verify_peer(rv, client_ep(s), server_ep(s), SHIM_RV_USER_ONLY, &s->rv_owner);
 	if (rc < 0) {
-		SHIM_TRACE(SHIM_TRACE_WARN, "rv.refused", fd, &s->tuple, SHIM_REASON_VERIFY_FAILED,
-			   "\"side\":\"server\",\"errno\":%d", -rc);
+		trace_refused(s, fd, "server", -rc);
 		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
 		return;
 	}
@@ -335,18 +355,22 @@ static void c_accept(struct shim_sock *s, int fd, unsigned long long now)
 			shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
 			return;
 		}
-		rc = shim_rv_verify_peer(rv, server_ep(s), client_ep(s), SHIM_RV_USER_ONLY);
+		rc = shim_rv_verify_peer(rv, server_ep(s), client_ep(s), SHIM_RV_USER_ONLY, &s->rv_owner);
 		if (rc == 0) {
 			s->rv_fd = rv;
 			close_fd(&s->rv_listen_fd);
 			s->phase = SHIM_PHASE_C_CONNECTED;
 			return;
 		}
-		/* A stranger: refuse it and keep waiting for the real S. */
-		SHIM_TRACE(SHIM_TRACE_WARN, "rv.refused", fd, &s->tuple, SHIM_REASON_VERIFY_FAILED,
-			   "\"side\":\"client\",\"errno\":%d", -rc);
+		/* A stranger: refuse it and keep waiting for the real S, up
+		 * to a bound. */
+		trace_refused(s, fd, "client", -rc);
 		shim_stats_count(SHIM_REASON_VERIFY_FAILED);
 		REAL(close)(rv);
+		if (++s->rv_refusals >= RV_MAX_REFUSALS) {
+			shim_upgrade_fail(s, fd, SHIM_REASON_RATE_LIMITED);
+			return;
+		}
 	}
 }
 
@@ -380,10 +404,9 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 		shim_upgrade_fail(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
 		return;
 	}
-	rc = shim_rv_verify_peer(s->rv_fd, server_ep(s), client_ep(s), msg.offer.tcp_fd);
+	rc = shim_rv_verify_peer(s->rv_fd, server_ep(s), client_ep(s), msg.offer.tcp_fd, &s->rv_owner);
 	if (rc < 0) {
-		SHIM_TRACE(SHIM_TRACE_WARN, "rv.refused", fd, &s->tuple, SHIM_REASON_VERIFY_FAILED,
-			   "\"side\":\"client\",\"errno\":%d", -rc);
+		trace_refused(s, fd, "client", -rc);
 		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
 		return;
 	}

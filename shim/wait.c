@@ -126,6 +126,21 @@ static int kernel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock **ours
 	return ready;
 }
 
+/*
+ * What poll returns: the number of entries with revents. Counted from the
+ * entries, never summed from the rounds: a fd whose upgrade completes
+ * between the kernel's round and the channel's was filled by both (poll(2)
+ * over one fd must not say 2).
+ */
+static int count_ready(const struct pollfd *fds, nfds_t nfds)
+{
+	int ready = 0;
+
+	for (nfds_t i = 0; i < nfds; i++)
+		ready += fds[i].revents != 0;
+	return ready;
+}
+
 int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const sigset_t *sigmask)
 {
 	struct shim_sock *ours_stack[WAIT_STACK_FDS], **ours = ours_stack;
@@ -147,8 +162,8 @@ int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const 
 		int mine = channel_round(fds, nfds, ours), theirs;
 
 		theirs = kernel_round(fds, nfds, ours, tmp, 0, NULL);
-		if (theirs < 0 || mine + theirs > 0 || timeout_ns == 0) {
-			rc = theirs < 0 ? theirs : mine + theirs;
+		if (theirs < 0 || timeout_ns == 0 || (mine + theirs > 0 && count_ready(fds, nfds))) {
+			rc = theirs < 0 ? theirs : count_ready(fds, nfds);
 			break;
 		}
 		if (shim_now_ns() < spin_end) {
@@ -187,8 +202,8 @@ int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const 
 		if (armed != armed_stack)
 			free(armed);
 		mine = channel_round(fds, nfds, ours);
-		if (theirs < 0 || mine + theirs > 0) {
-			rc = theirs < 0 ? theirs : mine + theirs;
+		if (theirs < 0 || (mine + theirs > 0 && count_ready(fds, nfds))) {
+			rc = theirs < 0 ? theirs : count_ready(fds, nfds);
 			break;
 		}
 		if (deadline >= 0 && (long long)shim_now_ns() >= deadline) {

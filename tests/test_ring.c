@@ -1,0 +1,259 @@
+/*
+ * The SPSC ring (shim/ring.c), and above all what it does with cursors a
+ * hostile peer writes into the shared header. Each ring sits between two
+ * inaccessible pages, so an access outside the data area kills the test
+ * instead of passing unnoticed.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "ring.h"
+
+#define RING_SIZE 4096u
+
+struct guarded {
+	uint8_t *map;
+	size_t map_len;
+	void *mem; /* header + data, between the guards */
+};
+
+static struct guarded guarded_ring(uint32_t size)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), len = shim_ring_footprint(size);
+	struct guarded g = { .map_len = len + 2 * page };
+
+	g.map = mmap(NULL, g.map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ck_assert_ptr_ne(g.map, MAP_FAILED);
+	ck_assert_int_eq(mprotect(g.map, page, PROT_NONE), 0);
+	ck_assert_int_eq(mprotect(g.map + page + len, page, PROT_NONE), 0);
+	g.mem = g.map + page;
+	shim_ring_format(g.mem, size);
+	return g;
+}
+
+/* The producer's and the consumer's views of one ring. */
+struct pair {
+	struct guarded g;
+	struct shim_ring prod, cons;
+};
+
+static void pair_init(struct pair *p)
+{
+	p->g = guarded_ring(RING_SIZE);
+	ck_assert_int_eq(shim_ring_attach(&p->prod, p->g.mem, RING_SIZE), 0);
+	ck_assert_int_eq(shim_ring_attach(&p->cons, p->g.mem, RING_SIZE), 0);
+}
+
+static void pair_fini(struct pair *p)
+{
+	munmap(p->g.map, p->g.map_len);
+}
+
+static size_t put(struct shim_ring *r, const void *buf, size_t len)
+{
+	struct iovec iov = { (void *)buf, len };
+
+	return shim_ring_write(r, &iov, 1, 0);
+}
+
+static size_t get(struct shim_ring *r, void *buf, size_t len)
+{
+	struct iovec iov = { buf, len };
+
+	return shim_ring_read(r, &iov, 1, false);
+}
+
+/* What a peer does: write a cursor straight into the shared header. */
+static void peer_sets_tail(struct pair *p, uint64_t tail)
+{
+	__atomic_store_n(&p->cons.hdr->tail, tail, __ATOMIC_RELEASE);
+}
+
+static void peer_sets_head(struct pair *p, uint64_t head)
+{
+	__atomic_store_n(&p->prod.hdr->head, head, __ATOMIC_RELEASE);
+}
+
+START_TEST(bytes_cross_and_wrap)
+{
+	struct pair p;
+	uint8_t out[RING_SIZE], in[RING_SIZE];
+
+	pair_init(&p);
+	for (size_t i = 0; i < sizeof(out); i++)
+		out[i] = (uint8_t)(i * 7 + 3);
+	/* Misalign the cursors so that the full-ring write wraps. */
+	ck_assert_uint_eq(put(&p.prod, out, 1000), 1000);
+	ck_assert_uint_eq(get(&p.cons, in, 1000), 1000);
+	ck_assert_uint_eq(put(&p.prod, out, sizeof(out) + 10), RING_SIZE);
+	ck_assert_uint_eq(shim_ring_writable(&p.prod), 0);
+	ck_assert_uint_eq(shim_ring_readable(&p.cons), RING_SIZE);
+	ck_assert_uint_eq(get(&p.cons, in, sizeof(in)), RING_SIZE);
+	ck_assert_mem_eq(in, out, sizeof(out));
+	ck_assert(!shim_ring_violated(&p.cons) && !shim_ring_violated(&p.prod));
+	pair_fini(&p);
+}
+END_TEST
+
+START_TEST(tail_far_ahead_reads_nothing)
+{
+	struct pair p;
+	uint8_t in[RING_SIZE];
+
+	pair_init(&p);
+	peer_sets_tail(&p, 1ull << 30); /* 1 GiB ahead: once a memory disclosure */
+	ck_assert_uint_eq(shim_ring_readable(&p.cons), 0);
+	ck_assert_uint_eq(get(&p.cons, in, sizeof(in)), 0);
+	ck_assert(shim_ring_violated(&p.cons));
+	/* Sticky: a peer that puts the cursor back is not believed again. */
+	peer_sets_tail(&p, 10);
+	ck_assert_uint_eq(get(&p.cons, in, sizeof(in)), 0);
+	ck_assert(!shim_ring_consumer_arm(&p.cons)); /* no sleep on a dead ring */
+	pair_fini(&p);
+}
+END_TEST
+
+START_TEST(tail_one_past_a_ring_is_a_violation)
+{
+	struct pair p;
+	uint8_t in[RING_SIZE];
+
+	pair_init(&p);
+	peer_sets_tail(&p, RING_SIZE); /* exactly full: allowed */
+	ck_assert_uint_eq(shim_ring_readable(&p.cons), RING_SIZE);
+	ck_assert(!shim_ring_violated(&p.cons));
+	ck_assert_uint_eq(get(&p.cons, in, 100), 100);
+	peer_sets_tail(&p, 100 + RING_SIZE + 1); /* one byte too many */
+	ck_assert_uint_eq(get(&p.cons, in, sizeof(in)), 0);
+	ck_assert(shim_ring_violated(&p.cons));
+	pair_fini(&p);
+}
+END_TEST
+
+START_TEST(tail_behind_head_is_a_violation)
+{
+	struct pair p;
+	uint8_t buf[64] = { 0 };
+
+	pair_init(&p);
+	ck_assert_uint_eq(put(&p.prod, buf, sizeof(buf)), sizeof(buf));
+	ck_assert_uint_eq(get(&p.cons, buf, sizeof(buf)), sizeof(buf));
+	peer_sets_tail(&p, 10); /* moved back behind what we consumed */
+	ck_assert_uint_eq(shim_ring_readable(&p.cons), 0);
+	ck_assert(shim_ring_violated(&p.cons));
+	pair_fini(&p);
+}
+END_TEST
+
+START_TEST(head_ahead_of_tail_writes_nothing)
+{
+	struct pair p;
+	uint8_t out[RING_SIZE] = { 0 };
+
+	pair_init(&p);
+	peer_sets_head(&p, 1ull << 20); /* "consumed" bytes never written */
+	ck_assert_uint_eq(shim_ring_writable(&p.prod), 0);
+	ck_assert_uint_eq(put(&p.prod, out, sizeof(out)), 0);
+	ck_assert(shim_ring_violated(&p.prod));
+	ck_assert(!shim_ring_producer_arm(&p.prod));
+	pair_fini(&p);
+}
+END_TEST
+
+START_TEST(head_more_than_a_ring_behind_writes_nothing)
+{
+	struct pair p;
+	uint8_t out[RING_SIZE] = { 0 };
+
+	pair_init(&p);
+	ck_assert_uint_eq(put(&p.prod, out, RING_SIZE), RING_SIZE);
+	ck_assert_uint_eq(get(&p.cons, out, RING_SIZE), RING_SIZE);
+	ck_assert_uint_eq(put(&p.prod, out, 10), 10);
+	/* tail is RING_SIZE + 10: a head of 0 claims more than a ring in use. */
+	peer_sets_head(&p, 0);
+	ck_assert_uint_eq(put(&p.prod, out, sizeof(out)), 0);
+	ck_assert(shim_ring_violated(&p.prod));
+	pair_fini(&p);
+}
+END_TEST
+
+START_TEST(own_cursor_is_never_read_back)
+{
+	struct pair p;
+	uint8_t out[100], in[100];
+
+	pair_init(&p);
+	memset(out, 'x', sizeof(out));
+	ck_assert_uint_eq(put(&p.prod, out, sizeof(out)), sizeof(out));
+	/* The peer (here: the producer side) scribbles over the consumer's own
+	 * head and the producer's own tail; each side trusts its private copy. */
+	__atomic_store_n(&p.cons.hdr->head, 1ull << 40, __ATOMIC_RELAXED);
+	ck_assert_uint_eq(shim_ring_readable(&p.cons), sizeof(out));
+	ck_assert_uint_eq(get(&p.cons, in, sizeof(in)), sizeof(in));
+	ck_assert_mem_eq(in, out, sizeof(out));
+	__atomic_store_n(&p.prod.hdr->tail, 5, __ATOMIC_RELAXED);
+	ck_assert_uint_eq(shim_ring_writable(&p.prod), RING_SIZE);
+	ck_assert(!shim_ring_violated(&p.cons) && !shim_ring_violated(&p.prod));
+	pair_fini(&p);
+}
+END_TEST
+
+START_TEST(changed_size_in_header_is_ignored_after_attach)
+{
+	struct pair p;
+	uint8_t in[RING_SIZE];
+
+	pair_init(&p);
+	p.cons.hdr->size = 1u << 30; /* our mask was fixed at attach */
+	peer_sets_tail(&p, RING_SIZE);
+	ck_assert_uint_eq(get(&p.cons, in, sizeof(in)), RING_SIZE);
+	ck_assert(!shim_ring_violated(&p.cons));
+	pair_fini(&p);
+}
+END_TEST
+
+START_TEST(attach_checks_the_header)
+{
+	struct guarded g = guarded_ring(RING_SIZE);
+	struct shim_ring r;
+
+	ck_assert_int_eq(shim_ring_attach(&r, g.mem, RING_SIZE * 2), -EPROTO);
+	ck_assert_int_eq(shim_ring_attach(&r, g.mem, 3000), -EPROTO);
+	((struct shim_ring_hdr *)g.mem)->magic = 0;
+	ck_assert_int_eq(shim_ring_attach(&r, g.mem, RING_SIZE), -EPROTO);
+	munmap(g.map, g.map_len);
+}
+END_TEST
+
+static Suite *ring_suite(void)
+{
+	Suite *s = suite_create("ring");
+	TCase *tc = tcase_create("ring");
+
+	tcase_add_test(tc, bytes_cross_and_wrap);
+	tcase_add_test(tc, tail_far_ahead_reads_nothing);
+	tcase_add_test(tc, tail_one_past_a_ring_is_a_violation);
+	tcase_add_test(tc, tail_behind_head_is_a_violation);
+	tcase_add_test(tc, head_ahead_of_tail_writes_nothing);
+	tcase_add_test(tc, head_more_than_a_ring_behind_writes_nothing);
+	tcase_add_test(tc, own_cursor_is_never_read_back);
+	tcase_add_test(tc, changed_size_in_header_is_ignored_after_attach);
+	tcase_add_test(tc, attach_checks_the_header);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(ring_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
