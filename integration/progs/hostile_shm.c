@@ -569,7 +569,7 @@ static void pump(int memfd, int echo)
 					classify(buf, consume(buf, sizeof(buf)));
 			}
 		}
-		if (!st.lie_done && !lie_at &&
+		if (lie_in_ring() && !lie_at &&
 		    ((!echo && st.echoed >= o.payload) || (echo && st.sent >= o.payload) || t - start > 1500)) {
 			lie_after_switch(memfd);
 			lie_at = t;
