@@ -55,11 +55,19 @@ start_victim() {
   VN=$((VN + 1))
   VPORT=$(free_port)
   mkdir -p "$WORK/srv$VN"
-  start_bg "victim$VN" shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
-    RDMASHIM_TRACE=warn "RDMASHIM_TRACE_FILE=$WORK/srv$VN/trace.%p.jsonl" \
-    "$PROGS/echo_server" --shape "$shape" --bind 127.0.0.1 --port "$VPORT" --timeout 280
-  VTPID=$BG_PID
-  wait_ready "victim$VN" >/dev/null || { not_ok "$shape victim ready"; return 1; }
+  if [[ $shape == redis ]]; then
+    start_bg "victim$VN" shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
+      RDMASHIM_TRACE=warn "RDMASHIM_TRACE_FILE=$WORK/srv$VN/trace.%p.jsonl" \
+      redis-server --save '' --appendonly no --bind 127.0.0.1 --port "$VPORT"
+    VTPID=$BG_PID
+    wait_listen "$VPORT" >/dev/null || { not_ok "redis victim listening"; return 1; }
+  else
+    start_bg "victim$VN" shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
+      RDMASHIM_TRACE=warn "RDMASHIM_TRACE_FILE=$WORK/srv$VN/trace.%p.jsonl" \
+      "$PROGS/echo_server" --shape "$shape" --bind 127.0.0.1 --port "$VPORT" --timeout 280
+    VTPID=$BG_PID
+    wait_ready "victim$VN" >/dev/null || { not_ok "$shape victim ready"; return 1; }
+  fi
   for ((i = 0; i < 50; i++)); do
     VPID=$(pgrep -P "$VTPID" | head -n 1)
     [[ -n $VPID ]] && break
@@ -76,8 +84,13 @@ start_victim() {
 # legit LABEL BYTES: a root shim client, byte-checked, must succeed.
 legit() {
   local out
-  out=$(with_shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
+  if [[ $SHAPE == redis ]]; then
+    out=$(with_shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
+      bash "$WORK/legit_redis.sh" "$VPORT" 1 2>&1 | tail -n 1)
+  else
+    out=$(with_shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
     "$PROGS/echo_client" --port "$VPORT" --bytes "$2" --conns 2 --timeout 10 2>&1 | tail -n 1)
+  fi
   if [[ $out == OK* ]]; then ok "$1: a legitimate client is served ($out)"; return 0; fi
   not_ok "$1: a legitimate client is served ($out)"
   return 1
@@ -113,12 +126,17 @@ attack_server() {
   local mode=$1 label out res arc=0 lpid reached
   shift
   label="(a) $SHAPE server, $mode${*:+ $*}"
-  out=$WORK/a-$SHAPE-$mode${1:+-small}.out
+  out=$WORK/a-$SHAPE-$mode${1:+-opts}.out
   # A fresh server per lie: one broken by a lie does not fail the next.
   start_victim "$SHAPE" || return
   # A legitimate connection is open while the attacker maps its ring.
-  start_bg "legit-$SHAPE-$mode" shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
-    "$PROGS/echo_client" --port "$VPORT" --bytes 2M --conns 2 --max-write 4K --timeout 10
+  if [[ $SHAPE == redis ]]; then
+    start_bg "legit-$SHAPE-$mode" shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
+      bash "$WORK/legit_redis.sh" "$VPORT" 5
+  else
+    start_bg "legit-$SHAPE-$mode" shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
+      "$PROGS/echo_client" --port "$VPORT" --bytes 2M --conns 2 --max-write 4K --timeout 10
+  fi
   lpid=$BG_PID
   sleep 0.3
   timeout -k 5 60 "${AS_OTHER[@]}" "$HOSTILE" --role client --connect "127.0.0.1:$VPORT" --mode "$mode" \
@@ -131,7 +149,9 @@ attack_server() {
     *) check "$label: the lie reached a switched server" test "$reached" = yes ;;
   esac
   check "$label: the attacker got back only bytes it wrote (exit $arc)" test "$arc" -eq 0
-  if [[ $mode == honest || $mode == extra_fds ]]; then
+  if [[ $SHAPE == redis && $mode == honest ]]; then
+    check "$label: redis answered the SET (+OK)" test "$(field echoed "$res")" -ge 5
+  elif [[ $mode == honest || $mode == extra_fds ]]; then
     check "$label: the echo is exact" test "$(field good "$res")" = "$(field sent "$res")"
   fi
   if wait_bg "$lpid" 20; then
@@ -159,6 +179,27 @@ attack_server honest
 attack_server tail_far --ring 4096
 attack_server ctrunc
 attack_server resume
+# A server that writes more at once than it read (an echo never does): redis
+# answers GET with the whole value, into a ring whose head the attacker moved.
+if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
+  head -c 49152 /dev/urandom | base64 -w 0 >"$WORK/legit.value"
+  cat >"$WORK/legit_redis.sh" <<'SHEOF'
+# legit_redis.sh PORT ROUNDS: SET and GET a 64 KiB value, byte-checked.
+v=$(cat "$(dirname "$0")/legit.value")
+for ((i = 0; i < $2; i++)); do
+  out=$(redis-cli -h 127.0.0.1 -p "$1" SET "legit$i" "$v" 2>&1)
+  [[ $out == OK ]] || { echo "FAIL SET $i: $out"; exit 1; }
+  [[ $(redis-cli -h 127.0.0.1 -p "$1" --raw GET "legit$i" 2>&1) == "$v" ]] || { echo "FAIL GET $i"; exit 1; }
+done
+echo "OK $2 SET/GET of 64 KiB"
+SHEOF
+  SHAPE=redis
+  for m in honest head_ahead head_behind; do
+    attack_server "$m" --resp 1 --payload 262144
+  done
+else
+  log "redis-server or redis-cli missing: the big-writer victim is left out"
+fi
 
 # ---- (b) a root client ----
 attack_client() {

@@ -21,7 +21,10 @@
  * Options: --ring BYTES (client role: the ring size to announce; default the
  * OFFER's), --payload BYTES (honest bytes before the lie, default 64 KiB),
  * --seconds S (how long to go on after the lie, default 2), --wait-ms N
- * (handshake waits, default 4000).
+ * (handshake waits, default 4000), --resp 1 (client role: against
+ * redis-server, the stream is "SET k <payload letters>", then after the lie
+ * "GET k", so the server writes the whole value at once; replies are counted,
+ * not classified).
  *
  * Modes (one lie each; "honest" lies in nothing and must echo exactly):
  *   tail_far      producer tail 1 GiB ahead of the bytes written
@@ -149,7 +152,7 @@ static struct {
 	const char *role, *mode, *addr;
 	uint32_t ring;
 	size_t payload;
-	int seconds, wait_ms, procs;
+	int seconds, wait_ms, procs, resp;
 } o = { .mode = "honest", .payload = 64 * 1024, .seconds = 2, .wait_ms = 4000, .procs = 4 };
 
 struct buf {
@@ -187,6 +190,45 @@ static long long now_ms(void)
 static uint8_t letter(uint64_t i)
 {
 	return (uint8_t)('a' + (i * 7 + i / 26) % 26);
+}
+
+/* --resp: the stream is a redis SET of --payload letters, then (after the
+ * lie) a GET of it, whose reply the server writes in one piece. */
+static struct {
+	uint8_t *b;
+	size_t set_len, len;
+} resp;
+
+static void resp_build(void)
+{
+	char head[64];
+	int h = snprintf(head, sizeof(head), "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%zu\r\n", o.payload);
+	static const char get[] = "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+
+	resp.set_len = (size_t)h + o.payload + 2;
+	resp.len = resp.set_len + sizeof(get) - 1;
+	resp.b = malloc(resp.len);
+	if (!resp.b)
+		exit(1);
+	memcpy(resp.b, head, (size_t)h);
+	for (size_t i = 0; i < o.payload; i++)
+		resp.b[h + i] = letter(i);
+	memcpy(resp.b + h + o.payload, "\r\n", 2);
+	memcpy(resp.b + resp.set_len, get, sizeof(get) - 1);
+}
+
+/* Byte i of what this side sends as the client. */
+static uint8_t out_byte(uint64_t i)
+{
+	return resp.b ? (i < resp.len ? resp.b[i] : ' ') : letter(i);
+}
+
+/* How far the client's stream goes before (and after) the lie. */
+static uint64_t out_target(int after_lie)
+{
+	if (resp.b)
+		return after_lie ? resp.len : resp.set_len;
+	return (after_lie ? 2 : 1) * o.payload;
 }
 
 static void say(const char *fmt, const char *arg)
@@ -322,6 +364,11 @@ static void tcp_becomes_data(void)
 
 static void classify(const uint8_t *b, size_t n)
 {
+	if (resp.b) {
+		/* Redis answers, it does not echo: count only. */
+		st.echoed += n;
+		return;
+	}
 	for (size_t i = 0; i < n; i++, st.echoed++) {
 		if (st.echoed < st.expect.len && st.expect.b[st.echoed] == b[i])
 			st.good++;
@@ -382,7 +429,7 @@ static size_t produce(size_t max)
 	size_t room = used > st.tx.size ? 0 : st.tx.size - (size_t)used, n = max < room ? max : room;
 
 	for (size_t i = 0; i < n; i++) {
-		uint8_t b = letter(st.sent + i);
+		uint8_t b = out_byte(st.sent + i);
 
 		st.tx.data[(tail + i) & (st.tx.size - 1)] = b;
 		if (st.shadow)
@@ -392,7 +439,7 @@ static size_t produce(size_t max)
 		return 0;
 	if (!st.shadow)
 		for (size_t i = 0; i < n; i++) {
-			uint8_t b = letter(st.sent + i);
+			uint8_t b = out_byte(st.sent + i);
 
 			expect_add(&b, 1);
 		}
@@ -563,14 +610,14 @@ static void pump(int memfd, int echo)
 				}
 			} else if (!echo) {
 				if (!st.lie_done || head_lie || !lie_in_ring())
-					if (st.sent < (st.lie_done ? 2 : 1) * o.payload)
-						produce((st.lie_done ? 2 : 1) * o.payload - st.sent);
+					if (st.sent < out_target(st.lie_done))
+						produce(out_target(st.lie_done) - st.sent);
 				if (!st.lie_done || !head_lie)
 					classify(buf, consume(buf, sizeof(buf)));
 			}
 		}
 		if (lie_in_ring() && !lie_at &&
-		    ((!echo && st.echoed >= o.payload) || (echo && st.sent >= o.payload) || t - start > 1500)) {
+		    ((!echo && st.echoed >= (resp.b ? 5 : o.payload)) || (echo && st.sent >= o.payload) || t - start > 1500)) {
 			lie_after_switch(memfd);
 			lie_at = t;
 			end = t + o.seconds * 1000LL;
@@ -678,7 +725,7 @@ static void run_client(void)
 	if (connect(st.tcp, (struct sockaddr *)&srv, sizeof(srv)) < 0)
 		fail_setup("tcp connect");
 	for (size_t i = 0; i < sizeof(prefix); i++)
-		prefix[i] = letter(i);
+		prefix[i] = out_byte(i);
 	expect_add(prefix, sizeof(prefix));
 	tcp_send(prefix, sizeof(prefix));
 	st.sent = sizeof(prefix);
@@ -971,6 +1018,8 @@ int main(int argc, char **argv)
 			o.wait_ms = atoi(v);
 		else if (!strcmp(a, "--procs"))
 			o.procs = atoi(v);
+		else if (!strcmp(a, "--resp"))
+			o.resp = atoi(v);
 		else
 			usage();
 	}
@@ -984,8 +1033,11 @@ int main(int argc, char **argv)
 		run_flood();
 	if (!o.addr)
 		usage();
-	if (!strcmp(o.role, "client"))
+	if (!strcmp(o.role, "client")) {
+		if (o.resp)
+			resp_build();
 		run_client();
+	}
 	if (!strcmp(o.role, "server"))
 		run_server();
 	usage();
