@@ -29,10 +29,13 @@ TEST_PROGS  := $(patsubst integration/progs/%.c,$(BUILD)/progs/%,$(wildcard inte
 # The stress tool is several files (integration/stress/), so it has a rule of its own.
 STRESS      := $(BUILD)/progs/stress
 STRESS_SRCS := $(wildcard integration/stress/*.c)
+# So is the hostile shared-memory peer (integration/hostile/).
+HOSTILE      := $(BUILD)/progs/hostile_shm
+HOSTILE_SRCS := $(wildcard integration/hostile/*.c)
 
 .PHONY: all deps test unit integration demo bench install clean
 
-all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS)
+all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS) $(HOSTILE)
 
 $(BUILD)/obj/shim/%.o: shim/%.c
 	@mkdir -p $(dir $@)
@@ -67,6 +70,10 @@ $(BUILD)/progs/%: integration/progs/%.c
 $(STRESS): $(STRESS_SRCS) integration/stress/stress.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -o $@ $(STRESS_SRCS) -lpthread
+
+$(HOSTILE): $(HOSTILE_SRCS) integration/hostile/hostile.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -o $@ $(HOSTILE_SRCS) -lpthread
 
 deps:
 	@tools/install-deps.sh

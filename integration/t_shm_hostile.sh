@@ -1,6 +1,6 @@
 #!/bin/bash
 # t_shm_hostile: a hostile peer of another user against root programs under
-# the shim (RDMASHIM_TRANSPORTS=shm). integration/progs/hostile_shm speaks
+# the shim (RDMASHIM_TRANSPORTS=shm). build/progs/hostile_shm (integration/hostile/) speaks
 # the documented protocol itself and lies in one field per run (ring indices,
 # sizes, seals, fds passed, truncated messages, frames, nonces, offsets).
 #   (a) fake client against a root echo_server (epoll shape, then threads):

@@ -1,0 +1,185 @@
+/* The fake client C against a shimmed server S. */
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "hostile.h"
+
+/* ---- fake client against a shimmed server ---- */
+static int make_memfd(uint32_t size, size_t *len_out)
+{
+	int fd = memfd_create("hostile-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	size_t len = 2 * ((size_t)RING_HDR + size);
+
+	if (is_mode("ring_size"))
+		len = 2 * ((size_t)RING_HDR + size / 2);
+	if (fd < 0 || ftruncate(fd, (off_t)len) < 0)
+		fail_setup("memfd");
+	if (!is_mode("noseal") && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+		fail_setup("seals");
+	*len_out = len;
+	return fd;
+}
+
+static int send_accept(int memfd, const struct accept *acc)
+{
+	uint8_t msg[100];
+	size_t len = sizeof(*acc);
+	int fds[8] = { memfd, -1, -1, -1, -1, -1, -1, -1 }, nfds = 1;
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(fds))];
+	} control;
+
+	memset(msg, 0, sizeof(msg));
+	memcpy(msg, acc, sizeof(*acc));
+	if (is_mode("trunc"))
+		len = sizeof(msg); /* longer than the receiver's buffer: MSG_TRUNC */
+	if (is_mode("ctrunc"))
+		nfds = 8; /* more than the receiver's control buffer: MSG_CTRUNC */
+	if (is_mode("extra_fds"))
+		nfds = 3;
+	for (int i = 1; i < nfds; i++)
+		fds[i] = memfd_create("hostile-extra", MFD_CLOEXEC);
+	struct iovec iov = { msg, len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+			     .msg_controllen = CMSG_SPACE(nfds * sizeof(int)) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+
+	memset(control.buf, 0, sizeof(control.buf));
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+	memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+	ssize_t n = sendmsg(st.rv, &mh, MSG_NOSIGNAL);
+
+	for (int i = 1; i < nfds; i++)
+		close(fds[i]);
+	return n == (ssize_t)len ? 0 : -1;
+}
+
+void run_client(void)
+{
+	struct sockaddr_in srv, me;
+	socklen_t slen = sizeof(me);
+	struct sockaddr_un sun;
+	socklen_t nlen;
+	int lfd, memfd;
+	uint8_t prefix[6];
+
+	if (parse_addr(o.addr, &srv) < 0)
+		fail_setup("bad --connect");
+	st.tcp = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	memset(&me, 0, sizeof(me));
+	me.sin_family = AF_INET;
+	me.sin_addr = srv.sin_addr;
+	if (st.tcp < 0 || bind(st.tcp, (struct sockaddr *)&me, sizeof(me)) < 0 ||
+	    getsockname(st.tcp, (struct sockaddr *)&me, &slen) < 0)
+		fail_setup("tcp bind");
+	/* The name exists before S can look for it. */
+	nlen = rv_name(&sun, &me, &srv);
+	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sun, nlen) < 0 || listen(lfd, 4) < 0)
+		fail_setup("rendezvous listen");
+	if (connect(st.tcp, (struct sockaddr *)&srv, sizeof(srv)) < 0)
+		fail_setup("tcp connect");
+	for (size_t i = 0; i < sizeof(prefix); i++)
+		prefix[i] = out_byte(i);
+	expect_add(prefix, sizeof(prefix));
+	tcp_send(prefix, sizeof(prefix));
+	st.sent = sizeof(prefix);
+	if (!wait_fd(lfd, POLLIN, o.wait_ms) || (st.rv = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) < 0)
+		fail_setup("no OFFER: the server never came to the rendezvous");
+	close(lfd);
+
+	struct offer off;
+
+	if (!wait_fd(st.rv, POLLIN, o.wait_ms) || recv(st.rv, &off, sizeof(off), 0) != sizeof(off) ||
+	    off.hdr.magic != WIRE_MAGIC || off.hdr.type != MSG_OFFER)
+		fail_setup("bad OFFER");
+	uint32_t size = o.ring ? o.ring : off.ring_bytes;
+
+	if (is_mode("tiny"))
+		size = 4096;
+	size_t len;
+
+	memfd = make_memfd(size, &len);
+	map_rings(memfd, len, is_mode("ring_size") ? size / 2 : size, 1);
+	memset(st.map, FILLER, len);
+	for (int r = 0; r < 2; r++) {
+		struct ring_hdr *h = r ? st.rx.h : st.tx.h;
+
+		memset(h, 0, sizeof(*h));
+		h->magic = RING_MAGIC;
+		h->size = is_mode("ring_hdr") ? size / 2 : is_mode("ring_size") ? size / 2 : size;
+	}
+	if (is_mode("ring_size"))
+		st.tx.size = st.rx.size = size / 2;
+
+	struct accept acc;
+
+	memset(&acc, 0, sizeof(acc));
+	acc.hdr = (struct hdr){ WIRE_MAGIC, WIRE_VERSION, MSG_ACCEPT, sizeof(acc), 0 };
+	random_bytes(acc.nonce, sizeof(acc.nonce));
+	acc.switch_offset = is_mode("offset_huge") ? 1ull << 62 : st.sent;
+	acc.ring_bytes = size;
+	acc.tcp_fd = st.tcp;
+	if (send_accept(memfd, &acc) < 0)
+		fail_setup("send ACCEPT");
+	say("ACCEPT sent (%s)", o.mode);
+	if (is_mode("trunc") || is_mode("ctrunc") || is_mode("ring_size") || is_mode("ring_hdr") ||
+	    is_mode("noseal"))
+		st.reached = 1; /* the lie is the handshake message itself */
+
+	struct sw_frame sw = { .type = 'W' };
+
+	memcpy(sw.nonce, off.nonce, sizeof(sw.nonce));
+	if (is_mode("badnonce")) {
+		sw.nonce[0] ^= 0xff;
+		st.reached = 1;
+	}
+	tcp_send(&sw, sizeof(sw));
+
+	/* S's offset, then its app bytes up to it, then its SWITCH frame. */
+	struct switch_at at;
+
+	if (!wait_fd(st.rv, POLLIN, o.wait_ms) || recv(st.rv, &at, sizeof(at), 0) != sizeof(at) ||
+	    at.hdr.type != MSG_SWITCH_AT) {
+		say("%s", "no SWITCH_AT: the server refused the upgrade");
+		st.tcp_app_left = ~0ull; /* it stays on TCP: its bytes are all data */
+		tcp_becomes_data();
+		if (fcntl(st.tcp, F_SETFL, O_NONBLOCK) < 0)
+			fail_setup("nonblock");
+		pump(memfd, 0);
+		result();
+	}
+	if (at.switch_offset > (1u << 20))
+		fail_setup("SWITCH_AT offset beyond anything sent");
+	uint8_t app[1 << 20];
+
+	if (recv_exact(app, (size_t)at.switch_offset) < 0)
+		fail_setup("short TCP before the server's switch");
+	classify(app, (size_t)at.switch_offset);
+	if (recv_exact(&sw, sizeof(sw)) < 0 || sw.type != 'W' || memcmp(sw.nonce, acc.nonce, sizeof(sw.nonce)))
+		fail_setup("the server's SWITCH frame is missing or wrong");
+	say("%s", "both directions switched");
+	if (is_mode("offset_huge"))
+		tcp_becomes_data();
+	if (lie_in_ring() || is_mode("honest") || is_mode("tiny") || is_mode("extra_fds") ||
+	    is_mode("offset_huge"))
+		st.reached = 1;
+	if (fcntl(st.tcp, F_SETFL, O_NONBLOCK) < 0)
+		fail_setup("nonblock");
+	pump(memfd, 0);
+	result();
+}

@@ -1,0 +1,260 @@
+/* The rings: honest producing and consuming, the lies made after the switch, the data phase. */
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "hostile.h"
+
+/* ---- the rings ---- */
+void map_rings(int memfd, size_t len, uint32_t size, int we_are_client)
+{
+	st.map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	if (st.map == MAP_FAILED)
+		fail_setup("mmap");
+	st.map_len = len;
+	struct ring c2s = { (struct ring_hdr *)st.map, st.map + RING_HDR, size };
+	struct ring s2c = { (struct ring_hdr *)(st.map + RING_HDR + size), st.map + 2 * RING_HDR + size, size };
+
+	st.tx = we_are_client ? c2s : s2c;
+	st.rx = we_are_client ? s2c : c2s;
+}
+
+static void bell(char b)
+{
+	tcp_send(&b, 1);
+}
+
+/* Produces honest letters (position-true) into tx; returns bytes written. */
+static size_t produce(size_t max)
+{
+	uint64_t tail = st.tx.h->tail;
+	uint64_t head = __atomic_load_n(&st.tx.h->head, __ATOMIC_ACQUIRE);
+	uint64_t used = tail - head;
+	size_t room = used > st.tx.size ? 0 : st.tx.size - (size_t)used, n = max < room ? max : room;
+
+	for (size_t i = 0; i < n; i++) {
+		uint8_t b = out_byte(st.sent + i);
+
+		st.tx.data[(tail + i) & (st.tx.size - 1)] = b;
+		if (st.shadow)
+			st.shadow[(tail + i) & (st.tx.size - 1)] = b;
+	}
+	if (!n)
+		return 0;
+	if (!st.shadow)
+		for (size_t i = 0; i < n; i++) {
+			uint8_t b = out_byte(st.sent + i);
+
+			expect_add(&b, 1);
+		}
+	st.sent += n;
+	/* Release pairs with the victim's acquire load of tail. */
+	__atomic_store_n(&st.tx.h->tail, tail + n, __ATOMIC_RELEASE);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_exchange_n(&st.tx.h->consumer_armed, 0, __ATOMIC_RELAXED))
+		bell('D');
+	return n;
+}
+
+/* Takes what rx holds (never more than one ring, whatever tail says). */
+static size_t consume(uint8_t *out, size_t max)
+{
+	uint64_t head = st.rx.h->head;
+	uint64_t tail = __atomic_load_n(&st.rx.h->tail, __ATOMIC_ACQUIRE);
+	uint64_t avail = tail - head;
+	size_t n;
+
+	if (avail > st.rx.size)
+		avail = st.rx.size;
+	n = avail < max ? (size_t)avail : max;
+	for (size_t i = 0; i < n; i++)
+		out[i] = st.rx.data[(head + i) & (st.rx.size - 1)];
+	if (!n)
+		return 0;
+	__atomic_store_n(&st.rx.h->head, head + n, __ATOMIC_RELEASE);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_exchange_n(&st.rx.h->producer_wants_space, 0, __ATOMIC_RELAXED))
+		bell('S');
+	return n;
+}
+
+/* TCP after the victim's switch: bells only, or its end. */
+static void read_tcp(void)
+{
+	uint8_t buf[4096];
+
+	while (!st.eof && !st.reset) {
+		ssize_t n = recv(st.tcp, buf, sizeof(buf), MSG_DONTWAIT);
+
+		if (n == 0)
+			st.eof = 1;
+		if (n < 0 && errno != EAGAIN && errno != EINTR)
+			st.reset = 1;
+		if (n <= 0)
+			return;
+		if (st.tcp_app_left) {
+			size_t app = (uint64_t)n < st.tcp_app_left ? (size_t)n : (size_t)st.tcp_app_left;
+
+			classify(buf, app);
+			st.tcp_app_left -= app;
+		}
+	}
+}
+
+static volatile int flipping;
+
+static void *flipper(void *arg)
+{
+	uint64_t tail = st.tx.h->tail, head = st.rx.h->head;
+
+	(void)arg;
+	for (unsigned long i = 0; flipping; i++) {
+		uint64_t d = (i & 1) ? GIB : 0;
+
+		__atomic_store_n(&st.tx.h->tail, tail + d, __ATOMIC_RELEASE);
+		__atomic_store_n(&st.rx.h->head, head + d, __ATOMIC_RELEASE);
+		if ((i & 1023) == 0)
+			usleep(100);
+	}
+	st.tx.h->tail = tail;
+	st.rx.h->head = head;
+	return NULL;
+}
+
+static pthread_t flip_thread;
+
+static void lie_after_switch(int memfd)
+{
+	if (is_mode("tail_far")) {
+		st.tx.h->tail += GIB;
+		bell('D');
+	} else if (is_mode("tail_over")) {
+		st.tx.h->tail = st.tx.h->head + st.tx.size + 1;
+		bell('D');
+	} else if (is_mode("head_ahead")) {
+		st.rx.h->head = st.rx.h->tail + GIB;
+		bell('S');
+	} else if (is_mode("head_behind")) {
+		st.rx.h->head = st.rx.h->tail - st.rx.size - 4096;
+		bell('S');
+	} else if (is_mode("flip")) {
+		flipping = 1;
+		if (pthread_create(&flip_thread, NULL, flipper, NULL))
+			fail_setup("pthread_create");
+	} else if (is_mode("resume")) {
+		struct resume_frame f = { .type = 'R', .rx_offset_be = htobe64(st.echoed) };
+
+		tcp_send(&f, sizeof(f));
+	} else if (is_mode("garbage")) {
+		tcp_send("X", 1);
+	} else if (is_mode("noseal")) {
+		if (ftruncate(memfd, 0) == 0)
+			say("%s", "memfd shrunk to 0 bytes under the victim's mapping");
+		else
+			say("memfd could not be shrunk: %s", strerror(errno));
+		bell('D');
+		bell('S');
+	} else {
+		return;
+	}
+	st.lie_done = 1;
+	say("lie %s sent", o.mode);
+}
+
+int lie_in_ring(void)
+{
+	static const char *const modes[] = { "tail_far", "tail_over", "head_ahead", "head_behind",
+					     "flip", "resume", "garbage", "noseal" };
+
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
+		if (is_mode(modes[i]))
+			return 1;
+	return 0;
+}
+
+/*
+ * The data phase: honest payload first (and, in server role, an honest echo),
+ * then the mode's lie, then o.seconds of watching what comes back. The bytes
+ * sent after a head lie make the victim write (into a ring it thinks has
+ * room); the ring's letters after a tail lie are what it must not take.
+ */
+void pump(int memfd, int echo)
+{
+	uint8_t buf[65536];
+	long long start = now_ms(), lie_at = 0, end = 0;
+	int head_lie = is_mode("head_ahead") || is_mode("head_behind");
+
+	for (;;) {
+		long long t = now_ms();
+
+		read_tcp();
+		if (!is_mode("flip") || !flipping) {
+			if (echo && !(st.lie_done && head_lie)) {
+				/* Server role: echo rx into tx (the shadow keeps
+				 * what the victim must find there); after a tail
+				 * lie, only drain. */
+				int stop_tx = st.lie_done && lie_in_ring();
+				uint64_t used = st.tx.h->tail - st.tx.h->head;
+				size_t room = stop_tx ? sizeof(buf) : used > st.tx.size ? 0 : st.tx.size - (size_t)used;
+				size_t n = consume(buf, room < sizeof(buf) ? room : sizeof(buf));
+
+				for (size_t i = 0; i < n && !stop_tx; i++) {
+					uint64_t tail = st.tx.h->tail + i;
+
+					st.tx.data[tail & (st.tx.size - 1)] = buf[i];
+					st.shadow[tail & (st.tx.size - 1)] = buf[i];
+				}
+				if (n && !stop_tx) {
+					st.sent += n;
+					__atomic_store_n(&st.tx.h->tail, st.tx.h->tail + n, __ATOMIC_RELEASE);
+					__atomic_thread_fence(__ATOMIC_SEQ_CST);
+					if (__atomic_exchange_n(&st.tx.h->consumer_armed, 0, __ATOMIC_RELAXED))
+						bell('D');
+				}
+			} else if (!echo) {
+				if (!st.lie_done || head_lie || !lie_in_ring())
+					if (st.sent < out_target(st.lie_done))
+						produce(out_target(st.lie_done) - st.sent);
+				if (!st.lie_done || !head_lie)
+					classify(buf, consume(buf, sizeof(buf)));
+			}
+		}
+		if (lie_in_ring() && !lie_at &&
+		    ((!echo && st.echoed >= (o.resp ? 5 : o.payload)) || (echo && st.sent >= o.payload) || t - start > 1500)) {
+			lie_after_switch(memfd);
+			lie_at = t;
+			end = t + o.seconds * 1000LL;
+			if (is_mode("flip"))
+				end = t + 1000;
+		}
+		/* An honest fake server echoes until its client is done. */
+		if (!lie_in_ring() && !lie_at && !end)
+			end = t + (echo && is_mode("honest") ? 15000 : o.seconds * 1000LL);
+		if (is_mode("flip") && flipping && t >= end) {
+			flipping = 0;
+			pthread_join(flip_thread, NULL);
+			end = t + o.seconds * 1000LL;
+		}
+		if (is_mode("flip") && flipping && (t & 7) == 0) {
+			bell('D');
+			bell('S');
+		}
+		if ((end && t >= end) || st.eof || st.reset)
+			break;
+		wait_fd(st.tcp, POLLIN, 1);
+	}
+	if (!echo && !(st.lie_done && head_lie)) {
+		/* Last look at what the victim left in the ring. */
+		classify(buf, consume(buf, sizeof(buf)));
+	}
+}
