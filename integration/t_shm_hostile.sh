@@ -45,6 +45,8 @@ SPIN_MAX=$((TICKS * 3 / 10))
 
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null; }
 fd_count() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
+# fds of process $1 that are memfds the attacker made (it names them hostile-*)
+hostile_fds() { ls -l "/proc/$1/fd" 2>/dev/null | grep -c 'memfd:hostile' || true; }
 result_of() { grep '^RESULT' "$1" | tail -n 1; }
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
@@ -113,6 +115,8 @@ after_attack() {
     sleep 0.1
   done
   check "$label: the server's fds are back at $VBASE after the attacker left (now $n)" test "$n" -le "$VBASE"
+  n=$(hostile_fds "$VPID")
+  check "$label: the server holds none of the attacker's memfds ($n)" test "$n" -eq 0
   c0=$(cpu_ticks "$VPID")
   sleep 1
   c1=$(cpu_ticks "$VPID")
@@ -145,12 +149,17 @@ attack_server() {
   echo "    $res"
   reached=$(field reached "$res")
   case $mode in
-    trunc | ctrunc | ring_size | ring_hdr | noseal | tiny) ;;
+    trunc | ctrunc | ring_size | ring_hdr | noseal | sealwrite | notmemfd | tiny) ;;
     *) check "$label: the lie reached a switched server" test "$reached" = yes ;;
   esac
   check "$label: the attacker got back only bytes it wrote (exit $arc)" test "$arc" -eq 0
   if [[ $SHAPE == redis && $mode == honest ]]; then
     check "$label: redis answered the SET (+OK)" test "$(field echoed "$res")" -ge 5
+  elif [[ $mode == ring_huge ]]; then
+    # TCP would hold a few MiB for a peer that never reads; a ring the peer
+    # sized holds what the peer likes, in the victim's memory.
+    check "$label: the server holds at most 16 MiB of echo the attacker never read ($(field parked "$res"))" \
+      test "$(field parked "$res")" -le $((16 << 20))
   elif [[ $mode == honest || $mode == extra_fds ]]; then
     check "$label: the echo is exact" test "$(field good "$res")" = "$(field sent "$res")"
   fi
@@ -164,10 +173,11 @@ attack_server() {
 }
 
 SHAPE=epoll
-for m in honest tail_far tail_over head_ahead head_behind flip ring_size ring_hdr tiny noseal trunc ctrunc \
-         extra_fds resume garbage badnonce offset_huge; do
+for m in honest tail_far tail_over head_ahead head_behind flip ring_size ring_hdr tiny noseal sealwrite \
+         notmemfd trunc ctrunc extra_fds resume garbage badnonce offset_huge; do
   attack_server "$m"
 done
+attack_server ring_huge --payload $((48 << 20)) --seconds 3
 # The attacker picks the ring size: a 4 KiB ring under the server's 64 KiB
 # reads (the over-read reaches the neighbouring mapping: the legitimate
 # connection's ring).
@@ -213,6 +223,15 @@ attack_client() {
   start_bg "b-$mode-victim" shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=4 \
     "$PROGS/echo_client" --port "$port" --bytes 4M --max-write 1M --timeout 15
   vpid=$BG_PID
+  # While the attacker is there: does the client keep an fd it passed?
+  local kept=0 n p
+  for ((i = 0; i < 300; i++)); do
+    kill -0 "$apid" 2>/dev/null || break
+    p=$(pgrep -P "$vpid" | head -n 1)
+    n=$(hostile_fds "${p:-0}")
+    ((n > kept)) && kept=$n
+    sleep 0.1
+  done
   wait_bg "$apid" 30 || true
   res=$(result_of "$WORK/b-$mode-attacker.out")
   echo "    $res"
@@ -237,6 +256,7 @@ attack_client() {
   echo "    client: $(tail -n 1 "$WORK/b-$mode-victim.out") (status $rc)"
   check "$label: the client was not killed by a signal (status $rc)" test "$rc" -lt 124
   check "$label: the lie reached a switched client" test "$(field reached "$res")" = yes
+  check "$label: the client kept none of the fds the attacker passed ($kept)" test "$kept" -eq 0
   check "$label: the client wrote nothing outside its own ring (oob=$(field oob "$res"))" \
     test "$(field oob "$res")" = 0
   if [[ $mode == honest ]]; then
@@ -245,7 +265,8 @@ attack_client() {
   fi
 }
 
-for m in honest tail_far tail_over head_ahead head_behind flip resume garbage badnonce offset_huge; do
+for m in honest tail_far tail_over head_ahead head_behind flip resume garbage badnonce offset_huge trunc ctrunc \
+         extra_fds offer_fds; do
   attack_client "$m"
 done
 

@@ -25,47 +25,11 @@ static int make_memfd(uint32_t size, size_t *len_out)
 		len = 2 * ((size_t)RING_HDR + size / 2);
 	if (fd < 0 || ftruncate(fd, (off_t)len) < 0)
 		fail_setup("memfd");
-	if (!is_mode("noseal") && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+	if (!is_mode("noseal") &&
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | (is_mode("sealwrite") ? 0 : F_SEAL_SEAL)) < 0)
 		fail_setup("seals");
 	*len_out = len;
 	return fd;
-}
-
-static int send_accept(int memfd, const struct accept *acc)
-{
-	uint8_t msg[100];
-	size_t len = sizeof(*acc);
-	int fds[8] = { memfd, -1, -1, -1, -1, -1, -1, -1 }, nfds = 1;
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(fds))];
-	} control;
-
-	memset(msg, 0, sizeof(msg));
-	memcpy(msg, acc, sizeof(*acc));
-	if (is_mode("trunc"))
-		len = sizeof(msg); /* longer than the receiver's buffer: MSG_TRUNC */
-	if (is_mode("ctrunc"))
-		nfds = 8; /* more than the receiver's control buffer: MSG_CTRUNC */
-	if (is_mode("extra_fds"))
-		nfds = 3;
-	for (int i = 1; i < nfds; i++)
-		fds[i] = memfd_create("hostile-extra", MFD_CLOEXEC);
-	struct iovec iov = { msg, len };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-			     .msg_controllen = CMSG_SPACE(nfds * sizeof(int)) };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-
-	memset(control.buf, 0, sizeof(control.buf));
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-	memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
-	ssize_t n = sendmsg(st.rv, &mh, MSG_NOSIGNAL);
-
-	for (int i = 1; i < nfds; i++)
-		close(fds[i]);
-	return n == (ssize_t)len ? 0 : -1;
 }
 
 void run_client(void)
@@ -111,11 +75,17 @@ void run_client(void)
 
 	if (is_mode("tiny"))
 		size = 4096;
+	if (is_mode("ring_huge"))
+		size = 64u << 20; /* the most shim/wire.c accepts */
 	size_t len;
 
 	memfd = make_memfd(size, &len);
 	map_rings(memfd, len, is_mode("ring_size") ? size / 2 : size, 1);
-	memset(st.map, FILLER, len);
+	/* Our mapping stays writable; one the victim makes can not be. */
+	if (is_mode("sealwrite") && fcntl(memfd, F_ADD_SEALS, 0x0010 /* F_SEAL_FUTURE_WRITE */ | F_SEAL_SEAL) < 0)
+		fail_setup("F_SEAL_FUTURE_WRITE");
+	/* A huge ring stays sparse: only what the victim could ever see. */
+	memset(st.map, FILLER, is_mode("ring_huge") ? 2 * RING_HDR : len);
 	for (int r = 0; r < 2; r++) {
 		struct ring_hdr *h = r ? st.rx.h : st.tx.h;
 
@@ -134,11 +104,19 @@ void run_client(void)
 	acc.switch_offset = is_mode("offset_huge") ? 1ull << 62 : st.sent;
 	acc.ring_bytes = size;
 	acc.tcp_fd = st.tcp;
-	if (send_accept(memfd, &acc) < 0)
+	int pass = memfd, pfd[2];
+
+	if (is_mode("notmemfd")) {
+		/* A pipe where the ring memfd belongs. */
+		if (pipe2(pfd, O_CLOEXEC) < 0)
+			fail_setup("pipe");
+		pass = pfd[0];
+	}
+	if (send_with_fds(st.rv, &acc, sizeof(acc), pass, 1) < 0)
 		fail_setup("send ACCEPT");
 	say("ACCEPT sent (%s)", o.mode);
 	if (is_mode("trunc") || is_mode("ctrunc") || is_mode("ring_size") || is_mode("ring_hdr") ||
-	    is_mode("noseal"))
+	    is_mode("noseal") || is_mode("notmemfd") || is_mode("sealwrite"))
 		st.reached = 1; /* the lie is the handshake message itself */
 
 	struct sw_frame sw = { .type = 'W' };
@@ -176,7 +154,7 @@ void run_client(void)
 	if (is_mode("offset_huge"))
 		tcp_becomes_data();
 	if (lie_in_ring() || is_mode("honest") || is_mode("tiny") || is_mode("extra_fds") ||
-	    is_mode("offset_huge"))
+	    is_mode("offset_huge") || is_mode("ring_huge"))
 		st.reached = 1;
 	if (fcntl(st.tcp, F_SETFL, O_NONBLOCK) < 0)
 		fail_setup("nonblock");

@@ -101,6 +101,7 @@ struct state {
 	struct buf tcplog;      /* client role: every byte we wrote to TCP */
 	int tcp_is_data;        /* S takes all our TCP bytes as data (no switch) */
 	uint64_t sent, echoed, good, never_sent, foreign, oob;
+	uint64_t parked;        /* echo bytes the victim holds for us in its ring */
 	int reached, eof, reset, lie_done;
 	uint64_t tcp_app_left;  /* client role: S's TCP app bytes before its switch */
 };
@@ -117,6 +118,7 @@ socklen_t rv_name(struct sockaddr_un *sun, const struct sockaddr_in *c, const st
 int parse_addr(const char *text, struct sockaddr_in *sin);
 int wait_fd(int fd, short ev, int ms);
 int send_all(int fd, const void *buf, size_t len);
+int send_with_fds(int sock, const void *msg, size_t len, int fd, int lie);
 
 /* stream.c: what this side sends, and the verdict on what comes back */
 void resp_build(void);

@@ -35,10 +35,16 @@
  *   ring_size     ACCEPT ring_bytes twice what the memfd holds (client role)
  *   ring_hdr      ring header size field half of ring_bytes (client role)
  *   tiny          honest, with a 4 KiB ring (client role)
+ *   ring_huge     honest, with a 64 MiB ring whose echo it never reads
+ *                 (client role): "parked" says how much the victim holds
  *   noseal        memfd without seals; shrunk to 0 once S switched
- *   trunc         ACCEPT 100 bytes long (MSG_TRUNC) with the memfd attached
- *   ctrunc        ACCEPT with 8 fds attached (MSG_CTRUNC at the receiver)
- *   extra_fds     a valid ACCEPT with the memfd and 2 more fds
+ *   sealwrite     memfd sealed against new writable mappings
+ *   notmemfd      a pipe where the ring memfd belongs
+ *   trunc         ACCEPT (server role: SWITCH_AT) 100 bytes long (MSG_TRUNC)
+ *                 with an fd attached
+ *   ctrunc        ACCEPT (SWITCH_AT) with 8 fds (MSG_CTRUNC at the receiver)
+ *   extra_fds     a valid ACCEPT (SWITCH_AT) with 2 more fds
+ *   offer_fds     a valid OFFER with 3 fds attached (server role)
  *   resume        a RESUME frame on the switched shm connection
  *   garbage       a byte that starts no frame ('X') after the switch
  *   badnonce      the in-band SWITCH frame carries a wrong nonce
@@ -51,10 +57,12 @@
  * bytes that were never published) or "foreign" (anything else: the
  * victim's own memory, or another connection's). In server role, the ring
  * the victim only reads is compared with a shadow copy at the end: "oob"
- * counts bytes the victim wrote outside its own ring.
+ * counts bytes the victim wrote outside its own ring. Every fd passed is a
+ * memfd named "hostile-ring" or "hostile-extra": the victim's
+ * /proc/<pid>/fd shows any it kept.
  *
  * Last line: "RESULT role=R mode=M reached=yes|no sent=N echoed=N good=N
- * never_sent=N foreign=N oob=N end=open|eof|reset" (reached: the lie went
+ * never_sent=N foreign=N oob=N parked=N end=open|eof|reset" (reached: the lie went
  * out to a peer that had switched, or, for handshake lies, was sent). Exit
  * status 0 when nothing foreign, never sent or out of bounds came back, 3
  * when something did, 1 when the handshake could not be set up, 2 on usage.

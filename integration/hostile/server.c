@@ -53,7 +53,7 @@ void run_server(void)
 	random_bytes(off.nonce, sizeof(off.nonce));
 	off.ring_bytes = 64 * 1024;
 	off.tcp_fd = st.tcp;
-	if (send(st.rv, &off, sizeof(off), MSG_NOSIGNAL) != sizeof(off))
+	if (send_with_fds(st.rv, &off, sizeof(off), -1, is_mode("offer_fds")) < 0)
 		fail_setup("send OFFER");
 
 	struct accept acc;
@@ -99,7 +99,8 @@ void run_server(void)
 	memset(&at, 0, sizeof(at));
 	at.hdr = (struct hdr){ WIRE_MAGIC, WIRE_VERSION, MSG_SWITCH_AT, sizeof(at), 0 };
 	at.switch_offset = is_mode("offset_huge") ? 1ull << 62 : acc.switch_offset;
-	if (send(st.rv, &at, sizeof(at), MSG_NOSIGNAL) != sizeof(at))
+	/* trunc, ctrunc, extra_fds: the lie is in this message and its fds. */
+	if (send_with_fds(st.rv, &at, sizeof(at), -1, !is_mode("offer_fds")) < 0)
 		fail_setup("send SWITCH_AT");
 	memset(&sw, 0, sizeof(sw));
 	sw.type = 'W';

@@ -44,10 +44,10 @@ void say(const char *fmt, const char *arg)
 void result(void)
 {
 	printf("RESULT role=%s mode=%s reached=%s sent=%llu echoed=%llu good=%llu never_sent=%llu foreign=%llu "
-	       "oob=%llu end=%s\n",
+	       "oob=%llu parked=%llu end=%s\n",
 	       o.role, o.mode, st.reached ? "yes" : "no", (unsigned long long)st.sent,
 	       (unsigned long long)st.echoed, (unsigned long long)st.good, (unsigned long long)st.never_sent,
-	       (unsigned long long)st.foreign, (unsigned long long)st.oob,
+	       (unsigned long long)st.foreign, (unsigned long long)st.oob, (unsigned long long)st.parked,
 	       st.reset ? "reset" : st.eof ? "eof" : "open");
 	exit(st.foreign || st.never_sent || st.oob ? 3 : 0);
 }
@@ -110,6 +110,56 @@ int wait_fd(int fd, short ev, int ms)
 	struct pollfd p = { .fd = fd, .events = ev };
 
 	return poll(&p, 1, ms) > 0;
+}
+
+/*
+ * One rendezvous message carrying fd (and, if lie, by mode extra fds or padding):
+ * trunc pads it to 100 bytes (more than any receiver's buffer: MSG_TRUNC),
+ * ctrunc attaches 8 fds (more than its control buffer: MSG_CTRUNC),
+ * extra_fds 3. The extra fds are memfds named "hostile-extra", so a leak
+ * shows in the victim's /proc/<pid>/fd.
+ */
+int send_with_fds(int sock, const void *msg, size_t len, int fd, int lie)
+{
+	uint8_t buf[100];
+	int fds[8] = { fd, -1, -1, -1, -1, -1, -1, -1 }, nfds = fd >= 0 ? 1 : 0;
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(fds))];
+	} control;
+
+	if (len > sizeof(buf))
+		return -1;
+	memset(buf, 0, sizeof(buf));
+	memcpy(buf, msg, len);
+	if (lie && is_mode("trunc"))
+		len = sizeof(buf);
+	if (lie && is_mode("ctrunc"))
+		nfds = 8;
+	if (lie && (is_mode("extra_fds") || is_mode("offer_fds")))
+		nfds = 3;
+	for (int i = 0; i < nfds; i++)
+		if (fds[i] < 0)
+			fds[i] = memfd_create("hostile-extra", MFD_CLOEXEC);
+	struct iovec iov = { buf, len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (nfds) {
+		mh.msg_control = control.buf;
+		mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+		memset(control.buf, 0, sizeof(control.buf));
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+	}
+	ssize_t n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+
+	for (int i = 0; i < nfds; i++)
+		if (fds[i] != fd)
+			close(fds[i]);
+	return n == (ssize_t)len ? 0 : -1;
 }
 
 int send_all(int fd, const void *buf, size_t len)
