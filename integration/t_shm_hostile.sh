@@ -127,7 +127,7 @@ after_attack() {
 
 # attack_server MODE [HOSTILE OPTIONS...]
 attack_server() {
-  local mode=$1 label out res arc=0 lpid reached
+  local mode=$1 label out res arc=0 lpid reached lname
   shift
   label="(a) $SHAPE server, $mode${*:+ $*}"
   out=$WORK/a-$SHAPE-$mode${1:+-opts}.out
@@ -142,9 +142,36 @@ attack_server() {
       "$PROGS/echo_client" --port "$VPORT" --bytes 2M --conns 2 --max-write 4K --timeout 10
   fi
   lpid=$BG_PID
+  lname=legit-$SHAPE-$mode
   sleep 0.3
-  timeout -k 5 60 "${AS_OTHER[@]}" "$HOSTILE" --role client --connect "127.0.0.1:$VPORT" --mode "$mode" \
-    --seconds 1 "$@" >"$out" 2>&1 || arc=$?
+  if [[ $mode == idle ]]; then
+    # The attacker's connection switched and says nothing: the server must
+    # sleep meanwhile (the legitimate client is done by then).
+    local apid c0 c1 i
+    wait_bg "$lpid" 20 >/dev/null
+    start_bg "a-$SHAPE-idle" plain "${AS_OTHER[@]}" "$HOSTILE" --role client --connect "127.0.0.1:$VPORT" \
+      --mode idle --seconds 4
+    apid=$BG_PID
+    for ((i = 0; i < 100; i++)); do
+      grep -q 'both directions switched' "$WORK/a-$SHAPE-idle.out" 2>/dev/null && break
+      sleep 0.05
+    done
+    sleep 0.5
+    c0=$(cpu_ticks "$VPID")
+    sleep 1
+    c1=$(cpu_ticks "$VPID")
+    check "$label: the server sleeps while the attacker's switched connection idles ($((c1 - c0)) of $TICKS ticks in 1 s)" \
+      test $((c1 - c0)) -le "$SPIN_MAX"
+    wait_bg "$apid" 20 || arc=$?
+    out=$WORK/a-$SHAPE-idle.out
+    start_bg "legit-$SHAPE-$mode-2" shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
+      "$PROGS/echo_client" --port "$VPORT" --bytes 256K --conns 2 --timeout 10
+    lpid=$BG_PID
+    lname=legit-$SHAPE-$mode-2
+  else
+    timeout -k 5 60 "${AS_OTHER[@]}" "$HOSTILE" --role client --connect "127.0.0.1:$VPORT" --mode "$mode" \
+      --seconds 1 "$@" >"$out" 2>&1 || arc=$?
+  fi
   res=$(result_of "$out")
   echo "    $res"
   reached=$(field reached "$res")
@@ -164,9 +191,9 @@ attack_server() {
     check "$label: the echo is exact" test "$(field good "$res")" = "$(field sent "$res")"
   fi
   if wait_bg "$lpid" 20; then
-    ok "$label: the concurrent legitimate client was served ($(tail -n 1 "$WORK/legit-$SHAPE-$mode.out"))"
+    ok "$label: the concurrent legitimate client was served ($(tail -n 1 "$WORK/$lname.out"))"
   else
-    not_ok "$label: the concurrent legitimate client was served ($(tail -n 1 "$WORK/legit-$SHAPE-$mode.out"))"
+    not_ok "$label: the concurrent legitimate client was served ($(tail -n 1 "$WORK/$lname.out"))"
   fi
   after_attack "$label"
   stop_bg "$VTPID"
@@ -178,6 +205,7 @@ for m in honest tail_far tail_over head_ahead head_behind flip ring_size ring_hd
   attack_server "$m"
 done
 attack_server ring_huge --payload $((48 << 20)) --seconds 3
+attack_server idle
 # The attacker picks the ring size: a 4 KiB ring under the server's 64 KiB
 # reads (the over-read reaches the neighbouring mapping: the legitimate
 # connection's ring).

@@ -154,7 +154,7 @@ void run_client(void)
 	if (is_mode("offset_huge"))
 		tcp_becomes_data();
 	if (lie_in_ring() || is_mode("honest") || is_mode("tiny") || is_mode("extra_fds") ||
-	    is_mode("offset_huge") || is_mode("ring_huge"))
+	    is_mode("offset_huge") || is_mode("ring_huge") || is_mode("idle"))
 		st.reached = 1;
 	if (fcntl(st.tcp, F_SETFL, O_NONBLOCK) < 0)
 		fail_setup("nonblock");

@@ -37,6 +37,7 @@
  *   tiny          honest, with a 4 KiB ring (client role)
  *   ring_huge     honest, with a 64 MiB ring whose echo it never reads
  *                 (client role): "parked" says how much the victim holds
+ *   idle          honest switch, then nothing for --seconds (client role)
  *   noseal        memfd without seals; shrunk to 0 once S switched
  *   sealwrite     memfd sealed against new writable mappings
  *   notmemfd      a pipe where the ring memfd belongs

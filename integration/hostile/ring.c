@@ -42,6 +42,10 @@ static size_t produce(size_t max)
 	uint64_t used = tail - head;
 	size_t room = used > st.tx.size ? 0 : st.tx.size - (size_t)used, n = max < room ? max : room;
 
+	/* Published a MiB at a time, so the victim starts at once. */
+	if (n > (1u << 20))
+		n = 1u << 20;
+
 	for (size_t i = 0; i < n; i++) {
 		uint8_t b = out_byte(st.sent + i);
 
@@ -222,7 +226,8 @@ void pump(int memfd, int echo)
 						bell('D');
 				}
 			} else if (!echo) {
-				if (!st.lie_done || head_lie || !lie_in_ring())
+				/* idle: switched, then silent while the test looks. */
+				if ((!st.lie_done || head_lie || !lie_in_ring()) && !is_mode("idle"))
 					if (st.sent < out_target(st.lie_done))
 						produce(out_target(st.lie_done) - st.sent);
 				/* ring_huge leaves the echo where the victim put it. */
