@@ -157,11 +157,17 @@ c = socket.create_connection(("127.0.0.1", port))
 s, _ = l.accept()
 c.sendall(b"hello")                   # on TCP: the server has not offered yet
 first = s.recv(100)                   # the server offers, reads b"hello"
+def nudge(sock):                      # a data call: the handshake moves on
+    try:
+        sock.recv(100, socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        pass
 time.sleep(0.05)
-try:
-    c.recv(100, socket.MSG_DONTWAIT)  # the client takes the offer, switches its tx
-except BlockingIOError:
-    pass
+nudge(c)                              # the client takes the offer (ACCEPT)
+time.sleep(0.05)
+nudge(s)                              # the server maps the ring, commits
+time.sleep(0.05)
+nudge(c)                              # the client learns it, switches its tx
 c.close()
 time.sleep(0.05)
 then = s.recv(100)
@@ -174,8 +180,10 @@ PYEOF
         "RDMASHIM_TRACE_FILE=$dir/trace.%p.jsonl" "$PYTHON" "$dir/eof.py" "$port" 2>&1)
   same "eof after switch: baseline reads EOF" "first=b'hello' then=b''" "$base"
   same "eof after switch: with the shim the read after the switch frame is EOF, no phantom byte" "$base" "$out"
-  trace_py "$dir" <<'PY'
-check(len(events("rx.switch")) == 1, "eof after switch: the server did switch its rx (rx.switch traced)")
+  trace_py "$dir" "$port" <<'PY'
+port = int(ARGS[0])
+srv = [r for r in events("rx.switch") if port_of(r["local"]) == port]
+check(len(srv) == 1, "eof after switch: the server did switch its rx (rx.switch traced)")
 PY
 }
 eof_case

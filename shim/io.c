@@ -128,7 +128,12 @@ static bool handlers_restart(void)
  * Returns 0, -EAGAIN on the SO_*TIMEO deadline, or -EINTR. */
 static int sleep_capped(struct shim_sock *s, int fd, short events, long long deadline, int cap_ms)
 {
-	struct pollfd p = { .fd = fd, .events = events };
+	/* The handshake's messages wake us too: a program blocked in a call
+	 * moves its upgrade on while it waits, not only when bytes come. The
+	 * rendezvous fd may close meanwhile (another thread's call ends the
+	 * handshake): a wake-up for nothing, looked at again under the lock. */
+	int rv = s->rv_fd >= 0 ? s->rv_fd : s->rv_listen_fd;
+	struct pollfd p[2] = { { .fd = fd, .events = events }, { .fd = rv, .events = POLLIN } };
 	int slice = slice_until(deadline), rc;
 
 	if (deadline >= 0 && slice == 0)
@@ -140,7 +145,7 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 	if (cap_ms > 0 && slice > cap_ms)
 		slice = cap_ms;
 	pthread_mutex_unlock(&s->lock);
-	rc = REAL(poll)(&p, 1, slice);
+	rc = REAL(poll)(p, rv >= 0 ? 2 : 1, slice);
 	if (rc == 0 && slice == IO_SLEEP_SLICE_MS)
 		SHIM_TRACE(SHIM_TRACE_DEBUG, "wait.slice_expired", fd, NULL, SHIM_REASON_NONE,
 			   "\"events\":%d,\"rx\":%d,\"tx\":%d", events, s->rx_dir, s->tx_dir);

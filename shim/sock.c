@@ -11,6 +11,7 @@
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 
 #include <sys/ioctl.h>
 
+#include "close.h"
 #include "fdtable.h"
 #include "io.h"
 #include "rdma.h"
@@ -36,9 +38,9 @@ static unsigned live_socks;
 
 static const char *const role_names[] = { "listener", "client", "server", "epoll" };
 static const char *const state_names[] = { "listening", "connecting", "tcp", "closed" };
-static const char *const phase_names[] = { "idle", "c_listening", "c_connected", "c_switched",
+static const char *const phase_names[] = { "idle", "c_listening", "c_connected", "c_accepted",
 					   "s_retry", "s_offered", "done", "failed",
-					   "rdma", "s_linger" };
+					   "rdma", "s_await_c" };
 
 const char *shim_phase_name(enum shim_phase phase)
 {
@@ -322,6 +324,12 @@ void shim_sock_on_close(int fd)
 	pthread_mutex_lock(&sock->lock);
 	if (sock->sleepers && sock->chan && sock->tcp_keep < 0)
 		sock->tcp_keep = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 0);
+	/* The last fd, with no call running on it, in the process that runs
+	 * the connection's upgrade: settle what is on the wire first. */
+	if (!sock->sleepers && __atomic_load_n(&sock->refs, __ATOMIC_RELAXED) == 1 &&
+	    (sock->role == SHIM_ROLE_CLIENT || sock->role == SHIM_ROLE_SERVER) &&
+	    (!sock->io_pid || sock->io_pid == getpid()))
+		shim_close_prepare(sock, fd);
 	pthread_mutex_unlock(&sock->lock);
 	sock_put(sock);
 }
@@ -463,9 +471,18 @@ void shim_sock_adopt(int fd, const char *how)
 		track_connection(fd, SHIM_ROLE_CLIENT, SHIM_STATE_TCP, &tuple, how);
 }
 
+/* Inherited fds seen so far, by socket inode: several fds of one socket
+ * (inetd's dup2 onto stdin and stdout) are one connection, like dup's. */
+#define ADOPT_SEEN_MAX 64
+
 void shim_sock_adopt_inherited(void)
 {
 	DIR *dir = opendir("/proc/self/fd");
+	struct {
+		ino_t ino;
+		int fd;
+	} seen[ADOPT_SEEN_MAX];
+	int n_seen = 0;
 	struct dirent *de;
 
 	if (!dir)
@@ -473,10 +490,23 @@ void shim_sock_adopt_inherited(void)
 	while ((de = readdir(dir)) != NULL) {
 		char *end;
 		long fd = strtol(de->d_name, &end, 10);
+		struct stat st;
+		int twin = -1;
 
 		if (*end || end == de->d_name || fd == dirfd(dir))
 			continue;
+		if (fstat((int)fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+			continue;
+		for (int i = 0; i < n_seen && twin < 0; i++)
+			if (seen[i].ino == st.st_ino)
+				twin = seen[i].fd;
+		if (twin >= 0 && shim_fd_get(twin)) {
+			shim_sock_on_dup(twin, (int)fd);
+			continue;
+		}
 		shim_sock_adopt((int)fd, "inherited");
+		if (shim_fd_get((int)fd) && n_seen < ADOPT_SEEN_MAX)
+			seen[n_seen++] = (typeof(seen[0])){ st.st_ino, (int)fd };
 	}
 	closedir(dir);
 }

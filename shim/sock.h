@@ -45,13 +45,13 @@ enum shim_phase {
 	SHIM_PHASE_IDLE,          /* eligible, nothing started */
 	SHIM_PHASE_C_LISTENING,   /* C: rendezvous open, waiting for S */
 	SHIM_PHASE_C_CONNECTED,   /* C: S connected and verified, OFFER awaited */
-	SHIM_PHASE_C_SWITCHED,    /* C: tx switched, SWITCH_AT awaited */
+	SHIM_PHASE_C_ACCEPTED,    /* C: ACCEPT and ring sent, S's SWITCH_AT awaited; nothing switched */
 	SHIM_PHASE_S_RETRY,       /* S: C had no rendezvous yet; retry later */
 	SHIM_PHASE_S_OFFERED,     /* S: OFFER sent, ACCEPT awaited */
 	SHIM_PHASE_DONE,          /* both switch offsets known */
 	SHIM_PHASE_FAILED,        /* stays on TCP; reason says why */
 	SHIM_PHASE_RDMA,          /* the RDMA handshake runs (s->rdma; rdma_setup.c) */
-	SHIM_PHASE_S_LINGER,      /* S: switched; rendezvous kept until C closes it */
+	SHIM_PHASE_S_AWAIT_C,     /* S: ring mapped, SWITCH_AT sent (switched); C's awaited */
 };
 
 struct shim_chan;
@@ -78,6 +78,7 @@ struct shim_sock {
 	bool rx_tcp_eof;
 	bool peer_gone_told; /* a write after the peer closed was taken (io.c) */
 	bool closed;         /* the last reference went: channel released */
+	bool closing;        /* the program closed its last fd (close.c) */
 	bool aborted;        /* the peer broke the protocol: the connection was
 			      * ended as by a reset; calls fail ECONNRESET */
 	int tcp_keep;        /* our dup of the socket, made when the program closed

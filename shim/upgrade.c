@@ -101,6 +101,13 @@ void shim_upgrade_fail(struct shim_sock *s, int fd, enum shim_reason reason)
 		return;
 	s->phase = SHIM_PHASE_FAILED;
 	s->reason = reason;
+	if (s->closing) {
+		/* The program closed the connection mid-handshake: no failure,
+		 * the connection simply ended before it could move. */
+		SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.closed", fd, &s->tuple, reason, "\"role\":\"%s\"",
+			   shim_role_name(s->role));
+		return;
+	}
 	shim_stats_count(reason);
 	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.fail", fd, &s->tuple, reason, "\"role\":\"%s\"",
 		   shim_role_name(s->role));
@@ -248,13 +255,68 @@ static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.offer", fd, &s->tuple, SHIM_REASON_NONE, NULL);
 }
 
+/* The other end closed its rendezvous (it gave the handshake up). */
+static bool rv_peer_gone(int rv_fd)
+{
+	uint8_t b;
+
+	return REAL(recv)(rv_fd, &b, 1, MSG_DONTWAIT | MSG_PEEK) == 0;
+}
+
+/* Our direction's offset for the peer: where our SWITCH frame will sit, or
+ * SHIM_SWITCH_NEVER when our direction stays on TCP. -errno if it could
+ * not go out (then we must not switch: the peer would not know where). */
+static int send_switch_at(struct shim_sock *s, bool switching)
+{
+	struct shim_msg_switch_at at;
+
+	memset(&at, 0, sizeof(at));
+	shim_msg_init(&at.hdr, SHIM_MSG_SWITCH_AT, sizeof(at));
+	at.switch_offset = switching ? s->tx_tcp_bytes : SHIM_SWITCH_NEVER;
+	return shim_rv_send(s->rv_fd, &at, sizeof(at), -1);
+}
+
+/* May our direction move? Not with our write side shut (no SWITCH frame,
+ * no bells can follow), nor while the program closes the connection. */
+static bool tx_may_switch(const struct shim_sock *s)
+{
+	return !s->wr_shut && !s->closing;
+}
+
+/*
+ * The peer's SWITCH_AT: its direction moves at that offset (or stays on
+ * TCP). Returns false when the offset lies behind what we already read as
+ * plain bytes: a peer that breaks the protocol (the connection is reset).
+ */
+static bool take_peer_switch_at(struct shim_sock *s, int fd, const struct shim_msg_switch_at *at)
+{
+	if (at->switch_offset == SHIM_SWITCH_NEVER)
+		return true;
+	if (shim_upgrade_learn_rx_switch(s, fd, at->switch_offset) == 0)
+		return true;
+	shim_frames_abort(s, fd, SHIM_REASON_PEER_VIOLATION, "switch_offset");
+	return false;
+}
+
+static void upgrade_done(struct shim_sock *s, int fd, uint32_t ring)
+{
+	shim_stats_count(SHIM_REASON_UPGRADED);
+	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.done", fd, &s->tuple, SHIM_REASON_UPGRADED,
+		   "\"role\":\"%s\",\"transport\":\"shm\",\"ring_bytes\":%u,\"tx\":%d,\"rx\":%s",
+		   s->role == SHIM_ROLE_CLIENT ? "client" : "server", ring, s->tx_dir,
+		   s->rx_switch_known ? "true" : "false");
+}
+
+/*
+ * S has C's ring. C has not switched: S commits first (its SWITCH_AT, then
+ * its frame), so S may still back out here and C simply stays on TCP.
+ */
 static void s_read_accept(struct shim_sock *s, int fd)
 {
 	union {
 		struct shim_msg_accept accept;
 		uint8_t raw[SHIM_MSG_MAX + 1];
 	} msg;
-	struct shim_msg_switch_at at;
 	struct shim_chan *chan;
 	int memfd, rc;
 	ssize_t n = shim_rv_recv(s->rv_fd, &msg, sizeof(msg), &memfd);
@@ -269,59 +331,72 @@ static void s_read_accept(struct shim_sock *s, int fd)
 	if (shim_msg_check(&msg, (size_t)n) != SHIM_MSG_ACCEPT || memfd < 0) {
 		if (memfd >= 0)
 			REAL(close)(memfd);
-		/* Our C never sends this: the peer is not it, and the real C,
-		 * which could not get the rendezvous, stays on TCP as we do. */
 		shim_upgrade_fail(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
 		return;
 	}
 	/*
-	 * No socket check of C here: C switched when it sent this, so S may
-	 * not back out now, and C may already have closed its socket (a short
-	 * connection) which would fail the check. C's user was checked when S
-	 * connected; a same-user process squatting the name before C listened
-	 * is the one case left open (see PROTOCOL.md).
+	 * C's user was checked when we connected; now that it named its fd,
+	 * the process on the rendezvous must hold C's TCP socket itself, as C
+	 * checked us. This refuses a same-user process that bound C's name
+	 * first. A C that closed its socket already (a short connection)
+	 * fails it too and stays on TCP, which costs it nothing.
 	 */
+	rc = shim_rv_verify_peer(s->rv_fd, client_ep(s), server_ep(s), msg.accept.tcp_fd, &s->rv_owner);
+	if (rc < 0) {
+		REAL(close)(memfd);
+		/* A C that closes its connection closes the rendezvous first:
+		 * its fd is then gone or reused, and that is no spoofing. */
+		if (rv_peer_gone(s->rv_fd)) {
+			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
+			return;
+		}
+		trace_refused(s, fd, "server", -rc);
+		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
+		return;
+	}
 	rc = shim_shm_attach(memfd, msg.accept.ring_bytes, &chan);
 	REAL(close)(memfd);
 	if (rc < 0) {
-		REAL(shutdown)(fd, SHUT_RDWR);
+		/* Nothing switched anywhere: C sees our rendezvous close. */
 		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);
 		return;
 	}
-	s->chan = chan;
 	memcpy(s->tx_nonce, msg.accept.nonce, SHIM_NONCE_LEN);
-	if (shim_upgrade_learn_rx_switch(s, fd, msg.accept.switch_offset) < 0) {
-		REAL(shutdown)(fd, SHUT_RDWR);
-		shim_upgrade_fail(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
+	/* Our offset first, then the frame, so that C learns it no later than
+	 * the frame's bytes can reach it. */
+	bool switching = tx_may_switch(s);
+
+	if (send_switch_at(s, switching) < 0) {
+		chan->ops->destroy(chan);
+		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
 		return;
 	}
-	/* S's own direction: announce the offset first, then the frame, so
-	 * that C learns it no later than the frame's bytes can reach it. */
-	memset(&at, 0, sizeof(at));
-	shim_msg_init(&at.hdr, SHIM_MSG_SWITCH_AT, sizeof(at));
-	at.switch_offset = s->tx_tcp_bytes;
-	/* With our write side shut, our direction stays on TCP: C sees the
-	 * rendezvous close without a SWITCH_AT and keeps reading TCP. */
-	if (!s->wr_shut && shim_rv_send(s->rv_fd, &at, sizeof(at), -1) == 0)
+	s->chan = chan;
+	if (switching)
 		shim_upgrade_switch_tx(s, fd);
-	/* Closing now could race C's read of SWITCH_AT (a socket closed with
-	 * anything unread makes the peer's next read fail before its queued
-	 * data): C closes first, and we follow when we see it (s_linger). */
-	s->phase = SHIM_PHASE_S_LINGER;
-	shim_stats_count(SHIM_REASON_UPGRADED);
-	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.done", fd, &s->tuple, SHIM_REASON_UPGRADED,
-		   "\"role\":\"server\",\"transport\":\"shm\",\"ring_bytes\":%u", msg.accept.ring_bytes);
+	s->phase = SHIM_PHASE_S_AWAIT_C;
+	upgrade_done(s, fd, msg.accept.ring_bytes);
 }
 
-static void s_linger(struct shim_sock *s)
+/* C's SWITCH_AT (its direction moves), or the rendezvous' end (it stays on
+ * TCP: C's write side was shut, or it closed). */
+static void s_read_c_switch_at(struct shim_sock *s, int fd)
 {
-	uint8_t scratch[SHIM_MSG_MAX + 1];
-	ssize_t n = shim_rv_recv(s->rv_fd, scratch, sizeof(scratch), NULL);
+	union {
+		struct shim_msg_switch_at at;
+		uint8_t raw[SHIM_MSG_MAX + 1];
+	} msg;
+	ssize_t n = shim_rv_recv(s->rv_fd, &msg, sizeof(msg), NULL);
 
 	if (n == -EAGAIN)
 		return;
 	close_fd(&s->rv_fd);
 	s->phase = SHIM_PHASE_DONE;
+	if (n > 0 && shim_msg_check(&msg, (size_t)n) == SHIM_MSG_SWITCH_AT)
+		take_peer_switch_at(s, fd, &msg.at);
+	else
+		SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.half", fd, &s->tuple, SHIM_REASON_NONE,
+			   "\"read\":%zd", n);
 }
 
 static void c_listen(struct shim_sock *s, int fd)
@@ -418,7 +493,6 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 	memset(&accept, 0, sizeof(accept));
 	shim_msg_init(&accept.hdr, SHIM_MSG_ACCEPT, sizeof(accept));
 	accept.tcp_fd = fd;
-	accept.switch_offset = s->tx_tcp_bytes;
 	accept.ring_bytes = ring_bytes();
 	memcpy(s->tx_nonce, msg.offer.nonce, SHIM_NONCE_LEN);
 	if (new_nonce(s->rx_nonce) < 0) {
@@ -435,13 +509,23 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
 		return;
 	}
-	/* Past the point of no return: S will read our ring from the offset. */
+	/* Nothing switched yet: S maps the ring and commits first. */
 	s->chan = chan;
-	shim_upgrade_switch_tx(s, fd);
-	s->phase = SHIM_PHASE_C_SWITCHED;
+	s->phase = SHIM_PHASE_C_ACCEPTED;
 }
 
-static void c_read_switch_at(struct shim_sock *s, int fd)
+/* C without S's answer: S did not map the ring (it failed, refused us,
+ * or never came back). Nothing switched: both ends stay on TCP. */
+static void c_give_up(struct shim_sock *s, int fd, enum shim_reason reason)
+{
+	s->chan->ops->destroy(s->chan);
+	s->chan = NULL;
+	shim_upgrade_fail(s, fd, reason);
+}
+
+/* S's SWITCH_AT: S committed (its direction moves at that offset, or
+ * stays on TCP); ours follows the same way. */
+static void c_read_switch_at(struct shim_sock *s, int fd, unsigned long long now)
 {
 	union {
 		struct shim_msg_switch_at at;
@@ -449,20 +533,30 @@ static void c_read_switch_at(struct shim_sock *s, int fd)
 	} msg;
 	ssize_t n = shim_rv_recv(s->rv_fd, &msg, sizeof(msg), NULL);
 
-	if (n == -EAGAIN)
-		return;
-	close_fd(&s->rv_fd);
-	s->phase = SHIM_PHASE_DONE;
-	if (n <= 0 || shim_msg_check(&msg, (size_t)n) != SHIM_MSG_SWITCH_AT ||
-	    shim_upgrade_learn_rx_switch(s, fd, msg.at.switch_offset) < 0) {
-		/* S keeps its direction on TCP; ours is on the ring already. */
-		SHIM_TRACE(SHIM_TRACE_WARN, "upgrade.half", fd, &s->tuple, SHIM_REASON_HANDSHAKE_MALFORMED,
-			   "\"read\":%zd", n);
+	if (n == -EAGAIN) {
+		if (now < s->deadline_ns)
+			return;
+		/* S may commit this very moment: after SHUT_RD its SWITCH_AT
+		 * fails at its end, unless it got in just before. */
+		REAL(shutdown)(s->rv_fd, SHUT_RD);
+		n = shim_rv_recv(s->rv_fd, &msg, sizeof(msg), NULL);
+		if (n <= 0) {
+			c_give_up(s, fd, SHIM_REASON_TIMEOUT);
+			return;
+		}
+	}
+	if (n <= 0 || shim_msg_check(&msg, (size_t)n) != SHIM_MSG_SWITCH_AT) {
+		c_give_up(s, fd, n <= 0 ? SHIM_REASON_PEER_CLOSED : SHIM_REASON_HANDSHAKE_MALFORMED);
 		return;
 	}
-	shim_stats_count(SHIM_REASON_UPGRADED);
-	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.done", fd, &s->tuple, SHIM_REASON_UPGRADED,
-		   "\"role\":\"client\",\"transport\":\"shm\",\"ring_bytes\":%u", ring_bytes());
+	if (!take_peer_switch_at(s, fd, &msg.at))
+		return;
+	/* Our offset first, then our frame. */
+	if (tx_may_switch(s) && send_switch_at(s, true) == 0)
+		shim_upgrade_switch_tx(s, fd);
+	close_fd(&s->rv_fd);
+	s->phase = SHIM_PHASE_DONE;
+	upgrade_done(s, fd, ring_bytes());
 }
 
 static void start(struct shim_sock *s, int fd, unsigned long long now)
@@ -513,6 +607,27 @@ static bool connected(struct shim_sock *s, int fd)
 	return true;
 }
 
+void shim_upgrade_stop_for_close(struct shim_sock *s, int fd)
+{
+	s->closing = true;
+	switch (s->phase) {
+	case SHIM_PHASE_C_ACCEPTED:
+	case SHIM_PHASE_S_AWAIT_C:
+		/* The peer's SWITCH_AT may be on its way. After SHUT_RD its
+		 * send fails (EPIPE) and its direction stays on TCP; one that
+		 * got in before is read by this progress step (which does not
+		 * switch ours: we are closing). */
+		REAL(shutdown)(s->rv_fd, SHUT_RD);
+		shim_upgrade_progress(s, fd);
+		break;
+	default:
+		/* Nobody committed (or all is settled): the release closes our
+		 * rendezvous, and without it the peer stays on TCP. The RDMA
+		 * handshake stops in rdma_close.c. */
+		break;
+	}
+}
+
 void shim_upgrade_progress(struct shim_sock *s, int fd)
 {
 	unsigned long long now;
@@ -535,8 +650,8 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 	case SHIM_PHASE_C_CONNECTED:
 		c_read_offer(s, fd, now);
 		break;
-	case SHIM_PHASE_C_SWITCHED:
-		c_read_switch_at(s, fd);
+	case SHIM_PHASE_C_ACCEPTED:
+		c_read_switch_at(s, fd, now);
 		break;
 	case SHIM_PHASE_S_RETRY:
 		if (now >= s->next_try_ns)
@@ -548,8 +663,8 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 	case SHIM_PHASE_RDMA:
 		shim_rdma_progress(s, fd, now);
 		break;
-	case SHIM_PHASE_S_LINGER:
-		s_linger(s);
+	case SHIM_PHASE_S_AWAIT_C:
+		s_read_c_switch_at(s, fd);
 		break;
 	case SHIM_PHASE_DONE:
 	case SHIM_PHASE_FAILED:

@@ -19,7 +19,7 @@ void shim_upgrade_progress(struct shim_sock *s, int fd);
 static inline bool shim_upgrade_rx_pending(const struct shim_sock *s)
 {
 	return s->rx_dir == SHIM_DIR_TCP && !s->rx_switch_known &&
-	       (s->phase == SHIM_PHASE_C_SWITCHED || s->phase == SHIM_PHASE_S_OFFERED ||
+	       (s->phase == SHIM_PHASE_C_ACCEPTED || s->phase == SHIM_PHASE_S_AWAIT_C ||
 		s->phase == SHIM_PHASE_RDMA);
 }
 
@@ -36,6 +36,16 @@ void shim_upgrade_fail(struct shim_sock *s, int fd, enum shim_reason reason);
  * peer's moves at offset (-EPROTO if we already read past it). */
 void shim_upgrade_switch_tx(struct shim_sock *s, int fd);
 int shim_upgrade_learn_rx_switch(struct shim_sock *s, int fd, uint64_t offset);
+
+/*
+ * The program is closing its last fd: stop the handshake so that the peer
+ * starts no new direction towards us (a frame reaching a closed socket
+ * makes the kernel reset the connection). A peer that may be committing
+ * finds our rendezvous shut for reading (its message fails, it stays on
+ * TCP); one that already committed has its message queued, which is read
+ * here, so that the caller knows the offset its frame follows.
+ */
+void shim_upgrade_stop_for_close(struct shim_sock *s, int fd);
 
 /* Closes the rendezvous and the channel: the last fd of the socket is gone. */
 void shim_upgrade_release(struct shim_sock *s);

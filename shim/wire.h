@@ -18,13 +18,13 @@
 #include <stdint.h>
 
 #define SHIM_WIRE_MAGIC 0x52534831u /* "RSH1" */
-#define SHIM_WIRE_VERSION 1
+#define SHIM_WIRE_VERSION 2
 #define SHIM_NONCE_LEN 16
 
 enum shim_msg_type {
 	SHIM_MSG_OFFER = 1,     /* S -> C: I am a shim, here is my nonce */
-	SHIM_MSG_ACCEPT = 2,    /* C -> S: ring memfd attached; I switch at offset */
-	SHIM_MSG_SWITCH_AT = 3, /* S -> C: I switch at offset */
+	SHIM_MSG_ACCEPT = 2,    /* C -> S: ring memfd attached; nothing switched yet */
+	SHIM_MSG_SWITCH_AT = 3, /* S -> C, then C -> S: I switch at offset */
 	SHIM_MSG_DECLINE = 4,   /* either way: stay on TCP, with a reason code */
 };
 
@@ -49,7 +49,7 @@ _Static_assert(sizeof(struct shim_msg_offer) == 40, "offer is 40 bytes");
 struct shim_msg_accept {
 	struct shim_msg_hdr hdr;
 	uint8_t nonce[SHIM_NONCE_LEN]; /* S writes it back in-band at its switch */
-	uint64_t switch_offset;        /* C's TCP bytes before its SWITCH frame */
+	uint64_t unused;               /* 0 (wire version 1 had C's offset here) */
 	uint32_t ring_bytes;           /* the size C chose, per direction */
 	int32_t tcp_fd;                /* C's fd of the TCP socket, for S to check */
 };
@@ -57,8 +57,11 @@ _Static_assert(sizeof(struct shim_msg_accept) == 48, "accept is 48 bytes");
 
 struct shim_msg_switch_at {
 	struct shim_msg_hdr hdr;
-	uint64_t switch_offset; /* S's TCP bytes before its SWITCH frame */
+	uint64_t switch_offset; /* the sender's TCP bytes before its SWITCH frame */
 };
+/* switch_offset: the sender's direction stays on TCP (its write side is
+ * shut, or it is closing), the receiver's may still move. */
+#define SHIM_SWITCH_NEVER UINT64_MAX
 _Static_assert(sizeof(struct shim_msg_switch_at) == 24, "switch_at is 24 bytes");
 
 struct shim_msg_decline {

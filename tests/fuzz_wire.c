@@ -177,7 +177,7 @@ int main(int argc, char **argv)
 	shim_msg_init(&accept.hdr, SHIM_MSG_ACCEPT, sizeof(accept));
 	for (int i = 0; i < SHIM_NONCE_LEN; i++)
 		accept.nonce[i] = (uint8_t)(0x50 + i);
-	accept.switch_offset = 123456789;
+	accept.unused = 0;
 	accept.ring_bytes = 64 * 1024;
 	put(dir, "accept", &accept, sizeof(accept), SHIM_MSG_ACCEPT);
 
@@ -210,7 +210,7 @@ int main(int argc, char **argv)
 	((struct shim_msg_offer *)raw)->hdr.magic ^= 1;
 	put(dir, "offer_bad_magic", raw, sizeof(offer), -EPROTO);
 	memcpy(raw, &offer, sizeof(offer));
-	((struct shim_msg_offer *)raw)->hdr.version = 2;
+	((struct shim_msg_offer *)raw)->hdr.version = SHIM_WIRE_VERSION + 1;
 	put(dir, "offer_bad_version", raw, sizeof(offer), -EPROTO);
 	memcpy(raw, &offer, sizeof(offer));
 	((struct shim_msg_offer *)raw)->hdr.reserved = 1;

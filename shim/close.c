@@ -1,0 +1,119 @@
+/*
+ * Closing a connection the shim carried (close.h).
+ *
+ * The kernel answers bytes that sit unread in a socket at close, or reach
+ * it after, with a reset, and a reset makes the peer drop what it had not
+ * read yet. Over plain TCP, a program that read its request, wrote its
+ * answer and closed leaves nothing unread, so its peer reads the whole
+ * answer, then EOF. The shim must not change that with bytes of its own:
+ *
+ *  - our frames still queued (a SWITCH frame the send buffer had no room
+ *    for at the switch, a bell) and a failover's replay leave first: the
+ *    peer can not know where our bytes went without our SWITCH frame;
+ *  - a handshake still running is stopped, so that the peer starts no new
+ *    direction towards us (upgrade.c, shim_upgrade_stop_for_close);
+ *  - the peer's frames that are on their way are read before the close:
+ *    its SWITCH frame when it switched (we know its offset), and the bells
+ *    it took an arm of ours for (bells_owed). Nothing else comes: we are
+ *    no longer armed, and the channel is closed right after.
+ *
+ * Application bytes the program left unread stay unread: the kernel then
+ * resets the connection, as it would without the shim.
+ */
+#include "close.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include "failover.h"
+#include "frames.h"
+#include "real.h"
+#include "trace.h"
+#include "upgrade.h"
+
+/* Waits for fd to become ready for events, at most until end_ns.
+ * Returns false once the time is up. */
+static bool wait_until(int fd, short events, unsigned long long end_ns)
+{
+	unsigned long long now = shim_now_ns();
+	struct pollfd p = { .fd = fd, .events = events };
+
+	if (now >= end_ns)
+		return false;
+	REAL(poll)(&p, 1, (int)((end_ns - now + 999999) / 1000000));
+	return true;
+}
+
+/* Our queued frames, then a failover's replay (it goes behind our RESUME). */
+static void send_ours(struct shim_sock *s, int fd, unsigned long long end_ns)
+{
+	while (s->tcp_out_len || shim_failover_replaying(s)) {
+		int rc = s->tcp_out_len ? shim_frames_flush(s, fd) : shim_failover_flush(s, fd);
+
+		if (rc < 0 && rc != -EAGAIN)
+			break;
+		if (rc == -EAGAIN && !wait_until(fd, POLLOUT, end_ns))
+			break;
+	}
+	if (s->tcp_out_len)
+		SHIM_TRACE(SHIM_TRACE_WARN, "close.unflushed", fd, &s->tuple, SHIM_REASON_NONE, "\"bytes\":%zu",
+			   s->tcp_out_len);
+}
+
+/* True while a frame of the peer's is still to come. */
+static bool frames_owed(const struct shim_sock *s)
+{
+	if (s->aborted || s->rx_tcp_eof)
+		return false;
+	switch (s->rx_dir) {
+	case SHIM_DIR_TCP:
+		/* Its frame follows the bytes before its offset; with some of
+		 * those unread, the kernel resets anyway, as without us. */
+		return false;
+	case SHIM_DIR_SWITCHING:
+		return true;
+	case SHIM_DIR_CHAN:
+		return s->bells_owed > 0;
+	}
+	return false;
+}
+
+static void take_theirs(struct shim_sock *s, int fd, unsigned long long end_ns)
+{
+	while (frames_owed(s)) {
+		if (s->rx_dir == SHIM_DIR_SWITCHING) {
+			int rc = shim_frames_read_switch(s, fd);
+
+			if (rc == 1) {
+				s->rx_dir = SHIM_DIR_CHAN;
+				continue;
+			}
+			if (rc < 0)
+				break; /* not its frame, or EOF: nothing more of ours comes */
+		} else {
+			shim_frames_drain(s, fd);
+			if (!frames_owed(s))
+				break;
+		}
+		if (!wait_until(fd, POLLIN, end_ns)) {
+			SHIM_TRACE(SHIM_TRACE_WARN, "close.frames_late", fd, &s->tuple, SHIM_REASON_NONE,
+				   "\"rx\":%d,\"bells_owed\":%u", s->rx_dir, s->bells_owed);
+			break;
+		}
+	}
+	/* Bells that came unasked (a peer's arm race) go too. */
+	if (s->rx_dir == SHIM_DIR_CHAN && !s->aborted && !s->rx_tcp_eof)
+		shim_frames_drain(s, fd);
+}
+
+void shim_close_prepare(struct shim_sock *s, int fd)
+{
+	unsigned long long end_ns = shim_now_ns() + SHIM_CLOSE_WAIT_MS * 1000000ull;
+
+	if (s->closed || s->aborted || (!s->intercept && !s->chan))
+		return;
+	shim_upgrade_stop_for_close(s, fd);
+	send_ours(s, fd, end_ns);
+	take_theirs(s, fd, end_ns);
+}
