@@ -40,10 +40,20 @@ fi
 [[ $(timeout 10 "${AS_OTHER[@]}" id -u 2>/dev/null) == "$(id -u "$OTHER")" ]] || skip "can not run as $OTHER"
 log "attacker: $OTHER (uid $(id -u "$OTHER")) via ${AS_OTHER[0]}"
 TICKS=$(getconf CLK_TCK)
-# A victim that spins burns ~TICKS per second; an idle one next to nothing.
-SPIN_MAX=$((TICKS * 3 / 10))
-
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null; }
+# runnable PID: of 20 looks over 0.5 s, how many found one of PID's threads
+# runnable (R). A process that waits is found sleeping; one that spins is
+# found runnable even when a loaded machine gives it little CPU (CPU time
+# would then look small), so this does not depend on the load.
+SPIN_MAX=6
+runnable() {
+  local i n=0
+  for ((i = 0; i < 20; i++)); do
+    cat "/proc/$1"/task/*/stat 2>/dev/null | awk '$3 == "R" { r = 1 } END { exit !r }' && n=$((n + 1))
+    sleep 0.025
+  done
+  echo "$n"
+}
 fd_count() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
 # fds of process $1 that are memfds the attacker made (it names them hostile-*)
 hostile_fds() { ls -l "/proc/$1/fd" 2>/dev/null | grep -c 'memfd:hostile' || true; }
@@ -77,7 +87,7 @@ start_victim() {
   done
   # Warm up (the shim opens its trace file and netlink socket lazily), then
   # the baseline.
-  legit "$shape warm-up" 256K || return 1
+  legit "$shape warm-up" 128K || return 1
   sleep 0.3
   VBASE=$(fd_count "$VPID")
   log "$shape victim pid $VPID port $VPORT: $VBASE fds at rest"
@@ -118,11 +128,11 @@ after_attack() {
   n=$(hostile_fds "$VPID")
   check "$label: the server holds none of the attacker's memfds ($n)" test "$n" -eq 0
   c0=$(cpu_ticks "$VPID")
-  sleep 1
+  n=$(runnable "$VPID")
   c1=$(cpu_ticks "$VPID")
-  check "$label: the server does not spin once the attacker is gone ($((c1 - c0)) of $TICKS ticks in 1 s)" \
-    test $((c1 - c0)) -le "$SPIN_MAX"
-  legit "$label: after the attack" 256K
+  check "$label: the server does not spin once the attacker is gone (runnable $n of 20 looks; $((c1 - c0)) ticks)" \
+    test "$n" -le "$SPIN_MAX"
+  legit "$label: after the attack" 128K
 }
 
 # attack_server MODE [HOSTILE OPTIONS...]
@@ -139,7 +149,7 @@ attack_server() {
       bash "$WORK/legit_redis.sh" "$VPORT" 5
   else
     start_bg "legit-$SHAPE-$mode" shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
-      "$PROGS/echo_client" --port "$VPORT" --bytes 2M --conns 2 --max-write 4K --timeout 10
+      "$PROGS/echo_client" --port "$VPORT" --bytes 1M --conns 2 --max-write 4K --timeout 10
   fi
   lpid=$BG_PID
   lname=legit-$SHAPE-$mode
@@ -147,7 +157,7 @@ attack_server() {
   if [[ $mode == idle ]]; then
     # The attacker's connection switched and says nothing: the server must
     # sleep meanwhile (the legitimate client is done by then).
-    local apid c0 c1 i
+    local apid c0 c1 i n
     wait_bg "$lpid" 20 >/dev/null
     start_bg "a-$SHAPE-idle" plain "${AS_OTHER[@]}" "$HOSTILE" --role client --connect "127.0.0.1:$VPORT" \
       --mode idle --seconds 4
@@ -158,10 +168,10 @@ attack_server() {
     done
     sleep 0.5
     c0=$(cpu_ticks "$VPID")
-    sleep 1
+    n=$(runnable "$VPID")
     c1=$(cpu_ticks "$VPID")
-    check "$label: the server sleeps while the attacker's switched connection idles ($((c1 - c0)) of $TICKS ticks in 1 s)" \
-      test $((c1 - c0)) -le "$SPIN_MAX"
+    check "$label: the server sleeps while the attacker's switched connection idles (runnable $n of 20 looks; $((c1 - c0)) ticks)" \
+      test "$n" -le "$SPIN_MAX"
     wait_bg "$apid" 20 || arc=$?
     out=$WORK/a-$SHAPE-idle.out
     start_bg "legit-$SHAPE-$mode-2" shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
@@ -209,11 +219,10 @@ attack_server idle
 # The attacker picks the ring size: a 4 KiB ring under the server's 64 KiB
 # reads (the over-read reaches the neighbouring mapping: the legitimate
 # connection's ring).
-for m in tail_far tail_over head_ahead flip; do
+for m in tail_far tail_over flip; do
   attack_server "$m" --ring 4096
 done
 SHAPE=threads
-attack_server honest
 attack_server tail_far --ring 4096
 attack_server ctrunc
 attack_server resume

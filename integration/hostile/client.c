@@ -101,7 +101,6 @@ void run_client(void)
 	memset(&acc, 0, sizeof(acc));
 	acc.hdr = (struct hdr){ WIRE_MAGIC, WIRE_VERSION, MSG_ACCEPT, sizeof(acc), 0 };
 	random_bytes(acc.nonce, sizeof(acc.nonce));
-	acc.switch_offset = is_mode("offset_huge") ? 1ull << 62 : st.sent;
 	acc.ring_bytes = size;
 	acc.tcp_fd = st.tcp;
 	int pass = memfd, pfd[2];
@@ -119,23 +118,16 @@ void run_client(void)
 	    is_mode("noseal") || is_mode("notmemfd") || is_mode("sealwrite"))
 		st.reached = 1; /* the lie is the handshake message itself */
 
-	struct sw_frame sw = { .type = 'W' };
-
-	memcpy(sw.nonce, off.nonce, sizeof(sw.nonce));
-	if (is_mode("badnonce")) {
-		sw.nonce[0] ^= 0xff;
-		st.reached = 1;
-	}
-	tcp_send(&sw, sizeof(sw));
-
-	/* S's offset, then its app bytes up to it, then its SWITCH frame. */
+	/* S commits first: its offset, its app bytes up to it, its frame. */
 	struct switch_at at;
+	struct sw_frame sw;
 
 	if (!wait_fd(st.rv, POLLIN, o.wait_ms) || recv(st.rv, &at, sizeof(at), 0) != sizeof(at) ||
 	    at.hdr.type != MSG_SWITCH_AT) {
 		say("%s", "no SWITCH_AT: the server refused the upgrade");
 		st.tcp_app_left = ~0ull; /* it stays on TCP: its bytes are all data */
 		tcp_becomes_data();
+		st.refused = 1;
 		if (fcntl(st.tcp, F_SETFL, O_NONBLOCK) < 0)
 			fail_setup("nonblock");
 		pump(memfd, 0);
@@ -143,18 +135,32 @@ void run_client(void)
 	}
 	if (at.switch_offset > (1u << 20))
 		fail_setup("SWITCH_AT offset beyond anything sent");
-	uint8_t app[1 << 20];
+	uint8_t *app = malloc((size_t)at.switch_offset + 1);
 
-	if (recv_exact(app, (size_t)at.switch_offset) < 0)
+	if (!app || recv_exact(app, (size_t)at.switch_offset) < 0)
 		fail_setup("short TCP before the server's switch");
 	classify(app, (size_t)at.switch_offset);
+	free(app);
 	if (recv_exact(&sw, sizeof(sw)) < 0 || sw.type != 'W' || memcmp(sw.nonce, acc.nonce, sizeof(sw.nonce)))
 		fail_setup("the server's SWITCH frame is missing or wrong");
+
+	/* Ours: the offset, then the frame (our prefix is all that went before). */
+	memset(&at, 0, sizeof(at));
+	at.hdr = (struct hdr){ WIRE_MAGIC, WIRE_VERSION, MSG_SWITCH_AT, sizeof(at), 0 };
+	at.switch_offset = is_mode("offset_huge") ? 1ull << 62 : st.sent;
+	if (send(st.rv, &at, sizeof(at), MSG_NOSIGNAL) != sizeof(at))
+		fail_setup("send SWITCH_AT");
+	memset(&sw, 0, sizeof(sw));
+	sw.type = 'W';
+	memcpy(sw.nonce, off.nonce, sizeof(sw.nonce));
+	if (is_mode("badnonce"))
+		sw.nonce[0] ^= 0xff;
+	tcp_send(&sw, sizeof(sw));
 	say("%s", "both directions switched");
 	if (is_mode("offset_huge"))
 		tcp_becomes_data();
 	if (lie_in_ring() || is_mode("honest") || is_mode("tiny") || is_mode("extra_fds") ||
-	    is_mode("offset_huge") || is_mode("ring_huge") || is_mode("idle"))
+	    is_mode("offset_huge") || is_mode("ring_huge") || is_mode("idle") || is_mode("badnonce"))
 		st.reached = 1;
 	if (fcntl(st.tcp, F_SETFL, O_NONBLOCK) < 0)
 		fail_setup("nonblock");

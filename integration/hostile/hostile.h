@@ -14,7 +14,7 @@
 #include <netinet/in.h>
 
 #define WIRE_MAGIC 0x52534831u
-#define WIRE_VERSION 1
+#define WIRE_VERSION 2
 enum { MSG_OFFER = 1, MSG_ACCEPT = 2, MSG_SWITCH_AT = 3 };
 
 struct hdr {
@@ -31,13 +31,13 @@ struct offer {
 struct accept {
 	struct hdr hdr;
 	uint8_t nonce[16];
-	uint64_t switch_offset;
+	uint64_t unused; /* 0 (version 1 had C's switch offset here) */
 	uint32_t ring_bytes;
 	int32_t tcp_fd;
 };
 struct switch_at {
 	struct hdr hdr;
-	uint64_t switch_offset;
+	uint64_t switch_offset; /* UINT64_MAX: the sender's direction stays on TCP */
 };
 _Static_assert(sizeof(struct offer) == 40, "offer is 40 bytes");
 _Static_assert(sizeof(struct accept) == 48, "accept is 48 bytes");
@@ -99,10 +99,13 @@ struct state {
 	uint8_t *shadow;        /* server role: what our tx data must hold */
 	struct buf expect;      /* client role: the stream S takes as data from us */
 	struct buf tcplog;      /* client role: every byte we wrote to TCP */
+	struct buf pending;     /* server role: C's TCP bytes, to echo first */
+	size_t pending_off;
 	int tcp_is_data;        /* S takes all our TCP bytes as data (no switch) */
 	uint64_t sent, echoed, good, never_sent, foreign, oob;
 	uint64_t parked;        /* echo bytes the victim holds for us in its ring */
 	int reached, eof, reset, lie_done;
+	int refused;            /* the victim stayed on TCP: no ring lie to make */
 	uint64_t tcp_app_left;  /* client role: S's TCP app bytes before its switch */
 };
 extern struct state st;

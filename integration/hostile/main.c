@@ -49,7 +49,7 @@
  *   resume        a RESUME frame on the switched shm connection
  *   garbage       a byte that starts no frame ('X') after the switch
  *   badnonce      the in-band SWITCH frame carries a wrong nonce
- *   offset_huge   switch offset 2^62 (ACCEPT, or SWITCH_AT in server role)
+ *   offset_huge   switch offset 2^62 in its SWITCH_AT
  *
  * The bytes this side sends are letters ('a'..'z', a known stream); every
  * byte of its rings that it did not write holds FILLER (0xEE). Each byte

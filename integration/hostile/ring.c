@@ -175,8 +175,16 @@ static void lie_after_switch(int memfd)
 	say("lie %s sent", o.mode);
 }
 
+/* After noseal's lie our own mapping is gone too (SIGBUS on a touch). */
+static int shrunk(void)
+{
+	return st.lie_done && is_mode("noseal");
+}
+
 int lie_in_ring(void)
 {
+	if (st.refused)
+		return 0;
 	static const char *const modes[] = { "tail_far", "tail_over", "head_ahead", "head_behind",
 					     "flip", "resume", "garbage", "noseal" };
 
@@ -210,7 +218,20 @@ void pump(int memfd, int echo)
 				int stop_tx = st.lie_done && lie_in_ring();
 				uint64_t used = st.tx.h->tail - st.tx.h->head;
 				size_t room = stop_tx ? sizeof(buf) : used > st.tx.size ? 0 : st.tx.size - (size_t)used;
-				size_t n = consume(buf, room < sizeof(buf) ? room : sizeof(buf));
+				size_t n;
+
+				/* C's bytes from before its switch go first. */
+				if (st.pending_off < st.pending.len) {
+					n = st.pending.len - st.pending_off;
+					if (n > sizeof(buf))
+						n = sizeof(buf);
+					if (!stop_tx && n > room)
+						n = room;
+					memcpy(buf, st.pending.b + st.pending_off, n);
+					st.pending_off += n;
+				} else {
+					n = consume(buf, room < sizeof(buf) ? room : sizeof(buf));
+				}
 
 				for (size_t i = 0; i < n && !stop_tx; i++) {
 					uint64_t tail = st.tx.h->tail + i;
@@ -231,7 +252,7 @@ void pump(int memfd, int echo)
 					if (st.sent < out_target(st.lie_done))
 						produce(out_target(st.lie_done) - st.sent);
 				/* ring_huge leaves the echo where the victim put it. */
-				if ((!st.lie_done || !head_lie) && !is_mode("ring_huge"))
+				if ((!st.lie_done || !head_lie) && !is_mode("ring_huge") && !shrunk())
 					classify(buf, consume(buf, sizeof(buf)));
 			}
 		}
@@ -257,9 +278,16 @@ void pump(int memfd, int echo)
 		}
 		if ((end && t >= end) || st.eof || st.reset)
 			break;
+		/* ring_huge: until the victim echoed all of it (however slow a
+		 * loaded machine makes it), or 15 s. */
+		if (is_mode("ring_huge") && !st.refused) {
+			uint64_t held = __atomic_load_n(&st.rx.h->tail, __ATOMIC_ACQUIRE) - st.rx.h->head;
+
+			end = held + 64 >= o.payload || t - start > 15000 ? t : 0;
+		}
 		wait_fd(st.tcp, POLLIN, 1);
 	}
-	if (!echo && !(st.lie_done && head_lie)) {
+	if (!echo && !(st.lie_done && head_lie) && !shrunk()) {
 		st.parked = __atomic_load_n(&st.rx.h->tail, __ATOMIC_ACQUIRE) - st.rx.h->head;
 		/* Last look at what the victim left in the ring. */
 		if (!is_mode("ring_huge"))

@@ -83,22 +83,13 @@ void run_server(void)
 	memset(st.tx.data, FILLER, st.tx.size);
 	memset(st.shadow, FILLER, st.tx.size);
 
-	/* C's TCP bytes up to its offset are data (echoed on TCP), then its frame. */
-	uint8_t *app = acc.switch_offset <= (256u << 20) ? malloc((size_t)acc.switch_offset + 1) : NULL;
-	struct sw_frame sw;
-
-	if (!app || recv_exact(app, (size_t)acc.switch_offset) < 0 || recv_exact(&sw, sizeof(sw)) < 0)
-		fail_setup("short TCP before the client's switch");
-	if (sw.type != 'W' || memcmp(sw.nonce, off.nonce, sizeof(sw.nonce)))
-		fail_setup("the client's SWITCH frame is wrong");
-	send_all(st.tcp, app, (size_t)acc.switch_offset);
-	free(app);
-
+	/* We commit first: nothing of ours went on TCP, so our offset is 0. */
 	struct switch_at at;
+	struct sw_frame sw;
 
 	memset(&at, 0, sizeof(at));
 	at.hdr = (struct hdr){ WIRE_MAGIC, WIRE_VERSION, MSG_SWITCH_AT, sizeof(at), 0 };
-	at.switch_offset = is_mode("offset_huge") ? 1ull << 62 : acc.switch_offset;
+	at.switch_offset = is_mode("offset_huge") ? 1ull << 62 : 0;
 	/* trunc, ctrunc, extra_fds: the lie is in this message and its fds. */
 	if (send_with_fds(st.rv, &at, sizeof(at), -1, !is_mode("offer_fds")) < 0)
 		fail_setup("send SWITCH_AT");
@@ -109,6 +100,21 @@ void run_server(void)
 		sw.nonce[0] ^= 0xff;
 	send_all(st.tcp, &sw, sizeof(sw));
 	st.reached = 1;
+
+	/* C's offset; its TCP bytes up to it are data (echoed first, on the
+	 * ring: our direction switched), then its frame. */
+	if (!wait_fd(st.rv, POLLIN, o.wait_ms) || recv(st.rv, &at, sizeof(at), 0) != sizeof(at) ||
+	    at.hdr.type != MSG_SWITCH_AT || at.switch_offset > (256u << 20)) {
+		say("%s", "no usable SWITCH_AT from the client: it stays on TCP");
+		sleep((unsigned)o.seconds);
+		result();
+	}
+	st.pending.b = malloc((size_t)at.switch_offset + 1);
+	st.pending.len = (size_t)at.switch_offset;
+	if (!st.pending.b || recv_exact(st.pending.b, st.pending.len) < 0 || recv_exact(&sw, sizeof(sw)) < 0)
+		fail_setup("short TCP before the client's switch");
+	if (sw.type != 'W' || memcmp(sw.nonce, off.nonce, sizeof(sw.nonce)))
+		fail_setup("the client's SWITCH frame is wrong");
 	say("%s", "both directions switched");
 	if (fcntl(st.tcp, F_SETFL, O_NONBLOCK) < 0)
 		fail_setup("nonblock");
