@@ -12,10 +12,10 @@ LDLIBS_SHIM   := -ldl -lpthread -lrdmacm -libverbs
 
 # The shim's modules; interpose_*.c hold the exported wrappers, the rest is the
 # core that the unit tests link against.
-SHIM_CORE := config tuple reason trace fdtable sock real stats wire ring shm diag rendezvous frames failover upgrade close io io_calls \
+SHIM_CORE := config tuple reason trace fdtable sock real stats wire ring shm diag rendezvous frames failover upgrade close bypass io io_calls \
              wait epoll \
              breaker mrpool rdma_dev rdma_post rdma_chan rdma_setup rdma_close
-SHIM_HOOKS := init interpose_socket interpose_io interpose_poll interpose_proc
+SHIM_HOOKS := init interpose_socket interpose_io interpose_poll interpose_proc interpose_bypass
 CORE_OBJS := $(SHIM_CORE:%=$(BUILD)/obj/shim/%.o)
 HOOK_OBJS := $(SHIM_HOOKS:%=$(BUILD)/obj/shim/%.o)
 

@@ -107,7 +107,8 @@ SHIM_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
 	struct shim_sock *s = intercepted(fd);
 
-	if (likely(!s) || (flags & MSG_ERRQUEUE))
+	/* Urgent data and the error queue are outside the stream. */
+	if (likely(!s) || (flags & (MSG_ERRQUEUE | MSG_OOB)))
 		return REAL(recv)(fd, buf, len, flags);
 	return recv_one(s, fd, buf, len, flags);
 }
@@ -117,7 +118,7 @@ SHIM_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct so
 {
 	struct shim_sock *s = intercepted(fd);
 
-	if (likely(!s) || (flags & MSG_ERRQUEUE))
+	if (likely(!s) || (flags & (MSG_ERRQUEUE | MSG_OOB)))
 		return REAL(recvfrom)(fd, buf, len, flags, addr, alen);
 	/* TCP reports no source address: Linux sets the length to 0. */
 	if (addr && alen)
@@ -137,8 +138,9 @@ SHIM_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 	struct shim_sock *s = intercepted(fd);
 	ssize_t rc;
 
-	/* MSG_ERRQUEUE reads the socket's error queue, never the stream. */
-	if (likely(!s) || (flags & MSG_ERRQUEUE)) {
+	/* MSG_ERRQUEUE reads the socket's error queue and MSG_OOB the urgent
+	 * byte, never the stream. */
+	if (likely(!s) || (flags & (MSG_ERRQUEUE | MSG_OOB))) {
 		rc = REAL(recvmsg)(fd, msg, flags);
 		adopt_passed_fds(msg, rc);
 		return rc;

@@ -476,6 +476,13 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 
 	shim_sock_hold(s);
 	pthread_mutex_lock(&s->lock);
+	/* Urgent data: the receiver keeps its byte out of the stream (or, with
+	 * SO_OOBINLINE, in it), which our byte counts can not know; such a
+	 * connection stays on TCP. Once moved, the bytes go as plain data. */
+	if (unlikely(flags & MSG_OOB) && !s->pinned && !s->closed)
+		shim_upgrade_pin_tcp(s, fd, SHIM_REASON_BYPASS);
+	if (s->tx_dir != SHIM_DIR_TCP)
+		flags &= ~MSG_OOB;
 	nonblock |= s->nonblocking;
 	deadline = deadline_after(s->snd_timeout_ms);
 	do {
@@ -527,7 +534,18 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			shim_frames_drain(s, fd);
 		if (!s->wr_shut && (ch->ops->peer_rx_gone(ch) || s->rx_tcp_eof) && !s->peer_gone_told) {
 			/* TCP takes the first write after the peer closed (the
-			 * reset comes back later) and fails the next ones. */
+			 * reset comes back later) and fails the next ones. A
+			 * peer that went with our bytes unread was reset by its
+			 * kernel at once: that write fails ECONNRESET. */
+			if (ch->ops->tx_unread && ch->ops->tx_unread(ch)) {
+				/* What this call moved counts; the reset is the
+				 * next call's, as the kernel reports it once. */
+				if (done)
+					break;
+				s->peer_gone_told = true;
+				rc = -ECONNRESET;
+				break;
+			}
 			s->peer_gone_told = true;
 			done = total;
 			break;

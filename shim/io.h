@@ -25,6 +25,12 @@ ssize_t shim_io_sendmsg(struct shim_sock *s, int fd, const struct msghdr *msg, i
  * the file offset (*offset, or the file position when offset is NULL)
  * advances by what was sent, not by what was read. (io_calls.c) */
 ssize_t shim_io_sendfile(struct shim_sock *s, int out_fd, int in_fd, off64_t *offset, size_t count);
+/* splice on a connection that moved to a side channel (or whose peer's
+ * direction will): from it into a pipe, or from a pipe into it, through a
+ * buffer and the data path; bytes are taken from the source only as far as
+ * the destination took them. (io_calls.c) */
+ssize_t shim_io_splice_from(struct shim_sock *s, int sock_fd, int pipe_fd, size_t len, unsigned flags);
+ssize_t shim_io_splice_to(struct shim_sock *s, int sock_fd, int pipe_fd, size_t len, unsigned flags);
 /* FIONREAD on an intercepted fd. */
 int shim_io_bytes_readable(struct shim_sock *s, int fd, int *out);
 int shim_io_shutdown(struct shim_sock *s, int fd, int how);

@@ -1,8 +1,12 @@
 /*
- * Calls that reduce to shim_io_send (io.h): sendmsg with ancillary data and
- * sendfile. Kept apart from io.c, which owns the byte stream itself.
+ * Calls that reduce to shim_io_send and shim_io_recv (io.h): sendmsg with
+ * ancillary data, sendfile, and splice on a connection that moved. Kept apart from io.c, which owns the byte stream itself.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdint.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "io.h"
@@ -49,5 +53,100 @@ ssize_t shim_io_sendfile(struct shim_sock *s, int out_fd, int in_fd, off64_t *of
 		*offset += sent;
 	else if (pos >= 0)
 		lseek64(in_fd, pos + sent, SEEK_SET);
+	return sent;
+}
+
+/* Room left in a pipe (F_GETPIPE_SZ less what is queued), 0 if none. */
+static size_t pipe_room(int pipe_fd)
+{
+	int size = REAL(fcntl)(pipe_fd, F_GETPIPE_SZ), queued = 0;
+
+	if (size <= 0 || REAL(ioctl)(pipe_fd, FIONREAD, &queued) < 0)
+		return 4096; /* the least a pipe ever holds */
+	return size > queued ? (size_t)(size - queued) : 0;
+}
+
+/* Waits until fd is ready for events (a pipe end of a blocking splice). */
+static int wait_fd(int fd, short events)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+
+	return REAL(poll)(&p, 1, -1) < 0 ? -errno : 0;
+}
+
+ssize_t shim_io_splice_from(struct shim_sock *s, int sock_fd, int pipe_fd, size_t len, unsigned flags)
+{
+	bool nonblock = flags & SPLICE_F_NONBLOCK;
+	uint8_t buf[65536];
+	size_t want, done = 0;
+	ssize_t n;
+	int rc;
+
+	/* Take from the connection no more than the pipe takes at once, so
+	 * that nothing read is ever left without a place to go. */
+	while (!(want = pipe_room(pipe_fd))) {
+		if (nonblock)
+			return -EAGAIN;
+		if ((rc = wait_fd(pipe_fd, POLLOUT)) < 0)
+			return rc;
+	}
+	want = want < len ? want : len;
+	want = want < sizeof(buf) ? want : sizeof(buf);
+	n = shim_io_recv(s, sock_fd, &(struct iovec){ buf, want }, 1, nonblock ? MSG_DONTWAIT : 0);
+	if (n <= 0)
+		return n;
+	while (done < (size_t)n) {
+		ssize_t w = REAL(write)(pipe_fd, buf + done, (size_t)n - done);
+
+		if (w > 0)
+			done += (size_t)w;
+		else if (w < 0 && errno == EAGAIN)
+			wait_fd(pipe_fd, POLLOUT); /* another writer took the room */
+		else
+			break; /* the pipe's reader is gone: so are these bytes, as the kernel's would */
+	}
+	return n;
+}
+
+ssize_t shim_io_splice_to(struct shim_sock *s, int sock_fd, int pipe_fd, size_t len, unsigned flags)
+{
+	bool nonblock = flags & SPLICE_F_NONBLOCK;
+	uint8_t buf[65536];
+	int copy[2];
+	ssize_t n, sent;
+
+	/*
+	 * tee() copies the pipe's bytes without taking them; only what the
+	 * connection took is then taken from the pipe. A send that moves
+	 * less than it was given leaves the rest in the pipe, as splice does.
+	 */
+	if (pipe2(copy, O_NONBLOCK | O_CLOEXEC) < 0)
+		return -errno;
+	len = len < sizeof(buf) ? len : sizeof(buf);
+	while ((n = tee(pipe_fd, copy[1], len, SPLICE_F_NONBLOCK)) < 0 && errno == EAGAIN && !nonblock) {
+		/* Empty: wait for a writer (tee says EAGAIN, not EOF, while one
+		 * may still write; poll tells EOF as POLLHUP). */
+		struct pollfd p = { .fd = pipe_fd, .events = POLLIN };
+
+		if (REAL(poll)(&p, 1, -1) < 0 || (p.revents & POLLHUP && !(p.revents & POLLIN))) {
+			n = 0;
+			break;
+		}
+	}
+	if (n <= 0) {
+		int err = n < 0 ? -errno : 0;
+
+		REAL(close)(copy[0]);
+		REAL(close)(copy[1]);
+		return err;
+	}
+	n = REAL(read)(copy[0], buf, (size_t)n);
+	REAL(close)(copy[0]);
+	REAL(close)(copy[1]);
+	if (n <= 0)
+		return n < 0 ? -errno : 0;
+	sent = shim_io_send(s, sock_fd, &(struct iovec){ buf, (size_t)n }, 1, nonblock ? MSG_DONTWAIT : 0);
+	if (sent > 0 && REAL(read)(pipe_fd, buf, (size_t)sent) != sent)
+		return -EIO; /* another reader took them from the pipe meanwhile */
 	return sent;
 }

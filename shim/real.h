@@ -11,7 +11,9 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/sendfile.h>
@@ -72,6 +74,10 @@
 	X(execvp, int, (const char *, char *const[]))                                         \
 	X(execvpe, int, (const char *, char *const[], char *const[]))                         \
 	X(fexecve, int, (int, char *const[], char *const[]))                                  \
+	X(fdopen, FILE *, (int, const char *))                                                \
+	X(splice, ssize_t, (int, loff_t *, int, loff_t *, size_t, unsigned int))              \
+	X(prctl, int, (int, ...))                                                             \
+	X(syscall, long, (long, ...))                                                         \
 	X(__read_chk, ssize_t, (int, void *, size_t, size_t))                                 \
 	X(__recv_chk, ssize_t, (int, void *, size_t, size_t, int))                            \
 	X(__recvfrom_chk, ssize_t,                                                            \

@@ -156,6 +156,13 @@ static bool shm_peer_rx_gone(const struct shim_chan *ch)
 	return shim_ring_consumer_gone(&shm_of(ch)->tx);
 }
 
+static size_t shm_tx_unread(const struct shim_chan *ch)
+{
+	struct shim_ring *tx = &shm_of(ch)->tx;
+
+	return tx->mask + 1 - shim_ring_writable(tx);
+}
+
 static bool shm_violated(const struct shim_chan *ch)
 {
 	return shim_ring_violated(&shm_of(ch)->tx) || shim_ring_violated(&shm_of(ch)->rx);
@@ -222,6 +229,7 @@ const struct shim_transport_ops shim_shm_ops = {
 	.space_lowat = shm_space_lowat,
 	.rx_eof = shm_rx_eof,
 	.peer_rx_gone = shm_peer_rx_gone,
+	.tx_unread = shm_tx_unread,
 	.violated = shm_violated,
 	.tx_should_bell = shm_tx_should_bell,
 	.rx_should_bell = shm_rx_should_bell,

@@ -20,6 +20,7 @@
 
 #include <sys/ioctl.h>
 
+#include "bypass.h"
 #include "close.h"
 #include "fdtable.h"
 #include "io.h"
@@ -446,6 +447,10 @@ void shim_sock_on_setsockopt(int fd, int level, int name, const void *val, sockl
 		sock->rcv_timeout_ms = timeval_ms(val, len);
 	else if (name == SO_SNDTIMEO)
 		sock->snd_timeout_ms = timeval_ms(val, len);
+	else if (name == SO_OOBINLINE && len >= sizeof(int) && *(const int *)val)
+		/* Urgent bytes join the stream at a place only the kernel
+		 * knows: the byte counts that place a switch would be off. */
+		shim_bypass_pin(fd, SHIM_REASON_BYPASS);
 }
 
 void shim_sock_adopt(int fd, const char *how)

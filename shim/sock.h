@@ -79,6 +79,7 @@ struct shim_sock {
 	bool peer_gone_told; /* a write after the peer closed was taken (io.c) */
 	bool closed;         /* the last reference went: channel released */
 	bool closing;        /* the program closed its last fd (close.c) */
+	bool pinned;         /* must stay on TCP: used where the shim can not see */
 	bool aborted;        /* the peer broke the protocol: the connection was
 			      * ended as by a reset; calls fail ECONNRESET */
 	int tcp_keep;        /* our dup of the socket, made when the program closed

@@ -45,6 +45,10 @@ struct shim_transport_ops {
 	bool (*rx_eof)(const struct shim_chan *ch);
 	/* The peer closed its receiving side: sends fail with EPIPE. */
 	bool (*peer_rx_gone)(const struct shim_chan *ch);
+	/* Bytes we sent that the peer has not read yet (optional: NULL when
+	 * the transport can not tell). A peer that goes with some unread is
+	 * one whose kernel would have reset the connection. */
+	size_t (*tx_unread)(const struct shim_chan *ch);
 	/* The peer broke the channel's rules (a cursor, length or credit out
 	 * of bounds): sticky, lock-free. send/recv move nothing from then on. */
 	bool (*violated)(const struct shim_chan *ch);

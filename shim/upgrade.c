@@ -280,7 +280,7 @@ static int send_switch_at(struct shim_sock *s, bool switching)
  * no bells can follow), nor while the program closes the connection. */
 static bool tx_may_switch(const struct shim_sock *s)
 {
-	return !s->wr_shut && !s->closing;
+	return !s->wr_shut && !s->closing && !s->pinned;
 }
 
 /*
@@ -607,6 +607,42 @@ static bool connected(struct shim_sock *s, int fd)
 	return true;
 }
 
+/* Why no handshake may run in this process any more (NONE: they may). */
+static enum shim_reason upgrades_barred = SHIM_REASON_NONE;
+
+void shim_upgrade_bar(enum shim_reason reason)
+{
+	/* Relaxed: a handshake step that misses it by a moment is one the
+	 * program's own thread ordered before its seccomp call. */
+	__atomic_store_n(&upgrades_barred, reason, __ATOMIC_RELAXED);
+}
+
+int shim_upgrade_pin_tcp(struct shim_sock *s, int fd, enum shim_reason reason)
+{
+	s->pinned = true;
+	switch (s->phase) {
+	case SHIM_PHASE_C_ACCEPTED:
+	case SHIM_PHASE_S_AWAIT_C:
+		/* As at close: the peer's SWITCH_AT fails, or is read now. */
+		REAL(shutdown)(s->rv_fd, SHUT_RD);
+		shim_upgrade_progress(s, fd);
+		break;
+	case SHIM_PHASE_DONE:
+	case SHIM_PHASE_FAILED:
+		break;
+	default:
+		s->await_bytes_used = true; /* no second attempt either */
+		shim_upgrade_fail(s, fd, reason);
+		break;
+	}
+	if (s->tx_dir != SHIM_DIR_TCP || s->rx_dir != SHIM_DIR_TCP || s->rx_switch_known || s->phase == SHIM_PHASE_RDMA) {
+		SHIM_TRACE(SHIM_TRACE_WARN, "upgrade.pin_late", fd, &s->tuple, reason, "\"tx\":%d,\"rx\":%d",
+			   s->tx_dir, s->rx_dir);
+		return -EBUSY;
+	}
+	return 0;
+}
+
 void shim_upgrade_stop_for_close(struct shim_sock *s, int fd)
 {
 	s->closing = true;
@@ -634,6 +670,16 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 
 	if (shim_upgrade_settled(s) || !connected(s, fd))
 		return;
+	enum shim_reason barred = __atomic_load_n(&upgrades_barred, __ATOMIC_RELAXED);
+
+	if (unlikely(barred != SHIM_REASON_NONE) && s->phase != SHIM_PHASE_RDMA &&
+	    s->phase != SHIM_PHASE_C_ACCEPTED && s->phase != SHIM_PHASE_S_AWAIT_C) {
+		/* Nobody committed: end it without another system call that a
+		 * sandbox might punish (closing our rendezvous fds is all). */
+		s->await_bytes_used = true;
+		shim_upgrade_fail(s, fd, barred);
+		return;
+	}
 	now = shim_now_ns();
 	switch (s->phase) {
 	case SHIM_PHASE_IDLE:

@@ -47,6 +47,22 @@ int shim_upgrade_learn_rx_switch(struct shim_sock *s, int fd, uint64_t offset);
  */
 void shim_upgrade_stop_for_close(struct shim_sock *s, int fd);
 
+/*
+ * The connection is about to be read or written where the shim can not see
+ * (stdio's internal reads, splice) or carries urgent data: it must stay on
+ * TCP. Stops the handshake as close does (the peer commits nothing more).
+ * Returns 0, or -EBUSY when a direction moved already (or the peer's is
+ * committed): the caller must then go through the shim's data path.
+ */
+int shim_upgrade_pin_tcp(struct shim_sock *s, int fd, enum shim_reason reason);
+
+/*
+ * The process can no longer make the calls a side channel needs (a seccomp
+ * filter): no handshake starts or goes on in it from now on, each one in
+ * progress ends with reason (channels already set up go on working).
+ */
+void shim_upgrade_bar(enum shim_reason reason);
+
 /* Closes the rendezvous and the channel: the last fd of the socket is gone. */
 void shim_upgrade_release(struct shim_sock *s);
 

@@ -17,6 +17,12 @@
  *   sendfile_pos  sendfile(NULL offset) into a full nonblocking socket:
  *                 EAGAIN and the file position unchanged
  *   poll_one      poll over the one fd with data waiting returns 1
+ *   splice        splice from a pipe into the (upgraded) connection and from
+ *                 the connection into a pipe carries the bytes unchanged
+ *   stdio         fdopen on a fresh connection, then fgets/fputs: lines go
+ *                 both ways (stdio reads where no preload sees)
+ *   oob           a fresh connection that sends urgent data (MSG_OOB) first:
+ *                 the stream and the urgent byte arrive as over TCP
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -29,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sendfile.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -252,6 +259,116 @@ static void poll_one(void)
 		die("recv poll");
 }
 
+static void splice_both(void)
+{
+	int p[2];
+	char buf[64] = { 0 };
+	ssize_t n, got = 0;
+
+	if (pipe(p) < 0)
+		die("pipe");
+	if (write(p[1], "through-a-pipe", 14) != 14)
+		die("write pipe");
+	n = splice(p[0], NULL, cli, NULL, 14, 0);
+	while (got < 14 && (n = recv(srv, buf + got, (size_t)(14 - got), 0)) > 0)
+		got += n;
+	printf("splice in: %.*s\n", (int)got, buf);
+	if (send(srv, "out-to-a-pipe", 13, 0) != 13)
+		die("send for splice");
+	got = 0;
+	while (got < 13 && (n = splice(cli, NULL, p[1], NULL, (size_t)(13 - got), 0)) > 0)
+		got += n;
+	memset(buf, 0, sizeof(buf));
+	n = read(p[0], buf, sizeof(buf));
+	printf("splice out: %.*s\n", (int)(n > 0 ? n : 0), buf);
+	close(p[0]);
+	close(p[1]);
+}
+
+/* A second connection of the same listener. */
+static void connect_pair(int lfd, int *c, int *s)
+{
+	struct sockaddr_in sin;
+	socklen_t len = sizeof(sin);
+
+	getsockname(lfd, (struct sockaddr *)&sin, &len);
+	*c = socket(AF_INET, SOCK_STREAM, 0);
+	if (connect(*c, (struct sockaddr *)&sin, sizeof(sin)) < 0)
+		die("connect 2");
+	*s = accept(lfd, NULL, NULL);
+	if (*s < 0)
+		die("accept 2");
+}
+
+static void stdio_lines(int lfd)
+{
+	int c, s;
+	char line[64];
+	FILE *in, *out;
+
+	connect_pair(lfd, &c, &s);
+	in = fdopen(c, "r");
+	out = fdopen(dup(c), "w");
+	for (int i = 0; i < 20; i++) {
+		char want[32];
+
+		fprintf(out, "line %d\n", i);
+		fflush(out);
+		int n = (int)recv(s, line, sizeof(line), 0);
+
+		if (n <= 0 || send(s, line, (size_t)n, 0) != n)
+			die("stdio echo");
+		snprintf(want, sizeof(want), "line %d\n", i);
+		if (!fgets(line, sizeof(line), in) || strcmp(line, want) != 0) {
+			printf("stdio: line %d wrong\n", i);
+			break;
+		}
+		if (i == 19)
+			printf("stdio: 20 lines\n");
+		sleep_ms(10);
+	}
+	fclose(in);
+	fclose(out);
+	close(s);
+}
+
+static void oob_first(int lfd)
+{
+	int c, s, at_mark = 0;
+	char buf[64] = { 0 }, urgent = 0;
+	ssize_t got = 0, n;
+
+	connect_pair(lfd, &c, &s);
+	send(c, "ab", 2, 0);
+	send(c, "c", 1, MSG_OOB);
+	/* Round trips that would upgrade an ordinary connection. */
+	for (int i = 0; i < 10; i++) {
+		send(c, "d", 1, 0);
+		sleep_ms(10);
+		if (i == 0) {
+			while (!at_mark) {
+				n = recv(s, buf + got, 1, 0);
+				if (n <= 0)
+					die("oob stream");
+				got += n;
+				if (ioctl(s, SIOCATMARK, &at_mark) < 0)
+					die("SIOCATMARK");
+			}
+			if (recv(s, &urgent, 1, MSG_OOB) != 1)
+				urgent = '?';
+		}
+		send(s, "e", 1, 0);
+		char e;
+		if (recv(c, &e, 1, 0) != 1)
+			die("oob echo");
+	}
+	while (got < 12 && (n = recv(s, buf + got, (size_t)(12 - got), MSG_DONTWAIT)) > 0)
+		got += n;
+	printf("oob: stream=%s urgent=%c\n", buf, urgent);
+	close(c);
+	close(s);
+}
+
 int main(int argc, char **argv)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -278,7 +395,10 @@ int main(int argc, char **argv)
 	errqueue();
 	sendfile_pos();
 	poll_one();
+	splice_both();
 	warm_up();
+	stdio_lines(lfd);
+	oob_first(lfd);
 	close(cli);
 	close(srv);
 	close(lfd);

@@ -1,0 +1,73 @@
+/* Calls the shim can not follow, and sandboxes; see bypass.h. */
+#include "bypass.h"
+
+#include <errno.h>
+
+#include "fdtable.h"
+#include "io.h"
+#include "real.h"
+#include "sock.h"
+#include "trace.h"
+#include "upgrade.h"
+
+/* The connection behind fd, held, or NULL (not a connection of ours). */
+static struct shim_sock *connection(int fd)
+{
+	struct shim_sock *s = fd >= 0 ? shim_fd_get_acquire(fd) : NULL;
+
+	if (!s || (s->role != SHIM_ROLE_CLIENT && s->role != SHIM_ROLE_SERVER))
+		return NULL;
+	shim_sock_hold(s);
+	return s;
+}
+
+static int pin_locked(struct shim_sock *s, int fd, enum shim_reason why)
+{
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	rc = s->closed ? 0 : shim_upgrade_pin_tcp(s, fd, why);
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+int shim_bypass_pin(int fd, enum shim_reason why)
+{
+	struct shim_sock *s = connection(fd);
+	int rc;
+
+	if (!s)
+		return 0;
+	rc = pin_locked(s, fd, why);
+	SHIM_TRACE(SHIM_TRACE_INFO, "conn.pin", fd, &s->tuple, why, "\"moved\":%s", rc ? "true" : "false");
+	shim_sock_release(s);
+	return rc;
+}
+
+ssize_t shim_bypass_splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len,
+			   unsigned flags)
+{
+	struct shim_sock *in = connection(fd_in), *out = in ? NULL : connection(fd_out);
+	struct shim_sock *s = in ? in : out;
+	ssize_t rc;
+
+	if (!s || pin_locked(s, in ? fd_in : fd_out, SHIM_REASON_BYPASS) == 0) {
+		/* Ours only in name, or kept on TCP: the kernel's splice is exact. */
+		rc = REAL(splice)(fd_in, off_in, fd_out, off_out, len, flags);
+		rc = rc < 0 ? -errno : rc;
+	} else if ((in && off_out) || (out && off_in)) {
+		rc = -ESPIPE; /* the other end must be a pipe, which has no offset */
+	} else {
+		rc = in ? shim_io_splice_from(in, fd_in, fd_out, len, flags)
+			: shim_io_splice_to(out, fd_out, fd_in, len, flags);
+	}
+	if (s)
+		shim_sock_release(s);
+	return rc;
+}
+
+void shim_bypass_sandboxed(const char *how)
+{
+	shim_upgrade_bar(SHIM_REASON_SANDBOXED);
+	SHIM_TRACE(SHIM_TRACE_INFO, "process.sandboxed", -1, NULL, SHIM_REASON_SANDBOXED, "\"how\":\"%s\"", how);
+}
