@@ -65,12 +65,18 @@ runnable() {
 }
 fd_count() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
 # fds of process $1 that are memfds the attacker made (it names them hostile-*)
-hostile_fds() { ls -l "/proc/$1/fd" 2>/dev/null | grep -c 'memfd:hostile' || true; }
+hostile_fds() {
+  local f n=0
+  for f in "/proc/$1"/fd/*; do
+    [[ $(readlink "$f" 2>/dev/null) == /memfd:hostile* ]] && n=$((n + 1))
+  done
+  echo "$n"
+}
 result_of() { grep '^RESULT' "$1" | tail -n 1; }
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
 # ---- (a) root servers ----
-VPORT= VPID= VTPID= VBASE= VN=0
+VPORT='' VPID='' VTPID='' VBASE='' VN=0
 start_victim() {
   local shape=$1 i
   VN=$((VN + 1))
