@@ -212,7 +212,7 @@ attack_server() {
     # sized holds what the peer likes, in the victim's memory.
     check "$label: the server holds at most 16 MiB of echo the attacker never read ($(field parked "$res"))" \
       test "$(field parked "$res")" -le $((16 << 20))
-  elif [[ $mode == honest || $mode == extra_fds ]]; then
+  elif [[ $mode == honest || $mode == extra_fds || $mode == hdr_after ]]; then
     check "$label: the echo is exact" test "$(field good "$res")" = "$(field sent "$res")"
   fi
   if wait_bg "$lpid" 20; then
@@ -225,7 +225,7 @@ attack_server() {
 }
 
 SHAPE=epoll
-for m in honest tail_far tail_over head_ahead head_behind flip ring_size ring_hdr tiny noseal sealwrite \
+for m in honest tail_far tail_over head_ahead head_behind flip hdr_after ring_size ring_hdr tiny noseal sealwrite \
          notmemfd trunc ctrunc extra_fds resume garbage badnonce offset_huge; do
   attack_server "$m"
 done
@@ -317,7 +317,7 @@ attack_client() {
   fi
 }
 
-for m in honest tail_far tail_over head_ahead head_behind flip resume garbage badnonce offset_huge trunc ctrunc \
+for m in honest tail_far tail_over head_ahead head_behind flip hdr_after resume garbage badnonce offset_huge trunc ctrunc \
          extra_fds offer_fds; do
   attack_client "$m"
 done

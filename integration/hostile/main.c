@@ -32,6 +32,8 @@
  *   head_ahead    consumer head 1 GiB ahead of the producer's tail
  *   head_behind   consumer head more than one ring behind the tail
  *   flip          a thread flips tail and head between true and 1 GiB off
+ *   hdr_after     ring headers' size 2 GiB and magic 0 once switched; the
+ *                 exchange goes on (the victim must keep its own size)
  *   ring_size     ACCEPT ring_bytes twice what the memfd holds (client role)
  *   ring_hdr      ring header size field half of ring_bytes (client role)
  *   tiny          honest, with a 4 KiB ring (client role)

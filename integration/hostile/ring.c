@@ -161,6 +161,10 @@ static void lie_after_switch(int memfd)
 		tcp_send(&f, sizeof(f));
 	} else if (is_mode("garbage")) {
 		tcp_send("X", 1);
+	} else if (is_mode("hdr_after")) {
+		/* The size and magic were checked at attach; now they lie. */
+		st.tx.h->size = st.rx.h->size = 0x80000000u;
+		st.tx.h->magic = st.rx.h->magic = 0;
 	} else if (is_mode("noseal")) {
 		if (ftruncate(memfd, 0) == 0)
 			say("%s", "memfd shrunk to 0 bytes under the victim's mapping");
@@ -186,7 +190,7 @@ int lie_in_ring(void)
 	if (st.refused)
 		return 0;
 	static const char *const modes[] = { "tail_far", "tail_over", "head_ahead", "head_behind",
-					     "flip", "resume", "garbage", "noseal" };
+					     "flip", "resume", "garbage", "noseal", "hdr_after" };
 
 	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
 		if (is_mode(modes[i]))
@@ -215,7 +219,7 @@ void pump(int memfd, int echo)
 				/* Server role: echo rx into tx (the shadow keeps
 				 * what the victim must find there); after a tail
 				 * lie, only drain. */
-				int stop_tx = st.lie_done && lie_in_ring();
+				int stop_tx = st.lie_done && lie_in_ring() && !is_mode("hdr_after");
 				uint64_t used = st.tx.h->tail - st.tx.h->head;
 				size_t room = stop_tx ? sizeof(buf) : used > st.tx.size ? 0 : st.tx.size - (size_t)used;
 				size_t n;
@@ -248,7 +252,8 @@ void pump(int memfd, int echo)
 				}
 			} else if (!echo) {
 				/* idle: switched, then silent while the test looks. */
-				if ((!st.lie_done || head_lie || !lie_in_ring()) && !is_mode("idle"))
+				/* hdr_after lies in no cursor: the exchange goes on. */
+				if ((!st.lie_done || head_lie || !lie_in_ring() || is_mode("hdr_after")) && !is_mode("idle"))
 					if (st.sent < out_target(st.lie_done))
 						produce(out_target(st.lie_done) - st.sent);
 				/* ring_huge leaves the echo where the victim put it. */
