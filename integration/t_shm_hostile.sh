@@ -25,9 +25,10 @@
 #       attacker passed, and must not write outside its own ring
 #       (hostile_shm's "oob").
 #   (c) rendezvous flood: 4 processes of the other user connect in a loop to
-#       every @rdmashim1/ name of /proc/net/unix while a root shim client's
-#       upgrade is pending (its server has no shim); the client's rv.refused
-#       trace lines stay bounded and its bytes stay exact.
+#       every @rdmashim1/ name of /proc/net/unix (those for this test's
+#       port) while a root shim client's upgrade is pending (its server has
+#       no shim); the client's rv.refused trace lines stay bounded and its
+#       bytes stay exact.
 # Run as root (it creates the user rdmashim-hostile if missing).
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 HOSTILE=$PROGS/hostile_shm
@@ -351,7 +352,8 @@ if wait_ready c-server >/dev/null; then
     "$PYTHON" "$WORK/pending.py" "$port" 6
   cvpid=$BG_PID
   sleep 0.2
-  timeout -k 5 30 "${AS_OTHER[@]}" "$HOSTILE" --role flood --seconds 4 --procs 4 >"$WORK/flood.out" 2>&1
+  timeout -k 5 30 "${AS_OTHER[@]}" "$HOSTILE" --role flood --seconds 4 --procs 4 --connect "127.0.0.1:$port" \
+    >"$WORK/flood.out" 2>&1
   echo "    $(result_of "$WORK/flood.out")"
   rc=0; wait_bg "$cvpid" 20 || rc=$?
   check "(c) flood: the pending client carried on ($(tail -n 1 "$WORK/c-victim.out"), status $rc)" test "$rc" -eq 0

@@ -15,7 +15,11 @@
 
 #include "hostile.h"
 
-/* ---- rendezvous flood ---- */
+/* With --connect ADDR:PORT, only the names of connections to that port
+ * (the server endpoint's port is the name's last 4 hex digits), so a test
+ * leaves other programs' rendezvous alone. */
+static char port_suffix[8];
+
 static unsigned long flood_once(void)
 {
 	FILE *f = fopen("/proc/net/unix", "r");
@@ -32,6 +36,9 @@ static unsigned long flood_once(void)
 			continue;
 		at[strcspn(at, " \n")] = '\0';
 		size_t len = strlen(at + 1);
+
+		if (port_suffix[0] && (len < 4 || strcmp(at + 1 + len - 4, port_suffix)))
+			continue;
 
 		if (len + 1 >= sizeof(sun.sun_path))
 			continue;
@@ -56,6 +63,13 @@ void run_flood(void)
 
 	if (pipe(fds) < 0)
 		fail_setup("pipe");
+	if (o.addr) {
+		struct sockaddr_in sin;
+
+		if (parse_addr(o.addr, &sin) < 0)
+			fail_setup("bad --connect");
+		snprintf(port_suffix, sizeof(port_suffix), "%04x", ntohs(sin.sin_port));
+	}
 	for (int p = 1; p < o.procs; p++) {
 		if (fork() == 0) {
 			unsigned long n = 0;

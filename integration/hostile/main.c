@@ -14,9 +14,10 @@
  *       a fake S against a shimmed client C (e.g. echo_client): accepts one
  *       connection, connects to C's rendezvous, OFFERs, maps C's memfd,
  *       echoes C's bytes back (honestly unless the mode lies).
- *   hostile_shm --role flood --seconds S [--procs N]
+ *   hostile_shm --role flood --seconds S [--procs N] [--connect ADDR:PORT]
  *       N processes connect, in a loop, to every "@rdmashim1/" name listed
- *       in /proc/net/unix (world-readable) and hang up.
+ *       in /proc/net/unix (world-readable; with --connect, those of
+ *       connections to PORT) and hang up.
  *
  * Options: --ring BYTES (client role: the ring size to announce; default the
  * OFFER's), --payload BYTES (honest bytes before the lie, default 64 KiB),
@@ -82,7 +83,7 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: hostile_shm --role client --connect ADDR:PORT --mode M\n"
 			"       hostile_shm --role server --listen ADDR:PORT --mode M\n"
-			"       hostile_shm --role flood --seconds S [--procs N]\n"
+			"       hostile_shm --role flood --seconds S [--procs N] [--connect ADDR:PORT]\n"
 			"       [--ring BYTES] [--payload BYTES] [--seconds S] [--wait-ms N] [--resp 1]\n");
 	exit(2);
 }
