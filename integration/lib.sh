@@ -12,8 +12,9 @@
 # Running things (every command runs under `timeout`; nothing waits forever)
 #   free_port             print a TCP port free on 127.0.0.1 and ::1 (never the
 #                         same twice in one scenario, never an ephemeral one)
-#   with_shim [RDMASHIM_X=V...] CMD...    run CMD with LD_PRELOAD=$LIB and only
-#                         the given RDMASHIM_* variables (foreground)
+#   with_shim [RDMASHIM_X=V...] CMD...    run CMD with LD_PRELOAD=$LIB (and a
+#                         sanitizer runtime, see below) and only the given
+#                         RDMASHIM_* variables (foreground)
 #   no_shim [VAR=V...] CMD...             the same without the shim
 #   shim_vars DIR PORTS   set SHIM_VARS to the usual tracked-but-never-upgraded
 #                         configuration: RDMASHIM_PORTS=PORTS, TRANSPORTS=tcp
@@ -43,15 +44,36 @@
 #
 # Tunables: CMD_TIMEOUT (default 60 s, per foreground command), BG_TIMEOUT
 # (default 240 s, per background command), SHIM_LIB (another build of the
-# library to test), SHIM_TRANSPORTS (see shim_vars), KEEP_WORK=1.
+# library to test), SHIM_TRANSPORTS (see shim_vars), KEEP_WORK=1,
+# INTEGRATION_LOGS (where WORK goes; default build/integration-logs).
+# Sanitizer runs (make test-asan, make test-tsan): SHIM_LIB names the
+# instrumented library and SHIM_PRELOAD_EXTRA (preloaded before it) or
+# SHIM_PRELOAD_AFTER (after it) its runtime, which a program that was not
+# built with it lacks (see tests/sanitize.sh for which order and why). Then
+# every ASan, UBSan and TSan report goes to a file under $WORK/sanitizer/
+# (log_path, appended to any ASAN_OPTIONS, UBSAN_OPTIONS, TSAN_OPTIONS
+# given), and finish fails the scenario for each such file, showing its head.
+# SHIM_DEFAULT_VARS: VAR=V words given to every shimmed command ahead of the
+# scenario's own (which win), e.g. a longer upgrade timeout for a slow build;
+# RDMASHIM_UPGRADE_AFTER_MS=0 always comes first (see below).
 
 set -u
 set -o pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LIB=${SHIM_LIB:-$ROOT/build/lib/librdmashim.so}
+SHIM_PRELOAD_EXTRA=${SHIM_PRELOAD_EXTRA:-}
+SHIM_PRELOAD_AFTER=${SHIM_PRELOAD_AFTER:-}
+PRELOAD=${SHIM_PRELOAD_EXTRA:+$SHIM_PRELOAD_EXTRA:}$LIB${SHIM_PRELOAD_AFTER:+:$SHIM_PRELOAD_AFTER}
+SAN_RUN=${SHIM_PRELOAD_EXTRA}${SHIM_PRELOAD_AFTER}
+read -r -a SHIM_DEFAULTS <<<"${SHIM_DEFAULT_VARS:-}"
+# The scenarios test the handshake and what runs over it, so a connection
+# starts its upgrade at its first data call, however young (the default
+# waits RDMASHIM_UPGRADE_AFTER_MS, which t_shm_short_policy tests); a
+# scenario that sets the variable itself wins.
+SHIM_DEFAULTS=(RDMASHIM_UPGRADE_AFTER_MS=0 "${SHIM_DEFAULTS[@]}")
 PROGS=$ROOT/build/progs
-LOG_DIR=$ROOT/build/integration-logs
+LOG_DIR=${INTEGRATION_LOGS:-$ROOT/build/integration-logs}
 T_NAME=${SCENARIO_NAME:-$(basename "$0" .sh)}
 CMD_TIMEOUT=${CMD_TIMEOUT:-60}
 export SHIM_TRANSPORTS=${SHIM_TRANSPORTS:-tcp}
@@ -65,6 +87,14 @@ unset LD_PRELOAD _v
 
 mkdir -p "$LOG_DIR"
 WORK=$(mktemp -d "$LOG_DIR/$T_NAME.XXXXXX")
+SAN_LOGS=$WORK/sanitizer
+if [[ -n $SAN_RUN ]]; then
+  mkdir -p "$SAN_LOGS"
+  # A report file is created only when there is something to report.
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}log_path=$SAN_LOGS/asan"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}log_path=$SAN_LOGS/ubsan"
+  export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}log_path=$SAN_LOGS/tsan"
+fi
 N_OK=0
 N_FAIL=0
 BG_PIDS=()
@@ -105,7 +135,36 @@ skip() {
   exit 77
 }
 
+# True if FILE holds only LeakSanitizer reports and none of their leaks was
+# allocated through the shim (a frame in shim/*.c or librdmashim): the test
+# programs and interpreters that run under the shim have leaks of their own.
+_foreign_leaks_only() {
+  grep -q 'ERROR: LeakSanitizer' "$1" || return 1
+  grep -qE 'ERROR: (AddressSanitizer|ThreadSanitizer)|runtime error|WARNING: ThreadSanitizer' "$1" && return 1
+  ! grep -qE '(^|[ /])shim/[a-z_]+\.c:|librdmashim' "$1"
+}
+
+# One not_ok per sanitizer report file (only in a sanitizer run).
+# The background commands end first: a report may come at a process's exit.
+san_reports() {
+  local f pid
+  [[ -n $SAN_RUN ]] || return 0
+  for pid in "${BG_PIDS[@]}"; do
+    kill -0 "$pid" 2>/dev/null && stop_bg "$pid"
+  done
+  for f in "$SAN_LOGS"/*; do
+    [[ -e $f ]] || continue
+    if _foreign_leaks_only "$f"; then
+      log "${f#"$WORK"/}: leaks of the program itself, none through the shim (not counted)"
+      continue
+    fi
+    not_ok "sanitizer report ${f#"$WORK"/}"
+    grep -m 3 -E 'ERROR|WARNING|SUMMARY|runtime error' "$f" | sed 's/^/    | /'
+  done
+}
+
 finish() {
+  san_reports
   echo "[$T_NAME] $N_OK ok, $N_FAIL not ok"
   if ((N_FAIL > 0)); then
     echo "[$T_NAME] scratch files kept in $WORK"
@@ -175,7 +234,7 @@ PY
 }
 
 with_shim() {
-  timeout -k 5 "$CMD_TIMEOUT" env LD_PRELOAD="$LIB" "$@"
+  timeout -k 5 "$CMD_TIMEOUT" env LD_PRELOAD="$PRELOAD" "${SHIM_DEFAULTS[@]}" "$@"
 }
 
 no_shim() {
@@ -191,7 +250,7 @@ start_bg() {
   local name=$1 mode=$2
   shift 2
   local pre=(env -u LD_PRELOAD)
-  [[ $mode == shim ]] && pre=(env LD_PRELOAD="$LIB")
+  [[ $mode == shim ]] && pre=(env LD_PRELOAD="$PRELOAD" "${SHIM_DEFAULTS[@]}")
   # A simple command: $! is timeout's own pid, and timeout leads a process
   # group holding CMD and all its children.
   timeout -k 5 "$BG_TIMEOUT" "${pre[@]}" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &

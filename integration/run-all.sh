@@ -5,14 +5,14 @@
 #
 # With FILTERs, only scenarios whose name contains one of them run. Each
 # scenario runs under `timeout 300`, one after the other; its full output goes
-# to build/integration-logs/<name>.log. Prints PASS / FAIL / SKIP per scenario
-# (a failing one with its "not ok" lines and the tail of its log), then the
-# wall time, and last one line "N passed, M failed" (", K skipped" when some
-# were skipped). Exit status 1 if any scenario failed (or none matched).
+# to build/integration-logs/<name>.log ($INTEGRATION_LOGS/<name>.log if set).
+# Prints PASS / FAIL / SKIP per scenario (a failing one with its "not ok"
+# lines and the tail of its log), then the wall time, and last one line
+# "N passed, M failed" (", K skipped" when some were skipped). Exit status 1 if any scenario failed (or none matched).
 set -u
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-LOG_DIR=$ROOT/build/integration-logs
+LOG_DIR=${INTEGRATION_LOGS:-$ROOT/build/integration-logs}
 SCENARIO_TIMEOUT=${SCENARIO_TIMEOUT:-300}
 mkdir -p "$LOG_DIR"
 
@@ -30,8 +30,8 @@ for t in "$ROOT"/integration/t_*.sh; do
   scenarios+=("$t")
 done
 
-if [[ ! -e $ROOT/build/lib/librdmashim.so ]]; then
-  echo "warning: build/lib/librdmashim.so is missing; run make first"
+if [[ ! -e ${SHIM_LIB:-$ROOT/build/lib/librdmashim.so} ]]; then
+  echo "warning: ${SHIM_LIB:-build/lib/librdmashim.so} is missing; run make first"
 fi
 
 passed=0 failed=0 skipped=0

@@ -17,8 +17,9 @@
  *    it took an arm of ours for (bells_owed). Nothing else comes: we are
  *    no longer armed, and the channel is closed right after.
  *
- * Application bytes the program left unread stay unread: the kernel then
- * resets the connection, as it would without the shim.
+ * Application bytes the program left unread make the close a reset, as the
+ * kernel would: those still in the kernel socket by themselves, those in
+ * the ring by an abortive close (abort_if_unread).
  */
 #include "close.h"
 
@@ -30,6 +31,7 @@
 #include "frames.h"
 #include "real.h"
 #include "trace.h"
+#include "transport.h"
 #include "upgrade.h"
 
 /* Waits for fd to become ready for events, at most until end_ns.
@@ -107,6 +109,22 @@ static void take_theirs(struct shim_sock *s, int fd, unsigned long long end_ns)
 		shim_frames_drain(s, fd);
 }
 
+/*
+ * The program leaves bytes unread. The kernel answers such a close with a
+ * reset, but ours are in the ring, where it can not see them: an abortive
+ * close (SO_LINGER 0) makes it send the reset all the same.
+ */
+static void abort_if_unread(struct shim_sock *s, int fd)
+{
+	struct linger abortive = { .l_onoff = 1, .l_linger = 0 };
+
+	if (s->rx_dir != SHIM_DIR_CHAN || !s->chan || s->aborted || !s->chan->ops->readable(s->chan))
+		return;
+	SHIM_TRACE(SHIM_TRACE_DEBUG, "close.unread", fd, &s->tuple, SHIM_REASON_NONE, "\"bytes\":%zu",
+		   s->chan->ops->readable(s->chan));
+	REAL(setsockopt)(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
+}
+
 void shim_close_prepare(struct shim_sock *s, int fd)
 {
 	unsigned long long end_ns = shim_now_ns() + SHIM_CLOSE_WAIT_MS * 1000000ull;
@@ -116,4 +134,5 @@ void shim_close_prepare(struct shim_sock *s, int fd)
 	shim_upgrade_stop_for_close(s, fd);
 	send_ours(s, fd, end_ns);
 	take_theirs(s, fd, end_ns);
+	abort_if_unread(s, fd);
 }

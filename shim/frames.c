@@ -102,8 +102,10 @@ void shim_frames_drain(struct shim_sock *s, int fd)
 			return;
 		}
 		if (n < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+				s->rx_tcp_reset = errno == ECONNRESET;
 				drain_eof(s); /* reset: the peer is gone */
+			}
 			return;
 		}
 		while (bells < n && is_bell(scratch[bells]))

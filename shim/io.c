@@ -116,7 +116,11 @@ static bool handlers_restart(void)
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction sa;
 
-		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) < 0)
+		/* A fault (SEGV, BUS, FPE, ILL) comes from the faulting thread's
+		 * own instruction, never to a thread asleep in poll: its handler
+		 * (a crash reporter, a sanitizer's) says nothing about restarts. */
+		if (sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE ||
+		    sig == SIGILL || sigaction(sig, NULL, &sa) < 0)
 			continue;
 		if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
 			return false;
@@ -146,12 +150,13 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 		slice = cap_ms;
 	pthread_mutex_unlock(&s->lock);
 	rc = REAL(poll)(p, rv >= 0 ? 2 : 1, slice);
+	rc = rc < 0 ? -errno : rc;
+	pthread_mutex_lock(&s->lock);
+	s->sleepers--;
+	/* Under the lock: another thread may switch rx_dir or tx_dir meanwhile. */
 	if (rc == 0 && slice == IO_SLEEP_SLICE_MS)
 		SHIM_TRACE(SHIM_TRACE_DEBUG, "wait.slice_expired", fd, NULL, SHIM_REASON_NONE,
 			   "\"events\":%d,\"rx\":%d,\"tx\":%d", events, s->rx_dir, s->tx_dir);
-	rc = rc < 0 ? -errno : 0;
-	pthread_mutex_lock(&s->lock);
-	s->sleepers--;
 	/* The program closed the fd while we slept: carry on with our own
 	 * copy if close() made one (io_fd), else end as on a closed socket. */
 	if (fd != s->tcp_keep && s->tcp_keep < 0 && shim_fd_get_acquire(fd) != s)
@@ -362,6 +367,9 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	bool waitall = (flags & MSG_WAITALL) && !peek;
 	bool nonblock = (flags & MSG_DONTWAIT) != 0;
 	size_t want = iov_total(iov, iovcnt), got = 0;
+	/* This call read TCP up to the peer's switch: it goes on into the ring
+	 * for what is already there, as one TCP read would return both. */
+	bool crossing = false;
 	long long deadline;
 	ssize_t n;
 	int rc = 0;
@@ -370,7 +378,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	pthread_mutex_lock(&s->lock);
 	nonblock |= s->nonblocking;
 	deadline = deadline_after(s->rcv_timeout_ms);
-	while (want && !(got && (!waitall || got == want))) {
+	while (want && !(got && (!waitall || got == want) && !crossing)) {
 		struct iovec win[IO_MAX_IOV];
 		int wincnt = iov_window(iov, iovcnt, got, (size_t)-1, win);
 
@@ -404,6 +412,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 				shim_upgrade_progress(s, fd); /* the first byte moved: a deferred attempt may start */
 			if (peek)
 				break;
+			crossing = s->rx_dir == SHIM_DIR_SWITCHING;
 			continue;
 		}
 		if (s->rx_dir == SHIM_DIR_SWITCHING) {
@@ -411,6 +420,8 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			if (rc < 0 || s->rx_tcp_eof)
 				break;
 			if (rc == 0) {
+				if (got)
+					break; /* the frame is not all here: the TCP bytes go now */
 				if (nonblock) {
 					rc = -EAGAIN;
 					break;
@@ -429,6 +440,11 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		if (s->bells_owed)
 			shim_frames_drain(s, fd);
 		n = (ssize_t)ch->ops->recv(ch, win, wincnt, peek);
+		if (crossing) {
+			crossing = false;
+			if (n <= 0 && got && !waitall)
+				break;
+		}
 		if (n > 0) {
 			got += (size_t)n;
 			s->rx_idle_arms = 0;
@@ -439,6 +455,12 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			continue;
 		}
 		if (aborted_by_peer(s, fd)) {
+			rc = -ECONNRESET;
+			break;
+		}
+		if (s->rx_tcp_reset && !ch->ops->rx_eof(ch)) {
+			/* Reset, not closed: the kernel reports that, once. */
+			s->rx_tcp_reset = false;
 			rc = -ECONNRESET;
 			break;
 		}
@@ -605,9 +627,27 @@ int shim_io_bytes_readable(struct shim_sock *s, int fd, int *out)
 	} else {
 		int kernel = 0;
 
+		if (s->rx_dir == SHIM_DIR_SWITCHING && finish_rx_switch(s, fd) == 1) {
+			pthread_mutex_unlock(&s->lock);
+			return shim_io_bytes_readable(s, fd, out);
+		}
 		rc = REAL(ioctl)(fd, FIONREAD, &kernel) < 0 ? -errno : 0;
-		if (s->rx_switch_known && (uint64_t)kernel > s->rx_switch_at - s->rx_tcp_bytes)
-			kernel = (int)(s->rx_switch_at - s->rx_tcp_bytes);
+		/* Bytes on TCP may be the peer's SWITCH frame: its offset was
+		 * announced before the frame could arrive, so look now. */
+		if (rc == 0 && kernel > 0 && shim_upgrade_rx_pending(s))
+			shim_upgrade_progress(s, fd);
+		if (s->rx_switch_known && (uint64_t)kernel > s->rx_switch_at - s->rx_tcp_bytes) {
+			/* Past the switch: the frame, then what the ring holds
+			 * (once the whole frame is in, as a read would see it). */
+			uint64_t before = s->rx_switch_at - s->rx_tcp_bytes;
+			size_t ring = 0;
+
+			if ((uint64_t)kernel >= before + sizeof(struct shim_frame_switch) && s->chan)
+				ring = s->chan->ops->readable(s->chan);
+			kernel = (int)before;
+			if (ring <= (size_t)(0x7fffffff - kernel))
+				kernel += (int)ring;
+		}
 		*out = kernel;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -739,6 +779,12 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 	if (s->rx_tcp_eof && (s->tx_dir != SHIM_DIR_CHAN || s->chan->ops->peer_rx_gone(s->chan) ||
 			      s->wr_shut))
 		mask |= POLLHUP;
+	/* Both directions shut here: the kernel says POLLHUP for that too. */
+	if (s->rd_shut && s->wr_shut)
+		mask |= POLLHUP;
+	/* The peer reset the connection (its TCP said so under the bells). */
+	if (s->rx_tcp_reset)
+		mask |= POLLERR | POLLHUP;
 	pthread_mutex_unlock(&s->lock);
 	return mask;
 }

@@ -133,6 +133,7 @@ static struct shim_sock *sock_new(enum shim_role role, enum shim_sock_state stat
 	sock->state = state;
 	sock->tuple = *tuple;
 	sock->owner_pid = getpid();
+	sock->born_ns = shim_now_ns();
 	sock->rv_listen_fd = -1;
 	sock->rv_fd = -1;
 	sock->tcp_keep = -1;

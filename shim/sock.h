@@ -66,6 +66,7 @@ struct shim_sock {
 	enum shim_reason reason;
 	struct shim_tuple tuple;
 	pid_t owner_pid; /* process that created this entry */
+	unsigned long long born_ns; /* when it was tracked (shim_now_ns) */
 	/* Guards everything below; never held across a blocking wait. */
 	pthread_mutex_t lock;
 
@@ -76,6 +77,7 @@ struct shim_sock {
 	bool nonblocking; /* O_NONBLOCK of the open file description */
 	bool rd_shut, wr_shut;
 	bool rx_tcp_eof;
+	bool rx_tcp_reset;   /* that end came as a reset (ECONNRESET), reported once */
 	bool peer_gone_told; /* a write after the peer closed was taken (io.c) */
 	bool closed;         /* the last reference went: channel released */
 	bool closing;        /* the program closed its last fd (close.c) */

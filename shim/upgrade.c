@@ -481,6 +481,12 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 	}
 	rc = shim_rv_verify_peer(s->rv_fd, server_ep(s), client_ep(s), msg.offer.tcp_fd, &s->rv_owner);
 	if (rc < 0) {
+		/* An S that answered and closed (a short connection) closed its
+		 * rendezvous before its socket: that is no spoofing. */
+		if (rv_peer_gone(s->rv_fd)) {
+			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
+			return;
+		}
 		trace_refused(s, fd, "client", -rc);
 		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
 		return;
@@ -525,7 +531,7 @@ static void c_give_up(struct shim_sock *s, int fd, enum shim_reason reason)
 
 /* S's SWITCH_AT: S committed (its direction moves at that offset, or
  * stays on TCP); ours follows the same way. */
-static void c_read_switch_at(struct shim_sock *s, int fd, unsigned long long now)
+static void c_read_switch_at(struct shim_sock *s, int fd)
 {
 	union {
 		struct shim_msg_switch_at at;
@@ -533,18 +539,11 @@ static void c_read_switch_at(struct shim_sock *s, int fd, unsigned long long now
 	} msg;
 	ssize_t n = shim_rv_recv(s->rv_fd, &msg, sizeof(msg), NULL);
 
-	if (n == -EAGAIN) {
-		if (now < s->deadline_ns)
-			return;
-		/* S may commit this very moment: after SHUT_RD its SWITCH_AT
-		 * fails at its end, unless it got in just before. */
-		REAL(shutdown)(s->rv_fd, SHUT_RD);
-		n = shim_rv_recv(s->rv_fd, &msg, sizeof(msg), NULL);
-		if (n <= 0) {
-			c_give_up(s, fd, SHIM_REASON_TIMEOUT);
-			return;
-		}
-	}
+	/* No deadline here: S is a verified shim that reads our ACCEPT at its
+	 * next call on the connection; until then the connection is idle at
+	 * its end, and waiting costs only the ring's pages. */
+	if (n == -EAGAIN)
+		return;
 	if (n <= 0 || shim_msg_check(&msg, (size_t)n) != SHIM_MSG_SWITCH_AT) {
 		c_give_up(s, fd, n <= 0 ? SHIM_REASON_PEER_CLOSED : SHIM_REASON_HANDSHAKE_MALFORMED);
 		return;
@@ -683,8 +682,12 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 	now = shim_now_ns();
 	switch (s->phase) {
 	case SHIM_PHASE_IDLE:
-		/* A second attempt waits for the first byte (see
-		 * retry_when_bytes_move()). */
+		/* A short connection never pays for a handshake: it starts once
+		 * the connection is RDMASHIM_UPGRADE_AFTER_MS old (both ends use
+		 * the same rule, so they start close together). A second
+		 * attempt waits for the first byte (retry_when_bytes_move()). */
+		if (now - s->born_ns < shim_cfg.upgrade_after_ms * 1000000ull)
+			break;
 		if (!s->await_bytes_used || s->rx_tcp_bytes || s->tx_tcp_bytes)
 			start(s, fd, now);
 		break;
@@ -697,7 +700,7 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 		c_read_offer(s, fd, now);
 		break;
 	case SHIM_PHASE_C_ACCEPTED:
-		c_read_switch_at(s, fd, now);
+		c_read_switch_at(s, fd);
 		break;
 	case SHIM_PHASE_S_RETRY:
 		if (now >= s->next_try_ns)

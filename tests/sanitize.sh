@@ -1,0 +1,109 @@
+#!/bin/bash
+# tests/sanitize.sh asan|tsan: the sanitizer runs behind `make test-asan` and
+# `make test-tsan` (which build what it needs first).
+#
+#   asan  ASan + UBSan (a UBSan report aborts): the unit tests of build/asan,
+#         then the scenarios in $SAN_SCENARIOS (default below) with
+#         build/asan/lib/librdmashim.so preloaded after the ASan runtime
+#   tsan  TSan: the same with build/tsan and the TSan runtime, over the
+#         scenarios whose programs run the shim from several threads (redis
+#         too: its I/O and background threads)
+#
+# The programs themselves are the normal build (build/progs), so the runtime
+# is preloaded with the instrumented library:
+#   ASan  runtime first (ASan insists on it, and must see every allocation)
+#   TSan  shim first, runtime after it. TSan's interceptors of blocking calls
+#         (recv, epoll_wait, poll, ...) stop modelling mutexes and atomics
+#         until they return; with the runtime first they would wrap the
+#         shim's wrappers, so the shim's own locking inside them would be
+#         invisible and every access under those locks a false race. With
+#         the shim first, its wrappers run outside the interceptors and call
+#         them as the real functions (dlsym RTLD_NEXT).
+# Every report lands in a file
+# (log_path); any such file fails the unit step or the scenario (see
+# integration/lib.sh), so a report can not scroll by unnoticed. Unit logs:
+# build/<kind>/unit-reports/, scenario logs: build/<kind>/integration-logs/.
+# Known false positives are suppressed in tests/tsan.supp, each with its
+# reason.
+#
+# Tunables: SAN_SCENARIOS (names, as for integration/run-all.sh),
+# STRESS_BYTES (t_shm_stress's volume; default 1G, 512M under TSan, where
+# the copies are several times slower; not less: t_shm_stress wants every
+# connection upgraded before its stream ends, which short streams are not).
+# Under TSan the shimmed commands get RDMASHIM_UPGRADE_TIMEOUT_MS=15000
+# (unless a scenario sets its own): in t_shm_shapes' prefork cases a
+# connection waits in the accept queue for a worker to finish the previous
+# one, which instrumented takes longer than the default 3 s, and it would
+# end on TCP (peer_no_shim).
+set -u
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+KIND=${1:-}
+case $KIND in
+  asan)
+    RUNTIME=$(gcc -print-file-name=libasan.so)
+    WHERE=SHIM_PRELOAD_EXTRA
+    STRESS_DEFAULT=1G
+    DEFAULT_VARS=
+    DEFAULT_SCENARIOS="t_passfd t_shm_security t_shm_plain_peers t_shm_shapes t_shm_stress t_shm_calls
+                       t_shm_close_answer t_redis"
+    # Leaks: in a program that was not built with ASan, LeakSanitizer also
+    # reports that program's own never-freed memory (python's, the test
+    # programs'); lib.sh counts only leaks allocated through the shim. So
+    # that such a report does not change the program's exit status,
+    # exitcode=0; an ASan or UBSan error still kills it (abort_on_error).
+    SCENARIO_OPTS=(ASAN_OPTIONS=detect_leaks=1:exitcode=0:abort_on_error=1
+                   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:abort_on_error=1)
+    UNIT_OPTS=(ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+               UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+    ;;
+  tsan)
+    RUNTIME=$(gcc -print-file-name=libtsan.so)
+    WHERE=SHIM_PRELOAD_AFTER
+    STRESS_DEFAULT=512M
+    DEFAULT_VARS=RDMASHIM_UPGRADE_TIMEOUT_MS=15000
+    DEFAULT_SCENARIOS="t_shm_shapes t_shm_stress t_shm_calls t_shm_close_answer t_redis"
+    SCENARIO_OPTS=("TSAN_OPTIONS=suppressions=$ROOT/tests/tsan.supp:second_deadlock_stack=1")
+    UNIT_OPTS=("${SCENARIO_OPTS[@]}")
+    ;;
+  *)
+    echo "usage: $0 asan|tsan" >&2
+    exit 2
+    ;;
+esac
+BUILD=$ROOT/build/$KIND
+[[ -e $RUNTIME && -e $BUILD/lib/librdmashim.so ]] || {
+  echo "$KIND: missing $RUNTIME or $BUILD/lib/librdmashim.so (make $KIND)" >&2
+  exit 1
+}
+
+t0=$EPOCHREALTIME
+rc=0
+
+# Unit tests: each report file fails the step (a report in a test's forked
+# child may not change the suite's result by itself).
+reports=$BUILD/unit-reports
+rm -rf "$reports"
+mkdir -p "$reports"
+for t in "$BUILD"/tests/test_*; do
+  [[ -x $t && $t != *.d ]] || continue
+  echo "== $KIND $t"
+  env "${UNIT_OPTS[@]/%/:log_path=$reports/${t##*/}}" CK_DEFAULT_TIMEOUT=120 \
+    timeout -k 10 900 "$t" || rc=1
+done
+for f in "$reports"/*; do
+  [[ -e $f ]] || continue
+  echo "$KIND report in the unit tests: ${f#"$ROOT"/}"
+  head -n 40 "$f" | sed 's/^/    | /'
+  rc=1
+done
+
+# Scenarios.
+# shellcheck disable=SC2086 # a list of names
+env "${SCENARIO_OPTS[@]}" SHIM_LIB="$BUILD/lib/librdmashim.so" $WHERE="$RUNTIME" \
+  STRESS_BYTES="${STRESS_BYTES:-$STRESS_DEFAULT}" SHIM_DEFAULT_VARS="$DEFAULT_VARS" INTEGRATION_LOGS="$BUILD/integration-logs" \
+  "$ROOT/integration/run-all.sh" ${SAN_SCENARIOS:-$DEFAULT_SCENARIOS} || rc=1
+
+echo "$KIND: wall time $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')s," \
+  "$( ((rc == 0)) && echo "no sanitizer report" || echo FAILED)"
+exit "$rc"
