@@ -57,9 +57,15 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null; }
 # would then look small), so this does not depend on the load.
 SPIN_MAX=6
 runnable() {
-  local i n=0
+  local i n=0 f line r
   for ((i = 0; i < 20; i++)); do
-    cat "/proc/$1"/task/*/stat 2>/dev/null | awk '$3 == "R" { r = 1 } END { exit !r }' && n=$((n + 1))
+    r=0
+    for f in "/proc/$1"/task/*/stat; do
+      read -r line <"$f" 2>/dev/null || continue
+      line=${line##*) }  # the state follows the command name's ")"
+      [[ ${line%% *} == R ]] && r=1
+    done
+    n=$((n + r))
     sleep 0.025
   done
   echo "$n"
@@ -230,7 +236,7 @@ for m in honest tail_far tail_over head_ahead head_behind flip hdr_after ring_si
          notmemfd trunc ctrunc extra_fds resume garbage badnonce offset_huge; do
   attack_server "$m"
 done
-attack_server ring_huge --payload $((32 << 20)) --seconds 3
+attack_server ring_huge --payload $((24 << 20)) --seconds 3
 attack_server idle
 # The attacker picks the ring size: a 4 KiB ring under the server's 64 KiB
 # reads (the over-read reaches the neighbouring mapping: the legitimate
@@ -263,6 +269,8 @@ SHEOF
 else
   log "redis-server or redis-cli missing: the big-writer victim is left out"
 fi
+log "(a) took ${SECONDS}s"
+T0=$SECONDS
 
 # ---- (b) a root client ----
 attack_client() {
@@ -274,7 +282,7 @@ attack_client() {
   apid=$BG_PID
   wait_ready "b-$mode-attacker" >/dev/null || { not_ok "$label: attacker ready"; stop_bg "$apid"; return; }
   start_bg "b-$mode-victim" shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=4 \
-    "$PROGS/echo_client" --port "$port" --bytes 4M --max-write 1M --timeout 15
+    "$PROGS/echo_client" --port "$port" --bytes 2M --max-write 1M --timeout 15
   vpid=$BG_PID
   # While the attacker is there: does the client keep an fd it passed?
   local kept=0 n p
@@ -323,6 +331,9 @@ for m in honest tail_far tail_over head_ahead head_behind flip hdr_after resume 
   attack_client "$m"
 done
 
+log "(b) took $((SECONDS - T0))s"
+T0=$SECONDS
+
 # ---- (c) rendezvous flood ----
 cat >"$WORK/pending.py" <<'PYEOF'
 import socket, sys, time
@@ -366,5 +377,6 @@ else
   not_ok "(c) plain server ready"
 fi
 stop_bg "$cspid"
+log "(c) took $((SECONDS - T0))s"
 
 finish
