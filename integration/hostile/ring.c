@@ -15,7 +15,6 @@
 
 #include "hostile.h"
 
-/* ---- the rings ---- */
 void map_rings(int memfd, size_t len, uint32_t size, int we_are_client)
 {
 	st.map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
@@ -32,6 +31,17 @@ void map_rings(int memfd, size_t len, uint32_t size, int we_are_client)
 static void bell(char b)
 {
 	tcp_send(&b, 1);
+}
+
+/* Publishes tx's new tail and rings the victim if it was armed. */
+static void publish_tail(uint64_t tail)
+{
+	/* Release pairs with the victim's acquire load of tail; the full
+	 * fence with the one after its arm (the protocol's Dekker pair). */
+	__atomic_store_n(&st.tx.h->tail, tail, __ATOMIC_RELEASE);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_exchange_n(&st.tx.h->consumer_armed, 0, __ATOMIC_RELAXED))
+		bell('D');
 }
 
 /* Produces honest letters (position-true) into tx; returns bytes written. */
@@ -62,11 +72,7 @@ static size_t produce(size_t max)
 			expect_add(&b, 1);
 		}
 	st.sent += n;
-	/* Release pairs with the victim's acquire load of tail. */
-	__atomic_store_n(&st.tx.h->tail, tail + n, __ATOMIC_RELEASE);
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_exchange_n(&st.tx.h->consumer_armed, 0, __ATOMIC_RELAXED))
-		bell('D');
+	publish_tail(tail + n);
 	return n;
 }
 
@@ -85,6 +91,9 @@ static size_t consume(uint8_t *out, size_t max)
 		out[i] = st.rx.data[(head + i) & (st.rx.size - 1)];
 	if (!n)
 		return 0;
+	/* Release pairs with the victim's acquire load of head (our copies
+	 * are done before it may overwrite); the full fence with the one
+	 * after its producer arm. */
 	__atomic_store_n(&st.rx.h->head, head + n, __ATOMIC_RELEASE);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (__atomic_exchange_n(&st.rx.h->producer_wants_space, 0, __ATOMIC_RELAXED))
@@ -245,14 +254,11 @@ void pump(int memfd, int echo)
 				}
 				if (n && !stop_tx) {
 					st.sent += n;
-					__atomic_store_n(&st.tx.h->tail, st.tx.h->tail + n, __ATOMIC_RELEASE);
-					__atomic_thread_fence(__ATOMIC_SEQ_CST);
-					if (__atomic_exchange_n(&st.tx.h->consumer_armed, 0, __ATOMIC_RELAXED))
-						bell('D');
+					publish_tail(st.tx.h->tail + n);
 				}
 			} else if (!echo) {
-				/* idle: switched, then silent while the test looks. */
-				/* hdr_after lies in no cursor: the exchange goes on. */
+				/* idle is silent once switched; hdr_after lies in no
+				 * cursor, so its exchange goes on. */
 				if ((!st.lie_done || head_lie || !lie_in_ring() || is_mode("hdr_after")) && !is_mode("idle"))
 					if (st.sent < out_target(st.lie_done))
 						produce(out_target(st.lie_done) - st.sent);
