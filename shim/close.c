@@ -23,11 +23,15 @@
  */
 #include "close.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "failover.h"
+#include "fdtable.h"
 #include "frames.h"
 #include "real.h"
 #include "trace.h"
@@ -135,4 +139,32 @@ void shim_close_prepare(struct shim_sock *s, int fd)
 	send_ours(s, fd, end_ns);
 	take_theirs(s, fd, end_ns);
 	abort_if_unread(s, fd);
+}
+
+void shim_close_at_exit(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *de;
+
+	if (!dir)
+		return;
+	while ((de = readdir(dir)) != NULL) {
+		char *end;
+		long fd = strtol(de->d_name, &end, 10);
+		struct shim_sock *s;
+
+		if (*end || end == de->d_name || fd == dirfd(dir))
+			continue;
+		s = shim_fd_get_acquire((int)fd);
+		if (!s || (s->role != SHIM_ROLE_CLIENT && s->role != SHIM_ROLE_SERVER))
+			continue;
+		/* trylock: a thread of ours may hold it while the process
+		 * exits under it; that connection is left to the kernel. */
+		if (pthread_mutex_trylock(&s->lock) != 0)
+			continue;
+		if (!s->sleepers && (!s->io_pid || s->io_pid == getpid()))
+			shim_close_prepare(s, (int)fd);
+		pthread_mutex_unlock(&s->lock);
+	}
+	closedir(dir);
 }

@@ -16,4 +16,8 @@
 #define SHIM_CLOSE_WAIT_MS 2000
 void shim_close_prepare(struct shim_sock *s, int fd);
 
+/* The process exits (exit(3), not _exit): its kernel closes every fd, so
+ * each connection of ours is settled as its close would be. */
+void shim_close_at_exit(void);
+
 #endif

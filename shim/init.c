@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "close.h"
 #include "config.h"
 #include "fdtable.h"
 #include "real.h"
@@ -91,6 +92,8 @@ __attribute__((constructor)) static void shim_init(void)
 
 __attribute__((destructor)) static void shim_fini(void)
 {
-	if (shim_cfg.enabled)
-		shim_stats_trace();
+	if (!shim_cfg.enabled)
+		return;
+	shim_close_at_exit();
+	shim_stats_trace();
 }

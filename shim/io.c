@@ -378,7 +378,12 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	pthread_mutex_lock(&s->lock);
 	nonblock |= s->nonblocking;
 	deadline = deadline_after(s->rcv_timeout_ms);
-	while (want && !(got && (!waitall || got == want) && !crossing)) {
+	/* A blocking read returns once it has SO_RCVLOWAT bytes (or all it
+	 * asked for, or with MSG_WAITALL all of it), as the kernel's. */
+	size_t lowat = s->rcv_lowat > 1 ? (size_t)s->rcv_lowat : 1;
+	size_t enough = waitall || lowat > want ? want : lowat;
+
+	while (want && !(got >= enough && !crossing)) {
 		struct iovec win[IO_MAX_IOV];
 		int wincnt = iov_window(iov, iovcnt, got, (size_t)-1, win);
 
@@ -763,7 +768,9 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 	} else if (s->rx_dir == SHIM_DIR_CHAN) {
 		if (s->bells_owed)
 			shim_frames_drain(s, fd);
-		if (s->chan->ops->readable(s->chan))
+		size_t lowat = s->rcv_lowat > 1 ? (size_t)s->rcv_lowat : 1;
+
+		if (s->chan->ops->readable(s->chan) >= lowat)
 			mask |= POLLIN;
 		if (s->chan->ops->rx_eof(s->chan) || s->rx_tcp_eof || s->rd_shut)
 			mask |= POLLIN | POLLRDHUP;

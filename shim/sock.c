@@ -448,6 +448,8 @@ void shim_sock_on_setsockopt(int fd, int level, int name, const void *val, sockl
 		sock->rcv_timeout_ms = timeval_ms(val, len);
 	else if (name == SO_SNDTIMEO)
 		sock->snd_timeout_ms = timeval_ms(val, len);
+	else if (name == SO_RCVLOWAT && len >= sizeof(int))
+		sock->rcv_lowat = *(const int *)val;
 	else if (name == SO_OOBINLINE && len >= sizeof(int) && *(const int *)val)
 		/* Urgent bytes join the stream at a place only the kernel
 		 * knows: the byte counts that place a switch would be off. */

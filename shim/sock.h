@@ -88,6 +88,7 @@ struct shim_sock {
 			      * its last fd while a thread slept on it (-1: none) */
 	bool app_nodelay; /* TCP_NODELAY as the program set it */
 	long long rcv_timeout_ms, snd_timeout_ms; /* SO_RCVTIMEO/SO_SNDTIMEO; -1: none */
+	int rcv_lowat; /* SO_RCVLOWAT as the program set it (0: the default, 1) */
 	enum shim_dir tx_dir, rx_dir;
 	uint64_t tx_tcp_bytes, rx_tcp_bytes; /* application bytes carried by TCP */
 	bool rx_switch_known;

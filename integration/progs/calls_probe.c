@@ -17,6 +17,8 @@
  *   sendfile_pos  sendfile(NULL offset) into a full nonblocking socket:
  *                 EAGAIN and the file position unchanged
  *   poll_one      poll over the one fd with data waiting returns 1
+ *   rcvlowat      SO_RCVLOWAT 10: poll says nothing for 5 bytes, POLLIN for
+ *                 10, and a blocking recv waits for the 10
  *   splice        splice from a pipe into the (upgraded) connection and from
  *                 the connection into a pipe carries the bytes unchanged
  *   stdio         fdopen on a fresh connection, then fgets/fputs: lines go
@@ -259,6 +261,25 @@ static void poll_one(void)
 		die("recv poll");
 }
 
+static void rcvlowat(void)
+{
+	struct pollfd p = { .fd = cli, .events = POLLIN };
+	int ten = 10, one = 1, a, b;
+	char buf[32];
+	ssize_t n;
+
+	setsockopt(cli, SOL_SOCKET, SO_RCVLOWAT, &ten, sizeof(ten));
+	send(srv, "12345", 5, 0);
+	sleep_ms(50);
+	a = poll(&p, 1, 100);
+	send(srv, "67890", 5, 0);
+	sleep_ms(50);
+	b = poll(&p, 1, 1000);
+	n = recv(cli, buf, sizeof(buf), 0);
+	printf("rcvlowat: poll %d then %d, recv %zd\n", a, b, n);
+	setsockopt(cli, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof(one));
+}
+
 static void splice_both(void)
 {
 	int p[2];
@@ -395,6 +416,7 @@ int main(int argc, char **argv)
 	errqueue();
 	sendfile_pos();
 	poll_one();
+	rcvlowat();
 	splice_both();
 	warm_up();
 	stdio_lines(lfd);

@@ -4,12 +4,14 @@
  * EOF. Over TCP the client gets every byte, then EOF, every time.
  *
  *   close_answer serve --port P --conns N --answer BYTES [--workers W] [--delay-us D]
+ *                      [--fork-exit 1]
  *   close_answer fetch --port P --conns N --answer BYTES [--parallel K]
  *
  * serve prints "READY <port>" once listening, serves N connections (each
  * worker process takes its share with accept on the shared listener), then
  * exits 0. With --delay-us, every other request waits D us before its
- * answer. The answer is a pattern of BYTES bytes that depends on the
+ * answer. With --fork-exit 1, a child per connection answers and exits
+ * without closing the socket (the CGI shape). The answer is a pattern of BYTES bytes that depends on the
  * request's sequence number.
  * fetch runs N connections (K at a time, one thread each), checks each
  * answer's length and every byte, and prints one line:
@@ -32,7 +34,7 @@
 
 #define REQ_BYTES 64
 
-static int port, conns, parallel = 4, workers = 1, delay_us;
+static int port, conns, parallel = 4, workers = 1, delay_us, fork_exit;
 static size_t answer_bytes;
 static unsigned seq_hint;
 static int next_conn, n_ok, n_short, n_reset, n_other;
@@ -43,16 +45,38 @@ static uint8_t pattern(unsigned seq, size_t i)
 	return (uint8_t)(seq * 131u + i * 7u + (i >> 9));
 }
 
+static void answer(int fd);
+
 static int serve_one(int lfd)
+{
+	int fd = accept(lfd, NULL, NULL);
+
+	if (fd < 0)
+		return -1;
+	if (fork_exit) {
+		/* The CGI shape: a child answers and exits without close. */
+		pid_t pid = fork();
+
+		if (pid == 0) {
+			answer(fd);
+			exit(0);
+		}
+		close(fd);
+		waitpid(pid, NULL, 0);
+		return 0;
+	}
+	answer(fd);
+	close(fd);
+	return 0;
+}
+
+static void answer(int fd)
 {
 	char req[REQ_BYTES];
 	size_t got = 0, off = 0;
 	unsigned seq;
 	uint8_t *ans;
-	int fd = accept(lfd, NULL, NULL);
 
-	if (fd < 0)
-		return -1;
 	while (got < sizeof(req)) {
 		ssize_t n = read(fd, req + got, sizeof(req) - got);
 
@@ -77,8 +101,6 @@ static int serve_one(int lfd)
 		}
 		free(ans);
 	}
-	close(fd);
-	return 0;
 }
 
 static int serve(void)
@@ -197,6 +219,8 @@ int main(int argc, char **argv)
 			parallel = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--delay-us"))
 			delay_us = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--fork-exit"))
+			fork_exit = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--workers"))
 			workers = atoi(argv[i + 1]);
 		else
