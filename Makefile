@@ -29,7 +29,7 @@ LDLIBS_SHIM   := -ldl -lpthread -lrdmacm -libverbs
 # core that the unit tests link against.
 SHIM_CORE := config tuple reason trace fdtable sock real stats wire ring shm diag rendezvous frames failover upgrade close bypass io io_calls \
              wait epoll \
-             breaker mrpool rdma_dev rdma_post rdma_chan rdma_setup rdma_close
+             breaker mrpool rdma_dev rdma_post rdma_chan rdma_setup rdma_switch rdma_close
 SHIM_HOOKS := init interpose_socket interpose_io interpose_poll interpose_proc interpose_bypass
 CORE_OBJS := $(SHIM_CORE:%=$(BUILD)/obj/shim/%.o)
 HOOK_OBJS := $(SHIM_HOOKS:%=$(BUILD)/obj/shim/%.o)
@@ -47,10 +47,13 @@ STRESS_SRCS := $(wildcard integration/stress/*.c)
 # So is the hostile shared-memory peer (integration/hostile/).
 HOSTILE      := $(BUILD)/progs/hostile_shm
 HOSTILE_SRCS := $(wildcard integration/hostile/*.c)
+# The differential driver (integration/diff/) is several files as well.
+DIFF_DRIVER := $(BUILD)/progs/diff_driver
+DIFF_SRCS   := $(wildcard integration/diff/*.c)
 
-.PHONY: all deps test unit unit-bins integration demo bench install clean asan tsan test-asan test-tsan
+.PHONY: all deps test unit unit-bins integration demo bench install clean asan tsan test-asan test-tsan soak-diff
 
-all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS) $(HOSTILE)
+all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS) $(HOSTILE) $(DIFF_DRIVER)
 
 $(BUILD)/obj/shim/%.o: shim/%.c
 	@mkdir -p $(dir $@)
@@ -82,13 +85,22 @@ $(BUILD)/progs/%: integration/progs/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -o $@ $< -lpthread
 
+# The hostile RDMA peer speaks the shim's wire (shim/rdma_wire.h) itself.
+$(BUILD)/progs/hostile_rdma: integration/progs/hostile_rdma.c shim/rdma_wire.h shim/wire.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -Ishim -o $@ $< -lrdmacm -libverbs
+
 $(STRESS): $(STRESS_SRCS) integration/stress/stress.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -o $@ $(STRESS_SRCS) -lpthread
 
 $(HOSTILE): $(HOSTILE_SRCS) integration/hostile/hostile.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_COMMON) -o $@ $(HOSTILE_SRCS) -lpthread
+	$(CC) $(filter-out -MMD -MP,$(CFLAGS_COMMON)) -o $@ $(HOSTILE_SRCS) -lpthread
+
+$(DIFF_DRIVER): $(DIFF_SRCS) integration/diff/driver.h
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -MMD -MP,$(CFLAGS_COMMON)) -o $@ $(DIFF_SRCS) -lpthread
 
 deps:
 	@tools/install-deps.sh
@@ -115,6 +127,10 @@ asan tsan:
 test-asan test-tsan: all
 	$(MAKE) $(@:test-%=%)
 	@tests/sanitize.sh $(@:test-%=%)
+
+# The differential harness's random scenarios for DIFF_SOAK_S seconds (default 3600).
+soak-diff: all
+	@unshare -n bash -c 'ip link set lo up; DIFF_SOAK=1 integration/diff/diff.py soak --budget $${DIFF_SOAK_S:-3600}'
 
 demo: deps
 	$(MAKE) all

@@ -8,8 +8,11 @@
 # transport rdma; checks that the RDMA warm-up does not block a process's
 # first connection, that a child forked after it stays on TCP and that
 # fork-per-connection workers upgrade by themselves; then a plain client
-# against a shim server (must stay on TCP, byte exact). Skips (77) only when
-# qemu or a kernel with rdma_rxe is missing.
+# against a shim server (must stay on TCP, byte exact); then a hostile RDMA
+# peer (integration/progs/hostile_rdma.c) lying in what it writes into a
+# shim echo server's memory, and a squatter on a client's rendezvous
+# (integration/vm/guest-rdma-hostile.sh). Skips (77) only when qemu or a
+# kernel with rdma_rxe is missing.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_built
 
@@ -23,7 +26,7 @@ tally_vm() {
 }
 
 rc=0
-RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-280} timeout 290 "$ROOT/integration/vm/rxe-vm.sh" \
+RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-520} timeout 530 "$ROOT/integration/vm/rxe-vm.sh" \
   "$ROOT/integration/vm/guest-rdma-one.sh" </dev/null >"$WORK/vm.out" 2>&1 || rc=$?
 grep -vE '^\[ *[0-9]+\.[0-9]+\] ' "$WORK/vm.out"
 tally_vm "$WORK/vm.out"

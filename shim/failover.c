@@ -14,9 +14,10 @@
  * be on TCP (we have not read up to the peer's SWITCH frame yet): the ring
  * then holds what came after it, and the peer's RESUME follows its SWITCH
  * frame, so both are read in stream order. When our sending side never
- * switched (it was shut first, or the channel died before our SWITCH_AT
- * went out), the peer can not learn where we stopped: the connection is
- * reset, so the program sees an error, never a silent hole.
+ * switched (it was shut first, the channel died before our SWITCH_AT went
+ * out, or we never got the peer's proof), the peer never got the proof it
+ * needs to post a byte (PROTOCOL.md, "Proof"): it knows it sent nothing
+ * on the channel and replays from 0 without waiting for our RESUME.
  */
 #include "failover.h"
 
@@ -44,8 +45,16 @@ static void start(struct shim_sock *s, int fd)
 	uint64_t rx_offset;
 
 	if (s->tx_dir != SHIM_DIR_CHAN) {
+		/* Our direction never switched, so the peer never read its
+		 * proof from us and never sent a byte on the channel: it
+		 * replays from 0 without our RESUME (fo_peer_rx_nothing). We
+		 * still take its RESUME if our rx switched. */
 		ch->ops->fail(ch);
-		reset(s, fd, "tx_not_switched");
+		s->fo_started = true;
+		s->fo_tx_done = true;
+		shim_stats_count(SHIM_REASON_CHAN_FAILED);
+		SHIM_TRACE(SHIM_TRACE_WARN, "failover.start", fd, &s->tuple, SHIM_REASON_CHAN_FAILED,
+			   "\"tx_switched\":false");
 		return;
 	}
 	if (s->fo_absorb_bad) {
@@ -141,13 +150,16 @@ void shim_failover_progress(struct shim_sock *s, int fd)
 	}
 	if (!s->fo_peer_known && s->rx_dir == SHIM_DIR_CHAN)
 		shim_frames_drain(s, fd);
-	if (!s->fo_peer_known)
+	if (!s->fo_peer_known && !s->fo_peer_rx_nothing)
 		return;
-	if (s->tx_dir == SHIM_DIR_CHAN)
+	if (s->tx_dir == SHIM_DIR_CHAN) {
+		if (!s->fo_peer_known)
+			s->fo_peer_rx_offset = 0;
 		take_peer_offset(s, fd);
+	}
 	if (!s->fo_tx_done && s->tx_dir == SHIM_DIR_TCP)
 		flush_replay(s, fd);
-	if (s->rx_dir == SHIM_DIR_CHAN && !ch->ops->readable(ch)) {
+	if (s->fo_peer_known && s->rx_dir == SHIM_DIR_CHAN && !ch->ops->readable(ch)) {
 		/* The ring is empty up to the offset we announced: the peer's
 		 * bytes from there on follow its RESUME on TCP. */
 		s->rx_dir = SHIM_DIR_TCP;

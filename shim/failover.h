@@ -25,7 +25,7 @@ int shim_failover_flush(struct shim_sock *s, int fd);
  * nothing can move until it arrives (or TCP ends). */
 static inline bool shim_failover_waiting(const struct shim_sock *s)
 {
-	return s->fo_started && !s->fo_peer_known && !s->rx_tcp_eof;
+	return s->fo_started && !s->fo_peer_known && !s->fo_peer_rx_nothing && !s->rx_tcp_eof;
 }
 
 /* Bytes of ours the peer never got are still going out on TCP: the

@@ -104,6 +104,7 @@ void shim_frames_drain(struct shim_sock *s, int fd)
 		if (n < 0) {
 			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
 				s->rx_tcp_reset = errno == ECONNRESET;
+				s->rx_reset_seen |= s->rx_tcp_reset;
 				drain_eof(s); /* reset: the peer is gone */
 			}
 			return;
@@ -155,20 +156,31 @@ void shim_frames_absorb(struct shim_sock *s, const uint8_t *bytes, size_t len)
 
 int shim_frames_read_switch(struct shim_sock *s, int fd)
 {
-	struct shim_frame_switch frame;
+	struct shim_frame_switch want = { .type = SHIM_FRAME_SWITCH };
+	const uint8_t *w = (const uint8_t *)&want;
 
-	while (s->rx_frame_len < sizeof(frame)) {
-		ssize_t n = REAL(recv)(fd, s->rx_frame + s->rx_frame_len, sizeof(frame) - s->rx_frame_len,
-				       MSG_DONTWAIT);
+	memcpy(want.nonce, s->rx_nonce, SHIM_NONCE_LEN);
+	/* Bytes already absorbed past the offset must be ours. */
+	if (memcmp(s->rx_frame, w, s->rx_frame_len) != 0)
+		return -EPROTO;
+	while (s->rx_frame_len < sizeof(want)) {
+		uint8_t got[sizeof(want)];
+		size_t need = sizeof(want) - s->rx_frame_len;
+		ssize_t n = REAL(recv)(fd, got, need, MSG_DONTWAIT | MSG_PEEK);
 
 		if (n == 0)
 			return -ECONNRESET;
 		if (n < 0)
 			return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -ECONNRESET;
+		/* Peeked first: bytes that are not our frame stay in the
+		 * stream, so the caller can still deliver them (a plain peer,
+		 * or a peer that never got our nonce, wrote them). */
+		if (memcmp(got, w + s->rx_frame_len, (size_t)n) != 0)
+			return -EPROTO;
+		n = REAL(recv)(fd, s->rx_frame + s->rx_frame_len, (size_t)n, MSG_DONTWAIT);
+		if (n <= 0)
+			return -ECONNRESET;
 		s->rx_frame_len += (size_t)n;
 	}
-	memcpy(&frame, s->rx_frame, sizeof(frame));
-	if (frame.type != SHIM_FRAME_SWITCH || memcmp(frame.nonce, s->rx_nonce, SHIM_NONCE_LEN) != 0)
-		return -EPROTO;
 	return 1;
 }

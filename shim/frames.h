@@ -22,7 +22,9 @@ void shim_frames_drain(struct shim_sock *s, int fd);
 
 /* rx switching: reads the rest of the peer's SWITCH frame. Returns 1 when
  * it is complete and carries our nonce, 0 when more must arrive, -EPROTO
- * when it does not match, -ECONNRESET on EOF before it completed. */
+ * when it does not match, -ECONNRESET on EOF before it completed. Only a
+ * matching prefix is consumed: after -EPROTO with rx_frame_len 0 the
+ * mismatching bytes are still in the stream. */
 int shim_frames_read_switch(struct shim_sock *s, int fd);
 
 /* The peer broke the protocol (a frame, a ring cursor, an offset out of

@@ -269,6 +269,8 @@ static int wait_rx(struct shim_sock *s, int fd, long long deadline)
 	return rc;
 }
 
+static int finish_rx_switch(struct shim_sock *s, int fd);
+
 /* tx on the channel found it full: spin, then arm and sleep for a bell. */
 static int wait_tx(struct shim_sock *s, int fd, long long deadline)
 {
@@ -277,6 +279,13 @@ static int wait_tx(struct shim_sock *s, int fd, long long deadline)
 
 	if (spin_for(s, tx_ready))
 		return 0;
+	/* Room may wait for the peer's SWITCH frame (rdma: its proof), when
+	 * that frame is what TCP holds next. */
+	if (s->rx_dir == SHIM_DIR_SWITCHING) {
+		rc = finish_rx_switch(s, fd);
+		if (rc)
+			return rc < 0 ? rc : 0;
+	}
 	if (ch->ops->tx_arm(ch)) {
 		/* Before our rx switched, TCP still holds application bytes we
 		 * must not consume: sleep a short while instead of on POLLIN. */
@@ -337,6 +346,8 @@ static ssize_t recv_tcp(struct shim_sock *s, int fd, const struct iovec *iov, in
 	return n ? n : -EINPROGRESS;
 }
 
+/* 1: rx moved on (to the channel, or refused and back to TCP); 0: the
+ * frame is not all there yet; -errno: the connection was reset. */
 static int finish_rx_switch(struct shim_sock *s, int fd)
 {
 	int rc = shim_frames_read_switch(s, fd);
@@ -345,6 +356,25 @@ static int finish_rx_switch(struct shim_sock *s, int fd)
 		s->rx_dir = SHIM_DIR_CHAN;
 		SHIM_TRACE(SHIM_TRACE_INFO, "rx.switch", fd, &s->tuple, SHIM_REASON_UPGRADED,
 			   "\"offset\":%llu", (unsigned long long)s->rx_switch_at);
+		/* The frame proved the peer (rdma): bytes held for it go now. */
+		shim_upgrade_progress(s, fd);
+		return 1;
+	}
+	if (rc == -EPROTO && !s->rx_frame_len && s->tx_dir == SHIM_DIR_TCP) {
+		/* Not our nonce, nothing of it consumed, and our direction is
+		 * on TCP (never moved, or back after a failover): the channel's
+		 * peer is not the TCP peer, or the TCP peer did not switch after
+		 * all. The bytes are plain: deliver them. */
+		SHIM_TRACE(SHIM_TRACE_WARN, "rx.switch_refused", fd, &s->tuple, SHIM_REASON_SWITCH_MISMATCH, NULL);
+		s->rx_dir = SHIM_DIR_TCP;
+		s->rx_switch_known = false;
+		if (!s->fo_started) {
+			shim_upgrade_release(s);
+			shim_upgrade_fail(s, fd, SHIM_REASON_SWITCH_MISMATCH);
+			/* Still ours to watch: an epoll set may hold this fd in
+			 * its switched registration until it sees it on TCP. */
+			__atomic_store_n(&s->intercept, true, __ATOMIC_RELAXED);
+		}
 		return 1;
 	}
 	if (rc == -EPROTO) {
@@ -463,7 +493,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			rc = -ECONNRESET;
 			break;
 		}
-		if (s->rx_tcp_reset && !ch->ops->rx_eof(ch)) {
+		if (s->rx_tcp_reset) {
 			/* Reset, not closed: the kernel reports that, once. */
 			s->rx_tcp_reset = false;
 			rc = -ECONNRESET;
@@ -559,7 +589,8 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			break;
 		if (s->bells_owed && s->rx_dir == SHIM_DIR_CHAN)
 			shim_frames_drain(s, fd);
-		if (!s->wr_shut && (ch->ops->peer_rx_gone(ch) || s->rx_tcp_eof) && !s->peer_gone_told) {
+		if (!s->wr_shut && !s->rx_tcp_reset && !s->rx_reset_seen &&
+		    (ch->ops->peer_rx_gone(ch) || s->rx_tcp_eof) && !s->peer_gone_told) {
 			/* TCP takes the first write after the peer closed (the
 			 * reset comes back later) and fails the next ones. A
 			 * peer that went with our bytes unread was reset by its
@@ -575,6 +606,13 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			}
 			s->peer_gone_told = true;
 			done = total;
+			break;
+		}
+		if (s->rx_tcp_reset && !s->wr_shut) {
+			/* The peer's reset, not yet reported: this send's error. */
+			s->rx_tcp_reset = false;
+			s->peer_gone_told = true;
+			rc = -ECONNRESET;
 			break;
 		}
 		if (s->wr_shut || ch->ops->peer_rx_gone(ch) || s->rx_tcp_eof) {
@@ -679,6 +717,9 @@ int shim_io_shutdown(struct shim_sock *s, int fd, int how)
 	if (wr && s->tx_dir == SHIM_DIR_TCP && REAL(shutdown)(fd, SHUT_WR) < 0)
 		rc = -errno;
 	if (rc == 0 && rd) {
+		/* No direction starts towards a reader that is gone: the peer's
+		 * SWITCH frame would reach a socket that reads nothing more. */
+		shim_upgrade_stop_for_close(s, fd);
 		s->rd_shut = true;
 		if (s->rx_dir != SHIM_DIR_TCP && s->chan)
 			s->chan->ops->shutdown_rx(s->chan);
@@ -754,9 +795,13 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 	if (s->rx_dir == SHIM_DIR_TCP && (p.revents & POLLIN) && shim_upgrade_rx_pending(s))
 		shim_upgrade_progress(s, fd);
 	if (s->rx_dir == SHIM_DIR_SWITCHING) {
+		short in = p.revents & POLLIN;
+
 		p.revents &= (short)~POLLIN;
 		if (finish_rx_switch(s, fd) < 0)
 			mask |= POLLERR;
+		else if (s->rx_dir == SHIM_DIR_TCP)
+			p.revents |= in; /* refused: those bytes are the program's */
 	}
 	if (s->chan && aborted_by_peer(s, fd)) {
 		/* As on a reset socket: every event, and the call fails. */
@@ -774,6 +819,9 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 			mask |= POLLIN;
 		if (s->chan->ops->rx_eof(s->chan) || s->rx_tcp_eof || s->rd_shut)
 			mask |= POLLIN | POLLRDHUP;
+		/* The peer's FIN, with its last bytes still unread. */
+		if (s->chan->ops->rx_fin && s->chan->ops->rx_fin(s->chan))
+			mask |= POLLRDHUP;
 	} else if (s->rx_tcp_eof) {
 		mask |= POLLIN | POLLRDHUP;
 	}
@@ -783,11 +831,10 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 	} else if (tx_ready(s) || s->wr_shut || s->rx_tcp_eof) {
 		mask |= POLLOUT;
 	}
-	if (s->rx_tcp_eof && (s->tx_dir != SHIM_DIR_CHAN || s->chan->ops->peer_rx_gone(s->chan) ||
-			      s->wr_shut))
-		mask |= POLLHUP;
-	/* Both directions shut here: the kernel says POLLHUP for that too. */
-	if (s->rd_shut && s->wr_shut)
+	/* POLLHUP as the kernel's: both directions shut (the peer's FIN or
+	 * our SHUT_RD, and our SHUT_WR), or a reset; a peer's close alone is
+	 * POLLRDHUP. */
+	if ((s->rx_tcp_eof || s->rd_shut) && s->wr_shut)
 		mask |= POLLHUP;
 	/* The peer reset the connection (its TCP said so under the bells). */
 	if (s->rx_tcp_reset)

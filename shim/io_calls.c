@@ -31,7 +31,8 @@ ssize_t shim_io_sendmsg(struct shim_sock *s, int fd, const struct msghdr *msg, i
 	return shim_io_send(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
 }
 
-ssize_t shim_io_sendfile(struct shim_sock *s, int out_fd, int in_fd, off64_t *offset, size_t count)
+/* One buffer's worth of sendfile (below); returns as sendfile(2). */
+static ssize_t sendfile_chunk(struct shim_sock *s, int out_fd, int in_fd, off64_t *offset, size_t count)
 {
 	char buf[65536];
 	size_t want = count < sizeof(buf) ? count : sizeof(buf);
@@ -54,6 +55,28 @@ ssize_t shim_io_sendfile(struct shim_sock *s, int out_fd, int in_fd, off64_t *of
 	else if (pos >= 0)
 		lseek64(in_fd, pos + sent, SEEK_SET);
 	return sent;
+}
+
+ssize_t shim_io_sendfile(struct shim_sock *s, int out_fd, int in_fd, off64_t *offset, size_t count)
+{
+	size_t done = 0;
+
+	/* As the kernel's: as much as the connection takes now, not one
+	 * buffer per call (a nonblocking sender would see a writable socket
+	 * after every chunk). */
+	while (done < count) {
+		ssize_t n = sendfile_chunk(s, out_fd, in_fd, offset, count - done);
+
+		if (n <= 0) {
+			if (done)
+				break;
+			return n;
+		}
+		done += (size_t)n;
+		if ((size_t)n < 65536 && done < count)
+			break; /* the connection or the file gave less: done for now */
+	}
+	return (ssize_t)done;
 }
 
 /* Room left in a pipe (F_GETPIPE_SZ less what is queued), 0 if none. */

@@ -85,7 +85,9 @@ static struct mrpool_chunk *new_chunk(struct ibv_pd *pd, size_t slot_bytes)
 	 * child that touches an inherited connection reads a snapshot instead
 	 * of faulting on an unmapped ring. */
 	t0 = shim_now_ns();
-	c->mr = ibv_reg_mr(pd, c->base, c->len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	/* Local access only: a peer reaches a slot through the MR its
+	 * connection registers over that slot alone (rdma_setup.c). */
+	c->mr = ibv_reg_mr(pd, c->base, c->len, IBV_ACCESS_LOCAL_WRITE);
 	if (!c->mr) {
 		int err = errno;
 
@@ -140,8 +142,10 @@ int shim_mrpool_get(struct ibv_pd *pd, size_t bytes, struct shim_mr_slot *out)
 		break;
 	}
 	pthread_mutex_unlock(&pool_lock);
-	/* A reused slot holds the last connection's cursors and bytes. */
-	memset(out->addr, 0, 4096);
+	/* A reused slot holds the last connection's cursors and bytes, all of
+	 * it: a peer that announces bytes it never wrote must read zeros, not
+	 * what another connection received. */
+	memset(out->addr, 0, slot_bytes);
 	return 0;
 }
 

@@ -9,10 +9,11 @@
  * ibv_reg_mr on its fast path (registration pins and maps pages in the
  * kernel: tens of microseconds per MiB with 4 KiB pages).
  *
- * The rkey covers the whole chunk: a peer we gave one slot to could write
- * into the other slots of that chunk. The trust unit for RDMA is the host
- * (see rdma_setup.c); binding a type-2 memory window per slot would narrow
- * that to the connection and is the next step.
+ * The chunk's MR grants local access only. A connection registers a second
+ * MR over its own control page and receive ring (rdma_setup.c) and gives the
+ * peer that rkey: the peer can write there and nowhere else, not into the
+ * slot's staging copy nor into another connection's slot. The cost is one
+ * ibv_reg_mr of ring + 4 KiB per connection, of pages already faulted in.
  */
 #ifndef RDMASHIM_MRPOOL_H
 #define RDMASHIM_MRPOOL_H

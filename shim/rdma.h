@@ -66,6 +66,7 @@ struct ibv_context;
 struct ibv_pd;
 struct ibv_cq;
 struct ibv_qp;
+struct ibv_mr;
 struct rdma_cm_id;
 struct rdma_event_channel;
 
@@ -89,6 +90,8 @@ struct rdma_conn {
 	struct ibv_cq *cq;
 	struct ibv_qp *qp;
 	struct shim_mr_slot slot;
+	struct ibv_mr *mr; /* remote access to the ctl page and rx ring only */
+	unsigned long long mr_reg_ns; /* what registering it took (traced) */
 	struct shim_rdma_ctl *ctl;
 	uint8_t *rx_data, *tx_shadow;
 	uint32_t ring_bytes, mask;
@@ -100,10 +103,13 @@ struct rdma_conn {
 	bool established;   /* C: S is committed (ESTABLISHED or its SWITCH_AT) */
 	bool installed;     /* s->chan points here */
 	bool tx_decided;    /* our SWITCH_AT went out (or we stay on TCP) */
+	bool tx_switched;   /* ... and it moved our direction */
+	bool rx_learned;    /* the peer's SWITCH_AT was taken (learn_rx) */
 	bool peer_at_known; /* the peer's SWITCH_AT arrived */
 	bool peer_no_switch;
 	uint64_t peer_at;
 	bool broken;        /* the QP failed: the channel carries nothing more */
+	bool violated;      /* the peer broke the protocol (rdma_violation) */
 	bool stopped;       /* we moved it to ERR and disconnected (rdma_fail) */
 	bool done;          /* handshake over: CM events are the channel's now */
 	bool peer_disconnected;
@@ -112,8 +118,13 @@ struct rdma_conn {
 	 * completes them in order, so one signaled completion retires all
 	 * earlier ones. */
 	uint64_t posted, completed, last_signaled;
-	/* Cursors: ours live here, the peer's in ctl (written remotely). */
-	uint64_t tx_tail;
+	/* Cursors: ours live here, the peer's in ctl (written remotely).
+	 * tx_tail: bytes the program gave us (staged); tx_posted: those
+	 * posted to the peer, which lag while the peer is unproven. */
+	uint64_t tx_tail, tx_posted;
+	bool proved;        /* the peer proved it is the TCP peer (PROTOCOL.md) */
+	bool close_pending; /* shutdown_tx came before the staged bytes left */
+	unsigned long long staged_since_ns; /* unproven: when bytes started waiting */
 	uint64_t rx_head, rx_head_sent;
 	/* Reaping the CQ: under the sock's lock, and also from the lock-free
 	 * readable() (busy polling), so it has a lock of its own. */
@@ -123,11 +134,17 @@ struct rdma_conn {
 	bool rx_closed;     /* the peer's CLOSED immediate arrived; atomic */
 	uint64_t recv_posted, recv_reported; /* our receives, and what the peer knows */
 	uint64_t peer_recvs_used; /* our SENDs and immediates: one peer receive each */
+	uint64_t peer_head_seen, peer_recvs_seen; /* the peer's credits we accepted last */
 	bool closed_sent;
 	struct shim_sock *sock; /* for traces only */
 	int fd;
 	pid_t pid; /* the process that made it: only it may touch its objects */
 };
+
+/* rdma_setup.c: gives up before any direction moved (TCP stays). */
+void shim_rdma_give_up(struct shim_sock *s, int fd, enum shim_reason reason);
+/* rdma_switch.c: RDMA_CONNECTED, offsets both ways, then the proof. */
+void shim_rdma_connected(struct shim_sock *s, int fd, struct rdma_conn *c);
 
 /* rdma_chan.c */
 void shim_rdma_chan_init(struct rdma_conn *c);
@@ -139,6 +156,15 @@ int shim_rdma_send_switch_at(struct rdma_conn *c, uint64_t offset, bool no_switc
 void shim_rdma_teardown(struct rdma_conn *c);
 /* Moves the QP to ERR (traced), if there is one. */
 void shim_rdma_qp_error(struct rdma_conn *c);
+/* Whether the peer proved it owns the TCP peer's end (our rx read its
+ * SWITCH frame with our nonce); latched. Under the sock's lock. */
+bool shim_rdma_tx_proved(struct rdma_conn *c);
+/* The channel ends because the peer can not, or did not in time, prove
+ * itself (traced unproven_peer); the QP goes to ERR. */
+void shim_rdma_unproven(struct rdma_conn *c, const char *why);
+/* Posts what the program wrote while the peer was unproven, once it is;
+ * fails the channel when the hold lasted too long. 0 or -errno. */
+int shim_rdma_tx_release(struct rdma_conn *c);
 /* Posts the first SHIM_RDMA_RQ_DEPTH receives (SWITCH_AT, immediates). */
 int shim_rdma_post_recvs(struct rdma_conn *c);
 

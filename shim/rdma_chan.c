@@ -48,6 +48,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "stats.h"
 #include "trace.h"
 
 static struct rdma_conn *conn_of(const struct shim_chan *ch)
@@ -58,63 +59,184 @@ static struct rdma_conn *conn_of(const struct shim_chan *ch)
 /* ---- producer side ---- */
 
 
-/* Whether n more immediates fit the receives the peer posted, with one
- * kept back for CLOSED (keep_closed). */
-static bool imm_room(const struct rdma_conn *c, unsigned n, bool keep_closed)
+/*
+ * The peer's credits, each word read once and checked against what this
+ * end knows: the head never passes our tail, never leaves more than the
+ * ring in flight and never moves back; the receive count never moves back
+ * and never claims more receives outstanding than the RQ depth both ends
+ * use. false: the peer lied (the caller ends the channel, or, lock-free,
+ * just reports no room). told == 0: not told yet, the initial depth holds.
+ */
+static bool peer_credits(const struct rdma_conn *c, uint64_t *head, uint64_t *recvs, const char **why)
 {
+	uint64_t h = rdma_load_acq(&c->ctl->tx_head);
 	uint64_t told = rdma_load_acq(&c->ctl->tx_peer_recvs);
-	uint64_t posted = told ? told : SHIM_RDMA_RQ_DEPTH;
+	uint64_t tail = c->tx_tail;
 
-	return c->peer_recvs_used + n + (keep_closed ? 1 : 0) <= posted;
+	if (h > tail || tail - h > c->ring_bytes || h < c->peer_head_seen) {
+		*why = "head_out_of_range";
+		return false;
+	}
+	if (!told)
+		told = SHIM_RDMA_RQ_DEPTH;
+	if (told < c->peer_recvs_seen || told < c->peer_recvs_used ||
+	    told - c->peer_recvs_used > SHIM_RDMA_RQ_DEPTH) {
+		*why = "receive_credit_out_of_range";
+		return false;
+	}
+	*head = h;
+	*recvs = told;
+	return true;
 }
 
+/* Under the lock: takes the peer's credits, or ends the channel. */
+static bool take_credits(struct rdma_conn *c, uint64_t *head, uint64_t *recvs)
+{
+	const char *why = NULL;
+
+	if (!peer_credits(c, head, recvs, &why)) {
+		rdma_violation(c, why, 0);
+		return false;
+	}
+	c->peer_head_seen = *head;
+	c->peer_recvs_seen = *recvs;
+	return true;
+}
+
+/* Whether n more immediates fit the receives the peer posted, with one
+ * kept back for CLOSED (keep_closed). */
+static bool imm_room(const struct rdma_conn *c, uint64_t recvs, unsigned n, bool keep_closed)
+{
+	return c->peer_recvs_used + n + (keep_closed ? 1 : 0) <= recvs;
+}
+
+/* Room in the peer's ring, from credits already checked. */
+static size_t room(const struct rdma_conn *c, uint64_t head, uint64_t recvs)
+{
+	if (c->broken || !imm_room(c, recvs, 1, true))
+		return 0;
+	return c->ring_bytes - (size_t)(c->tx_tail - head);
+}
+
+/* Lock-free (busy polling): a lie shows as no room; the next call under
+ * the lock ends the channel. */
 static size_t rdma_writable(const struct shim_chan *ch)
 {
 	const struct rdma_conn *c = conn_of(ch);
+	uint64_t head, recvs;
+	const char *why;
 
-	if (c->broken || !imm_room(c, 1, true))
+	if (!peer_credits(c, &head, &recvs, &why))
 		return 0;
-	return c->ring_bytes - (size_t)(c->tx_tail - rdma_load_acq(&c->ctl->tx_head));
+	return room(c, head, recvs);
 }
 
-static size_t rdma_send(struct shim_chan *ch, const struct iovec *iov, int iovcnt, size_t skip)
-{
-	struct rdma_conn *c = conn_of(ch);
-	struct wr_chain wrs = { .n = 0 };
-	size_t space, done = 0;
-	uint64_t tail = c->tx_tail;
+/*
+ * Posts the staged bytes [tx_posted, tx_tail + add) to the peer's ring: at
+ * most two WRITEs (the staging copy has the ring's offsets, so a wrap
+ * splits it), the last one carrying the byte count as its immediate, which
+ * is the tail's news for the consumer. false: nothing was posted.
+ */
+static uint64_t post_closed(struct rdma_conn *c);
 
-	shim_rdma_reap(c);
-	space = rdma_writable(ch);
-	done = shim_ring_copy_iov_in(c->tx_shadow, c->mask, tail, iov, iovcnt, skip, space);
-	if (!done)
-		return 0;
-	/* The staging copy has the same offsets as the peer's ring: at most
-	 * two WRITEs (the wrap), the last one carrying the byte count as its
-	 * immediate, which is the tail's news for the consumer. */
-	size_t off = (size_t)(tail & c->mask), first = c->ring_bytes - off < done ? c->ring_bytes - off : done;
+static bool post_staged(struct rdma_conn *c, size_t add)
+{
+	struct wr_chain wrs = { .n = 0 };
+	uint64_t from = c->tx_posted, to = c->tx_tail + add;
+	size_t n = (size_t)(to - from);
+	size_t off = (size_t)(from & c->mask), first = c->ring_bytes - off < n ? c->ring_bytes - off : n;
 
 	rdma_chain_write(c, &wrs, c->tx_shadow + off, first, SHIM_RDMA_CTL_BYTES + off, false);
-	if (done > first)
-		rdma_chain_write(c, &wrs, c->tx_shadow, done - first, SHIM_RDMA_CTL_BYTES, false);
+	if (n > first)
+		rdma_chain_write(c, &wrs, c->tx_shadow, n - first, SHIM_RDMA_CTL_BYTES, false);
 	/* Testing only (RDMASHIM_TEST_FAIL_RDMA_KB): the path dies here, as a
 	 * pulled cable would leave it: the program was told these bytes went
 	 * out, and the peer never learns of them (no immediate announces them). */
-	bool die = shim_cfg.test_fail_rdma_kb && tail + done >= (uint64_t)shim_cfg.test_fail_rdma_kb * 1024u;
+	bool die = shim_cfg.test_fail_rdma_kb && to >= (uint64_t)shim_cfg.test_fail_rdma_kb * 1024u;
 
 	if (!die)
-		rdma_chain_imm(&wrs, (uint32_t)done);
-	if (!rdma_chain_post(c, &wrs)) {
-		/* Nothing was promised to the program yet: report no progress;
-		 * the broken channel shows as EPIPE (peer_rx_gone). */
-		return 0;
-	}
-	c->tx_tail = tail + done;
+		rdma_chain_imm(&wrs, (uint32_t)n);
+	if (!rdma_chain_post(c, &wrs))
+		return false;
+	c->tx_posted = to;
 	c->peer_recvs_used += !die;
 	if (die) {
 		shim_rdma_qp_error(c);
 		rdma_mark_broken(c, "injected", (int)shim_cfg.test_fail_rdma_kb);
 	}
+	return true;
+}
+
+bool shim_rdma_tx_proved(struct rdma_conn *c)
+{
+	/* Our rx read the peer's SWITCH frame carrying the nonce we sent only
+	 * to our CM peer: the TCP peer is the CM peer (PROTOCOL.md, "Proof").
+	 * Latched: a failover moves rx back to TCP later. */
+	if (!c->proved && c->sock && c->sock->rx_dir == SHIM_DIR_CHAN)
+		c->proved = true;
+	return c->proved;
+}
+
+void shim_rdma_unproven(struct rdma_conn *c, const char *why)
+{
+	if (c->broken)
+		return;
+	rdma_mark_broken(c, why, 0);
+	shim_stats_count(SHIM_REASON_UNPROVEN_PEER);
+	SHIM_TRACE(SHIM_TRACE_WARN, "rdma.unproven", c->fd, c->sock ? &c->sock->tuple : NULL,
+		   SHIM_REASON_UNPROVEN_PEER, "\"why\":\"%s\",\"staged\":%llu", why,
+		   (unsigned long long)(c->tx_tail - c->tx_posted));
+	shim_rdma_qp_error(c);
+}
+
+/* Unproven with bytes staged for longer than the upgrade may take: the
+ * channel ends (failover: they go on TCP behind our RESUME). */
+static bool hold_expired(struct rdma_conn *c)
+{
+	if (c->proved || c->tx_posted == c->tx_tail || c->broken ||
+	    shim_now_ns() - c->staged_since_ns < (unsigned long long)shim_cfg.upgrade_timeout_ms * 1000000ull)
+		return false;
+	shim_rdma_unproven(c, "hold_expired");
+	return true;
+}
+
+int shim_rdma_tx_release(struct rdma_conn *c)
+{
+	if (c->broken || !shim_rdma_tx_proved(c))
+		return hold_expired(c) ? -ETIMEDOUT : 0;
+	if (c->tx_posted != c->tx_tail && !post_staged(c, 0))
+		return -EIO;
+	if (c->close_pending)
+		post_closed(c);
+	return 0;
+}
+
+static size_t rdma_send(struct shim_chan *ch, const struct iovec *iov, int iovcnt, size_t skip)
+{
+	struct rdma_conn *c = conn_of(ch);
+	uint64_t head, recvs;
+	size_t done;
+
+	shim_rdma_reap(c);
+	if (!take_credits(c, &head, &recvs))
+		return 0;
+	done = shim_ring_copy_iov_in(c->tx_shadow, c->mask, c->tx_tail, iov, iovcnt, skip, room(c, head, recvs));
+	if (!shim_rdma_tx_proved(c)) {
+		/* Staged only: no byte goes to a peer that has not proved it
+		 * is the TCP peer; shim_rdma_tx_release() posts them. */
+		if (hold_expired(c))
+			return 0;
+		if (done && c->tx_posted == c->tx_tail)
+			c->staged_since_ns = shim_now_ns();
+		c->tx_tail += done;
+		return done;
+	}
+	if ((!done && c->tx_posted == c->tx_tail) || !post_staged(c, done)) {
+		/* Nothing was promised to the program yet: report no progress;
+		 * the broken channel shows as EPIPE (peer_rx_gone). */
+		return 0;
+	}
+	c->tx_tail += done;
 	return done;
 }
 
@@ -131,7 +253,7 @@ static bool rdma_tx_should_bell(struct shim_chan *ch)
 	 * the first sleep after an arm lasts a millisecond, far longer than a
 	 * tail's flight, so the consumer looks again and finds it.
 	 */
-	if (!rdma_load_acq(&c->ctl->tx_consumer_armed))
+	if (!c->proved || !rdma_load_acq(&c->ctl->tx_consumer_armed))
 		return false;
 	/* Fence: our tail (or closed) WRITE is in the consumer's memory before
 	 * we read the armed word again; pairs with the consumer's wait for its
@@ -151,8 +273,12 @@ static size_t rdma_space_lowat(const struct shim_chan *ch)
 
 static bool rdma_peer_rx_gone(const struct shim_chan *ch)
 {
-	/* A broken channel is not a closed peer: the stream resumes on TCP. */
-	return rdma_load_acq(&conn_of(ch)->ctl->tx_consumer_closed) != 0;
+	const struct rdma_conn *c = conn_of(ch);
+
+	/* A broken channel is not a closed peer: the stream resumes on TCP.
+	 * Only a proved peer may end our stream (EPIPE); relaxed: proved is
+	 * set under the lock and only ever goes from false to true. */
+	return __atomic_load_n(&c->proved, __ATOMIC_RELAXED) && rdma_load_acq(&c->ctl->tx_consumer_closed) != 0;
 }
 
 static bool rdma_tx_arm(struct shim_chan *ch)
@@ -163,6 +289,10 @@ static bool rdma_tx_arm(struct shim_chan *ch)
 	/* Broken: what wakes us now is the peer's RESUME (or EOF) on TCP. */
 	if (c->broken)
 		return true;
+	/* Unproven: room comes with the peer's SWITCH frame (our proof), on
+	 * TCP; or the hold expires and the channel fails over. */
+	if (!shim_rdma_tx_proved(c))
+		return !hold_expired(c);
 	seq = rdma_post_word(c, CTL_OFF(rx_wants_space), 1, true);
 
 	/* Fence: our wants_space is in the consumer's memory before we look at
@@ -192,7 +322,9 @@ static uint64_t post_closed(struct rdma_conn *c)
 	struct wr_chain wrs = { .n = 0 };
 	uint64_t seq;
 
-	if (c->closed_sent || !imm_room(c, 1, false))
+	uint64_t head, recvs;
+
+	if (c->closed_sent || !take_credits(c, &head, &recvs) || !imm_room(c, recvs, 1, false))
 		return 0;
 	rdma_chain_write(c, &wrs, NULL, 0, 0, true);
 	wrs.wr[0].num_sge = 0;
@@ -207,7 +339,15 @@ static uint64_t post_closed(struct rdma_conn *c)
 
 static void rdma_shutdown_tx(struct shim_chan *ch)
 {
-	post_closed(conn_of(ch));
+	struct rdma_conn *c = conn_of(ch);
+
+	/* CLOSED follows the last byte: while bytes wait for the proof, it
+	 * waits with them (shim_rdma_tx_release). */
+	if (!shim_rdma_tx_proved(c) || c->tx_posted != c->tx_tail) {
+		c->close_pending = true;
+		return;
+	}
+	post_closed(c);
 }
 
 /* ---- consumer side ---- */
@@ -261,7 +401,9 @@ static void chain_credits(struct rdma_conn *c, struct wr_chain *wrs, bool signal
 
 	rdma_chain_word(c, wrs, CTL_OFF(tx_head), c->rx_head, false);
 	rdma_chain_word(c, wrs, CTL_OFF(tx_peer_recvs), posted, signal);
-	c->rx_head_sent = c->rx_head;
+	/* Release: pairs with the acquire in take_imm(), which bounds the
+	 * producer's immediates by what we credited. */
+	__atomic_store_n(&c->rx_head_sent, c->rx_head, __ATOMIC_RELEASE);
 	c->recv_reported = posted;
 }
 
@@ -339,11 +481,19 @@ static void rdma_shutdown_rx(struct shim_chan *ch)
 
 /* ---- failure ---- */
 
+/* A channel the peer broke the rules of is not resumed: the caller resets
+ * the connection (rdma_violated). */
 static bool rdma_failed(const struct shim_chan *ch)
 {
 	const struct rdma_conn *c = conn_of(ch);
 
-	return __atomic_load_n(&c->broken, __ATOMIC_RELAXED) && !rdma_peer_finished(c);
+	return __atomic_load_n(&c->broken, __ATOMIC_RELAXED) && !__atomic_load_n(&c->violated, __ATOMIC_RELAXED) &&
+	       !rdma_peer_finished(c);
+}
+
+static bool rdma_violated(const struct shim_chan *ch)
+{
+	return __atomic_load_n(&conn_of(ch)->violated, __ATOMIC_RELAXED);
 }
 
 static void rdma_fail(struct shim_chan *ch)
@@ -360,6 +510,11 @@ static void rdma_fail(struct shim_chan *ch)
 	shim_rdma_qp_error(c);
 	if (c->id)
 		rdma_disconnect(c->id);
+	/* We never posted a byte (the peer was unproven): it received nothing
+	 * on the channel, so our replay starts at 0 without its RESUME, which
+	 * may never come (its direction may never switch). */
+	if (c->tx_posted == 0 && c->sock)
+		c->sock->fo_peer_rx_nothing = true;
 }
 
 static uint64_t rdma_rx_offset(const struct shim_chan *ch)
@@ -395,71 +550,6 @@ static void rdma_destroy(struct shim_chan *ch)
 }
 
 
-/* How long close waits for its "closed" WRITEs: a courtesy (TCP's FIN tells
- * the peer too), so a short bound; a peer that is gone must not stall a
- * single-threaded server once per connection. */
-#define TEARDOWN_WAIT_NS (20ull * 1000 * 1000)
-/* How long close waits for the program's last bytes to land: the kernel
- * keeps sending after close too, and destroying the QP would drop WRITEs
- * still queued. A live peer's HCA answers within round trips; this bounds
- * the wait for one that died. */
-#define TEARDOWN_DATA_WAIT_NS (2000ull * 1000 * 1000)
-
-/* Waits (bounded) until WR seq completed, the channel broke or the peer
- * disconnected; true if seq completed. */
-static bool teardown_wait(struct rdma_conn *c, uint64_t seq, unsigned long long bound_ns, bool *peer_gone)
-{
-	unsigned long long end = shim_now_ns() + bound_ns;
-
-	while (seq && c->completed < seq && !c->broken && shim_now_ns() < end) {
-		shim_rdma_reap(c);
-		if (rdma_drain_cm_events(c)) {
-			*peer_gone = true;
-			break;
-		}
-		sched_yield();
-	}
-	return seq && c->completed >= seq;
-}
-
-void shim_rdma_teardown(struct rdma_conn *c)
-{
-	bool peer_gone = rdma_drain_cm_events(c) || c->peer_disconnected;
-
-	if (c->qp && c->remote_addr && c->installed && !c->broken && !peer_gone) {
-		if (c->last_signaled && !teardown_wait(c, c->last_signaled, TEARDOWN_DATA_WAIT_NS, &peer_gone))
-			SHIM_TRACE(SHIM_TRACE_WARN, "rdma.close_unsent", c->fd, c->sock ? &c->sock->tuple : NULL,
-				   SHIM_REASON_NONE, "\"wrs\":%llu",
-				   (unsigned long long)(c->last_signaled - c->completed));
-		if (!c->broken && !peer_gone) {
-			/* The peer sees both directions closed, as with shm. */
-			post_closed(c);
-			teardown_wait(c, rdma_post_word(c, CTL_OFF(tx_consumer_closed), 1, true), TEARDOWN_WAIT_NS,
-				      &peer_gone);
-		}
-	}
-	c->torn_down = true;
-	if (c->id && c->installed && !peer_gone)
-		rdma_disconnect(c->id);
-	shim_rdma_qp_error(c);
-	shim_rdma_reap(c);
-	if (c->qp)
-		ibv_destroy_qp(c->qp);
-	if (c->cq)
-		ibv_destroy_cq(c->cq);
-	rdma_drain_cm_events(c);
-	if (c->id)
-		rdma_destroy_id(c->id);
-	if (c->listen_id)
-		rdma_destroy_id(c->listen_id);
-	if (c->ec)
-		rdma_destroy_event_channel(c->ec);
-	shim_mrpool_put(&c->slot);
-	if (c->cq_lock_ready)
-		pthread_spin_destroy(&c->cq_lock);
-	free(c);
-}
-
 void shim_rdma_chan_init(struct rdma_conn *c)
 {
 	c->chan.ops = &shim_rdma_ops;
@@ -493,6 +583,7 @@ const struct shim_transport_ops shim_rdma_ops = {
 	.shutdown_rx = rdma_shutdown_rx,
 	.destroy = rdma_destroy,
 	.arm_grace = true,
+	.violated = rdma_violated,
 	.failed = rdma_failed,
 	.fail = rdma_fail,
 	.rx_offset = rdma_rx_offset,

@@ -58,29 +58,63 @@ int shim_rdma_post_recvs(struct rdma_conn *c)
 	return 0;
 }
 
+void rdma_violation(struct rdma_conn *c, const char *why, unsigned long long value)
+{
+	if (__atomic_load_n(&c->violated, __ATOMIC_RELAXED))
+		return;
+	/* Counted where the connection ends (conn.abort or upgrade.fail). */
+	__atomic_store_n(&c->violated, true, __ATOMIC_RELAXED);
+	SHIM_TRACE(SHIM_TRACE_ERROR, "rdma.violation", c->fd, c->sock ? &c->sock->tuple : NULL,
+		   SHIM_REASON_PEER_VIOLATION, "\"why\":\"%s\",\"value\":%llu", why, value);
+	rdma_mark_broken(c, "violation", 0);
+	/* ERR: nothing the peer posts lands any more, so what we took until
+	 * now (rx_tail) is final for the failover's RESUME. */
+	shim_rdma_qp_error(c);
+}
+
+/* The peer's SWITCH_AT: exactly one per connection, exactly its size, no
+ * flag we do not know. Read once out of recv_buf (the peer's SEND placed
+ * it there; nothing else writes it until we repost). */
 static void take_switch_at(struct rdma_conn *c, const struct ibv_wc *wc)
 {
 	struct shim_rdma_switch_at at;
+	uint16_t flags;
 
 	memcpy(&at, c->ctl->recv_buf, sizeof(at));
-	if (wc->byte_len < sizeof(at) || be32toh(at.magic) != SHIM_RDMA_MAGIC || at.type != SHIM_RDMA_SWITCH_AT) {
-		rdma_mark_broken(c, "bad_switch_at", (int)wc->byte_len);
+	flags = be16toh(at.flags);
+	if (wc->byte_len != sizeof(at) || be32toh(at.magic) != SHIM_RDMA_MAGIC || at.version != SHIM_RDMA_VERSION ||
+	    at.type != SHIM_RDMA_SWITCH_AT || (flags & ~SHIM_RDMA_NO_SWITCH) || c->peer_at_known) {
+		rdma_violation(c, "bad_switch_at", wc->byte_len);
 		return;
 	}
-	c->peer_no_switch = be16toh(at.flags) & SHIM_RDMA_NO_SWITCH;
+	c->peer_no_switch = flags & SHIM_RDMA_NO_SWITCH;
 	c->peer_at = be64toh(at.offset);
 	c->peer_at_known = true;
 }
 
 /* The ring's tail and "closed" from the producer's immediate. The HCA
- * writes the completion only after the data is placed. */
+ * writes the completion only after the data is placed. The count must fit
+ * the room we credited (the producer saw at most rx_head_sent as our
+ * head), and nothing may follow CLOSED: a receive then never reads past
+ * the ring nor bytes the producer had no right to announce. */
 static void take_imm(struct rdma_conn *c, const struct ibv_wc *wc)
 {
 	uint32_t imm = be32toh(wc->imm_data);
+	uint64_t bytes = imm & SHIM_RDMA_IMM_BYTES;
+	/* Acquire: pairs with the release store in chain_credits(), made
+	 * before the credit WRITE whose arrival allowed these bytes. */
+	uint64_t credited = __atomic_load_n(&c->rx_head_sent, __ATOMIC_ACQUIRE);
 
+	if (c->violated)
+		return;
+	if (__atomic_load_n(&c->rx_closed, __ATOMIC_RELAXED) || bytes > c->ring_bytes ||
+	    c->rx_tail + bytes - credited > c->ring_bytes) {
+		rdma_violation(c, "immediate_beyond_credit", bytes);
+		return;
+	}
 	/* Release: pairs with the acquire loads in rdma_readable() and
 	 * rdma_rx_eof(), which may run on threads that did not reap. */
-	__atomic_store_n(&c->rx_tail, c->rx_tail + (imm & SHIM_RDMA_IMM_BYTES), __ATOMIC_RELEASE);
+	__atomic_store_n(&c->rx_tail, c->rx_tail + bytes, __ATOMIC_RELEASE);
 	if (imm & SHIM_RDMA_IMM_CLOSED)
 		__atomic_store_n(&c->rx_closed, true, __ATOMIC_RELEASE);
 }
@@ -166,7 +200,7 @@ bool rdma_wait_seq(struct rdma_conn *c, uint64_t seq)
 			sched_yield();
 			/* A peer that closed sends a DREQ before it destroys its
 			 * QP: notice it instead of waiting for retries to run out. */
-			if (c->done && cm_disconnected(c))
+			if ((c->done || c->step == RDMA_CONNECTED) && cm_disconnected(c))
 				rdma_mark_broken(c, "disconnected", 0);
 		}
 	}

@@ -47,6 +47,10 @@ bool rdma_wait_seq(struct rdma_conn *c, uint64_t seq);
 void rdma_reap_try(struct rdma_conn *c);
 /* The channel failed: traced once, why and a detail. */
 void rdma_mark_broken(struct rdma_conn *c, const char *why, int detail);
+/* The peer wrote a value outside our bounds: traced (rdma.violation), the
+ * QP goes to ERR and the channel reports violated() (transport.h): the
+ * connection is reset, or stays on TCP if nothing moved yet. */
+void rdma_violation(struct rdma_conn *c, const char *why, unsigned long long value);
 /* Acks what the event channel holds; true if the peer disconnected. */
 bool rdma_drain_cm_events(struct rdma_conn *c);
 

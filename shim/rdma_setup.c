@@ -10,23 +10,21 @@
  *
  * Trust unit: the host. The CM source IP check proves only that the OFFER
  * came from the TCP peer's host (RoCE itself trusts IP addresses, and any
- * process on that host with an RDMA device could send it); the nonces that
- * each end writes back in-band on TCP at its switch prove that the peer owns
- * the TCP connection itself, as for shm.
+ * process on that host with an RDMA device could send it). Who may receive
+ * our bytes is decided later, by the nonces (rdma_switch.c): an end posts
+ * nothing on the QP until the peer's in-band SWITCH frame carried the nonce
+ * this end sent only to its CM peer (shim/PROTOCOL.md, "Proof").
  *
- * Switch offsets travel as two-sided SENDs (SWITCH_AT), one each way, once
- * each end knows the other is committed: S after CONNECT_RESPONSE (it then
- * moves its QP to RTS and sends the RTU with rdma_establish), C after its
- * ESTABLISHED event (the RTU) or S's SWITCH_AT, whichever comes first. The
- * brief put C's offset into ACCEPT; but between rdma_accept and ESTABLISHED
- * the program may write more on TCP, so the offset would be stale. Sending
- * it after ESTABLISHED keeps the point of no return of upgrade.c: an end
- * switches its direction only after the SEND with its offset completed (the
- * peer's HCA ACKed it, its CQE is written), so the peer learns the offset
- * no later than the SWITCH frame's bytes can reach it: it polls its CQ in
- * progress after every TCP read while rx is pending. Before the RTU, S may
- * still give up (rdma_destroy_id REJects C), and C, which has not switched,
- * gives up too.
+ * Switch offsets travel as two-sided SENDs (SWITCH_AT), one each way: C's
+ * once its ESTABLISHED event (the RTU) or S's SWITCH_AT came, S's once C's
+ * SWITCH frame proved C. The brief put C's offset into ACCEPT; but between
+ * rdma_accept and ESTABLISHED the program may write more on TCP, so the
+ * offset would be stale. An end writes its SWITCH frame only after the SEND
+ * with its offset completed (the peer's HCA ACKed it, its CQE is written),
+ * so the peer learns the offset no later than the frame's bytes can reach
+ * it: it polls its CQ in progress after every TCP read while rx is
+ * pending. Before the RTU, S may still give up (rdma_destroy_id REJects
+ * C), and C, which has not switched, gives up too.
  *
  * Every wait is bounded (RDMASHIM_CM_TIMEOUT_MS per CM step) and none
  * blocks: the event channel is nonblocking and progressed from
@@ -55,6 +53,7 @@
 #include "real.h"
 #include "stats.h"
 #include "trace.h"
+#include "rdma_post.h"
 #include "upgrade.h"
 
 /* 4.096 us * 2^17 = 537 ms per try, 8 tries: a dead peer shows as a failed
@@ -63,6 +62,7 @@
  * lifetime and was about a second per try on rxe; shorter tries than these
  * gave up under QEMU TCG load, where a VM can stall for 100 ms. */
 #define ACK_TIMEOUT 17
+#define RETRY_COUNT 7
 #define SQ_DEPTH 64
 #define CQ_DEPTH (SQ_DEPTH + SHIM_RDMA_RQ_DEPTH + 8)
 #define WANT_INLINE 64
@@ -123,6 +123,17 @@ static int qp_to(struct rdma_conn *c, enum ibv_qp_state st)
 			attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 			mask |= IBV_QP_ACCESS_FLAGS;
 		}
+		if (st == IBV_QPS_RTS) {
+			/* Our retries are ours to bound, whatever the peer's CM
+			 * message asked for (rdma_cm takes them from it). RNR: an
+			 * honest peer never runs out of receives (we send no more
+			 * immediates than it credited), so the first RNR NAK fails
+			 * the WR at once: 7 would mean retry forever, and a peer
+			 * posting no receives would stall us in rdma_wait_seq(). */
+			attr.rnr_retry = 0;
+			attr.retry_cnt = RETRY_COUNT;
+			mask |= IBV_QP_RNR_RETRY | IBV_QP_RETRY_CNT;
+		}
 		rc = -ibv_modify_qp(c->qp, &attr, mask);
 	}
 	SHIM_TRACE(rc ? SHIM_TRACE_WARN : SHIM_TRACE_DEBUG, "qp.state", c->fd, &c->sock->tuple, SHIM_REASON_NONE,
@@ -144,12 +155,29 @@ static int make_qp(struct rdma_conn *c)
 		return -ENOMEM;
 	/* Before RTS, whose attributes rdma_init_qp_attr computes from it. */
 	rdma_set_option(c->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof(timeout));
-	if (c->slot.chunk && c->pd != pd)
+	if (c->slot.chunk && c->pd != pd) {
+		if (c->mr)
+			ibv_dereg_mr(c->mr);
+		c->mr = NULL;
 		shim_mrpool_put(&c->slot);
+	}
 	if (!c->slot.chunk) {
 		rc = shim_mrpool_get(pd, slot_bytes, &c->slot);
 		if (rc < 0)
 			return rc;
+	}
+	if (!c->mr) {
+		/* The peer's window into our memory: this connection's control
+		 * page and receive ring, nothing else (the pool's chunk MR
+		 * grants local access only). One registration per connection,
+		 * of ring_bytes + 4 KiB already faulted in. */
+		unsigned long long t0 = shim_now_ns();
+
+		c->mr = ibv_reg_mr(pd, c->slot.addr, SHIM_RDMA_CTL_BYTES + c->ring_bytes,
+				   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+		if (!c->mr)
+			return -errno;
+		c->mr_reg_ns = shim_now_ns() - t0;
 	}
 	c->pd = pd;
 	shim_rdma_chan_init(c);
@@ -192,6 +220,9 @@ static void drop_qp(struct rdma_conn *c)
 		ibv_destroy_cq(c->cq);
 		c->cq = NULL;
 	}
+	/* The next QP starts with its own receives: the peer checks the
+	 * count we report against the queue depth. */
+	c->recv_posted = c->recv_reported = 0;
 }
 
 static void fill_hello(const struct rdma_conn *c, struct shim_rdma_hello *h, uint8_t type, const uint8_t *nonce)
@@ -203,7 +234,7 @@ static void fill_hello(const struct rdma_conn *c, struct shim_rdma_hello *h, uin
 	h->order = 0x0102;
 	memcpy(h->nonce, nonce, SHIM_NONCE_LEN);
 	h->addr = htobe64((uint64_t)(uintptr_t)c->slot.addr);
-	h->rkey = htobe32(c->slot.rkey);
+	h->rkey = htobe32(c->mr->rkey);
 	h->ring_bytes = htobe32(c->ring_bytes);
 }
 
@@ -237,8 +268,9 @@ static void conn_param(struct rdma_conn *c, struct rdma_conn_param *p, const voi
 	/* WRITEs and SENDs only: no RDMA READ or atomics either way. */
 	p->responder_resources = 0;
 	p->initiator_depth = 0;
-	p->retry_count = 7;
-	p->rnr_retry_count = 7; /* receives are posted before RTR, and credited */
+	/* What we ask of the peer; our own QP is set in qp_to() regardless. */
+	p->retry_count = RETRY_COUNT;
+	p->rnr_retry_count = 0; /* receives are posted before RTR, and credited */
 	p->qp_num = c->qp->qp_num;
 }
 
@@ -250,7 +282,7 @@ static bool breaker_counts(enum shim_reason r)
 }
 
 /* Gives up before any direction moved: everything goes, TCP stays. */
-static void rdma_fail(struct shim_sock *s, int fd, enum shim_reason reason)
+void shim_rdma_give_up(struct shim_sock *s, int fd, enum shim_reason reason)
 {
 	struct rdma_conn *c = s->rdma;
 
@@ -298,7 +330,7 @@ static void c_listen(struct shim_sock *s, int fd, struct rdma_conn *c)
 		rc = rdma_listen(c->listen_id, 4) ? -errno : 0;
 	if (rc < 0) {
 		SHIM_TRACE(SHIM_TRACE_INFO, "rdma.listen_failed", fd, &s->tuple, SHIM_REASON_NONE, "\"errno\":%d", -rc);
-		rdma_fail(s, fd, rc == -EADDRINUSE ? SHIM_REASON_RENDEZVOUS_BUSY : SHIM_REASON_NO_RDMA_DEVICE);
+		shim_rdma_give_up(s, fd, rc == -EADDRINUSE ? SHIM_REASON_RENDEZVOUS_BUSY : SHIM_REASON_NO_RDMA_DEVICE);
 		return;
 	}
 	c->step = RDMA_C_LISTEN;
@@ -343,7 +375,7 @@ static void c_connect_request(struct shim_sock *s, int fd, struct rdma_conn *c, 
 	if (rc < 0) {
 		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.accept_failed", fd, &s->tuple, SHIM_REASON_NONE, "\"errno\":%d", -rc);
 		rdma_reject(child, NULL, 0);
-		rdma_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
+		shim_rdma_give_up(s, fd, SHIM_REASON_INTERNAL_ERROR);
 		return;
 	}
 	/* Installed for rx: S may switch as soon as it has sent its SWITCH_AT,
@@ -369,7 +401,7 @@ static void s_resolve(struct shim_sock *s, int fd, struct rdma_conn *c)
 				       (int)shim_cfg.cm_timeout_ms) ? -errno : 0;
 	if (rc < 0) {
 		SHIM_TRACE(SHIM_TRACE_INFO, "rdma.resolve_failed", fd, &s->tuple, SHIM_REASON_NONE, "\"errno\":%d", -rc);
-		rdma_fail(s, fd, rc == -ENODEV || rc == -EADDRNOTAVAIL ? SHIM_REASON_NO_RDMA_DEVICE
+		shim_rdma_give_up(s, fd, rc == -ENODEV || rc == -EADDRNOTAVAIL ? SHIM_REASON_NO_RDMA_DEVICE
 								     : SHIM_REASON_CM_UNREACHABLE);
 		return;
 	}
@@ -392,7 +424,7 @@ static void s_route_resolved(struct shim_sock *s, int fd, struct rdma_conn *c)
 	}
 	if (rc < 0) {
 		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.connect_failed", fd, &s->tuple, SHIM_REASON_NONE, "\"errno\":%d", -rc);
-		rdma_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
+		shim_rdma_give_up(s, fd, SHIM_REASON_INTERNAL_ERROR);
 		return;
 	}
 	c->step = RDMA_S_CONNECT;
@@ -413,7 +445,7 @@ static void s_connect_response(struct shim_sock *s, int fd, struct rdma_conn *c,
 		rc = rdma_establish(c->id) ? -errno : 0;
 	if (rc < 0) {
 		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.establish_failed", fd, &s->tuple, SHIM_REASON_NONE, "\"errno\":%d", -rc);
-		rdma_fail(s, fd, rc == -EPROTO ? SHIM_REASON_HANDSHAKE_MALFORMED : SHIM_REASON_INTERNAL_ERROR);
+		shim_rdma_give_up(s, fd, rc == -EPROTO ? SHIM_REASON_HANDSHAKE_MALFORMED : SHIM_REASON_INTERNAL_ERROR);
 		return;
 	}
 	shim_breaker_record(shim_breaker_global(), s->tuple.peer.addr, true, shim_breaker_now_ms());
@@ -427,7 +459,7 @@ static void s_connect_response(struct shim_sock *s, int fd, struct rdma_conn *c,
 static void s_retry(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now)
 {
 	if (now >= s->deadline_ns) {
-		rdma_fail(s, fd, SHIM_REASON_PEER_NO_SHIM);
+		shim_rdma_give_up(s, fd, SHIM_REASON_PEER_NO_SHIM);
 		return;
 	}
 	drop_qp(c);
@@ -494,25 +526,25 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 		 * and send the DREQ: look at the CQ once more before giving up. */
 		shim_rdma_reap(c);
 		if (!c->peer_at_known)
-			rdma_fail(s, fd, reason_of(e));
+			shim_rdma_give_up(s, fd, reason_of(e));
 		return;
 	case RDMA_S_ADDR:
 		if (e == RDMA_CM_EVENT_ADDR_RESOLVED) {
 			if (rdma_resolve_route(c->id, (int)shim_cfg.cm_timeout_ms)) {
-				rdma_fail(s, fd, SHIM_REASON_CM_UNREACHABLE);
+				shim_rdma_give_up(s, fd, SHIM_REASON_CM_UNREACHABLE);
 				return;
 			}
 			c->step = RDMA_S_ROUTE;
 			c->step_deadline_ns = now + (unsigned long long)shim_cfg.cm_timeout_ms * MS_NS;
 		} else {
-			rdma_fail(s, fd, reason_of(e));
+			shim_rdma_give_up(s, fd, reason_of(e));
 		}
 		return;
 	case RDMA_S_ROUTE:
 		if (e == RDMA_CM_EVENT_ROUTE_RESOLVED)
 			s_route_resolved(s, fd, c);
 		else
-			rdma_fail(s, fd, reason_of(e));
+			shim_rdma_give_up(s, fd, reason_of(e));
 		return;
 	case RDMA_S_CONNECT:
 		if (e == RDMA_CM_EVENT_CONNECT_RESPONSE)
@@ -520,7 +552,7 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 		else if (e == RDMA_CM_EVENT_REJECTED && ev->status == REJ_INVALID_SERVICE_ID)
 			s_retry(s, fd, c, now);
 		else
-			rdma_fail(s, fd, reason_of(e));
+			shim_rdma_give_up(s, fd, reason_of(e));
 		return;
 	case RDMA_WARMING:
 	case RDMA_S_RETRY:
@@ -531,50 +563,13 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 	}
 }
 
-/* ---- after the QP is connected: offsets ---- */
-
-static void decide_tx(struct shim_sock *s, int fd, struct rdma_conn *c)
-{
-	bool stay = s->wr_shut;
-	int rc = shim_rdma_send_switch_at(c, s->tx_tcp_bytes, stay);
-
-	c->tx_decided = true;
-	if (rc < 0) {
-		/* The peer may or may not have our offset: make that visible
-		 * rather than risk a silently corrupted stream. */
-		SHIM_TRACE(SHIM_TRACE_ERROR, "rdma.switch_at_failed", fd, &s->tuple, SHIM_REASON_INTERNAL_ERROR,
-			   "\"errno\":%d", -rc);
-		REAL(shutdown)(fd, SHUT_RDWR);
-		return;
-	}
-	if (!stay)
-		shim_upgrade_switch_tx(s, fd);
-}
-
-static void finish(struct shim_sock *s, int fd, struct rdma_conn *c)
-{
-	if (c->peer_no_switch) {
-		SHIM_TRACE(SHIM_TRACE_WARN, "upgrade.half", fd, &s->tuple, SHIM_REASON_SHUTDOWN,
-			   "\"transport\":\"rdma\"");
-	} else if (shim_upgrade_learn_rx_switch(s, fd, c->peer_at) < 0) {
-		REAL(shutdown)(fd, SHUT_RDWR);
-	}
-	s->phase = SHIM_PHASE_DONE;
-	c->done = true;
-	shim_stats_count(SHIM_REASON_UPGRADED);
-	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.done", fd, &s->tuple, SHIM_REASON_UPGRADED,
-		   "\"role\":\"%s\",\"transport\":\"rdma\",\"ring_bytes\":%u,\"max_inline\":%u,\"huge\":%s",
-		   s->role == SHIM_ROLE_CLIENT ? "client" : "server", c->ring_bytes, c->max_inline,
-		   shim_mrpool_slot_huge(&c->slot) ? "true" : "false");
-}
-
 static void check_deadline(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now)
 {
 	if (now < c->step_deadline_ns)
 		return;
 	switch (c->step) {
 	case RDMA_C_LISTEN:
-		rdma_fail(s, fd, SHIM_REASON_PEER_NO_SHIM);
+		shim_rdma_give_up(s, fd, SHIM_REASON_PEER_NO_SHIM);
 		return;
 	case RDMA_C_ACCEPTED:
 		/* Stop any SWITCH_AT still in flight from completing, then
@@ -582,12 +577,12 @@ static void check_deadline(struct shim_sock *s, int fd, struct rdma_conn *c, uns
 		shim_rdma_qp_error(c);
 		shim_rdma_reap(c);
 		if (!c->peer_at_known)
-			rdma_fail(s, fd, SHIM_REASON_CM_TIMEOUT);
+			shim_rdma_give_up(s, fd, SHIM_REASON_CM_TIMEOUT);
 		return;
 	case RDMA_S_ADDR:
 	case RDMA_S_ROUTE:
 	case RDMA_S_CONNECT:
-		rdma_fail(s, fd, SHIM_REASON_CM_TIMEOUT);
+		shim_rdma_give_up(s, fd, SHIM_REASON_CM_TIMEOUT);
 		return;
 	default:
 		return;
@@ -656,10 +651,7 @@ void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 		check_deadline(s, fd, c, now);
 		return;
 	}
-	if (!c->tx_decided)
-		decide_tx(s, fd, c);
-	if (c->peer_at_known)
-		finish(s, fd, c);
+	shim_rdma_connected(s, fd, c);
 }
 
 /* The first steps, once the process is warm (s->deadline_ns restarted). */
@@ -667,7 +659,7 @@ static void begin(struct shim_sock *s, int fd, struct rdma_conn *c)
 {
 	c->ec = rdma_create_event_channel();
 	if (!c->ec || REAL(fcntl)(c->ec->fd, F_SETFL, REAL(fcntl)(c->ec->fd, F_GETFL) | O_NONBLOCK) < 0) {
-		rdma_fail(s, fd, SHIM_REASON_NO_RDMA_DEVICE);
+		shim_rdma_give_up(s, fd, SHIM_REASON_NO_RDMA_DEVICE);
 		return;
 	}
 	REAL(fcntl)(c->ec->fd, F_SETFD, FD_CLOEXEC);
@@ -686,9 +678,9 @@ static void warm_wait(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned
 		s->deadline_ns = now + (unsigned long long)shim_cfg.upgrade_timeout_ms * MS_NS;
 		begin(s, fd, c);
 	} else if (shim_rdma_warm_verdict(st) != SHIM_REASON_NONE) {
-		rdma_fail(s, fd, shim_rdma_warm_verdict(st));
+		shim_rdma_give_up(s, fd, shim_rdma_warm_verdict(st));
 	} else if (now >= c->step_deadline_ns) {
-		rdma_fail(s, fd, SHIM_REASON_RDMA_WARMING);
+		shim_rdma_give_up(s, fd, SHIM_REASON_RDMA_WARMING);
 	}
 }
 

@@ -40,11 +40,13 @@
 	X(CHAN_FAILED, "chan_failed", "the side channel failed: the stream resumed on TCP")      \
 	X(RESUME_FAILED, "resume_failed", "the channel failed where no resume is possible: reset") \
 	X(PEER_VIOLATION, "peer_violation",                                                     \
-	  "the peer wrote a value outside the protocol's bounds (ring cursor, frame): reset")   \
+	  "the peer wrote a value outside the protocol's bounds (cursor, immediate, credit, frame)") \
 	X(RATE_LIMITED, "rate_limited", "too many refused rendezvous attempts: some were not looked at") \
 	X(BYPASS, "bypass",                                                                     \
 	  "the socket is read or written where the shim can not see (stdio, splice) or carries urgent data: stays on TCP") \
-	X(SANDBOXED, "sandboxed", "the process installed a seccomp filter: no new side channels in it")
+	X(SANDBOXED, "sandboxed", "the process installed a seccomp filter: no new side channels in it") \
+	X(UNPROVEN_PEER, "unproven_peer",                                                       \
+	  "the side-channel peer did not prove it owns the TCP connection in time")
 
 enum shim_reason {
 #define SHIM_REASON_ENUM(id, name, text) SHIM_REASON_##id,

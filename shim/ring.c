@@ -176,6 +176,11 @@ bool shim_ring_eof(struct shim_ring *ring)
 	       shim_ring_readable(ring) == 0;
 }
 
+bool shim_ring_producer_closed(const struct shim_ring *ring)
+{
+	return __atomic_load_n(&ring->hdr->producer_closed, __ATOMIC_ACQUIRE) != 0;
+}
+
 bool shim_ring_consumer_arm(struct shim_ring *ring)
 {
 	__atomic_store_n(&ring->hdr->consumer_armed, 1, __ATOMIC_RELAXED);

@@ -92,6 +92,7 @@ size_t shim_ring_readable(struct shim_ring *ring);
 /* Copies up to the iovec's total bytes out; advances head unless peek. */
 size_t shim_ring_read(struct shim_ring *ring, const struct iovec *iov, int iovcnt, bool peek);
 bool shim_ring_eof(struct shim_ring *ring); /* closed and drained */
+bool shim_ring_producer_closed(const struct shim_ring *ring); /* closed, drained or not */
 /* Arms for a data wake-up; returns true when the ring is still empty (sleep).
  * Every arm is followed by one disarm, slept or not. */
 bool shim_ring_consumer_arm(struct shim_ring *ring);

@@ -151,6 +151,11 @@ static bool shm_rx_eof(const struct shim_chan *ch)
 	return shim_ring_eof(&shm_of(ch)->rx);
 }
 
+static bool shm_rx_fin(const struct shim_chan *ch)
+{
+	return shim_ring_producer_closed(&shm_of(ch)->rx);
+}
+
 static bool shm_peer_rx_gone(const struct shim_chan *ch)
 {
 	return shim_ring_consumer_gone(&shm_of(ch)->tx);
@@ -228,6 +233,7 @@ const struct shim_transport_ops shim_shm_ops = {
 	.writable = shm_writable,
 	.space_lowat = shm_space_lowat,
 	.rx_eof = shm_rx_eof,
+	.rx_fin = shm_rx_fin,
 	.peer_rx_gone = shm_peer_rx_gone,
 	.tx_unread = shm_tx_unread,
 	.violated = shm_violated,

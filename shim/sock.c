@@ -391,9 +391,27 @@ int shim_sock_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 	struct shim_sock *sock = shim_fd_get_acquire(fd);
 	int v;
 
+	if (!sock || !sock->intercept || !val || !len || *len < sizeof(int))
+		return 0;
+	if (level == SOL_SOCKET && name == SO_ERROR) {
+		/* A reset the shim read under the bells took the kernel's
+		 * pending error: the program gets it here, once, as from the
+		 * kernel. */
+		bool reset;
+
+		pthread_mutex_lock(&sock->lock);
+		reset = sock->rx_tcp_reset;
+		sock->rx_tcp_reset = false;
+		pthread_mutex_unlock(&sock->lock);
+		if (!reset)
+			return 0;
+		v = ECONNRESET;
+		memcpy(val, &v, sizeof(v));
+		*len = sizeof(v);
+		return 1;
+	}
 	/* The shim sets TCP_NODELAY for its bells; the program sees its own. */
-	if (!sock || !sock->intercept || level != IPPROTO_TCP || name != TCP_NODELAY || !val || !len ||
-	    *len < sizeof(int))
+	if (level != IPPROTO_TCP || name != TCP_NODELAY)
 		return 0;
 	v = sock->app_nodelay;
 	memcpy(val, &v, sizeof(v));

@@ -78,6 +78,7 @@ struct shim_sock {
 	bool rd_shut, wr_shut;
 	bool rx_tcp_eof;
 	bool rx_tcp_reset;   /* that end came as a reset (ECONNRESET), reported once */
+	bool rx_reset_seen;  /* ... and stays a reset: later sends fail EPIPE at once */
 	bool peer_gone_told; /* a write after the peer closed was taken (io.c) */
 	bool closed;         /* the last reference went: channel released */
 	bool closing;        /* the program closed its last fd (close.c) */
@@ -108,6 +109,7 @@ struct shim_sock {
 	/* Back to TCP after the channel failed (failover.c). */
 	bool fo_started;    /* our RESUME is queued: the channel carries nothing more */
 	bool fo_peer_known; /* the peer's RESUME arrived: plain bytes follow it */
+	bool fo_peer_rx_nothing; /* the channel carried none of our bytes: replay from 0 */
 	bool fo_tx_done;    /* our replay went out: tx is plain TCP again */
 	bool fo_absorb_bad; /* a frame other than bells came in one read with SWITCH */
 	uint64_t fo_peer_rx_offset; /* what the peer's RESUME said it received */

@@ -43,6 +43,9 @@ struct shim_transport_ops {
 	size_t (*space_lowat)(const struct shim_chan *ch);
 	/* The peer closed its sending side and everything was read. */
 	bool (*rx_eof)(const struct shim_chan *ch);
+	/* The peer closed its sending side (read or not yet): POLLRDHUP.
+	 * Optional. */
+	bool (*rx_fin)(const struct shim_chan *ch);
 	/* The peer closed its receiving side: sends fail with EPIPE. */
 	bool (*peer_rx_gone)(const struct shim_chan *ch);
 	/* Bytes we sent that the peer has not read yet (optional: NULL when

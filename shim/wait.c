@@ -115,8 +115,18 @@ static int kernel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock **ours
 		return -errno;
 	for (nfds_t i = 0; i < nfds; i++) {
 		if (ours[i]) {
-			if (tmp[i].revents)
+			if (tmp[i].revents) {
 				shim_io_drain_bells(ours[i], fds[i].fd);
+				/* What the bells' TCP said (EOF, a reset) changes
+				 * what the channel round reports: look again. */
+				fds[i].revents = 0;
+				int mask = shim_io_poll_mask(ours[i], fds[i].fd);
+
+				if (mask >= 0)
+					fds[i].revents = (short)(mask & (fds[i].events | POLLHUP | POLLERR | POLLNVAL));
+				if (fds[i].revents)
+					ready++;
+			}
 			continue;
 		}
 		fds[i].revents = tmp[i].revents;

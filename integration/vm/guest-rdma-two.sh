@@ -35,7 +35,7 @@ check() { local m=$1; shift; if "$@"; then ok "$m"; else not_ok "$m"; fi; }
 shim() {
   local name=$1 port=$2; shift 2
   mkdir -p "$T/$name"
-  env RDMASHIM_PORTS="$port" RDMASHIM_TRACE="${RDMA_TRACE:-info}" RDMASHIM_TRACE_FILE="$T/$name/trace.%p.jsonl" \
+  env RDMASHIM_UPGRADE_AFTER_MS=0 RDMASHIM_PORTS="$port" RDMASHIM_TRACE="${RDMA_TRACE:-info}" RDMASHIM_TRACE_FILE="$T/$name/trace.%p.jsonl" \
       LD_PRELOAD="$LIB" "$@"
 }
 events() { cat "$T/$1"/trace.*.jsonl 2>/dev/null | grep "\"event\":\"$2\"" | grep -c "$3" || true; }

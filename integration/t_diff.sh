@@ -1,0 +1,22 @@
+#!/bin/bash
+# t_diff: the differential harness (integration/diff/README.md). Every
+# scenario of integration/diff/corpus/ runs three ways (plain TCP, the shim
+# tracking but never upgrading, the shim upgrading to shm) and the records of
+# both ends must be identical; the cases in corpus/known/ reproduce known
+# differences of the shim and are reported ("known difference"), not failed.
+# Then random scenarios (without the shapes of the known differences) run for
+# DIFF_BUDGET_S seconds (default 90); a difference is shrunk and saved to
+# corpus/new/, and fails the scenario. DIFF_SEED=N repeats a random run.
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+need_built "$PROGS/diff_driver"
+need_cmd python3
+
+BUDGET=${DIFF_BUDGET_S:-90}
+export DIFF_SHRINK_S=${DIFF_SHRINK_S:-45}
+DIFF=$ROOT/integration/diff/diff.py
+
+log "corpus"
+CMD_TIMEOUT=240 tally_cmd "$PYTHON" "$DIFF" check
+log "random scenarios for ${BUDGET}s"
+CMD_TIMEOUT=$((BUDGET + DIFF_SHRINK_S + 60)) tally_cmd "$PYTHON" "$DIFF" random --budget "$BUDGET" --avoid-known
+finish
