@@ -44,13 +44,16 @@ TEST_PROGS  := $(patsubst integration/progs/%.c,$(BUILD)/progs/%,$(wildcard inte
 # The stress tool is several files (integration/stress/), so it has a rule of its own.
 STRESS      := $(BUILD)/progs/stress
 STRESS_SRCS := $(wildcard integration/stress/*.c)
+# So is the hostile shared-memory peer (integration/hostile/).
+HOSTILE      := $(BUILD)/progs/hostile_shm
+HOSTILE_SRCS := $(wildcard integration/hostile/*.c)
 # The differential driver (integration/diff/) is several files as well.
 DIFF_DRIVER := $(BUILD)/progs/diff_driver
 DIFF_SRCS   := $(wildcard integration/diff/*.c)
 
 .PHONY: all deps test unit unit-bins integration demo bench install clean asan tsan test-asan test-tsan soak-diff
 
-all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS) $(DIFF_DRIVER)
+all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS) $(HOSTILE) $(DIFF_DRIVER)
 
 $(BUILD)/obj/shim/%.o: shim/%.c
 	@mkdir -p $(dir $@)
@@ -90,6 +93,10 @@ $(BUILD)/progs/hostile_rdma: integration/progs/hostile_rdma.c shim/rdma_wire.h s
 $(STRESS): $(STRESS_SRCS) integration/stress/stress.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -o $@ $(STRESS_SRCS) -lpthread
+
+$(HOSTILE): $(HOSTILE_SRCS) integration/hostile/hostile.h
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -MMD -MP,$(CFLAGS_COMMON)) -o $@ $(HOSTILE_SRCS) -lpthread
 
 $(DIFF_DRIVER): $(DIFF_SRCS) integration/diff/driver.h
 	@mkdir -p $(dir $@)

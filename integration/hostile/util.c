@@ -1,0 +1,181 @@
+/* Small helpers of the hostile peer: output, names, addresses, waits. */
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hostile.h"
+
+struct opts o = { .mode = "honest", .payload = 64 * 1024, .seconds = 2, .wait_ms = 4000, .procs = 4 };
+struct state st = { .tcp = -1, .rv = -1 };
+
+int is_mode(const char *m)
+{
+	return !strcmp(o.mode, m);
+}
+
+long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void say(const char *fmt, const char *arg)
+{
+	printf("hostile_shm: ");
+	printf(fmt, arg);
+	printf("\n");
+}
+
+void result(void)
+{
+	printf("RESULT role=%s mode=%s reached=%s sent=%llu echoed=%llu good=%llu never_sent=%llu foreign=%llu "
+	       "oob=%llu parked=%llu end=%s\n",
+	       o.role, o.mode, st.reached ? "yes" : "no", (unsigned long long)st.sent,
+	       (unsigned long long)st.echoed, (unsigned long long)st.good, (unsigned long long)st.never_sent,
+	       (unsigned long long)st.foreign, (unsigned long long)st.oob, (unsigned long long)st.parked,
+	       st.reset ? "reset" : st.eof ? "eof" : "open");
+	exit(st.foreign || st.never_sent || st.oob ? 3 : 0);
+}
+
+void fail_setup(const char *what)
+{
+	printf("hostile_shm: setup: %s (%s)\n", what, errno ? strerror(errno) : "-");
+	printf("RESULT role=%s mode=%s reached=no setup_failed\n", o.role, o.mode);
+	exit(1);
+}
+
+void random_bytes(void *buf, size_t n)
+{
+	if (getrandom(buf, n, 0) != (ssize_t)n)
+		memset(buf, 0x5a, n);
+}
+
+/* The rendezvous name (shim/rendezvous.c): both endpoints, v4-mapped. */
+/* ---- endpoints and the rendezvous name (shim/rendezvous.c) ---- */
+socklen_t rv_name(struct sockaddr_un *sun, const struct sockaddr_in *c, const struct sockaddr_in *s)
+{
+	static const char hex[] = "0123456789abcdef";
+	const struct sockaddr_in *eps[2] = { c, s };
+	char *p = sun->sun_path + 1;
+
+	memset(sun, 0, sizeof(*sun));
+	sun->sun_family = AF_UNIX;
+	p += sprintf(p, "rdmashim1/");
+	for (int e = 0; e < 2; e++) {
+		uint8_t raw[18] = { [10] = 0xff, [11] = 0xff };
+
+		memcpy(raw + 12, &eps[e]->sin_addr, 4);
+		memcpy(raw + 16, &eps[e]->sin_port, 2); /* already big-endian */
+		for (size_t i = 0; i < sizeof(raw); i++) {
+			*p++ = hex[raw[i] >> 4];
+			*p++ = hex[raw[i] & 15];
+		}
+	}
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)(p - sun->sun_path));
+}
+
+int parse_addr(const char *text, struct sockaddr_in *sin)
+{
+	char host[64];
+	const char *colon = strrchr(text, ':');
+
+	if (!colon || (size_t)(colon - text) >= sizeof(host))
+		return -1;
+	memcpy(host, text, (size_t)(colon - text));
+	host[colon - text] = '\0';
+	memset(sin, 0, sizeof(*sin));
+	sin->sin_family = AF_INET;
+	sin->sin_port = htons((uint16_t)atoi(colon + 1));
+	return inet_pton(AF_INET, host, &sin->sin_addr) == 1 ? 0 : -1;
+}
+
+/* ---- blocking-with-deadline helpers ---- */
+int wait_fd(int fd, short ev, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = ev };
+
+	return poll(&p, 1, ms) > 0;
+}
+
+/*
+ * One rendezvous message carrying fd (and, if lie, by mode extra fds or padding):
+ * trunc pads it to 100 bytes (more than any receiver's buffer: MSG_TRUNC),
+ * ctrunc attaches 8 fds (more than its control buffer: MSG_CTRUNC),
+ * extra_fds 3. The extra fds are memfds named "hostile-extra", so a leak
+ * shows in the victim's /proc/<pid>/fd.
+ */
+int send_with_fds(int sock, const void *msg, size_t len, int fd, int lie)
+{
+	uint8_t buf[100];
+	int fds[8] = { fd, -1, -1, -1, -1, -1, -1, -1 }, nfds = fd >= 0 ? 1 : 0;
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(fds))];
+	} control;
+
+	if (len > sizeof(buf))
+		return -1;
+	memset(buf, 0, sizeof(buf));
+	memcpy(buf, msg, len);
+	if (lie && is_mode("trunc"))
+		len = sizeof(buf);
+	if (lie && is_mode("ctrunc"))
+		nfds = 8;
+	if (lie && (is_mode("extra_fds") || is_mode("offer_fds")))
+		nfds = 3;
+	for (int i = 0; i < nfds; i++)
+		if (fds[i] < 0)
+			fds[i] = memfd_create("hostile-extra", MFD_CLOEXEC);
+	struct iovec iov = { buf, len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (nfds) {
+		mh.msg_control = control.buf;
+		mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+		memset(control.buf, 0, sizeof(control.buf));
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+	}
+	ssize_t n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+
+	for (int i = 0; i < nfds; i++)
+		if (fds[i] != fd)
+			close(fds[i]);
+	return n == (ssize_t)len ? 0 : -1;
+}
+
+int send_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *b = buf;
+
+	while (len) {
+		ssize_t n = send(fd, b, len, MSG_NOSIGNAL);
+
+		if (n < 0) {
+			if (errno == EAGAIN && wait_fd(fd, POLLOUT, 1000))
+				continue;
+			return -1;
+		}
+		b += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}

@@ -1,0 +1,382 @@
+#!/bin/bash
+# t_shm_hostile: a hostile peer of another user against root programs under
+# the shim (RDMASHIM_TRANSPORTS=shm). build/progs/hostile_shm (sources in
+# integration/hostile/) speaks the documented protocol itself and lies in
+# one field per run (ring indices, sizes, seals, fds passed, truncated
+# messages, frames, nonces, offsets); see integration/hostile/main.c.
+#   (a) fake client against root servers: echo_server (epoll shape, then a
+#       few lies against the threads shape) and redis-server (it writes more
+#       at once than it read, which an echo never does: the head lies).
+#       Each lie gets a fresh server, and a root shim client (echo_client or
+#       redis-cli, byte-checked) uses it at the same time. After each run:
+#       the server is alive, its fd count is back at its baseline and it
+#       holds none of the attacker's memfds, it does not spin (it is found
+#       runnable in few of 20 looks), it still serves a new client, and the
+#       attacker received no byte it did not write (hostile_shm classifies
+#       every echoed byte). Lies made after the switch must have reached a
+#       switched server (reached=yes), so no check passes for want of an
+#       attack. Two more: a 64 MiB ring (the largest the ACCEPT may name)
+#       whose echo the attacker never reads must not make the server hold
+#       more than 16 MiB of it, and a switched connection that says nothing
+#       must not make the server spin.
+#   (b) fake server against a root shim client (echo_client, 4 KiB rings,
+#       writes up to 1 MiB): the client must end by itself, not by a signal,
+#       within 5 s of the attacker's exit, must keep none of the fds the
+#       attacker passed, and must not write outside its own ring
+#       (hostile_shm's "oob").
+#   (c) rendezvous flood: 4 processes of the other user connect in a loop to
+#       every @rdmashim1/ name of /proc/net/unix (those for this test's
+#       port) while a root shim client's upgrade is pending (its server has
+#       no shim); the client's rv.refused trace lines stay bounded and its
+#       bytes stay exact.
+# Run as root (it creates the user rdmashim-hostile if missing).
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+HOSTILE=$PROGS/hostile_shm
+need_built "$PROGS/echo_server" "$PROGS/echo_client" "$HOSTILE"
+[[ $(id -u) -eq 0 ]] || skip "needs root: the victims run as root, the attacker as another user"
+
+OTHER=rdmashim-hostile
+if ! id -u "$OTHER" >/dev/null 2>&1; then
+  timeout 20 useradd -r -M -s /usr/sbin/nologin "$OTHER" >/dev/null 2>&1 ||
+    timeout 20 useradd -M "$OTHER" >/dev/null 2>&1 || skip "useradd $OTHER failed"
+fi
+if command -v runuser >/dev/null 2>&1; then
+  AS_OTHER=(runuser -u "$OTHER" --)
+elif command -v setpriv >/dev/null 2>&1; then
+  AS_OTHER=(setpriv --reuid="$(id -u "$OTHER")" --regid="$(id -g "$OTHER")" --clear-groups --)
+else
+  skip "neither runuser nor setpriv"
+fi
+[[ $(timeout 10 "${AS_OTHER[@]}" id -u 2>/dev/null) == "$(id -u "$OTHER")" ]] || skip "can not run as $OTHER"
+log "attacker: $OTHER (uid $(id -u "$OTHER")) via ${AS_OTHER[0]}"
+TICKS=$(getconf CLK_TCK)
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null; }
+# runnable PID: of 20 looks over 0.5 s, how many found one of PID's threads
+# runnable (R). A process that waits is found sleeping; one that spins is
+# found runnable even when a loaded machine gives it little CPU (CPU time
+# would then look small), so this does not depend on the load.
+SPIN_MAX=6
+runnable() {
+  local i n=0 f line r
+  for ((i = 0; i < 20; i++)); do
+    r=0
+    for f in "/proc/$1"/task/*/stat; do
+      read -r line <"$f" 2>/dev/null || continue
+      line=${line##*) }  # the state follows the command name's ")"
+      [[ ${line%% *} == R ]] && r=1
+    done
+    n=$((n + r))
+    sleep 0.025
+  done
+  echo "$n"
+}
+fd_count() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
+# fds of process $1 that are memfds the attacker made (it names them hostile-*)
+hostile_fds() {
+  local f n=0
+  for f in "/proc/$1"/fd/*; do
+    [[ $(readlink "$f" 2>/dev/null) == /memfd:hostile* ]] && n=$((n + 1))
+  done
+  echo "$n"
+}
+result_of() { grep '^RESULT' "$1" | tail -n 1; }
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+# ---- (a) root servers ----
+VPORT='' VPID='' VTPID='' VBASE='' VN=0
+start_victim() {
+  local shape=$1 i
+  VN=$((VN + 1))
+  VPORT=$(free_port)
+  mkdir -p "$WORK/srv$VN"
+  if [[ $shape == redis ]]; then
+    start_bg "victim$VN" shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
+      RDMASHIM_TRACE=warn "RDMASHIM_TRACE_FILE=$WORK/srv$VN/trace.%p.jsonl" \
+      redis-server --save '' --appendonly no --bind 127.0.0.1 --port "$VPORT"
+    VTPID=$BG_PID
+    wait_listen "$VPORT" >/dev/null || { not_ok "redis victim listening"; return 1; }
+  else
+    start_bg "victim$VN" shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
+      RDMASHIM_TRACE=warn "RDMASHIM_TRACE_FILE=$WORK/srv$VN/trace.%p.jsonl" \
+      "$PROGS/echo_server" --shape "$shape" --bind 127.0.0.1 --port "$VPORT" --timeout 280
+    VTPID=$BG_PID
+    wait_ready "victim$VN" >/dev/null || { not_ok "$shape victim ready"; return 1; }
+  fi
+  for ((i = 0; i < 50; i++)); do
+    VPID=$(pgrep -P "$VTPID" | head -n 1)
+    [[ -n $VPID ]] && break
+    sleep 0.02
+  done
+  # Warm up (the shim opens its trace file and netlink socket lazily), then
+  # the baseline.
+  legit "$shape warm-up" 128K || return 1
+  sleep 0.3
+  VBASE=$(fd_count "$VPID")
+  log "$shape victim pid $VPID port $VPORT: $VBASE fds at rest"
+}
+
+# legit LABEL BYTES: a root shim client, byte-checked, must succeed.
+legit() {
+  local out
+  if [[ $SHAPE == redis ]]; then
+    out=$(with_shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
+      bash "$WORK/legit_redis.sh" "$VPORT" 1 2>&1 | tail -n 1)
+  else
+    out=$(with_shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
+    "$PROGS/echo_client" --port "$VPORT" --bytes "$2" --conns 2 --timeout 10 2>&1 | tail -n 1)
+  fi
+  if [[ $out == OK* ]]; then ok "$1: a legitimate client is served ($out)"; return 0; fi
+  not_ok "$1: a legitimate client is served ($out)"
+  return 1
+}
+
+# after_attack LABEL: the server survived, leaks nothing, does not spin.
+after_attack() {
+  local label=$1 i n c0 c1
+  if ! kill -0 "$VPID" 2>/dev/null || [[ $(awk '{ print $3 }' "/proc/$VPID/stat" 2>/dev/null) == Z ]]; then
+    not_ok "$label: the server is alive"
+    tail -n 3 "$WORK/victim$VN.err" | sed 's/^/    | /'
+    wait "$VTPID" 2>/dev/null
+    log "server exit status $?"
+    return
+  fi
+  ok "$label: the server is alive"
+  for ((i = 0; i < 50; i++)); do
+    n=$(fd_count "$VPID")
+    ((n <= VBASE)) && break
+    sleep 0.1
+  done
+  check "$label: the server's fds are back at $VBASE after the attacker left (now $n)" test "$n" -le "$VBASE"
+  n=$(hostile_fds "$VPID")
+  check "$label: the server holds none of the attacker's memfds ($n)" test "$n" -eq 0
+  c0=$(cpu_ticks "$VPID")
+  n=$(runnable "$VPID")
+  c1=$(cpu_ticks "$VPID")
+  check "$label: the server does not spin once the attacker is gone (runnable $n of 20 looks; $((c1 - c0)) ticks)" \
+    test "$n" -le "$SPIN_MAX"
+  legit "$label: after the attack" 128K
+}
+
+# attack_server MODE [HOSTILE OPTIONS...]
+attack_server() {
+  local mode=$1 label out res arc=0 lpid reached lname
+  shift
+  label="(a) $SHAPE server, $mode${*:+ $*}"
+  out=$WORK/a-$SHAPE-$mode${1:+-opts}.out
+  # A fresh server per lie: one broken by a lie does not fail the next.
+  start_victim "$SHAPE" || return
+  # A legitimate connection is open while the attacker maps its ring.
+  if [[ $SHAPE == redis ]]; then
+    start_bg "legit-$SHAPE-$mode" shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
+      bash "$WORK/legit_redis.sh" "$VPORT" 5
+  else
+    start_bg "legit-$SHAPE-$mode" shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
+      "$PROGS/echo_client" --port "$VPORT" --bytes 1M --conns 2 --max-write 4K --timeout 10
+  fi
+  lpid=$BG_PID
+  lname=legit-$SHAPE-$mode
+  sleep 0.3
+  if [[ $mode == idle ]]; then
+    # The attacker's connection switched and says nothing: the server must
+    # sleep meanwhile (the legitimate client is done by then).
+    local apid c0 c1 i n
+    wait_bg "$lpid" 20 >/dev/null
+    start_bg "a-$SHAPE-idle" plain "${AS_OTHER[@]}" "$HOSTILE" --role client --connect "127.0.0.1:$VPORT" \
+      --mode idle --seconds 4
+    apid=$BG_PID
+    for ((i = 0; i < 100; i++)); do
+      grep -q 'both directions switched' "$WORK/a-$SHAPE-idle.out" 2>/dev/null && break
+      sleep 0.05
+    done
+    sleep 0.5
+    c0=$(cpu_ticks "$VPID")
+    n=$(runnable "$VPID")
+    c1=$(cpu_ticks "$VPID")
+    check "$label: the server sleeps while the attacker's switched connection idles (runnable $n of 20 looks; $((c1 - c0)) ticks)" \
+      test "$n" -le "$SPIN_MAX"
+    wait_bg "$apid" 20 || arc=$?
+    out=$WORK/a-$SHAPE-idle.out
+    start_bg "legit-$SHAPE-$mode-2" shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
+      "$PROGS/echo_client" --port "$VPORT" --bytes 256K --conns 2 --timeout 10
+    lpid=$BG_PID
+    lname=legit-$SHAPE-$mode-2
+  else
+    timeout -k 5 60 "${AS_OTHER[@]}" "$HOSTILE" --role client --connect "127.0.0.1:$VPORT" --mode "$mode" \
+      --seconds 1 "$@" >"$out" 2>&1 || arc=$?
+  fi
+  res=$(result_of "$out")
+  echo "    $res"
+  reached=$(field reached "$res")
+  case $mode in
+    trunc | ctrunc | ring_size | ring_hdr | noseal | sealwrite | notmemfd | tiny) ;;
+    *) check "$label: the lie reached a switched server" test "$reached" = yes ;;
+  esac
+  check "$label: the attacker got back only bytes it wrote (exit $arc)" test "$arc" -eq 0
+  if [[ $SHAPE == redis && $mode == honest ]]; then
+    check "$label: redis answered the SET (+OK)" test "$(field echoed "$res")" -ge 5
+  elif [[ $mode == ring_huge ]]; then
+    # TCP would hold a few MiB for a peer that never reads; a ring the peer
+    # sized holds what the peer likes, in the victim's memory.
+    check "$label: the server holds at most 16 MiB of echo the attacker never read ($(field parked "$res"))" \
+      test "$(field parked "$res")" -le $((16 << 20))
+  elif [[ $mode == honest || $mode == extra_fds || $mode == hdr_after ]]; then
+    check "$label: the echo is exact" test "$(field good "$res")" = "$(field sent "$res")"
+  fi
+  if wait_bg "$lpid" 20; then
+    ok "$label: the concurrent legitimate client was served ($(tail -n 1 "$WORK/$lname.out"))"
+  else
+    not_ok "$label: the concurrent legitimate client was served ($(tail -n 1 "$WORK/$lname.out"))"
+  fi
+  after_attack "$label"
+  stop_bg "$VTPID"
+}
+
+SHAPE=epoll
+for m in honest tail_far tail_over head_ahead head_behind flip hdr_after ring_size ring_hdr tiny noseal sealwrite \
+         notmemfd trunc ctrunc extra_fds resume garbage badnonce offset_huge; do
+  attack_server "$m"
+done
+attack_server ring_huge --payload $((24 << 20)) --seconds 3
+attack_server idle
+# The attacker picks the ring size: a 4 KiB ring under the server's 64 KiB
+# reads (the over-read reaches the neighbouring mapping: the legitimate
+# connection's ring).
+for m in tail_far tail_over flip; do
+  attack_server "$m" --ring 4096
+done
+SHAPE=threads
+attack_server tail_far --ring 4096
+attack_server ctrunc
+attack_server resume
+# A server that writes more at once than it read (an echo never does): redis
+# answers GET with the whole value, into a ring whose head the attacker moved.
+if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
+  head -c 49152 /dev/urandom | base64 -w 0 >"$WORK/legit.value"
+  cat >"$WORK/legit_redis.sh" <<'SHEOF'
+# legit_redis.sh PORT ROUNDS: SET and GET a 64 KiB value, byte-checked.
+v=$(cat "$(dirname "$0")/legit.value")
+for ((i = 0; i < $2; i++)); do
+  out=$(redis-cli -h 127.0.0.1 -p "$1" SET "legit$i" "$v" 2>&1)
+  [[ $out == OK ]] || { echo "FAIL SET $i: $out"; exit 1; }
+  [[ $(redis-cli -h 127.0.0.1 -p "$1" --raw GET "legit$i" 2>&1) == "$v" ]] || { echo "FAIL GET $i"; exit 1; }
+done
+echo "OK $2 SET/GET of 64 KiB"
+SHEOF
+  SHAPE=redis
+  for m in honest head_ahead head_behind; do
+    attack_server "$m" --resp 1 --payload 262144
+  done
+else
+  log "redis-server or redis-cli missing: the big-writer victim is left out"
+fi
+log "(a) took ${SECONDS}s"
+T0=$SECONDS
+
+# ---- (b) a root client ----
+attack_client() {
+  local mode=$1 label port apid vpid rc=0 res i c0 c1
+  label="(b) client, $mode"
+  port=$(free_port)
+  start_bg "b-$mode-attacker" plain "${AS_OTHER[@]}" "$HOSTILE" --role server --listen "127.0.0.1:$port" \
+    --mode "$mode" --seconds 1
+  apid=$BG_PID
+  wait_ready "b-$mode-attacker" >/dev/null || { not_ok "$label: attacker ready"; stop_bg "$apid"; return; }
+  start_bg "b-$mode-victim" shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=4 \
+    "$PROGS/echo_client" --port "$port" --bytes 2M --max-write 1M --timeout 15
+  vpid=$BG_PID
+  # While the attacker is there: does the client keep an fd it passed?
+  local kept=0 n p
+  for ((i = 0; i < 300; i++)); do
+    kill -0 "$apid" 2>/dev/null || break
+    p=$(pgrep -P "$vpid" | head -n 1)
+    n=$(hostile_fds "${p:-0}")
+    ((n > kept)) && kept=$n
+    sleep 0.1
+  done
+  wait_bg "$apid" 30 || true
+  res=$(result_of "$WORK/b-$mode-attacker.out")
+  echo "    $res"
+  # The attacker is gone: the client must finish by itself, promptly.
+  for ((i = 0; i < 50; i++)); do
+    kill -0 "$vpid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$vpid" 2>/dev/null; then
+    local p
+    p=$(pgrep -P "$vpid" | head -n 1)
+    c0=$(cpu_ticks "$p")
+    sleep 1
+    c1=$(cpu_ticks "$p")
+    not_ok "$label: the client ends within 5 s of the attacker's exit (still running, $((c1 - c0)) of $TICKS ticks in 1 s)"
+    stop_bg "$vpid"
+    rc=124
+  else
+    ok "$label: the client ends within 5 s of the attacker's exit"
+    wait_bg "$vpid" 5 || rc=$?
+  fi
+  echo "    client: $(tail -n 1 "$WORK/b-$mode-victim.out") (status $rc)"
+  check "$label: the client was not killed by a signal (status $rc)" test "$rc" -lt 124
+  check "$label: the lie reached a switched client" test "$(field reached "$res")" = yes
+  check "$label: the client kept none of the fds the attacker passed ($kept)" test "$kept" -eq 0
+  check "$label: the client wrote nothing outside its own ring (oob=$(field oob "$res"))" \
+    test "$(field oob "$res")" = 0
+  if [[ $mode == honest ]]; then
+    check "$label: the echo through the honest fake server is exact" \
+      grep -q '^OK ' "$WORK/b-$mode-victim.out"
+  fi
+}
+
+for m in honest tail_far tail_over head_ahead head_behind flip hdr_after resume garbage badnonce offset_huge trunc ctrunc \
+         extra_fds offer_fds; do
+  attack_client "$m"
+done
+
+log "(b) took $((SECONDS - T0))s"
+T0=$SECONDS
+
+# ---- (c) rendezvous flood ----
+cat >"$WORK/pending.py" <<'PYEOF'
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+print("LOCAL %s:%d" % s.getsockname(), flush=True)
+got = 0
+end = time.time() + float(sys.argv[2])
+while time.time() < end:  # keeps making I/O calls while its upgrade is pending
+    s.sendall(b"x" * 100)
+    n = 0
+    while n < 100:
+        b = s.recv(100 - n)
+        if not b:
+            raise SystemExit("EOF")
+        n += len(b)
+    got += n
+    time.sleep(0.005)
+print("pending: %d bytes" % got, flush=True)
+PYEOF
+port=$(free_port)
+start_bg c-server plain "$PROGS/echo_server" --shape threads --bind 127.0.0.1 --port "$port" --timeout 60
+cspid=$BG_PID
+if wait_ready c-server >/dev/null; then
+  mkdir -p "$WORK/flood"
+  start_bg c-victim shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_TIMEOUT_MS=5000 \
+    RDMASHIM_TRACE=info "RDMASHIM_TRACE_FILE=$WORK/flood/trace.%p.jsonl" \
+    "$PYTHON" "$WORK/pending.py" "$port" 6
+  cvpid=$BG_PID
+  sleep 0.2
+  timeout -k 5 30 "${AS_OTHER[@]}" "$HOSTILE" --role flood --seconds 4 --procs 4 --connect "127.0.0.1:$port" \
+    >"$WORK/flood.out" 2>&1
+  echo "    $(result_of "$WORK/flood.out")"
+  rc=0; wait_bg "$cvpid" 20 || rc=$?
+  check "(c) flood: the pending client carried on ($(tail -n 1 "$WORK/c-victim.out"), status $rc)" test "$rc" -eq 0
+  refused=$(cat "$WORK"/flood/trace.*.jsonl 2>/dev/null | grep -c '"rv.refused"')
+  connects=$(field connects "$(result_of "$WORK/flood.out")")
+  check "(c) flood: the attacker reached the rendezvous (${connects:-0} connects)" test "${connects:-0}" -gt 0
+  check "(c) flood: rv.refused trace lines bounded ($refused for ${connects:-0} connects; at most 64)" \
+    test "$refused" -le 64
+else
+  not_ok "(c) plain server ready"
+fi
+stop_bg "$cspid"
+log "(c) took $((SECONDS - T0))s"
+
+finish
