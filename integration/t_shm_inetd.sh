@@ -71,7 +71,11 @@ check(len(inh) == len(pids), "%s: one inherited connection per filter (%d tracks
       % (label, len(inh), len(pids)))
 check(not events("frames.bad") and not events("conn.abort"), "%s: no frame read as data, no reset" % label)
 done = [r for r in events("upgrade.done") if r.get("pid") in pids]
-check(len(done) > 0, "%s: the filters' connections upgraded (%d upgrade.done in the filters)" % (label, len(done)))
+# A half-closing client may shut its write side before the handshake ends
+# (then the connection rightly stays on TCP): only the full-duplex run must
+# have upgraded.
+if "half-close" not in label:
+    check(len(done) > 0, "%s: the filters' connections upgraded (%d upgrade.done in the filters)" % (label, len(done)))
 PY
 done
 finish

@@ -10,8 +10,8 @@
  * (tag_hi << 32 | fd) so their kernel events can be told apart and mapped
  * back to the application's own data. Once a fd switched, its kernel
  * registration asks for EPOLLIN only (bells) and its readiness comes from
- * its channel. EPOLLET on a switched fd is reported level-triggered (an
- * edge-triggered program drains to EAGAIN, so it only sees extra wake-ups);
+ * its channel. EPOLLET on a switched fd reports rises of readiness, and
+ * EPOLLIN again when bytes came since the last report (channel_round);
  * EPOLLONESHOT is honoured. A fd back on TCP after a failover gets its
  * program's registration back.
  */
@@ -38,6 +38,12 @@ struct shim_epitem {
 	epoll_data_t data;
 	bool kernel_switched; /* kernel registration is the bell-only one */
 	bool oneshot_fired;
+	/* EPOLLET on a switched fd: the readiness last seen, and the bytes
+	 * readable then; an event is a rise of readiness, or bytes that came
+	 * since (channel_round). ADD and MOD start from none, as the kernel's
+	 * MOD re-checks readiness. */
+	uint32_t et_level;
+	unsigned et_avail;
 	UT_hash_handle hh;
 };
 
@@ -187,6 +193,8 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		it->events = event->events;
 		it->data = event->data;
 		it->oneshot_fired = false;
+		it->et_level = 0;
+		it->et_avail = 0;
 		rc = kernel_ctl(epfd, EPOLL_CTL_MOD, it);
 		break;
 	case EPOLL_CTL_DEL:
@@ -251,11 +259,27 @@ static int channel_round(int efd, struct shim_ep *ep, struct epoll_event *out, i
 			item_ctl(efd, s, it);
 		}
 		mask = n >= max || it->oneshot_fired ? -1 : shim_io_poll_mask(s, it->fd);
+		int avail = 0;
+
+		if (mask >= 0 && (it->events & EPOLLET) && (mask & POLLIN))
+			shim_io_bytes_readable(s, it->fd, &avail);
 		shim_sock_put(s);
 		if (mask < 0)
 			continue;
 		uint32_t ev = poll_to_epoll(mask) & (it->events | EPOLLHUP | EPOLLERR);
 
+		if (it->events & EPOLLET) {
+			/* Edge-triggered: what rose since the last look, and
+			 * EPOLLIN again for bytes that came since. A ring with
+			 * room would otherwise wake the program on every wait. */
+			uint32_t level = ev;
+
+			ev &= ~it->et_level;
+			if ((level & EPOLLIN) && (unsigned)avail > it->et_avail)
+				ev |= EPOLLIN;
+			it->et_level = level;
+			it->et_avail = (level & EPOLLIN) ? (unsigned)avail : 0;
+		}
 		if (!ev)
 			continue;
 		out[n].events = ev;

@@ -361,6 +361,15 @@ static void s_read_accept(struct shim_sock *s, int fd)
 		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
 		return;
 	}
+	/* The ring size is C's choice only up to ours: a larger one would let
+	 * the peer park more of our memory than a TCP peer can. */
+	if (msg.accept.ring_bytes > ring_bytes()) {
+		REAL(close)(memfd);
+		SHIM_TRACE(SHIM_TRACE_WARN, "upgrade.ring_refused", fd, &s->tuple, SHIM_REASON_RING_ALLOC_FAILED,
+			   "\"ring_bytes\":%u,\"ours\":%u", msg.accept.ring_bytes, ring_bytes());
+		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);
+		return;
+	}
 	rc = shim_shm_attach(memfd, msg.accept.ring_bytes, &chan);
 	REAL(close)(memfd);
 	if (rc < 0) {
