@@ -44,6 +44,7 @@ struct shim_epitem {
 	 * MOD re-checks readiness. */
 	uint32_t et_level;
 	unsigned et_avail;
+	unsigned et_rx_starved, et_tx_starved; /* the sock's counts at the last report */
 	UT_hash_handle hh;
 };
 
@@ -260,6 +261,8 @@ static int channel_round(int efd, struct shim_ep *ep, struct epoll_event *out, i
 		}
 		mask = n >= max || it->oneshot_fired ? -1 : shim_io_poll_mask(s, it->fd);
 		int avail = 0;
+		unsigned rx_starved = __atomic_load_n(&s->rx_starved, __ATOMIC_RELAXED);
+		unsigned tx_starved = __atomic_load_n(&s->tx_starved, __ATOMIC_RELAXED);
 
 		if (mask >= 0 && (it->events & EPOLLET) && (mask & POLLIN))
 			shim_io_bytes_readable(s, it->fd, &avail);
@@ -275,10 +278,19 @@ static int channel_round(int efd, struct shim_ep *ep, struct epoll_event *out, i
 			uint32_t level = ev;
 
 			ev &= ~it->et_level;
-			if ((level & EPOLLIN) && (unsigned)avail > it->et_avail)
+			/* A program that ran out (EAGAIN, a short call) since
+			 * the last report waits for the next edge: readiness
+			 * now is that edge, whether or not we saw it fall. */
+			if ((level & EPOLLIN) && ((unsigned)avail > it->et_avail || rx_starved != it->et_rx_starved))
 				ev |= EPOLLIN;
+			if ((level & EPOLLOUT) && tx_starved != it->et_tx_starved)
+				ev |= EPOLLOUT;
 			it->et_level = level;
 			it->et_avail = (level & EPOLLIN) ? (unsigned)avail : 0;
+			if (ev & EPOLLIN)
+				it->et_rx_starved = rx_starved;
+			if (ev & EPOLLOUT)
+				it->et_tx_starved = tx_starved;
 		}
 		if (!ev)
 			continue;

@@ -560,6 +560,10 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	SHIM_TRACE(SHIM_TRACE_TRACE, "io.recv", fd, NULL, SHIM_REASON_NONE,
 		   "\"want\":%zu,\"got\":%zu,\"rc\":%d,\"flags\":%d,\"rx\":%d,\"tcp\":%llu",
 		   want, got, rc, flags, s->rx_dir, (unsigned long long)s->rx_tcp_bytes);
+	/* The program found nothing more to read: its next edge-triggered
+	 * EPOLLIN is due at the next bytes (epoll.c). */
+	if ((rc == -EAGAIN && !got) || (got && got < want && nonblock))
+		__atomic_add_fetch(&s->rx_starved, 1, __ATOMIC_RELAXED);
 	io_leave(s);
 	pthread_mutex_unlock(&s->lock);
 	return got ? (ssize_t)got : rc;
@@ -696,6 +700,9 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	SHIM_TRACE(SHIM_TRACE_TRACE, "io.send", fd, NULL, SHIM_REASON_NONE,
 		   "\"total\":%zu,\"done\":%zu,\"rc\":%d,\"flags\":%d,\"tx\":%d,\"tcp\":%llu", total, done,
 		   rc, flags, s->tx_dir, (unsigned long long)s->tx_tcp_bytes);
+	/* ... and found no more room: its next EPOLLOUT is due. */
+	if ((rc == -EAGAIN && !done) || (done && done < total))
+		__atomic_add_fetch(&s->tx_starved, 1, __ATOMIC_RELAXED);
 	io_leave(s);
 	pthread_mutex_unlock(&s->lock);
 	return done ? (ssize_t)done : rc;
