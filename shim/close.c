@@ -23,7 +23,6 @@
  */
 #include "close.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -141,35 +140,26 @@ void shim_close_prepare(struct shim_sock *s, int fd)
 	abort_if_unread(s, fd);
 }
 
+static void settle_at_exit(int fd, void *ctx)
+{
+	struct shim_sock *s = shim_sock_get(fd);
+
+	(void)ctx;
+	if (!s)
+		return;
+	/* trylock: a thread of ours may hold it while the process exits
+	 * under it; that connection is left to the kernel. So is one another
+	 * process may hold (shim/LIFETIME.md): its bytes are not ours to read. */
+	if ((s->role == SHIM_ROLE_CLIENT || s->role == SHIM_ROLE_SERVER) && pthread_mutex_trylock(&s->lock) == 0) {
+		if (!s->active && !s->sleepers && !s->shared && (!s->io_pid || s->io_pid == getpid()) &&
+		    shim_sock_fd_locked(s, fd) == fd)
+			shim_close_prepare(s, fd);
+		pthread_mutex_unlock(&s->lock);
+	}
+	shim_sock_put(s);
+}
+
 void shim_close_at_exit(void)
 {
-	DIR *dir = opendir("/proc/self/fd");
-	struct dirent *de;
-
-	if (!dir)
-		return;
-	while ((de = readdir(dir)) != NULL) {
-		char *end;
-		long fd = strtol(de->d_name, &end, 10);
-		struct shim_sock *s;
-
-		if (*end || end == de->d_name || fd == dirfd(dir))
-			continue;
-		s = shim_sock_get((int)fd);
-		if (!s)
-			continue;
-		/* trylock: a thread of ours may hold it while the process
-		 * exits under it; that connection is left to the kernel. So is
-		 * one another process may hold (shim/LIFETIME.md): its bytes
-		 * are not ours to read. */
-		if ((s->role == SHIM_ROLE_CLIENT || s->role == SHIM_ROLE_SERVER) &&
-		    pthread_mutex_trylock(&s->lock) == 0) {
-			if (!s->active && !s->sleepers && !s->shared && (!s->io_pid || s->io_pid == getpid()) &&
-			    shim_sock_fd_locked(s, (int)fd) == (int)fd)
-				shim_close_prepare(s, (int)fd);
-			pthread_mutex_unlock(&s->lock);
-		}
-		shim_sock_put(s);
-	}
-	closedir(dir);
+	shim_fd_each_open(settle_at_exit, NULL);
 }

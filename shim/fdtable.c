@@ -1,7 +1,9 @@
 /* The flat fd table; see fdtable.h. */
 #include "fdtable.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 
 #ifdef __SANITIZE_ADDRESS__
@@ -54,4 +56,22 @@ struct shim_sock *shim_fd_clear(int fd)
 	if (fd < 0 || (size_t)fd >= shim_fd_capacity)
 		return NULL;
 	return __atomic_exchange_n(&shim_fd_slots[fd], NULL, __ATOMIC_ACQ_REL);
+}
+
+void shim_fd_each_open(void (*fn)(int fd, void *ctx), void *ctx)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *de;
+
+	if (!dir)
+		return;
+	while ((de = readdir(dir)) != NULL) {
+		char *end;
+		long fd = strtol(de->d_name, &end, 10);
+
+		if (*end || end == de->d_name || fd == dirfd(dir))
+			continue;
+		fn((int)fd, ctx);
+	}
+	closedir(dir);
 }

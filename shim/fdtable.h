@@ -50,6 +50,10 @@ static inline struct shim_sock *shim_fd_get_acquire(int fd)
  */
 struct shim_sock *shim_fd_publish(int fd, struct shim_sock *sock, int *err);
 
+/* Calls fn(fd, ctx) for every fd open in this process, as /proc/self/fd
+ * lists them (the listing's own fd left out). */
+void shim_fd_each_open(void (*fn)(int fd, void *ctx), void *ctx);
+
 /* Clears fd and returns what it pointed at (NULL if nothing). */
 struct shim_sock *shim_fd_clear(int fd);
 

@@ -19,16 +19,7 @@ extern void __chk_fail(void) __attribute__((noreturn));
  * back by done() when the call returns. */
 static inline struct shim_sock *intercepted(int fd)
 {
-	struct shim_sock *s;
-
-	if (likely(!shim_fd_get(fd)))
-		return NULL;
-	s = shim_sock_get(fd);
-	if (s && !__atomic_load_n(&s->intercept, __ATOMIC_RELAXED)) {
-		shim_sock_put(s);
-		return NULL;
-	}
-	return s;
+	return shim_sock_get_intercepted(fd);
 }
 
 /* Gives back intercepted()'s reference; returns rc as the call's result

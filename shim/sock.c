@@ -5,7 +5,6 @@
  */
 #include "sock.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -427,40 +426,42 @@ void shim_sock_adopt(int fd, const char *how)
  * (inetd's dup2 onto stdin and stdout) are one connection, like dup's. */
 #define ADOPT_SEEN_MAX 64
 
-void shim_sock_adopt_inherited(void)
-{
-	DIR *dir = opendir("/proc/self/fd");
+struct adopt_seen {
 	struct {
 		ino_t ino;
 		int fd;
-	} seen[ADOPT_SEEN_MAX];
-	int n_seen = 0;
-	struct dirent *de;
+	} fds[ADOPT_SEEN_MAX];
+	int n;
+};
 
-	if (!dir)
+static void adopt_one(int fd, void *ctx)
+{
+	struct adopt_seen *seen = ctx;
+	struct stat st;
+	int twin = -1;
+
+	if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
 		return;
-	while ((de = readdir(dir)) != NULL) {
-		char *end;
-		long fd = strtol(de->d_name, &end, 10);
-		struct stat st;
-		int twin = -1;
-
-		if (*end || end == de->d_name || fd == dirfd(dir))
-			continue;
-		if (fstat((int)fd, &st) < 0 || !S_ISSOCK(st.st_mode))
-			continue;
-		for (int i = 0; i < n_seen && twin < 0; i++)
-			if (seen[i].ino == st.st_ino)
-				twin = seen[i].fd;
-		if (twin >= 0 && shim_fd_get(twin)) {
-			shim_sock_on_dup(twin, (int)fd);
-			continue;
-		}
-		shim_sock_adopt((int)fd, "inherited");
-		if (shim_fd_get((int)fd) && n_seen < ADOPT_SEEN_MAX)
-			seen[n_seen++] = (typeof(seen[0])){ st.st_ino, (int)fd };
+	for (int i = 0; i < seen->n && twin < 0; i++)
+		if (seen->fds[i].ino == st.st_ino)
+			twin = seen->fds[i].fd;
+	if (twin >= 0 && shim_fd_get(twin)) {
+		shim_sock_on_dup(twin, fd);
+		return;
 	}
-	closedir(dir);
+	shim_sock_adopt(fd, "inherited");
+	if (shim_fd_get(fd) && seen->n < ADOPT_SEEN_MAX) {
+		seen->fds[seen->n].ino = st.st_ino;
+		seen->fds[seen->n].fd = fd;
+		seen->n++;
+	}
+}
+
+void shim_sock_adopt_inherited(void)
+{
+	struct adopt_seen seen = { .n = 0 };
+
+	shim_fd_each_open(adopt_one, &seen);
 }
 
 void shim_sock_adopt_rights(const struct msghdr *msg)

@@ -196,6 +196,22 @@ static inline struct shim_sock *shim_sock_get(int fd)
 	}
 }
 
+/* The socket at fd if the data path intercepts it (held), else NULL: the
+ * kernel's own path. A fd the shim does not track costs one load. */
+static inline struct shim_sock *shim_sock_get_intercepted(int fd)
+{
+	struct shim_sock *s;
+
+	if (likely(!shim_fd_get(fd)))
+		return NULL;
+	s = shim_sock_get(fd);
+	if (s && !__atomic_load_n(&s->intercept, __ATOMIC_RELAXED)) {
+		shim_sock_put(s);
+		return NULL;
+	}
+	return s;
+}
+
 /* Under sock->lock: the fd to use for the kernel socket (the program's fd
  * number while the table still maps it to sock, else our own copy), or
  * -EBADF when neither names it any more. While sock->lock is held, a fd

@@ -632,15 +632,25 @@ void shim_upgrade_bar(enum shim_reason reason)
 	__atomic_store_n(&upgrades_barred, reason, __ATOMIC_RELAXED);
 }
 
+/*
+ * The peer may be about to send its SWITCH_AT (we wait for it in these
+ * phases). After SHUT_RD its send fails (EPIPE) and its direction stays on
+ * TCP; one that got in before is read by this progress step, which does
+ * not switch our own direction (the caller set pinned or closing).
+ */
+static void stop_peer_commit(struct shim_sock *s, int fd)
+{
+	REAL(shutdown)(s->rv_fd, SHUT_RD);
+	shim_upgrade_progress(s, fd);
+}
+
 int shim_upgrade_pin_tcp(struct shim_sock *s, int fd, enum shim_reason reason)
 {
 	s->pinned = true;
 	switch (s->phase) {
 	case SHIM_PHASE_C_ACCEPTED:
 	case SHIM_PHASE_S_AWAIT_C:
-		/* As at close: the peer's SWITCH_AT fails, or is read now. */
-		REAL(shutdown)(s->rv_fd, SHUT_RD);
-		shim_upgrade_progress(s, fd);
+		stop_peer_commit(s, fd);
 		break;
 	case SHIM_PHASE_DONE:
 	case SHIM_PHASE_FAILED:
@@ -664,12 +674,7 @@ void shim_upgrade_stop_for_close(struct shim_sock *s, int fd)
 	switch (s->phase) {
 	case SHIM_PHASE_C_ACCEPTED:
 	case SHIM_PHASE_S_AWAIT_C:
-		/* The peer's SWITCH_AT may be on its way. After SHUT_RD its
-		 * send fails (EPIPE) and its direction stays on TCP; one that
-		 * got in before is read by this progress step (which does not
-		 * switch ours: we are closing). */
-		REAL(shutdown)(s->rv_fd, SHUT_RD);
-		shim_upgrade_progress(s, fd);
+		stop_peer_commit(s, fd);
 		break;
 	default:
 		/* Nobody committed (or all is settled): the release closes our

@@ -26,16 +26,7 @@
 /* The intercepted sock at fd, held (shim_sock_put()), or NULL. */
 static struct shim_sock *switched_sock(int fd)
 {
-	struct shim_sock *s;
-
-	if (likely(!shim_fd_get(fd)))
-		return NULL;
-	s = shim_sock_get(fd);
-	if (s && !__atomic_load_n(&s->intercept, __ATOMIC_RELAXED)) {
-		shim_sock_put(s);
-		return NULL;
-	}
-	return s;
+	return shim_sock_get_intercepted(fd);
 }
 
 static bool is_intercepted(int fd)
