@@ -397,6 +397,17 @@ static bool arm_all(struct shim_ep *ep, struct arm *arms, unsigned cap, unsigned
 			want |= POLLIN;
 		if (it->events & EPOLLOUT)
 			want |= POLLOUT;
+		if (it->events & EPOLLET) {
+			/* Readiness already reported, with no call of the program
+			 * run out since, is no reason to stay awake: an edge
+			 * program waits for the next edge (channel_round). */
+			if ((it->et_level & EPOLLIN) &&
+			    __atomic_load_n(&s->rx_starved, __ATOMIC_RELAXED) == it->et_rx_starved)
+				want &= (short)~POLLIN;
+			if ((it->et_level & EPOLLOUT) &&
+			    __atomic_load_n(&s->tx_starved, __ATOMIC_RELAXED) == it->et_tx_starved)
+				want &= (short)~POLLOUT;
+		}
 		arms[*n] = (struct arm){ .s = s, .fd = it->fd, .armed = shim_io_arm(s, it->fd, want) };
 		if (arms[*n].armed & SHIM_ARM_READY)
 			sleep = false;
