@@ -7,6 +7,7 @@
  * are always MSG_DONTWAIT; blocking is emulated by waiting outside it.
  */
 #include "io.h"
+#include "io_internal.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -196,7 +197,7 @@ static int wait_for_peer(struct shim_sock *s, int fd, short events, bool nonbloc
 
 /* An rx arm whose sleep must be short (transport.h, arm_grace): the first
  * of a run of arms that found nothing. */
-static bool grace_needed(struct shim_sock *s)
+bool shim_io_grace_needed(struct shim_sock *s)
 {
 	return s->chan->ops->arm_grace && s->rx_idle_arms++ == 0;
 }
@@ -267,7 +268,7 @@ static bool rx_ready(const struct shim_sock *s)
 	return ch->ops->readable(ch) || ch->ops->rx_eof(ch) || chan_violated(ch);
 }
 
-static bool tx_ready(const struct shim_sock *s)
+bool shim_io_tx_ready(const struct shim_sock *s)
 {
 	const struct shim_chan *ch = s->chan;
 
@@ -277,14 +278,14 @@ static bool tx_ready(const struct shim_sock *s)
 
 /* After a channel op moved nothing: if the reason is a peer that broke the
  * rules, the connection ends here (frames.h, shim_frames_abort). */
-static bool aborted_by_peer(struct shim_sock *s, int fd)
+bool shim_io_aborted_by_peer(struct shim_sock *s, int fd)
 {
 	if (!s->aborted && s->chan && chan_violated(s->chan))
 		shim_frames_abort(s, fd, SHIM_REASON_PEER_VIOLATION, "ring");
 	return s->aborted;
 }
 
-static void note_disarm(struct shim_sock *s, bool bell_coming)
+void shim_io_note_disarm(struct shim_sock *s, bool bell_coming)
 {
 	if (bell_coming)
 		s->bells_owed++;
@@ -299,14 +300,13 @@ static int wait_rx(struct shim_sock *s, int fd, long long deadline)
 	if (spin_for(s, rx_ready))
 		return 0;
 	if (ch->ops->rx_arm(ch))
-		rc = sleep_capped(s, fd, POLLIN, deadline, grace_needed(s) ? IO_GRACE_MS : 0);
-	note_disarm(s, !ch->ops->rx_disarm(ch));
+		rc = sleep_capped(s, fd, POLLIN, deadline, shim_io_grace_needed(s) ? IO_GRACE_MS : 0);
+	shim_io_note_disarm(s, !ch->ops->rx_disarm(ch));
 	if (io_fd(s, fd) >= 0)
 		shim_frames_drain(s, io_fd(s, fd));
 	return rc;
 }
 
-static int finish_rx_switch(struct shim_sock *s, int fd);
 
 /* tx on the channel found it full: spin, then arm and sleep for a bell. */
 static int wait_tx(struct shim_sock *s, int fd, long long deadline)
@@ -314,12 +314,12 @@ static int wait_tx(struct shim_sock *s, int fd, long long deadline)
 	struct shim_chan *ch = s->chan;
 	int rc = 0;
 
-	if (spin_for(s, tx_ready))
+	if (spin_for(s, shim_io_tx_ready))
 		return 0;
 	/* Room may wait for the peer's SWITCH frame (rdma: its proof), when
 	 * that frame is what TCP holds next. */
 	if (s->rx_dir == SHIM_DIR_SWITCHING) {
-		rc = finish_rx_switch(s, fd);
+		rc = shim_io_finish_rx_switch(s, fd);
 		if (rc)
 			return rc < 0 ? rc : 0;
 	}
@@ -334,7 +334,7 @@ static int wait_tx(struct shim_sock *s, int fd, long long deadline)
 			pthread_mutex_lock(&s->lock);
 		}
 	}
-	note_disarm(s, !ch->ops->tx_disarm(ch));
+	shim_io_note_disarm(s, !ch->ops->tx_disarm(ch));
 	if (s->rx_dir == SHIM_DIR_CHAN && io_fd(s, fd) >= 0)
 		shim_frames_drain(s, io_fd(s, fd));
 	return rc;
@@ -385,7 +385,7 @@ static ssize_t recv_tcp(struct shim_sock *s, int fd, const struct iovec *iov, in
 
 /* 1: rx moved on (to the channel, or refused and back to TCP); 0: the
  * frame is not all there yet; -errno: the connection was reset. */
-static int finish_rx_switch(struct shim_sock *s, int fd)
+int shim_io_finish_rx_switch(struct shim_sock *s, int fd)
 {
 	int rc = shim_frames_read_switch(s, fd);
 
@@ -492,7 +492,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			continue;
 		}
 		if (s->rx_dir == SHIM_DIR_SWITCHING) {
-			rc = finish_rx_switch(s, fd);
+			rc = shim_io_finish_rx_switch(s, fd);
 			if (rc < 0 || s->rx_tcp_eof)
 				break;
 			if (rc == 0) {
@@ -506,7 +506,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 				if (rc < 0)
 					break;
 			}
-			/* finish_rx_switch() returned 1 ("switched"), not a byte
+			/* shim_io_finish_rx_switch() returned 1 ("switched"), not a byte
 			 * count: it must not reach the return below. */
 			rc = 0;
 			continue;
@@ -530,7 +530,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 				break;
 			continue;
 		}
-		if (aborted_by_peer(s, fd)) {
+		if (shim_io_aborted_by_peer(s, fd)) {
 			rc = -ECONNRESET;
 			break;
 		}
@@ -685,7 +685,7 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 				shim_frames_queue(s, fd, &data_bell, 1);
 			continue;
 		}
-		if (aborted_by_peer(s, fd)) {
+		if (shim_io_aborted_by_peer(s, fd)) {
 			rc = -ECONNRESET;
 			break;
 		}
@@ -706,255 +706,4 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	io_leave(s);
 	pthread_mutex_unlock(&s->lock);
 	return done ? (ssize_t)done : rc;
-}
-
-int shim_io_bytes_readable(struct shim_sock *s, int fd, int *out)
-{
-	int rc = 0;
-
-	pthread_mutex_lock(&s->lock);
-	if (s->closed || (fd = shim_sock_fd_locked(s, fd)) < 0) {
-		rc = -EBADF;
-	} else if (s->rx_dir == SHIM_DIR_CHAN) {
-		size_t n = s->chan->ops->readable(s->chan);
-
-		*out = n > 0x7fffffff ? 0x7fffffff : (int)n;
-	} else {
-		int kernel = 0;
-
-		if (s->rx_dir == SHIM_DIR_SWITCHING && finish_rx_switch(s, fd) == 1) {
-			pthread_mutex_unlock(&s->lock);
-			return shim_io_bytes_readable(s, fd, out);
-		}
-		rc = REAL(ioctl)(fd, FIONREAD, &kernel) < 0 ? -errno : 0;
-		/* Bytes on TCP may be the peer's SWITCH frame: its offset was
-		 * announced before the frame could arrive, so look now. */
-		if (rc == 0 && kernel > 0 && shim_upgrade_rx_pending(s))
-			shim_upgrade_progress(s, fd);
-		if (s->rx_switch_known && (uint64_t)kernel > s->rx_switch_at - s->rx_tcp_bytes) {
-			/* Past the switch: the frame, then what the ring holds
-			 * (once the whole frame is in, as a read would see it). */
-			uint64_t before = s->rx_switch_at - s->rx_tcp_bytes;
-			size_t ring = 0;
-
-			if ((uint64_t)kernel >= before + sizeof(struct shim_frame_switch) && s->chan)
-				ring = s->chan->ops->readable(s->chan);
-			kernel = (int)before;
-			if (ring <= (size_t)(0x7fffffff - kernel))
-				kernel += (int)ring;
-		}
-		*out = kernel;
-	}
-	pthread_mutex_unlock(&s->lock);
-	return rc;
-}
-
-int shim_io_shutdown(struct shim_sock *s, int fd, int how)
-{
-	bool rd = how == SHUT_RD || how == SHUT_RDWR, wr = how == SHUT_WR || how == SHUT_RDWR;
-	int rc = 0;
-
-	if (!rd && !wr)
-		return -EINVAL;
-	pthread_mutex_lock(&s->lock);
-	if (s->closed || (fd = shim_sock_fd_locked(s, fd)) < 0) {
-		pthread_mutex_unlock(&s->lock);
-		return -EBADF;
-	}
-	/* A direction still on TCP is shut in the kernel, as without the shim.
-	 * A switched one is shut in the channel: TCP stays open both ways,
-	 * since it carries the bells of the other direction. */
-	if (rd && s->rx_dir == SHIM_DIR_TCP && REAL(shutdown)(fd, SHUT_RD) < 0)
-		rc = -errno;
-	if (wr && s->tx_dir == SHIM_DIR_TCP && REAL(shutdown)(fd, SHUT_WR) < 0)
-		rc = -errno;
-	if (rc == 0 && rd) {
-		/* No direction starts towards a reader that is gone: the peer's
-		 * SWITCH frame would reach a socket that reads nothing more. */
-		shim_upgrade_stop_for_close(s, fd);
-		s->rd_shut = true;
-		if (s->rx_dir != SHIM_DIR_TCP && s->chan)
-			s->chan->ops->shutdown_rx(s->chan);
-	}
-	if (rc == 0 && wr) {
-		s->wr_shut = true;
-		if (s->tx_dir == SHIM_DIR_CHAN) {
-			s->chan->ops->shutdown_tx(s->chan);
-			if (s->chan->ops->tx_should_bell(s->chan))
-				shim_frames_queue(s, fd, &data_bell, 1);
-		}
-	}
-	pthread_mutex_unlock(&s->lock);
-	return rc;
-}
-
-bool shim_io_switched(const struct shim_sock *s)
-{
-	/* A replay after a failover still needs our hand (failover.c). */
-	return s->tx_dir != SHIM_DIR_TCP || s->rx_dir != SHIM_DIR_TCP || shim_failover_replaying(s);
-}
-
-bool shim_io_is_switched(struct shim_sock *s)
-{
-	bool sw;
-
-	pthread_mutex_lock(&s->lock);
-	sw = shim_io_switched(s);
-	pthread_mutex_unlock(&s->lock);
-	return sw;
-}
-
-bool shim_io_progress(struct shim_sock *s, int fd)
-{
-	bool sw;
-
-	pthread_mutex_lock(&s->lock);
-	if (!s->closed && !shim_io_switched(s) && !shim_upgrade_settled(s) &&
-	    (fd = shim_sock_fd_locked(s, fd)) >= 0) {
-		shim_upgrade_progress(s, fd);
-		shim_failover_progress(s, fd);
-	}
-	sw = !s->closed && shim_io_switched(s);
-	pthread_mutex_unlock(&s->lock);
-	return sw;
-}
-
-void shim_io_drain_bells(struct shim_sock *s, int fd)
-{
-	pthread_mutex_lock(&s->lock);
-	if (s->rx_dir == SHIM_DIR_CHAN && !s->closed && (fd = shim_sock_fd_locked(s, fd)) >= 0)
-		shim_frames_drain(s, fd);
-	pthread_mutex_unlock(&s->lock);
-}
-
-int shim_io_poll_mask(struct shim_sock *s, int fd)
-{
-	struct pollfd p = { .fd = fd, .events = POLLIN | POLLOUT | POLLRDHUP };
-	int mask = 0;
-
-	if (!__atomic_load_n(&s->intercept, __ATOMIC_RELAXED))
-		return -1;
-	pthread_mutex_lock(&s->lock);
-	if (s->closed || (fd = shim_sock_fd_locked(s, fd)) < 0) {
-		/* Closed by another thread since the caller looked it up. */
-		pthread_mutex_unlock(&s->lock);
-		return POLLNVAL;
-	}
-	p.fd = fd;
-	if (s->tcp_out_len)
-		shim_frames_flush(s, fd);
-	shim_upgrade_progress(s, fd);
-	shim_failover_progress(s, fd);
-	if (!shim_io_switched(s) && !shim_upgrade_rx_pending(s)) {
-		pthread_mutex_unlock(&s->lock);
-		return -1;
-	}
-	/* While a direction is still on TCP (a moment, during the switch), the
-	 * kernel knows its readiness; once both moved, the rings know all. */
-	if (s->rx_dir != SHIM_DIR_CHAN || s->tx_dir != SHIM_DIR_CHAN) {
-		if (REAL(poll)(&p, 1, 0) < 0)
-			p.revents = 0;
-	} else {
-		p.revents = 0;
-	}
-	/* TCP readable while the peer may switch: the bytes may be its SWITCH
-	 * frame alone. Its offset was queued before the frame was written, so
-	 * looking at the rendezvous now (after the kernel answered) tells. */
-	if (s->rx_dir == SHIM_DIR_TCP && (p.revents & POLLIN) && shim_upgrade_rx_pending(s))
-		shim_upgrade_progress(s, fd);
-	if (s->rx_dir == SHIM_DIR_SWITCHING) {
-		short in = p.revents & POLLIN;
-
-		p.revents &= (short)~POLLIN;
-		if (finish_rx_switch(s, fd) < 0)
-			mask |= POLLERR;
-		else if (s->rx_dir == SHIM_DIR_TCP)
-			p.revents |= in; /* refused: those bytes are the program's */
-	}
-	if (s->chan && aborted_by_peer(s, fd)) {
-		/* As on a reset socket: every event, and the call fails. */
-		pthread_mutex_unlock(&s->lock);
-		return POLLIN | POLLOUT | POLLERR | POLLHUP | POLLRDHUP;
-	}
-	if (s->rx_dir == SHIM_DIR_TCP) {
-		mask |= p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR);
-	} else if (s->rx_dir == SHIM_DIR_CHAN) {
-		if (s->bells_owed)
-			shim_frames_drain(s, fd);
-		size_t lowat = s->rcv_lowat > 1 ? (size_t)s->rcv_lowat : 1;
-
-		if (s->chan->ops->readable(s->chan) >= lowat)
-			mask |= POLLIN;
-		if (s->chan->ops->rx_eof(s->chan) || s->rx_tcp_eof || s->rd_shut)
-			mask |= POLLIN | POLLRDHUP;
-		/* The peer's FIN, with its last bytes still unread. */
-		if (s->chan->ops->rx_fin && s->chan->ops->rx_fin(s->chan))
-			mask |= POLLRDHUP;
-	} else if (s->rx_tcp_eof) {
-		mask |= POLLIN | POLLRDHUP;
-	}
-	if (s->tx_dir == SHIM_DIR_TCP) {
-		if (!shim_failover_replaying(s))
-			mask |= p.revents & POLLOUT;
-	} else if (tx_ready(s) || s->wr_shut || s->rx_tcp_eof) {
-		mask |= POLLOUT;
-	}
-	/* POLLHUP as the kernel's: both directions shut (the peer's FIN or
-	 * our SHUT_RD, and our SHUT_WR), or a reset; a peer's close alone is
-	 * POLLRDHUP. */
-	if ((s->rx_tcp_eof || s->rd_shut) && s->wr_shut)
-		mask |= POLLHUP;
-	/* The peer reset the connection (its TCP said so under the bells). */
-	if (s->rx_tcp_reset)
-		mask |= POLLERR | POLLHUP;
-	pthread_mutex_unlock(&s->lock);
-	return mask;
-}
-
-int shim_io_arm(struct shim_sock *s, int fd, short events)
-{
-	int armed = 0;
-
-	(void)fd;
-	pthread_mutex_lock(&s->lock);
-	if (s->closed) {
-		pthread_mutex_unlock(&s->lock);
-		return SHIM_ARM_READY;
-	}
-	armed |= SHIM_ARM_COUNTED;
-	if (++s->sleepers > 1)
-		s->shared_sleep = true;
-	if (s->shared_sleep)
-		armed |= SHIM_ARM_SHORT;
-	if ((events & POLLIN) && s->rx_dir == SHIM_DIR_CHAN) {
-		armed |= SHIM_ARMED_RX;
-		if (!s->chan->ops->rx_arm(s->chan))
-			armed |= SHIM_ARM_READY;
-		else if (grace_needed(s))
-			armed |= SHIM_ARM_SHORT;
-	}
-	if ((events & POLLOUT) && s->tx_dir == SHIM_DIR_CHAN) {
-		armed |= SHIM_ARMED_TX;
-		if (!s->chan->ops->tx_arm(s->chan))
-			armed |= SHIM_ARM_READY;
-	}
-	pthread_mutex_unlock(&s->lock);
-	return armed;
-}
-
-void shim_io_disarm(struct shim_sock *s, int fd, int armed)
-{
-	pthread_mutex_lock(&s->lock);
-	if (s->closed || !(armed & SHIM_ARM_COUNTED)) {
-		pthread_mutex_unlock(&s->lock);
-		return;
-	}
-	s->sleepers--;
-	if (armed & SHIM_ARMED_RX)
-		note_disarm(s, !s->chan->ops->rx_disarm(s->chan));
-	if (armed & SHIM_ARMED_TX)
-		note_disarm(s, !s->chan->ops->tx_disarm(s->chan));
-	if (s->rx_dir == SHIM_DIR_CHAN && s->bells_owed && (fd = shim_sock_fd_locked(s, fd)) >= 0)
-		shim_frames_drain(s, fd);
-	pthread_mutex_unlock(&s->lock);
 }
