@@ -25,11 +25,20 @@ CFLAGS_COMMON := -std=gnu11 -O2 -g -Wall -Wextra -Werror -D_GNU_SOURCE -fPIC \
 CFLAGS_SHIM   := $(CFLAGS_COMMON) -fvisibility=hidden
 LDLIBS_SHIM   := -ldl -lpthread -lrdmacm -libverbs
 
-# The shim's modules; interpose_*.c hold the exported wrappers, the rest is the
-# core that the unit tests link against.
-SHIM_CORE := config tuple reason trace fdtable sock sockfd socklife atfork real stats wire ring shm diag rendezvous frames failover upgrade close bypass io io_ready io_calls \
-             wait epoll \
-             breaker mrpool rdma_dev rdma_post rdma_chan rdma_setup rdma_switch rdma_close
+# The shim's modules, one folder per layer (README.md, "How it works"):
+# a layer includes only its own and lower layers
+# (tools/check-layers.sh). interpose/ holds init and the exported wrappers, the
+# rest is the core that the unit tests link against. Object names stay flat
+# (build/obj/shim/NAME.o): module names are unique across the folders.
+SHIM_DIRS := shim/core shim/conn shim/transport shim/transport/shm shim/transport/rdma shim/io shim/interpose
+SHIM_INC  := $(addprefix -I,$(SHIM_DIRS))
+vpath %.c $(SHIM_DIRS)
+SHIM_CORE := config tuple reason trace fdtable real stats wire \
+             sock sockfd socklife frames failover upgrade close \
+             ring shm diag rendezvous \
+             breaker mrpool rdma_dev rdma_post rdma_chan rdma_setup rdma_switch rdma_close \
+             bypass io io_ready io_calls wait epoll \
+             atfork
 SHIM_HOOKS := init interpose_socket interpose_io interpose_poll interpose_proc interpose_bypass
 CORE_OBJS := $(SHIM_CORE:%=$(BUILD)/obj/shim/%.o)
 HOOK_OBJS := $(SHIM_HOOKS:%=$(BUILD)/obj/shim/%.o)
@@ -55,13 +64,13 @@ DIFF_SRCS   := $(wildcard integration/diff/*.c)
 
 all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS) $(HOSTILE) $(DIFF_DRIVER)
 
-$(BUILD)/obj/shim/%.o: shim/%.c
+$(BUILD)/obj/shim/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_SHIM) -c $< -o $@
+	$(CC) $(CFLAGS_SHIM) $(SHIM_INC) -c $< -o $@
 
-$(LIB): $(CORE_OBJS) $(HOOK_OBJS) shim/librdmashim.map
+$(LIB): $(CORE_OBJS) $(HOOK_OBJS) shim/interpose/librdmashim.map
 	@mkdir -p $(dir $@)
-	$(CC) $(SAN_FLAGS) -shared -Wl,--version-script=shim/librdmashim.map -Wl,-z,defs -Wl,-soname,librdmashim.so \
+	$(CC) $(SAN_FLAGS) -shared -Wl,--version-script=shim/interpose/librdmashim.map -Wl,-z,defs -Wl,-soname,librdmashim.so \
 	    -o $@ $(CORE_OBJS) $(HOOK_OBJS) $(LDLIBS_SHIM)
 
 $(CORE): $(CORE_OBJS)
@@ -70,7 +79,7 @@ $(CORE): $(CORE_OBJS)
 
 $(BUILD)/obj/tools/%.o: tools/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_COMMON) -Ishim -c $< -o $@
+	$(CC) $(CFLAGS_COMMON) $(SHIM_INC) -c $< -o $@
 
 $(TOOL): $(patsubst tools/%.c,$(BUILD)/obj/tools/%.o,$(wildcard tools/*.c)) $(CORE)
 	@mkdir -p $(dir $@)
@@ -78,17 +87,17 @@ $(TOOL): $(patsubst tools/%.c,$(BUILD)/obj/tools/%.o,$(wildcard tools/*.c)) $(CO
 
 $(BUILD)/tests/%: tests/%.c $(CORE)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_COMMON) -Wno-error=unused-parameter -Ishim -o $@ $< $(CORE) \
+	$(CC) $(CFLAGS_COMMON) -Wno-error=unused-parameter $(SHIM_INC) -o $@ $< $(CORE) \
 	    $$(pkg-config --cflags --libs check) $(LDLIBS_SHIM)
 
 $(BUILD)/progs/%: integration/progs/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -o $@ $< -lpthread
 
-# The hostile RDMA peer speaks the shim's wire (shim/rdma_wire.h) itself.
-$(BUILD)/progs/hostile_rdma: integration/progs/hostile_rdma.c shim/rdma_wire.h shim/wire.h
+# The hostile RDMA peer speaks the shim's wire (shim/transport/rdma/rdma_wire.h) itself.
+$(BUILD)/progs/hostile_rdma: integration/progs/hostile_rdma.c shim/transport/rdma/rdma_wire.h shim/core/wire.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_COMMON) -Ishim -o $@ $< -lrdmacm -libverbs
+	$(CC) $(CFLAGS_COMMON) $(SHIM_INC) -o $@ $< -lrdmacm -libverbs
 
 $(STRESS): $(STRESS_SRCS) integration/stress/stress.h
 	@mkdir -p $(dir $@)

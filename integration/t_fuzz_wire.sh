@@ -1,6 +1,6 @@
 #!/bin/bash
 # t_fuzz_wire: fuzzes the rendezvous message parser (shim_msg_check in
-# shim/wire.c) with libFuzzer, ASan and UBSan: tests/fuzz_wire.c is built
+# shim/core/wire.c) with libFuzzer, ASan and UBSan: tests/fuzz_wire.c is built
 # into build/fuzz_wire and runs for FUZZ_SECS (default 20) seconds from the
 # seed corpus tests/corpus/wire (new inputs go to the scratch directory, the
 # committed corpus is only read). Any crash, sanitizer report or broken
@@ -35,8 +35,8 @@ fi
 [[ -d $CORPUS ]] || { not_ok "seed corpus $CORPUS exists"; finish; }
 
 # The corpus is the generator's output for the current wire format.
-if timeout 60 "$CLANG" -std=gnu11 -Wall -Wextra -Werror -DFUZZ_WIRE_GEN -D_GNU_SOURCE -I"$ROOT/shim" \
-     "$SRC" "$ROOT/shim/wire.c" -o "$WORK/gen" >"$WORK/gen.log" 2>&1; then
+if timeout 60 "$CLANG" -std=gnu11 -Wall -Wextra -Werror -DFUZZ_WIRE_GEN -D_GNU_SOURCE -I"$ROOT/shim/core" \
+     "$SRC" "$ROOT/shim/core/wire.c" -o "$WORK/gen" >"$WORK/gen.log" 2>&1; then
   mkdir -p "$WORK/gen-corpus"
   check "seed generator runs and every seed gets its expected verdict" \
     timeout 20 "$WORK/gen" "$WORK/gen-corpus" >"$WORK/gen.out" 2>&1
@@ -49,7 +49,7 @@ fi
 
 mkdir -p "$(dirname "$BIN")"
 if ! timeout 120 "$CLANG" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-     -I"$ROOT/shim" -D_GNU_SOURCE "$SRC" "$ROOT/shim/wire.c" -o "$BIN" >"$WORK/build.log" 2>&1; then
+     -I"$ROOT/shim/core" -D_GNU_SOURCE "$SRC" "$ROOT/shim/core/wire.c" -o "$BIN" >"$WORK/build.log" 2>&1; then
   not_ok "fuzz_wire builds with -fsanitize=fuzzer,address,undefined"
   cat "$WORK/build.log"
   finish

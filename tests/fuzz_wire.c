@@ -1,9 +1,9 @@
 /*
  * libFuzzer harness for the rendezvous message parser, shim_msg_check()
- * (shim/wire.c). Built and run by integration/t_fuzz_wire.sh:
+ * (shim/core/wire.c). Built and run by integration/t_fuzz_wire.sh:
  *
- *   clang -fsanitize=fuzzer,address,undefined -Ishim -D_GNU_SOURCE \
- *         tests/fuzz_wire.c shim/wire.c -o build/fuzz_wire
+ *   clang -fsanitize=fuzzer,address,undefined -Ishim/core -D_GNU_SOURCE \
+ *         tests/fuzz_wire.c shim/core/wire.c -o build/fuzz_wire
  *   build/fuzz_wire NEW_DIR tests/corpus/wire -max_total_time=20
  *
  * Every input is copied into a heap buffer of exactly its size, so a read

@@ -1,5 +1,5 @@
 /*
- * Unit tests for shim/breaker.c: closed -> open after N consecutive failures,
+ * Unit tests for shim/transport/rdma/breaker.c: closed -> open after N consecutive failures,
  * attempts skipped during the cooldown, one half-open probe, closed again on
  * success, reopened on a failed probe, peers independent of each other.
  * Time is injected through the now_ms parameter: nothing sleeps.

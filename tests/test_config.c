@@ -1,4 +1,4 @@
-/* Unit tests for shim/config.c: the single-value parsers and shim_config_parse. */
+/* Unit tests for shim/core/config.c: the single-value parsers and shim_config_parse. */
 #include <check.h>
 #include <errno.h>
 #include <limits.h>

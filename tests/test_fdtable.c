@@ -1,5 +1,5 @@
 /*
- * Unit tests for shim/fdtable.c. The table never dereferences what it holds,
+ * Unit tests for shim/core/fdtable.c. The table never dereferences what it holds,
  * so the tests store made-up pointers that encode the fd and a generation.
  *
  * The table is process-wide and initialises once; with CK_FORK (the default)

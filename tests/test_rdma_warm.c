@@ -1,6 +1,6 @@
 /*
- * Unit tests for the RDMA warm-up (shim/rdma_dev.c) and the RDMA_WARMING
- * step of an upgrade (shim/rdma_setup.c), without an RDMA device: the
+ * Unit tests for the RDMA warm-up (shim/transport/rdma/rdma_dev.c) and the RDMA_WARMING
+ * step of an upgrade (shim/transport/rdma/rdma_setup.c), without an RDMA device: the
  * warm-up's work is replaced (shim_rdma_warm_set_work) by one that waits on
  * a pipe, so the tests decide when it ends.
  *

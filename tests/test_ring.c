@@ -1,5 +1,5 @@
 /*
- * The SPSC ring (shim/ring.c), and above all what it does with cursors a
+ * The SPSC ring (shim/transport/ring.c), and above all what it does with cursors a
  * hostile peer writes into the shared header. Each ring sits between two
  * inaccessible pages, so an access outside the data area kills the test
  * instead of passing unnoticed.

@@ -1,5 +1,5 @@
 /*
- * Unit tests for shim/socklife.c: held references from lookups, the
+ * Unit tests for shim/conn/socklife.c: held references from lookups, the
  * type-stable pool, the fd rule under the lock and the fork child's fix-up
  * (shim/LIFETIME.md). Socks here own no resources (no channel, no fds), so
  * their release is bookkeeping only.

@@ -1,5 +1,5 @@
 /*
- * Unit tests for shim/trace.c: the line format (checked byte for byte and by a
+ * Unit tests for shim/core/trace.c: the line format (checked byte for byte and by a
  * small strict JSON parser), JSON escaping, %p expansion and the file output.
  */
 #include <arpa/inet.h>

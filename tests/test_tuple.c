@@ -1,4 +1,4 @@
-/* Unit tests for shim/tuple.c: endpoints, formatting, the tuple hash and A/B. */
+/* Unit tests for shim/core/tuple.c: endpoints, formatting, the tuple hash and A/B. */
 #include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>

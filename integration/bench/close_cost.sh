@@ -24,7 +24,7 @@ BIN=$ROOT/build/bench/close_cost
 
 [[ -e $CORE ]] || { echo "close_cost: $CORE missing; run make first"; exit 1; }
 mkdir -p "$ROOT/build/bench"
-cc -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -I"$ROOT/shim" -o "$BIN" \
+cc -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE $(find "$ROOT/shim" -type d -printf "-I%p ") -o "$BIN" \
   "$ROOT/integration/bench/close_cost.c" "$CORE" -libverbs -lrdmacm -ldl -lpthread || exit 1
 echo "close_cost: $N connections tracked and closed through the library's entry points"
 timeout -k 5 300 "$BIN" "$N" || exit 1

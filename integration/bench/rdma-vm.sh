@@ -19,7 +19,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 command -v qemu-system-x86_64 >/dev/null || { echo "rdma-vm: qemu-system-x86_64 missing: skipped"; exit 0; }
 [[ -e $ROOT/build/lib/librdmashim.so ]] || { echo "rdma-vm: run make first"; exit 1; }
 mkdir -p "$ROOT/build/bench"
-cc -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -I"$ROOT/shim" -o "$ROOT/build/bench/mrbench" \
+cc -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -I"$ROOT/shim/transport/rdma" -o "$ROOT/build/bench/mrbench" \
   "$ROOT/integration/bench/mrbench.c" "$ROOT/build/lib/librdmashim_core.a" -libverbs -lrdmacm -ldl -lpthread ||
   exit 1
 parts=${RDMA_BENCH_PARTS:-}
