@@ -33,12 +33,12 @@ LDLIBS_SHIM   := -ldl -lpthread -lrdmacm -libverbs
 SHIM_DIRS := shim/core shim/conn shim/transport shim/transport/shm shim/transport/rdma shim/io shim/interpose
 SHIM_INC  := $(addprefix -I,$(SHIM_DIRS))
 vpath %.c $(SHIM_DIRS)
-SHIM_CORE := config tuple reason trace fdtable real stats wire \
-             sock sockfd socklife frames failover upgrade close \
-             ring shm diag rendezvous \
-             breaker mrpool rdma_dev rdma_post rdma_chan rdma_setup rdma_switch rdma_close \
-             bypass io io_ready io_calls wait epoll \
-             atfork
+SHIM_CORE := clock config tuple reason trace fdtable real stats wire \
+             sock sockfd socklife frames failover transport upgrade close \
+             ring shm shm_neg diag rendezvous \
+             breaker mrpool rdma_dev rdma_post rdma_chan rdma_qp rdma_setup rdma_switch rdma_close rdma_teardown \
+             bypass io io_switch io_sleep io_ready io_calls waitloop wait epoll epoll_wait \
+             atfork layers
 SHIM_HOOKS := init interpose_socket interpose_io interpose_poll interpose_proc interpose_bypass
 CORE_OBJS := $(SHIM_CORE:%=$(BUILD)/obj/shim/%.o)
 HOOK_OBJS := $(SHIM_HOOKS:%=$(BUILD)/obj/shim/%.o)
@@ -60,7 +60,7 @@ HOSTILE_SRCS := $(wildcard integration/hostile/*.c)
 DIFF_DRIVER := $(BUILD)/progs/diff_driver
 DIFF_SRCS   := $(wildcard integration/diff/*.c)
 
-.PHONY: all deps test unit unit-bins integration demo bench install clean asan tsan test-asan test-tsan soak-diff
+.PHONY: all deps test check-layers unit unit-bins integration demo bench install clean asan tsan test-asan test-tsan soak-diff
 
 all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS) $(HOSTILE) $(DIFF_DRIVER)
 
@@ -114,6 +114,11 @@ $(DIFF_DRIVER): $(DIFF_SRCS) integration/diff/driver.h
 deps:
 	@tools/install-deps.sh
 
+# Includes and calls run one way between shim/'s layers (tools/check-layers.sh).
+# CHECK_LAYERS=--report lists what is wrong without failing.
+check-layers: $(CORE_OBJS) $(HOOK_OBJS)
+	@tools/check-layers.sh --list $(CHECK_LAYERS) $(BUILD)/obj/shim
+
 unit-bins: $(UNIT_BINS)
 
 unit: $(UNIT_BINS)
@@ -124,6 +129,7 @@ integration: all
 
 test: deps
 	$(MAKE) all
+	$(MAKE) check-layers
 	$(MAKE) unit
 	$(MAKE) integration
 	$(MAKE) test-asan

@@ -27,9 +27,11 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "layers.h"
 #include "rdma.h"
 #include "sock.h"
 #include "trace.h"
+#include "transport.h"
 #include "upgrade.h"
 
 #define MS 1000000ull
@@ -73,6 +75,7 @@ static void open_gate(void)
 static void setup(void)
 {
 	ck_assert_int_eq(pipe(gate), 0);
+	shim_layers_register();
 	shim_rdma_warm_set_work(gated_work);
 	memset(&shim_cfg, 0, sizeof(shim_cfg));
 	shim_cfg.enabled = true;
@@ -132,7 +135,8 @@ static struct shim_sock *new_sock(enum shim_role role)
 	s->role = role;
 	s->state = SHIM_STATE_TCP;
 	s->eligible = true;
-	s->rv_listen_fd = s->rv_fd = s->tcp_keep = -1;
+	s->tcp_keep = -1;
+	s->xport = &shim_rdma_transport;
 	s->rcv_timeout_ms = s->snd_timeout_ms = -1;
 	/* 192.168.77.1:40000 -> 192.168.77.2:7100, v4-mapped */
 	s->tuple.local.addr[10] = s->tuple.local.addr[11] = 0xff;
@@ -150,7 +154,7 @@ static struct shim_sock *new_sock(enum shim_role role)
 
 static enum rdma_step step_of(const struct shim_sock *s)
 {
-	return ((const struct rdma_conn *)s->rdma)->step;
+	return ((const struct rdma_conn *)s->neg)->step;
 }
 
 /* ---- the warm-up itself ---- */
@@ -295,16 +299,16 @@ START_TEST(kick_only_when_rdma_may_be_picked)
 	loop.local.addr[15] = 1;
 	loop.peer = loop.local;
 	/* shm,rdma: a peer on this host gets shm, no warm-up. */
-	shim_rdma_warm_kick(&loop);
+	shim_transport_warm(&loop);
 	ck_assert(!shim_rdma_owned());
 	/* The same addresses on both ends: this host too. */
 	struct shim_tuple same = s->tuple;
 
 	same.peer.addr[15] = same.local.addr[15];
-	shim_rdma_warm_kick(&same);
+	shim_transport_warm(&same);
 	ck_assert(!shim_rdma_owned());
 	/* Another host: rdma. */
-	shim_rdma_warm_kick(&s->tuple);
+	shim_transport_warm(&s->tuple);
 	ck_assert(shim_rdma_owned());
 	open_gate();
 	ck_assert_int_eq(wait_state(WARM_READY, 5000), WARM_READY);
@@ -320,7 +324,7 @@ START_TEST(kick_when_rdma_comes_first)
 	shim_cfg.transports[0] = SHIM_TRANSPORT_RDMA;
 	shim_cfg.transports[1] = SHIM_TRANSPORT_SHM;
 	loop.peer = loop.local;
-	shim_rdma_warm_kick(&loop);
+	shim_transport_warm(&loop);
 	ck_assert(shim_rdma_owned());
 	open_gate();
 	ck_assert_int_eq(wait_state(WARM_READY, 5000), WARM_READY);
@@ -353,11 +357,11 @@ START_TEST(warming_is_not_charged_to_the_upgrade_timeout)
 	unsigned long long t0 = shim_now_ns(), later = t0 + 2 * shim_cfg.upgrade_timeout_ms * MS;
 
 	shim_rdma_start(s, 5, t0);
-	ck_assert_int_eq(s->phase, SHIM_PHASE_RDMA);
+	ck_assert_int_eq(s->phase, SHIM_PHASE_COMMITTING);
 	ck_assert_int_eq(step_of(s), RDMA_WARMING);
 	/* Twice the upgrade timeout later the warm-up still runs: wait on. */
 	shim_rdma_progress(s, 5, later);
-	ck_assert_int_eq(s->phase, SHIM_PHASE_RDMA);
+	ck_assert_int_eq(s->phase, SHIM_PHASE_COMMITTING);
 	ck_assert_int_eq(step_of(s), RDMA_WARMING);
 	/* Ready: the upgrade's own timeout starts now. begin() then goes on
 	 * (a device) or fails for want of one, never for time. */
@@ -384,11 +388,11 @@ START_TEST(warming_wait_is_bounded)
 	shim_rdma_start(s, 5, t0);
 	ck_assert_int_eq(step_of(s), RDMA_WARMING);
 	shim_rdma_progress(s, 5, t0 + bound - MS);
-	ck_assert_int_eq(s->phase, SHIM_PHASE_RDMA);
+	ck_assert_int_eq(s->phase, SHIM_PHASE_COMMITTING);
 	shim_rdma_progress(s, 5, t0 + bound);
 	ck_assert_int_eq(s->phase, SHIM_PHASE_FAILED);
 	ck_assert_int_eq(s->reason, SHIM_REASON_RDMA_WARMING);
-	ck_assert_ptr_null(s->rdma);
+	ck_assert_ptr_null(s->neg);
 	open_gate();
 	free(s);
 }
@@ -406,7 +410,7 @@ START_TEST(upgrade_in_inherited_child_fails_with_reason)
 		struct shim_sock *s = new_sock(SHIM_ROLE_SERVER);
 
 		shim_rdma_start(s, 5, shim_now_ns());
-		_exit(s->phase == SHIM_PHASE_FAILED && s->reason == SHIM_REASON_RDMA_INHERITED && !s->rdma ? 0 : 1);
+		_exit(s->phase == SHIM_PHASE_FAILED && s->reason == SHIM_REASON_RDMA_INHERITED && !s->neg ? 0 : 1);
 	}
 	ck_assert_int_eq(child_status(pid), 0);
 }
@@ -424,12 +428,12 @@ START_TEST(child_forgets_the_parents_attempt)
 	if (pid == 0) {
 		/* Progress in the child ends its copy on TCP, touching nothing. */
 		shim_rdma_progress(s, 5, shim_now_ns());
-		_exit(s->phase == SHIM_PHASE_FAILED && s->reason == SHIM_REASON_RDMA_INHERITED && !s->rdma ? 0 : 1);
+		_exit(s->phase == SHIM_PHASE_FAILED && s->reason == SHIM_REASON_RDMA_INHERITED && !s->neg ? 0 : 1);
 	}
 	ck_assert_int_eq(child_status(pid), 0);
 	/* The parent's attempt goes on. */
-	ck_assert_int_eq(s->phase, SHIM_PHASE_RDMA);
-	ck_assert_ptr_nonnull(s->rdma);
+	ck_assert_int_eq(s->phase, SHIM_PHASE_COMMITTING);
+	ck_assert_ptr_nonnull(s->neg);
 	open_gate();
 	shim_rdma_release(s);
 	free(s);
@@ -443,7 +447,7 @@ START_TEST(child_release_leaves_the_parents_channel)
 	pid_t pid;
 
 	shim_rdma_start(s, 5, shim_now_ns());
-	c = s->rdma;
+	c = s->neg;
 	ck_assert_ptr_nonnull(c);
 	/* As if the channel were installed (C after its accept). */
 	c->installed = true;
@@ -454,7 +458,7 @@ START_TEST(child_release_leaves_the_parents_channel)
 		/* The last fd closes in the child: upgrade.c would destroy
 		 * s->chan next, so release must take it away. */
 		shim_rdma_release(s);
-		_exit(!s->chan && !s->rdma ? 0 : 1);
+		_exit(!s->chan && !s->neg ? 0 : 1);
 	}
 	ck_assert_int_eq(child_status(pid), 0);
 	ck_assert_ptr_eq(s->chan, &c->chan);

@@ -16,6 +16,16 @@
 #define SHIM_CLOSE_WAIT_MS 2000
 void shim_close_prepare(struct shim_sock *s, int fd);
 
+/* Whether fd still names s's connection (the program may have dup'ed and
+ * closed it since the fd was noted). */
+bool shim_close_fd_is_ours(const struct shim_sock *s, int fd);
+/*
+ * Before the socket goes: frames still queued for TCP, then a failover's
+ * replay, leave (bounded, CLOSE_FLUSH_NS), as the kernel would still send
+ * the program's bytes after close. Any transport's release calls it.
+ */
+void shim_close_flush(struct shim_sock *s, int fd);
+
 /* The process exits (exit(3), not _exit): its kernel closes every fd, so
  * each connection of ours is settled as its close would be. */
 void shim_close_at_exit(void);

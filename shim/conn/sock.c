@@ -19,45 +19,13 @@
 
 #include <sys/ioctl.h>
 
-#include "bypass.h"
 #include "close.h"
 #include "fdtable.h"
 #include "frames.h"
-#include "io.h"
-#include "rdma.h"
 #include "upgrade.h"
 #include "real.h"
 #include "stats.h"
 #include "trace.h"
-
-static const char *const role_names[] = { "listener", "client", "server", "epoll" };
-static const char *const state_names[] = { "listening", "connecting", "tcp", "closed" };
-static const char *const phase_names[] = { "idle", "c_listening", "c_connected", "c_accepted",
-					   "s_retry", "s_offered", "done", "failed",
-					   "rdma", "s_await_c" };
-
-const char *shim_phase_name(enum shim_phase phase)
-{
-	return (unsigned)phase < ARRAY_SIZE(phase_names) ? phase_names[phase] : "?";
-}
-
-const char *shim_role_name(enum shim_role role)
-{
-	return (unsigned)role < ARRAY_SIZE(role_names) ? role_names[role] : "?";
-}
-
-const char *shim_state_name(enum shim_sock_state state)
-{
-	return (unsigned)state < ARRAY_SIZE(state_names) ? state_names[state] : "?";
-}
-
-unsigned long long shim_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
-}
 
 static void sock_put(struct shim_sock *sock)
 {
@@ -76,25 +44,11 @@ static struct shim_sock *sock_new(enum shim_role role, enum shim_sock_state stat
 	sock->tuple = *tuple;
 	sock->owner_pid = getpid();
 	sock->born_ns = shim_now_ns();
-	sock->rv_listen_fd = -1;
-	sock->rv_fd = -1;
 	sock->rcv_timeout_ms = -1;
 	sock->snd_timeout_ms = -1;
 	return sock;
 }
 
-int shim_sock_install(int fd, struct shim_sock *sock)
-{
-	int err;
-	struct shim_sock *old = shim_fd_publish(fd, sock, &err);
-
-	if (err) {
-		sock_put(sock);
-		return err;
-	}
-	sock_put(old);
-	return 0;
-}
 
 static bool is_inet_stream(int fd)
 {
@@ -250,7 +204,8 @@ void shim_sock_on_connect(int fd, const struct sockaddr *addr, socklen_t len, in
 		 * before a daemon's fork): those processes may fork the workers
 		 * that do the I/O, and a child can not use RDMA its parent set
 		 * up (rdma_dev.c); a worker warms up by itself. */
-		shim_rdma_warm_kick(&tuple);
+		if (shim_sock_hooks.connected)
+			shim_sock_hooks.connected(&tuple);
 }
 
 void shim_sock_on_shutdown(int fd, int how)
@@ -263,14 +218,17 @@ void shim_sock_on_shutdown(int fd, int how)
 	shim_sock_put(sock);
 }
 
-struct shim_sock *shim_sock_track_epoll(int epfd)
+struct shim_sock *shim_sock_track_epoll(int epfd, struct shim_ep *ep)
 {
 	struct shim_tuple none = { 0 };
-	struct shim_sock *sock = sock_new(SHIM_ROLE_EPOLL, SHIM_STATE_TCP, &none);
+	struct shim_sock *sock = ep ? sock_new(SHIM_ROLE_EPOLL, SHIM_STATE_TCP, &none) : NULL;
 
-	if (!sock)
+	if (!sock) {
+		if (ep && shim_sock_hooks.ep_free)
+			shim_sock_hooks.ep_free(ep);
 		return NULL;
-	sock->ep = shim_epoll_new();
+	}
+	sock->ep = ep;
 	/* The shim's own waits and registrations go through a copy of the
 	 * epoll fd, never the program's number: a wait in progress when the
 	 * program closes its fd (and the number is reused) goes on, as the
@@ -340,11 +298,6 @@ int shim_sock_ioctl(int fd, unsigned long request, void *arg)
 	struct shim_sock *sock = shim_sock_get(fd);
 	int rc;
 
-	if (sock && __atomic_load_n(&sock->intercept, __ATOMIC_RELAXED) && request == FIONREAD && arg) {
-		rc = shim_io_bytes_readable(sock, fd, arg);
-		shim_sock_put(sock);
-		return rc;
-	}
 	rc = REAL(ioctl)(fd, request, arg) < 0 ? -errno : 0;
 	if (rc == 0 && sock && request == FIONBIO && arg) {
 		pthread_mutex_lock(&sock->lock);
@@ -392,11 +345,6 @@ void shim_sock_on_setsockopt(int fd, int level, int name, const void *val, sockl
 		sock->rcv_lowat = *(const int *)val;
 	pthread_mutex_unlock(&sock->lock);
 	shim_sock_put(sock);
-	/* Urgent bytes join the stream at a place only the kernel knows: the
-	 * byte counts that place a switch would be off. (Outside the lock:
-	 * the pin takes it.) */
-	if (level == SOL_SOCKET && name == SO_OOBINLINE && len >= sizeof(int) && *(const int *)val)
-		shim_bypass_pin(fd, SHIM_REASON_BYPASS);
 }
 
 void shim_sock_adopt(int fd, const char *how)

@@ -15,11 +15,11 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "clock.h"
 #include "compiler.h"
 #include "config.h"
 #include "fdtable.h"
 #include "reason.h"
-#include "rendezvous.h"
 #include "tuple.h"
 
 enum shim_role {
@@ -43,22 +43,19 @@ enum shim_dir {
 	SHIM_DIR_CHAN,      /* on the side channel; TCP carries frames only */
 };
 
-/* Progress of the upgrade handshake (upgrade.c). */
+/* Progress of the upgrade (conn/upgrade.c); what happens inside a phase is
+ * the negotiating transport's (s->xport, its state s->neg). */
 enum shim_phase {
-	SHIM_PHASE_IDLE,          /* eligible, nothing started */
-	SHIM_PHASE_C_LISTENING,   /* C: rendezvous open, waiting for S */
-	SHIM_PHASE_C_CONNECTED,   /* C: S connected and verified, OFFER awaited */
-	SHIM_PHASE_C_ACCEPTED,    /* C: ACCEPT and ring sent, S's SWITCH_AT awaited; nothing switched */
-	SHIM_PHASE_S_RETRY,       /* S: C had no rendezvous yet; retry later */
-	SHIM_PHASE_S_OFFERED,     /* S: OFFER sent, ACCEPT awaited */
-	SHIM_PHASE_DONE,          /* both switch offsets known */
-	SHIM_PHASE_FAILED,        /* stays on TCP; reason says why */
-	SHIM_PHASE_RDMA,          /* the RDMA handshake runs (s->rdma; rdma_setup.c) */
-	SHIM_PHASE_S_AWAIT_C,     /* S: ring mapped, SWITCH_AT sent (switched); C's awaited */
+	SHIM_PHASE_IDLE,        /* eligible, nothing started */
+	SHIM_PHASE_NEGOTIATING, /* a transport negotiates; nobody committed, it may end any time */
+	SHIM_PHASE_COMMITTING,  /* the peer may switch its direction at an offset not learnt yet */
+	SHIM_PHASE_DONE,        /* both switch offsets known */
+	SHIM_PHASE_FAILED,      /* stays on TCP; reason says why */
 };
 
 struct shim_chan;
 struct shim_ep;
+struct shim_transport_type;
 
 struct shim_sock {
 	/* Lifetime (socklife.c, shim/LIFETIME.md). refs: fd-table entries plus
@@ -136,13 +133,11 @@ struct shim_sock {
 
 	/* Upgrade handshake (upgrade.c). */
 	enum shim_phase phase;
-	int rv_listen_fd, rv_fd;
-	struct shim_rv_owner rv_owner; /* the peer's TCP socket, asked once */
-	unsigned rv_refusals;          /* strangers refused on our rendezvous */
+	const struct shim_transport_type *xport; /* the transport picked (transport.h) */
+	void *neg; /* its negotiation state; freed by its release */
 	unsigned long long deadline_ns, next_try_ns, retry_delay_ns;
 	pid_t io_pid; /* the process that started the upgrade */
 	bool await_bytes_used; /* the one retry of an idle start was granted (upgrade.c) */
-	void *rdma;   /* struct rdma_conn while the RDMA transport is in use */
 
 	struct shim_ep *ep; /* SHIM_ROLE_EPOLL only */
 };
@@ -237,7 +232,6 @@ unsigned shim_sock_pool_count(void);
 
 const char *shim_role_name(enum shim_role role);
 const char *shim_phase_name(enum shim_phase phase);
-unsigned long long shim_now_ns(void);
 const char *shim_state_name(enum shim_sock_state state);
 
 /* Policy entry points, called by the exported wrappers after the real call. */
@@ -260,18 +254,35 @@ void shim_sock_adopt(int fd, const char *how);
 void shim_sock_adopt_inherited(void);
 void shim_sock_adopt_rights(const struct msghdr *msg);
 
-/* Starts tracking an epoll fd that is about to hold an intercepted fd;
- * returns its sock held (shim_sock_put()), or NULL. */
-struct shim_sock *shim_sock_track_epoll(int epfd);
-struct shim_ep *shim_epoll_new(void);
-void shim_epoll_free(struct shim_ep *ep);
-void shim_epoll_forget_fd(int fd);
-void shim_epoll_atfork_prepare(void);
-void shim_epoll_atfork_release(void);
+/* Starts tracking an epoll fd that is about to hold an intercepted fd, with
+ * ep its set (io/epoll.c), which the sock owns from here on (NULL: none
+ * could be made); returns its sock held (shim_sock_put()), or NULL. */
+struct shim_sock *shim_sock_track_epoll(int epfd, struct shim_ep *ep);
+
+/*
+ * What the layers above do when this one's objects come and go: conn calls
+ * them and knows nothing else of those layers. Set once by
+ * shim_layers_register() (interpose/layers.c) before the first sock is
+ * made; a NULL member means nothing to do.
+ */
+struct shim_sock_hooks {
+	/* The last reference went, under s->lock: the connection's handshake
+	 * and channel go (conn/upgrade.c). */
+	void (*release)(struct shim_sock *s);
+	/* An epoll sock's set goes (io/epoll.c). */
+	void (*ep_free)(struct shim_ep *ep);
+	/* An intercepted fd closed: the waits forget its number (io/epoll.c). */
+	void (*fd_closed)(int fd);
+	/* connect tracked a connection: this process will do its I/O, so the
+	 * transports warm up now (conn/transport.h). */
+	void (*connected)(const struct shim_tuple *t);
+};
+extern struct shim_sock_hooks shim_sock_hooks;
 
 /* Kept in step with the kernel by the wrappers, for intercepted fds. */
 void shim_sock_on_fcntl_setfl(int fd, int flags);
-/* ioctl on a tracked fd: FIONBIO and FIONREAD need the shim's view. */
+/* ioctl on a tracked fd: FIONBIO needs the shim's view (FIONREAD on an
+ * intercepted fd is io's: shim_io_ioctl()). */
 int shim_sock_ioctl(int fd, unsigned long request, void *arg);
 void shim_sock_on_setsockopt(int fd, int level, int name, const void *val, socklen_t len);
 /* getsockopt on a tracked fd: 1 when it answered from the program's view. */

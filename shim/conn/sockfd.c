@@ -44,8 +44,8 @@ static void keep_for_callers(struct shim_sock *sock, int fd)
 	in_epoll = sock->intercept || sock->chan;
 	pthread_mutex_unlock(&sock->lock);
 	/* Our epoll items name fd: a new socket on that number is not this one. */
-	if (in_epoll)
-		shim_epoll_forget_fd(fd);
+	if (in_epoll && shim_sock_hooks.fd_closed)
+		shim_sock_hooks.fd_closed(fd);
 }
 
 static void trace_close(int fd, struct shim_sock *sock)
@@ -117,7 +117,7 @@ void shim_sock_on_dup(int oldfd, int newfd)
  * the peer announced no switch of its own. */
 static bool stream_plain(const struct shim_sock *s)
 {
-	return !s->chan && !s->rdma && s->tx_dir == SHIM_DIR_TCP && s->rx_dir == SHIM_DIR_TCP &&
+	return !s->chan && !shim_upgrade_holds_chan(s) && s->tx_dir == SHIM_DIR_TCP && s->rx_dir == SHIM_DIR_TCP &&
 	       !s->rx_switch_known && !s->fo_started;
 }
 
@@ -134,7 +134,7 @@ static void hand_off(struct shim_sock *sock, int fd)
 {
 	if (sock->role != SHIM_ROLE_CLIENT && sock->role != SHIM_ROLE_SERVER)
 		return;
-	if (sock->phase != SHIM_PHASE_IDLE && !shim_upgrade_settled(sock) && sock->phase != SHIM_PHASE_RDMA) {
+	if (shim_upgrade_stoppable(sock)) {
 		shim_upgrade_stop_for_close(sock, fd);
 		if (!shim_upgrade_settled(sock) && stream_plain(sock))
 			shim_upgrade_fail(sock, fd, SHIM_REASON_PEER_CLOSED);

@@ -21,7 +21,8 @@
 #include <string.h>
 
 #include "fdtable.h"
-#include "upgrade.h"
+
+struct shim_sock_hooks shim_sock_hooks;
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shim_sock *pool_free; /* under pool_lock */
@@ -77,8 +78,6 @@ struct shim_sock *shim_sock_alloc(void)
 	s->fds = 1;
 	/* The fds a sock may own: none yet (0 is a valid fd). */
 	s->tcp_keep = -1;
-	s->rv_listen_fd = -1;
-	s->rv_fd = -1;
 	/* Release: the cleared fields are in place before a stale lookup's
 	 * increment can succeed; pairs with the acquire CAS in shim_sock_get(). */
 	__atomic_store_n(&s->refs, 1, __ATOMIC_RELEASE);
@@ -94,10 +93,12 @@ static void sock_free(struct shim_sock *s)
 	pthread_mutex_lock(&s->lock);
 	s->closed = true;
 	s->state = SHIM_STATE_CLOSED;
-	shim_upgrade_release(s);
+	if (shim_sock_hooks.release)
+		shim_sock_hooks.release(s);
 	pthread_mutex_unlock(&s->lock);
 	if (s->ep) {
-		shim_epoll_free(s->ep);
+		if (shim_sock_hooks.ep_free)
+			shim_sock_hooks.ep_free(s->ep);
 		s->ep = NULL;
 	}
 	__atomic_sub_fetch(&live_socks, 1, __ATOMIC_RELAXED);
@@ -148,7 +149,7 @@ void shim_sock_atfork_prepare(void)
 		 * reach: a connection still idle is upgraded later by one of
 		 * them, which then owns that channel alone. */
 		if (__atomic_load_n(&s->refs, __ATOMIC_RELAXED) &&
-		    (s->chan || s->rdma || (s->phase != SHIM_PHASE_IDLE && s->phase != SHIM_PHASE_FAILED)))
+		    (s->chan || s->neg || (s->phase != SHIM_PHASE_IDLE && s->phase != SHIM_PHASE_FAILED)))
 			s->shared = true;
 	}
 }
@@ -202,4 +203,36 @@ void shim_sock_atfork_child_done(void)
 		s->pool_next = NULL;
 		shim_sock_unref_fd(s);
 	}
+}
+
+static const char *const role_names[] = { "listener", "client", "server", "epoll" };
+static const char *const state_names[] = { "listening", "connecting", "tcp", "closed" };
+static const char *const phase_names[] = { "idle", "negotiating", "committing", "done", "failed" };
+
+const char *shim_phase_name(enum shim_phase phase)
+{
+	return (unsigned)phase < ARRAY_SIZE(phase_names) ? phase_names[phase] : "?";
+}
+
+const char *shim_role_name(enum shim_role role)
+{
+	return (unsigned)role < ARRAY_SIZE(role_names) ? role_names[role] : "?";
+}
+
+const char *shim_state_name(enum shim_sock_state state)
+{
+	return (unsigned)state < ARRAY_SIZE(state_names) ? state_names[state] : "?";
+}
+
+int shim_sock_install(int fd, struct shim_sock *sock)
+{
+	int err;
+	struct shim_sock *old = shim_fd_publish(fd, sock, &err);
+
+	if (err) {
+		shim_sock_unref_fd(sock);
+		return err;
+	}
+	shim_sock_unref_fd(old);
+	return 0;
 }

@@ -30,6 +30,7 @@
 #include <sys/uio.h>
 
 #include "config.h"
+#include "reason.h"
 
 struct shim_chan;
 
@@ -73,7 +74,7 @@ struct shim_transport_ops {
 	void (*forget)(struct shim_chan *ch);
 	/* The producer may look at the armed word before its bytes are visible
 	 * (and so miss an arm that lands meanwhile): a consumer's first sleep
-	 * after an rx arm must then be short (IO_GRACE_MS in io.c), so that it
+	 * after an rx arm must then be short (IO_GRACE_MS in io/io_sleep.c), so that it
 	 * looks at its ring again. */
 	bool arm_grace;
 
@@ -101,5 +102,63 @@ struct shim_chan {
 	const struct shim_transport_ops *ops;
 	void *priv;
 };
+
+/*
+ * A transport's whole life, as conn sees it (as Redis's ConnectionType):
+ * whether it fits a peer, its warm-up, its negotiation beside TCP, the
+ * channel it installs, and its release. conn/upgrade.c runs the generic
+ * state machine and calls only these; a transport reports back through
+ * conn's upgrade services (upgrade.h: shim_upgrade_negotiating/committing/
+ * done/fail, switch_tx, learn_rx_switch, new_nonce, retry_later), never by
+ * writing the connection's phase. Only shim_layers_register() (interpose/)
+ * registers transports. Every call is made under the sock's lock and none
+ * blocks.
+ */
+struct shim_sock;
+struct shim_tuple;
+
+struct shim_transport_type {
+	enum shim_transport kind;
+	/* SHIM_REASON_NONE when this transport can reach the peer of t, else
+	 * why not (shm: not_same_host). Both ends see the same facts. */
+	enum shim_reason (*fits)(const struct shim_tuple *t);
+	/* Optional: a connection that will pick this transport was tracked by
+	 * connect, in the process that will do its I/O: warm up now (never
+	 * waits). */
+	void (*warm)(const struct shim_tuple *t);
+	/* Starts a negotiation: ends in shim_upgrade_negotiating() (s->neg is
+	 * then its state) or shim_upgrade_fail(). */
+	void (*start)(struct shim_sock *s, int fd, unsigned long long now);
+	/* Advances it, while the phase is NEGOTIATING or COMMITTING. */
+	void (*progress)(struct shim_sock *s, int fd, unsigned long long now);
+	/* Optional: the program closes or pins the connection while the peer
+	 * may commit (COMMITTING): stop the peer committing now, and take in
+	 * what it committed already. NULL: the negotiation can not be stopped
+	 * from outside; close and pin leave it to the release. */
+	void (*stop_peer)(struct shim_sock *s, int fd);
+	/* Optional: the negotiation ended without a switch
+	 * (shim_upgrade_fail): drop what only it needed. */
+	void (*abandon)(struct shim_sock *s);
+	/* Optional: a fd a sleeping data call also waits on while the
+	 * negotiation runs (-1: none), so that the peer's step wakes it. */
+	int (*wait_fd)(const struct shim_sock *s);
+	/* The last reference went (under the lock): frees s->neg. An
+	 * installed channel is s->chan's, destroyed after this. */
+	void (*release)(struct shim_sock *s);
+	/* While s->neg exists the stream may not be plain TCP (its state is
+	 * the channel to be: rdma). */
+	bool neg_is_chan;
+	/* The channel's data operations. */
+	const struct shim_transport_ops *chan_ops;
+};
+
+/* conn/transport.c: the registry, in no particular order. */
+void shim_transport_register(const struct shim_transport_type *t);
+const struct shim_transport_type *shim_transport_find(enum shim_transport kind);
+/* The first configured transport that fits the peer of t (NULL: none; then
+ * *why says why, when asked). */
+const struct shim_transport_type *shim_transport_pick(const struct shim_tuple *t, enum shim_reason *why);
+/* connect tracked t: the transport it will pick warms up (a sock hook). */
+void shim_transport_warm(const struct shim_tuple *t);
 
 #endif

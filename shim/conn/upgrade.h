@@ -18,9 +18,7 @@ void shim_upgrade_progress(struct shim_sock *s, int fd);
  * learnt yet: every TCP read must then be followed by a progress step. */
 static inline bool shim_upgrade_rx_pending(const struct shim_sock *s)
 {
-	return s->rx_dir == SHIM_DIR_TCP && !s->rx_switch_known &&
-	       (s->phase == SHIM_PHASE_C_ACCEPTED || s->phase == SHIM_PHASE_S_AWAIT_C ||
-		s->phase == SHIM_PHASE_RDMA);
+	return s->rx_dir == SHIM_DIR_TCP && !s->rx_switch_known && s->phase == SHIM_PHASE_COMMITTING;
 }
 
 static inline bool shim_upgrade_settled(const struct shim_sock *s)
@@ -28,11 +26,39 @@ static inline bool shim_upgrade_settled(const struct shim_sock *s)
 	return s->phase == SHIM_PHASE_DONE || s->phase == SHIM_PHASE_FAILED;
 }
 
+/* A negotiation runs that close or a hand-off can stop (the peer's commit
+ * can still be refused): not one whose transport has no stop_peer once the
+ * peer may commit. */
+bool shim_upgrade_stoppable(const struct shim_sock *s);
+
+/* The negotiation's state is (or will be) the channel: the stream is not
+ * plain TCP while it exists. */
+bool shim_upgrade_holds_chan(const struct shim_sock *s);
+
+/* A fd a sleeping data call also waits on (the negotiation's), or -1. */
+int shim_upgrade_wait_fd(const struct shim_sock *s);
+
 /* Gives up on the upgrade (if not past the point of no return). */
 void shim_upgrade_fail(struct shim_sock *s, int fd, enum shim_reason reason);
 
-/* Used by every transport's handshake (shm here, rdma in rdma_setup.c):
- * our direction moves to s->chan with a SWITCH frame at tx_tcp_bytes; the
+/*
+ * The services a transport's negotiation reports through (transport.h).
+ * negotiating: it started, with neg its state (phase NEGOTIATING);
+ * committing: the peer may switch from now on (COMMITTING); done: both
+ * offsets are known (DONE). A failure goes through shim_upgrade_fail().
+ */
+void shim_upgrade_negotiating(struct shim_sock *s, void *neg);
+void shim_upgrade_committing(struct shim_sock *s);
+void shim_upgrade_done(struct shim_sock *s);
+/* The nonce one SWITCH frame must carry (PROTOCOL.md, "Proof"); 0 or -EIO. */
+int shim_upgrade_new_nonce(uint8_t nonce[16]);
+/* The peer was not there yet: s->next_try_ns is set after a back-off
+ * (doubling, capped). false when the upgrade's deadline passed. */
+bool shim_upgrade_retry_later(struct shim_sock *s, unsigned long long now);
+/* s->deadline_ns: the upgrade's timeout from now. */
+void shim_upgrade_arm_deadline(struct shim_sock *s, unsigned long long now);
+
+/* Our direction moves to s->chan with a SWITCH frame at tx_tcp_bytes; the
  * peer's moves at offset (-EPROTO if we already read past it). */
 void shim_upgrade_switch_tx(struct shim_sock *s, int fd);
 int shim_upgrade_learn_rx_switch(struct shim_sock *s, int fd, uint64_t offset);
@@ -40,10 +66,11 @@ int shim_upgrade_learn_rx_switch(struct shim_sock *s, int fd, uint64_t offset);
 /*
  * The program is closing its last fd: stop the handshake so that the peer
  * starts no new direction towards us (a frame reaching a closed socket
- * makes the kernel reset the connection). A peer that may be committing
- * finds our rendezvous shut for reading (its message fails, it stays on
- * TCP); one that already committed has its message queued, which is read
- * here, so that the caller knows the offset its frame follows.
+ * makes the kernel reset the connection). A peer that may be committing is
+ * stopped by the transport's stop_peer (shm: its message to our shut
+ * rendezvous fails, it stays on TCP); one that already committed has its
+ * message queued, which is read here, so that the caller knows the offset
+ * its frame follows.
  */
 void shim_upgrade_stop_for_close(struct shim_sock *s, int fd);
 
@@ -63,7 +90,8 @@ int shim_upgrade_pin_tcp(struct shim_sock *s, int fd, enum shim_reason reason);
  */
 void shim_upgrade_bar(enum shim_reason reason);
 
-/* Closes the rendezvous and the channel: the last fd of the socket is gone. */
+/* The connection's destructor (a sock hook): the negotiation's state, the
+ * channel and what failover kept; the last fd of the socket is gone. */
 void shim_upgrade_release(struct shim_sock *s);
 
 #endif

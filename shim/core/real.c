@@ -29,14 +29,18 @@ static void report_missing(const char *name)
 {
 	static const char prefix[] = "rdmashim: warning: dlsym(RTLD_NEXT) found no ";
 	static const char suffix[] = "; calls to it fail with ENOSYS\n";
-	/* Raw syscall: stdio may not be usable this early, and write is hooked. */
+	/* Raw syscall: stdio may not be usable this early, and write is
+	 * hooked (so is syscall: libc's own is looked up, never ours). */
+	long (*raw_syscall)(long, ...) = (long (*)(long, ...))dlsym(RTLD_NEXT, "syscall");
 	struct iovec iov[3] = {
 		{ (void *)prefix, sizeof(prefix) - 1 },
 		{ (void *)name, strlen(name) },
 		{ (void *)suffix, sizeof(suffix) - 1 },
 	};
-	long rc = syscall(SYS_writev, 2, iov, 3);
-	(void)rc;
+	if (raw_syscall) {
+		long rc = raw_syscall(SYS_writev, 2, iov, 3);
+		(void)rc;
+	}
 }
 
 static void *lookup(const char *name)

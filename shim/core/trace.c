@@ -223,7 +223,7 @@ void shim_trace_after_fork(void)
 static pid_t current_tid(void)
 {
 	if (!cached_tid)
-		cached_tid = (pid_t)syscall(SYS_gettid);
+		cached_tid = (pid_t)REAL(syscall)(SYS_gettid);
 	return cached_tid;
 }
 

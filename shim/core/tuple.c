@@ -112,3 +112,14 @@ bool shim_tuple_ab_selected(const struct shim_tuple *t, unsigned percent)
 		return true;
 	return shim_tuple_hash(t) % 100 < percent;
 }
+
+bool shim_tuple_same_host(const struct shim_tuple *t)
+{
+	static const uint8_t v6_loopback[16] = { [15] = 1 };
+
+	if (memcmp(t->peer.addr, t->local.addr, 16) == 0)
+		return true;
+	if (shim_endpoint_is_v4(&t->peer))
+		return t->peer.addr[12] == 127;
+	return memcmp(t->peer.addr, v6_loopback, 16) == 0;
+}

@@ -35,6 +35,8 @@ void shim_endpoint_format(const struct shim_endpoint *ep, char *buf, size_t len)
 
 uint64_t shim_tuple_hash(const struct shim_tuple *t);
 /* True when the tuple falls under percent (0-100) of the hash space. */
+/* The peer runs on this host: a loopback peer, or the same address at both ends. */
+bool shim_tuple_same_host(const struct shim_tuple *t);
 bool shim_tuple_ab_selected(const struct shim_tuple *t, unsigned percent);
 
 #endif

@@ -18,6 +18,7 @@
 #include "mrpool.h"
 #include "rdma.h"
 #include "sock.h"
+#include "wait.h"
 
 static void prepare(void)
 {

@@ -15,6 +15,7 @@
 #include "close.h"
 #include "config.h"
 #include "fdtable.h"
+#include "layers.h"
 #include "real.h"
 #include "sock.h"
 #include "stats.h"
@@ -62,6 +63,7 @@ __attribute__((constructor)) static void shim_init(void)
 	int rc;
 
 	shim_real_resolve();
+	shim_layers_register();
 	if (shim_config_parse(&shim_cfg, env_get, NULL, err, sizeof(err)) < 0) {
 		say(err);
 		return;

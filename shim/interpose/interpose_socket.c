@@ -10,6 +10,7 @@
 #include "compiler.h"
 #include <stdint.h>
 
+#include "bypass.h"
 #include "fdtable.h"
 #include "io.h"
 #include "real.h"
@@ -172,7 +173,7 @@ SHIM_EXPORT int ioctl(int fd, unsigned long request, ...)
 	va_end(ap);
 	if (likely(!shim_fd_get(fd)))
 		return REAL(ioctl)(fd, request, arg);
-	return (int)shim_ret(shim_sock_ioctl(fd, request, arg));
+	return (int)shim_ret(shim_io_ioctl(fd, request, arg));
 }
 
 SHIM_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
@@ -187,6 +188,6 @@ SHIM_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen
 	int rc = REAL(setsockopt)(fd, level, name, val, len);
 
 	if (rc == 0 && unlikely(shim_fd_get(fd) != NULL))
-		shim_sock_on_setsockopt(fd, level, name, val, len);
+		shim_bypass_on_setsockopt(fd, level, name, val, len);
 	return rc;
 }

@@ -34,6 +34,16 @@ static int pin_locked(struct shim_sock *s, int fd, enum shim_reason why)
 	return rc;
 }
 
+void shim_bypass_on_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+	shim_sock_on_setsockopt(fd, level, name, val, len);
+	/* Urgent bytes join the stream at a place only the kernel knows: the
+	 * byte counts that place a switch would be off. (After the sock's
+	 * update, outside its lock: the pin takes it.) */
+	if (level == SOL_SOCKET && name == SO_OOBINLINE && len >= sizeof(int) && *(const int *)val)
+		shim_bypass_pin(fd, SHIM_REASON_BYPASS);
+}
+
 int shim_bypass_pin(int fd, enum shim_reason why)
 {
 	struct shim_sock *s = connection(fd);

@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 #include <stddef.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "reason.h"
@@ -18,6 +19,10 @@
 /* fd will be used where the shim can not see: keep it on TCP. Returns 0
  * (kept on TCP, or not a connection of ours) or -EBUSY (it moved). */
 int shim_bypass_pin(int fd, enum shim_reason why);
+
+/* setsockopt succeeded on a tracked fd: the sock learns it (shim_sock_on_
+ * setsockopt()); SO_OOBINLINE pins the connection to TCP. */
+void shim_bypass_on_setsockopt(int fd, int level, int name, const void *val, socklen_t len);
 
 /* splice with a tracked connection at one end. Returns as splice(2) does,
  * with a negative errno. */

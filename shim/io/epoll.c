@@ -11,7 +11,7 @@
  * back to the application's own data. Once a fd switched, its kernel
  * registration asks for EPOLLIN only (bells) and its readiness comes from
  * its channel. EPOLLET on a switched fd reports rises of readiness, and
- * EPOLLIN again when bytes came since the last report (channel_round);
+ * EPOLLIN again when bytes came since the last report (ep_channel_round);
  * EPOLLONESHOT is honoured. A fd back on TCP after a failover gets its
  * program's registration back.
  */
@@ -23,6 +23,7 @@
 #include <sys/random.h>
 #include <uthash.h>
 
+#include "clock.h"
 #include "compiler.h"
 #include "fdtable.h"
 #include "io.h"
@@ -30,29 +31,7 @@
 #include "sock.h"
 #include "trace.h"
 #include "upgrade.h"
-#include "wait.h"
-
-struct shim_epitem {
-	int fd;
-	uint32_t events; /* the application's */
-	epoll_data_t data;
-	bool kernel_switched; /* kernel registration is the bell-only one */
-	bool oneshot_fired;
-	/* EPOLLET on a switched fd: the readiness last seen, and the bytes
-	 * readable then; an event is a rise of readiness, or bytes that came
-	 * since (channel_round). ADD and MOD start from none, as the kernel's
-	 * MOD re-checks readiness. */
-	uint32_t et_level;
-	unsigned et_avail;
-	unsigned et_rx_starved, et_tx_starved; /* the sock's counts at the last report */
-	UT_hash_handle hh;
-};
-
-struct shim_ep {
-	pthread_mutex_t lock;
-	struct shim_epitem *items;
-	struct shim_ep *next; /* all sets, for shim_epoll_forget_fd() */
-};
+#include "epoll_internal.h"
 
 static pthread_mutex_t all_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shim_ep *all_eps;
@@ -76,7 +55,7 @@ static uint64_t tag_of(int fd)
 }
 
 /* The intercepted sock at fd, held (shim_sock_put()), or NULL. */
-static struct shim_sock *intercepted_sock(int fd)
+struct shim_sock *shim_ep_intercepted_sock(int fd)
 {
 	struct shim_sock *s;
 
@@ -93,7 +72,7 @@ static struct shim_sock *intercepted_sock(int fd)
 /* The tracked epoll set at epfd, its sock held (shim_sock_put()), or NULL.
  * The reference keeps the set's state alive for a wait in progress when
  * another thread closes epfd. */
-static struct shim_sock *epoll_sock(int epfd)
+struct shim_sock *shim_ep_sock(int epfd)
 {
 	struct shim_sock *s;
 
@@ -109,7 +88,7 @@ static struct shim_sock *epoll_sock(int epfd)
 
 /* The shim's own copy of the set's fd (made at tracking, closed with the
  * last reference): never the program's number, which may be reused. */
-static int epoll_fd(const struct shim_sock *es)
+int shim_ep_fd(const struct shim_sock *es)
 {
 	return es->tcp_keep;
 }
@@ -130,7 +109,7 @@ static int kernel_ctl(int efd, int op, struct shim_epitem *it)
  * (checked under s->lock: close clears the entry, then takes the lock,
  * before the real close), so that a reused number's registration, maybe
  * the program's own, is never touched. Lock order: ep->lock, then s->lock. */
-static void item_ctl(int efd, struct shim_sock *s, struct shim_epitem *it)
+void shim_ep_item_ctl(int efd, struct shim_sock *s, struct shim_epitem *it)
 {
 	pthread_mutex_lock(&s->lock);
 	if (shim_fd_get_acquire(it->fd) == s)
@@ -140,7 +119,7 @@ static void item_ctl(int efd, struct shim_sock *s, struct shim_epitem *it)
 
 int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 {
-	struct shim_sock *s = intercepted_sock(fd), *es = epoll_sock(epfd);
+	struct shim_sock *s = shim_ep_intercepted_sock(fd), *es = shim_ep_sock(epfd);
 	struct shim_ep *ep;
 	struct shim_epitem *it;
 	int rc;
@@ -149,7 +128,7 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
 	pthread_once(&tag_once, make_tag);
 	if (!es) {
-		es = shim_sock_track_epoll(epfd);
+		es = shim_sock_track_epoll(epfd, shim_epoll_new());
 		if (!es) {
 			shim_sock_put(s);
 			return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
@@ -214,98 +193,9 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 	return rc;
 }
 
-static uint32_t poll_to_epoll(int mask)
-{
-	uint32_t ev = 0;
-
-	if (mask & POLLIN)
-		ev |= EPOLLIN;
-	if (mask & POLLOUT)
-		ev |= EPOLLOUT;
-	if (mask & POLLRDHUP)
-		ev |= EPOLLRDHUP;
-	if (mask & POLLHUP)
-		ev |= EPOLLHUP;
-	if (mask & POLLERR)
-		ev |= EPOLLERR;
-	return ev;
-}
-
-/* Readiness of the switched items, into out[]; switches kernel
- * registrations of items that switched since. Called with ep->lock. */
-static int channel_round(int efd, struct shim_ep *ep, struct epoll_event *out, int max)
-{
-	struct shim_epitem *it, *tmp;
-	int n = 0;
-
-	HASH_ITER(hh, ep->items, it, tmp) {
-		struct shim_sock *s = intercepted_sock(it->fd);
-		int mask;
-
-		if (!s)
-			continue;
-		if (!shim_io_progress(s, it->fd)) {
-			if (it->kernel_switched) {
-				/* Back on TCP after a failover: the program's own
-				 * registration again. MOD re-checks readiness, so an
-				 * edge-triggered item is told what is already there. */
-				it->kernel_switched = false;
-				item_ctl(efd, s, it);
-			}
-			shim_sock_put(s);
-			continue;
-		}
-		if (!it->kernel_switched) {
-			it->kernel_switched = true;
-			item_ctl(efd, s, it);
-		}
-		mask = n >= max || it->oneshot_fired ? -1 : shim_io_poll_mask(s, it->fd);
-		int avail = 0;
-		unsigned rx_starved = __atomic_load_n(&s->rx_starved, __ATOMIC_RELAXED);
-		unsigned tx_starved = __atomic_load_n(&s->tx_starved, __ATOMIC_RELAXED);
-
-		if (mask >= 0 && (it->events & EPOLLET) && (mask & POLLIN))
-			shim_io_bytes_readable(s, it->fd, &avail);
-		shim_sock_put(s);
-		if (mask < 0)
-			continue;
-		uint32_t ev = poll_to_epoll(mask) & (it->events | EPOLLHUP | EPOLLERR);
-
-		if (it->events & EPOLLET) {
-			/* Edge-triggered: what rose since the last look, and
-			 * EPOLLIN again for bytes that came since. A ring with
-			 * room would otherwise wake the program on every wait. */
-			uint32_t level = ev;
-
-			ev &= ~it->et_level;
-			/* A program that ran out (EAGAIN, a short call) since
-			 * the last report waits for the next edge: readiness
-			 * now is that edge, whether or not we saw it fall. */
-			if ((level & EPOLLIN) && ((unsigned)avail > it->et_avail || rx_starved != it->et_rx_starved))
-				ev |= EPOLLIN;
-			if ((level & EPOLLOUT) && tx_starved != it->et_tx_starved)
-				ev |= EPOLLOUT;
-			it->et_level = level;
-			it->et_avail = (level & EPOLLIN) ? (unsigned)avail : 0;
-			if (ev & EPOLLIN)
-				it->et_rx_starved = rx_starved;
-			if (ev & EPOLLOUT)
-				it->et_tx_starved = tx_starved;
-		}
-		if (!ev)
-			continue;
-		out[n].events = ev;
-		out[n].data = it->data;
-		n++;
-		if (it->events & EPOLLONESHOT)
-			it->oneshot_fired = true;
-	}
-	return n;
-}
-
 /* Maps kernel events back: tagged ones to the item's data; events of
  * switched items are bells and are dropped (their readiness is ours). */
-static int translate(struct shim_ep *ep, struct epoll_event *ev, int n)
+int shim_ep_translate(struct shim_ep *ep, struct epoll_event *ev, int n)
 {
 	int kept = 0;
 
@@ -319,7 +209,7 @@ static int translate(struct shim_ep *ep, struct epoll_event *ev, int n)
 		}
 		if (it) {
 			if (it->kernel_switched) {
-				struct shim_sock *s = intercepted_sock(it->fd);
+				struct shim_sock *s = shim_ep_intercepted_sock(it->fd);
 
 				if (s)
 					shim_io_drain_bells(s, it->fd);
@@ -335,7 +225,7 @@ static int translate(struct shim_ep *ep, struct epoll_event *ev, int n)
 
 int shim_epoll_fixup(int epfd, struct epoll_event *events, int n)
 {
-	struct shim_sock *es = epoll_sock(epfd);
+	struct shim_sock *es = shim_ep_sock(epfd);
 	struct shim_ep *ep;
 
 	if (!es)
@@ -344,170 +234,11 @@ int shim_epoll_fixup(int epfd, struct epoll_event *events, int n)
 	if (n > 0) {
 		pthread_once(&tag_once, make_tag);
 		pthread_mutex_lock(&ep->lock);
-		n = translate(ep, events, n);
+		n = shim_ep_translate(ep, events, n);
 		pthread_mutex_unlock(&ep->lock);
 	}
 	shim_sock_put(es);
 	return n;
-}
-
-static int kernel_wait(int efd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *sigmask)
-{
-	int n = sigmask ? REAL(epoll_pwait)(efd, ev, max, timeout_ms, sigmask)
-			: REAL(epoll_wait)(efd, ev, max, timeout_ms);
-
-	return n < 0 ? -errno : n;
-}
-
-/*
- * One wait's arms: kept by the waiting thread, never in the shared items,
- * so that two threads waiting on one set each disarm exactly what they
- * armed. Each entry holds a reference, so the disarm reaches the same
- * socket even if its fd was closed (and its number reused) meanwhile.
- */
-struct arm {
-	struct shim_sock *s;
-	int fd;
-	int armed;
-};
-
-#define ARMS_ON_STACK 32
-
-/* Arms every switched item into arms[] (at most cap). Returns false when
- * sleeping is not needed; *short_sleep: sleep a millisecond at most.
- * Called with ep->lock. */
-static bool arm_all(struct shim_ep *ep, struct arm *arms, unsigned cap, unsigned *n, bool *short_sleep)
-{
-	struct shim_epitem *it, *tmp;
-	bool sleep = true;
-
-	*n = 0;
-	HASH_ITER(hh, ep->items, it, tmp) {
-		struct shim_sock *s;
-		short want = 0;
-
-		if (*n == cap)
-			return false; /* more items than room: look again at once */
-		if (!it->kernel_switched || it->oneshot_fired)
-			continue;
-		s = intercepted_sock(it->fd);
-		if (!s)
-			continue;
-		if (it->events & EPOLLIN)
-			want |= POLLIN;
-		if (it->events & EPOLLOUT)
-			want |= POLLOUT;
-		if (it->events & EPOLLET) {
-			/* Readiness already reported, with no call of the program
-			 * run out since, is no reason to stay awake: an edge
-			 * program waits for the next edge (channel_round). */
-			if ((it->et_level & EPOLLIN) &&
-			    __atomic_load_n(&s->rx_starved, __ATOMIC_RELAXED) == it->et_rx_starved)
-				want &= (short)~POLLIN;
-			if ((it->et_level & EPOLLOUT) &&
-			    __atomic_load_n(&s->tx_starved, __ATOMIC_RELAXED) == it->et_tx_starved)
-				want &= (short)~POLLOUT;
-		}
-		arms[*n] = (struct arm){ .s = s, .fd = it->fd, .armed = shim_io_arm(s, it->fd, want) };
-		if (arms[*n].armed & SHIM_ARM_READY)
-			sleep = false;
-		if (arms[*n].armed & SHIM_ARM_SHORT)
-			*short_sleep = true;
-		(*n)++;
-	}
-	return sleep;
-}
-
-static void disarm_all(struct arm *arms, unsigned n)
-{
-	for (unsigned i = 0; i < n; i++) {
-		if (arms[i].armed)
-			shim_io_disarm(arms[i].s, arms[i].fd, arms[i].armed);
-		shim_sock_put(arms[i].s);
-	}
-}
-
-static int wait_loop(struct shim_sock *es, struct epoll_event *events, int maxevents, long long timeout_ns,
-		     const sigset_t *sigmask)
-{
-	struct shim_ep *ep = es->ep;
-	int efd = epoll_fd(es);
-	long long deadline = shim_wait_deadline(timeout_ns);
-	unsigned long long spin_end = shim_now_ns() + (unsigned long long)shim_cfg.spin_us * 1000ull;
-	struct arm arms_stack[ARMS_ON_STACK], *arms = arms_stack;
-	unsigned cap = ARMS_ON_STACK;
-	int rc;
-
-	for (;;) {
-		int mine, theirs;
-
-		pthread_mutex_lock(&ep->lock);
-		mine = channel_round(efd, ep, events, maxevents);
-		pthread_mutex_unlock(&ep->lock);
-		theirs = mine < maxevents ? kernel_wait(efd, events + mine, maxevents - mine, 0, NULL) : 0;
-		if (theirs > 0) {
-			pthread_mutex_lock(&ep->lock);
-			theirs = translate(ep, events + mine, theirs);
-			pthread_mutex_unlock(&ep->lock);
-		}
-		if (theirs < 0 || mine + theirs > 0 || timeout_ns == 0) {
-			rc = theirs < 0 ? theirs : mine + theirs;
-			break;
-		}
-		if (shim_now_ns() < spin_end) {
-			sched_yield(); /* the peer may share our core */
-			continue;
-		}
-		pthread_mutex_lock(&ep->lock);
-		unsigned items = HASH_COUNT(ep->items), narmed;
-
-		if (items > cap) {
-			struct arm *bigger = malloc(items * sizeof(*bigger));
-
-			if (bigger) {
-				if (arms != arms_stack)
-					free(arms);
-				arms = bigger;
-				cap = items;
-			}
-		}
-		bool short_sleep = false, sleep = arm_all(ep, arms, cap, &narmed, &short_sleep);
-		int slice = shim_wait_slice_ms(deadline);
-
-		pthread_mutex_unlock(&ep->lock);
-		if (short_sleep && slice > 1)
-			slice = 1;
-		theirs = sleep ? kernel_wait(efd, events, maxevents, slice, sigmask) : 0;
-		disarm_all(arms, narmed);
-		pthread_mutex_lock(&ep->lock);
-		if (theirs > 0)
-			theirs = translate(ep, events, theirs);
-		mine = theirs >= 0 && theirs < maxevents ? channel_round(efd, ep, events + theirs, maxevents - theirs) : 0;
-		pthread_mutex_unlock(&ep->lock);
-		if (theirs < 0 || mine + theirs > 0) {
-			rc = theirs < 0 ? theirs : mine + theirs;
-			break;
-		}
-		if (deadline >= 0 && (long long)shim_now_ns() >= deadline) {
-			rc = 0;
-			break;
-		}
-	}
-	if (arms != arms_stack)
-		free(arms);
-	return rc;
-}
-
-int shim_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
-		    const sigset_t *sigmask, int *rc)
-{
-	struct shim_sock *es = epoll_sock(epfd);
-
-	if (!es)
-		return 0;
-	*rc = maxevents <= 0 ? -EINVAL : wait_loop(es, events, maxevents, timeout_ns, sigmask);
-	shim_sock_put(es);
-	return 1;
 }
 
 void shim_epoll_free(struct shim_ep *ep)

@@ -17,6 +17,7 @@
 #include <sys/ioctl.h>
 #include <time.h>
 
+#include "clock.h"
 #include "failover.h"
 #include "fdtable.h"
 #include "frames.h"
@@ -27,18 +28,6 @@
 #include "upgrade.h"
 #include "wire.h"
 
-/* Longest single sleep; a wait re-checks its state at least this often. */
-#define IO_SLEEP_SLICE_MS 200
-/*
- * Bells of both directions share the TCP stream, and a thread that drains
- * them may take the one another thread sleeping on the same fd waits for
- * (poll(2) re-checks readiness after a wake-up). Once two threads have
- * slept on one connection at the same time, its sleeps are cut to this.
- */
-#define IO_SHARED_SLICE_MS 1
-/* The first sleep after an rx arm on a channel with arm_grace (transport.h):
- * far longer than a write's flight, far shorter than a sleep slice. */
-#define IO_GRACE_MS 1
 /* iovec elements handled per call; beyond this a call moves fewer bytes,
  * which stream sockets allow. */
 #define IO_MAX_IOV 64
@@ -86,127 +75,10 @@ static void absorb_from_iov(struct shim_sock *s, const struct iovec *iov, int io
 		shim_frames_absorb(s, part[i].iov_base, part[i].iov_len);
 }
 
-static long long deadline_after(long long timeout_ms)
-{
-	return timeout_ms < 0 ? -1 : (long long)(shim_now_ns() / 1000000ull) + timeout_ms;
-}
-
-/* Milliseconds left until deadline (-1: none), capped at one sleep slice. */
-static int slice_until(long long deadline)
-{
-	long long left;
-
-	if (deadline < 0)
-		return IO_SLEEP_SLICE_MS;
-	left = deadline - (long long)(shim_now_ns() / 1000000ull);
-	if (left <= 0)
-		return 0;
-	return left < IO_SLEEP_SLICE_MS ? (int)left : IO_SLEEP_SLICE_MS;
-}
-
-/* The fd to use for TCP: the program's, or ours after it closed its own
- * while a call was in progress (see shim_sock_on_close); -1 when that close
- * could not make ours (the number may name another file by now). */
-static inline int io_fd(const struct shim_sock *s, int fd)
-{
-	if (s->tcp_keep >= 0)
-		return s->tcp_keep;
-	return s->fd_lost ? -1 : fd;
-}
-
-/*
- * A signal handler interrupted our sleep. The kernel restarts a blocking
- * socket call after a handler installed with SA_RESTART, unless the socket
- * has a timeout for that direction (signal(7)); the program would never
- * see EINTR there. Which signal came is not ours to know, so restart only
- * when every handler the program installed has SA_RESTART (a program with
- * a handler without it handles EINTR anyway).
- */
-static bool handlers_restart(void)
-{
-	for (int sig = 1; sig < NSIG; sig++) {
-		struct sigaction sa;
-
-		/* A fault (SEGV, BUS, FPE, ILL) comes from the faulting thread's
-		 * own instruction, never to a thread asleep in poll: its handler
-		 * (a crash reporter, a sanitizer's) says nothing about restarts. */
-		if (sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE ||
-		    sig == SIGILL || sigaction(sig, NULL, &sa) < 0)
-			continue;
-		if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
-			return false;
-	}
-	return true;
-}
-
-/* Sleeps on the TCP fd without the lock, at most cap_ms if cap_ms > 0.
- * Returns 0, -EAGAIN on the SO_*TIMEO deadline, or -EINTR. */
-static int sleep_capped(struct shim_sock *s, int fd, short events, long long deadline, int cap_ms)
-{
-	/* The handshake's messages wake us too: a program blocked in a call
-	 * moves its upgrade on while it waits, not only when bytes come. The
-	 * rendezvous fd may close meanwhile (another thread's call ends the
-	 * handshake): a wake-up for nothing, looked at again under the lock. */
-	int rv = s->rv_fd >= 0 ? s->rv_fd : s->rv_listen_fd;
-	struct pollfd p[2] = { { .fd = io_fd(s, fd), .events = events }, { .fd = rv, .events = POLLIN } };
-	int slice = slice_until(deadline), rc;
-	bool expired;
-
-	if (p[0].fd < 0)
-		return -EBADF;
-	if (deadline >= 0 && slice == 0)
-		return -EAGAIN;
-	if (++s->sleepers > 1)
-		s->shared_sleep = true;
-	if (s->shared_sleep && slice > IO_SHARED_SLICE_MS)
-		slice = IO_SHARED_SLICE_MS;
-	if (cap_ms > 0 && slice > cap_ms)
-		slice = cap_ms;
-	pthread_mutex_unlock(&s->lock);
-	rc = REAL(poll)(p, rv >= 0 ? 2 : 1, slice);
-	expired = rc == 0 && slice == IO_SLEEP_SLICE_MS;
-	rc = rc < 0 ? -errno : 0;
-	pthread_mutex_lock(&s->lock);
-	s->sleepers--;
-	/* Traced under the lock: the directions are the lock's to read. */
-	if (expired)
-		SHIM_TRACE(SHIM_TRACE_DEBUG, "wait.slice_expired", fd, NULL, SHIM_REASON_NONE,
-			   "\"events\":%d,\"rx\":%d,\"tx\":%d", events, s->rx_dir, s->tx_dir);
-	/* The program closed the fd while we slept: as with the kernel, the
-	 * call goes on, with the copy close() made for it (io_fd); only when
-	 * that copy could not be made does it end as on a closed socket. */
-	if (io_fd(s, fd) < 0)
-		return -EBADF;
-	/* No deadline means no SO_*TIMEO for this direction. */
-	if (rc == -EINTR && deadline < 0 && handlers_restart())
-		rc = 0;
-	return rc == -EINTR ? -EINTR : 0;
-}
-
-static int sleep_on_tcp(struct shim_sock *s, int fd, short events, long long deadline)
-{
-	return sleep_capped(s, fd, events, deadline, 0);
-}
-
-/* Nothing can move until the peer acts: -EAGAIN for a nonblocking call,
- * else a sleep on TCP for events (its result, as sleep_on_tcp's). */
-static int wait_for_peer(struct shim_sock *s, int fd, short events, bool nonblock, long long deadline)
-{
-	return nonblock ? -EAGAIN : sleep_on_tcp(s, fd, events, deadline);
-}
-
-/* An rx arm whose sleep must be short (transport.h, arm_grace): the first
- * of a run of arms that found nothing. */
-bool shim_io_grace_needed(struct shim_sock *s)
-{
-	return s->chan->ops->arm_grace && s->rx_idle_arms++ == 0;
-}
-
-
 /*
  * A data call starts: from here until io_leave() it is counted in
  * s->active, so a close of fd on another thread, spinning or sleeping
- * alike, makes the copy io_fd() then uses, and nothing here ever acts on
+ * alike, makes the copy shim_io_fd() then uses, and nothing here ever acts on
  * the number once the program closed it (it may name another file by
  * then). Returns the fd to use, or -EBADF (in *rc) when fd was closed
  * before the call began.
@@ -228,116 +100,6 @@ static void io_leave(struct shim_sock *s)
 	 * check their number against the table (io_enter). */
 	if (--s->active == 0)
 		s->fd_lost = false;
-}
-
-/* Busy-polls cond for RDMASHIM_SPIN_US without the lock. */
-static bool spin_for(struct shim_sock *s, bool (*cond)(const struct shim_sock *))
-{
-	unsigned long long end;
-	bool hit = false;
-
-	if (!shim_cfg.spin_us)
-		return false;
-	end = shim_now_ns() + (unsigned long long)shim_cfg.spin_us * 1000ull;
-	pthread_mutex_unlock(&s->lock);
-	do {
-		for (int i = 0; i < 64 && !hit; i++) {
-			hit = cond(s);
-			__builtin_ia32_pause();
-		}
-		/* The peer may share our core (more runnable threads than
-		 * cores): let it run, or the spin only burns its time. */
-		if (!hit)
-			sched_yield();
-	} while (!hit && shim_now_ns() < end);
-	pthread_mutex_lock(&s->lock);
-	return hit;
-}
-
-/* The peer broke the channel's rules (transport.h): lock-free, for the
- * busy-poll loops too, which must stop at once rather than spin on it. */
-static bool chan_violated(const struct shim_chan *ch)
-{
-	return ch->ops->violated && ch->ops->violated(ch);
-}
-
-static bool rx_ready(const struct shim_sock *s)
-{
-	const struct shim_chan *ch = s->chan;
-
-	return ch->ops->readable(ch) || ch->ops->rx_eof(ch) || chan_violated(ch);
-}
-
-bool shim_io_tx_ready(const struct shim_sock *s)
-{
-	const struct shim_chan *ch = s->chan;
-
-	return ch->ops->writable(ch) >= ch->ops->space_lowat(ch) || ch->ops->peer_rx_gone(ch) ||
-	       chan_violated(ch);
-}
-
-/* After a channel op moved nothing: if the reason is a peer that broke the
- * rules, the connection ends here (frames.h, shim_frames_abort). */
-bool shim_io_aborted_by_peer(struct shim_sock *s, int fd)
-{
-	if (!s->aborted && s->chan && chan_violated(s->chan))
-		shim_frames_abort(s, fd, SHIM_REASON_PEER_VIOLATION, "ring");
-	return s->aborted;
-}
-
-void shim_io_note_disarm(struct shim_sock *s, bool bell_coming)
-{
-	if (bell_coming)
-		s->bells_owed++;
-}
-
-/* rx on the channel found nothing: spin, then arm and sleep for a bell. */
-static int wait_rx(struct shim_sock *s, int fd, long long deadline)
-{
-	struct shim_chan *ch = s->chan;
-	int rc = 0;
-
-	if (spin_for(s, rx_ready))
-		return 0;
-	if (ch->ops->rx_arm(ch))
-		rc = sleep_capped(s, fd, POLLIN, deadline, shim_io_grace_needed(s) ? IO_GRACE_MS : 0);
-	shim_io_note_disarm(s, !ch->ops->rx_disarm(ch));
-	if (io_fd(s, fd) >= 0)
-		shim_frames_drain(s, io_fd(s, fd));
-	return rc;
-}
-
-
-/* tx on the channel found it full: spin, then arm and sleep for a bell. */
-static int wait_tx(struct shim_sock *s, int fd, long long deadline)
-{
-	struct shim_chan *ch = s->chan;
-	int rc = 0;
-
-	if (spin_for(s, shim_io_tx_ready))
-		return 0;
-	/* Room may wait for the peer's SWITCH frame (rdma: its proof), when
-	 * that frame is what TCP holds next. */
-	if (s->rx_dir == SHIM_DIR_SWITCHING) {
-		rc = shim_io_finish_rx_switch(s, fd);
-		if (rc)
-			return rc < 0 ? rc : 0;
-	}
-	if (ch->ops->tx_arm(ch)) {
-		/* Before our rx switched, TCP still holds application bytes we
-		 * must not consume: sleep a short while instead of on POLLIN. */
-		if (s->rx_dir == SHIM_DIR_CHAN) {
-			rc = sleep_on_tcp(s, fd, POLLIN, deadline);
-		} else {
-			pthread_mutex_unlock(&s->lock);
-			REAL(poll)(NULL, 0, 1);
-			pthread_mutex_lock(&s->lock);
-		}
-	}
-	shim_io_note_disarm(s, !ch->ops->tx_disarm(ch));
-	if (s->rx_dir == SHIM_DIR_CHAN && io_fd(s, fd) >= 0)
-		shim_frames_drain(s, io_fd(s, fd));
-	return rc;
 }
 
 static void raise_sigpipe(int flags)
@@ -383,50 +145,6 @@ static ssize_t recv_tcp(struct shim_sock *s, int fd, const struct iovec *iov, in
 	return n ? n : -EINPROGRESS;
 }
 
-/* 1: rx moved on (to the channel, or refused and back to TCP); 0: the
- * frame is not all there yet; -errno: the connection was reset. */
-int shim_io_finish_rx_switch(struct shim_sock *s, int fd)
-{
-	int rc = shim_frames_read_switch(s, fd);
-
-	if (rc == 1) {
-		s->rx_dir = SHIM_DIR_CHAN;
-		SHIM_TRACE(SHIM_TRACE_INFO, "rx.switch", fd, &s->tuple, SHIM_REASON_UPGRADED,
-			   "\"offset\":%llu", (unsigned long long)s->rx_switch_at);
-		/* The frame proved the peer (rdma): bytes held for it go now. */
-		shim_upgrade_progress(s, fd);
-		return 1;
-	}
-	if (rc == -EPROTO && !s->rx_frame_len && s->tx_dir == SHIM_DIR_TCP) {
-		/* Not our nonce, nothing of it consumed, and our direction is
-		 * on TCP (never moved, or back after a failover): the channel's
-		 * peer is not the TCP peer, or the TCP peer did not switch after
-		 * all. The bytes are plain: deliver them. */
-		SHIM_TRACE(SHIM_TRACE_WARN, "rx.switch_refused", fd, &s->tuple, SHIM_REASON_SWITCH_MISMATCH, NULL);
-		s->rx_dir = SHIM_DIR_TCP;
-		s->rx_switch_known = false;
-		if (!s->fo_started) {
-			shim_upgrade_release(s);
-			shim_upgrade_fail(s, fd, SHIM_REASON_SWITCH_MISMATCH);
-			/* Still ours to watch: an epoll set may hold this fd in
-			 * its switched registration until it sees it on TCP. */
-			__atomic_store_n(&s->intercept, true, __ATOMIC_RELAXED);
-		}
-		return 1;
-	}
-	if (rc == -EPROTO) {
-		/* Not our peer's frame: someone else wrote into this stream. */
-		shim_stats_count(SHIM_REASON_SWITCH_MISMATCH);
-		SHIM_TRACE(SHIM_TRACE_ERROR, "rx.switch_mismatch", fd, &s->tuple, SHIM_REASON_SWITCH_MISMATCH, NULL);
-		REAL(shutdown)(fd, SHUT_RDWR);
-		return -ECONNRESET;
-	}
-	if (rc == -ECONNRESET) {
-		s->rx_tcp_eof = true;
-		return 0;
-	}
-	return 0;
-}
 
 ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
@@ -444,7 +162,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	pthread_mutex_lock(&s->lock);
 	fd = io_enter(s, fd, &rc);
 	nonblock |= s->nonblocking;
-	deadline = deadline_after(s->rcv_timeout_ms);
+	deadline = shim_deadline_ms(s->rcv_timeout_ms);
 	/* A blocking read returns once it has SO_RCVLOWAT bytes (or all it
 	 * asked for, or with MSG_WAITALL all of it), as the kernel's. */
 	size_t lowat = s->rcv_lowat > 1 ? (size_t)s->rcv_lowat : 1;
@@ -454,7 +172,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		struct iovec win[IO_MAX_IOV];
 		int wincnt = iov_window(iov, iovcnt, got, (size_t)-1, win);
 
-		fd = io_fd(s, fd);
+		fd = shim_io_fd(s, fd);
 		if (fd < 0) {
 			rc = -EBADF;
 			break;
@@ -474,7 +192,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			if (n == -EINPROGRESS)
 				continue;
 			if (n == -EAGAIN && !nonblock) {
-				rc = sleep_on_tcp(s, fd, POLLIN, deadline);
+				rc = shim_io_sleep_on_tcp(s, fd, POLLIN, deadline);
 				if (rc < 0)
 					break;
 				continue;
@@ -502,7 +220,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 					rc = -EAGAIN;
 					break;
 				}
-				rc = sleep_on_tcp(s, fd, POLLIN, deadline);
+				rc = shim_io_sleep_on_tcp(s, fd, POLLIN, deadline);
 				if (rc < 0)
 					break;
 			}
@@ -548,12 +266,12 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		}
 		if (s->fo_started) {
 			/* Failed and drained: the rest follows the peer's RESUME. */
-			rc = sleep_on_tcp(s, fd, POLLIN, deadline);
+			rc = shim_io_sleep_on_tcp(s, fd, POLLIN, deadline);
 			if (rc < 0)
 				break;
 			continue;
 		}
-		rc = wait_rx(s, fd, deadline);
+		rc = shim_io_wait_rx(s, fd, deadline);
 		if (rc < 0)
 			break;
 	}
@@ -586,9 +304,9 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	if (s->tx_dir != SHIM_DIR_TCP)
 		flags &= ~MSG_OOB;
 	nonblock |= s->nonblocking;
-	deadline = deadline_after(s->snd_timeout_ms);
+	deadline = shim_deadline_ms(s->snd_timeout_ms);
 	if (fd >= 0) do {
-		fd = io_fd(s, fd);
+		fd = shim_io_fd(s, fd);
 		if (fd < 0) {
 			rc = -EBADF;
 			break;
@@ -608,7 +326,7 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 
 			if (shim_failover_replaying(s)) {
 				/* Our bytes the peer never got go first. */
-				rc = wait_for_peer(s, fd, POLLOUT, nonblock, deadline);
+				rc = shim_io_wait_for_peer(s, fd, POLLOUT, nonblock, deadline);
 				if (rc < 0)
 					break;
 				continue;
@@ -624,7 +342,7 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 				continue;
 			}
 			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !nonblock) {
-				rc = sleep_on_tcp(s, fd, POLLOUT, deadline);
+				rc = shim_io_sleep_on_tcp(s, fd, POLLOUT, deadline);
 				if (rc < 0)
 					break;
 				continue;
@@ -672,7 +390,7 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		}
 		if (shim_failover_waiting(s)) {
 			/* Where to resume is the peer's to say (its RESUME). */
-			rc = wait_for_peer(s, fd, POLLIN, nonblock, deadline);
+			rc = shim_io_wait_for_peer(s, fd, POLLIN, nonblock, deadline);
 			if (rc < 0)
 				break;
 			continue;
@@ -693,7 +411,7 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			rc = -EAGAIN;
 			break;
 		}
-		rc = wait_tx(s, fd, deadline);
+		rc = shim_io_wait_tx(s, fd, deadline);
 		if (rc < 0)
 			break;
 	} while (done < total && !(nonblock && done));

@@ -33,6 +33,9 @@ ssize_t shim_io_splice_from(struct shim_sock *s, int sock_fd, int pipe_fd, size_
 ssize_t shim_io_splice_to(struct shim_sock *s, int sock_fd, int pipe_fd, size_t len, unsigned flags);
 /* FIONREAD on an intercepted fd. */
 int shim_io_bytes_readable(struct shim_sock *s, int fd, int *out);
+/* ioctl on a tracked fd: FIONREAD answered from the data path when it is
+ * intercepted, the rest as shim_sock_ioctl(). (io_ready.c) */
+int shim_io_ioctl(int fd, unsigned long request, void *arg);
 int shim_io_shutdown(struct shim_sock *s, int fd, int how);
 
 /* Readiness of an intercepted fd, for the hooked waits: a mask of

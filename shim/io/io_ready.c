@@ -20,6 +20,21 @@
 
 static const uint8_t data_bell = SHIM_FRAME_DATA_BELL;
 
+int shim_io_ioctl(int fd, unsigned long request, void *arg)
+{
+	struct shim_sock *s;
+	int rc;
+
+	if (request != FIONREAD || !arg)
+		return shim_sock_ioctl(fd, request, arg);
+	s = shim_sock_get_intercepted(fd);
+	if (!s)
+		return shim_sock_ioctl(fd, request, arg);
+	rc = shim_io_bytes_readable(s, fd, arg);
+	shim_sock_put(s);
+	return rc;
+}
+
 int shim_io_bytes_readable(struct shim_sock *s, int fd, int *out)
 {
 	int rc = 0;

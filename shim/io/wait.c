@@ -13,14 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "compiler.h"
 #include "fdtable.h"
 #include "io.h"
 #include "real.h"
 #include "sock.h"
 #include "trace.h"
+#include "waitloop.h"
 
-#define WAIT_SLICE_MS 200
 #define WAIT_STACK_FDS 64
 
 /* The intercepted sock at fd, held (shim_sock_put()), or NULL. */
@@ -44,24 +45,6 @@ static void put_ours(struct shim_sock **ours, nfds_t nfds)
 		shim_sock_put(ours[i]);
 		ours[i] = NULL;
 	}
-}
-
-long long shim_wait_deadline(long long timeout_ns)
-{
-	return timeout_ns < 0 ? -1 : (long long)shim_now_ns() + timeout_ns;
-}
-
-int shim_wait_slice_ms(long long deadline_ns)
-{
-	long long left;
-
-	if (deadline_ns < 0)
-		return WAIT_SLICE_MS;
-	left = deadline_ns - (long long)shim_now_ns();
-	if (left <= 0)
-		return 0;
-	left = (left + 999999) / 1000000;
-	return left < WAIT_SLICE_MS ? (int)left : WAIT_SLICE_MS;
 }
 
 bool shim_wait_poll_needed(const struct pollfd *fds, nfds_t nfds)
@@ -88,7 +71,7 @@ bool shim_wait_select_needed(int nfds, const fd_set *r, const fd_set *w)
  * (put_ours()), so that what a sleep armed is disarmed on the same socket
  * even if another thread closed the fd meanwhile. Returns how many have
  * revents. */
-static int channel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock **ours)
+static int poll_channel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock **ours)
 {
 	int ready = 0;
 
@@ -161,7 +144,7 @@ static int kernel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock **ours
  * between the kernel's round and the channel's was filled by both (poll(2)
  * over one fd must not say 2).
  */
-static int count_ready(const struct pollfd *fds, nfds_t nfds)
+int shim_wait_count_ready(const struct pollfd *fds, nfds_t nfds)
 {
 	int ready = 0;
 
@@ -170,85 +153,116 @@ static int count_ready(const struct pollfd *fds, nfds_t nfds)
 	return ready;
 }
 
+/* One poll's state across the engine's rounds (waitloop.h). */
+struct poll_wait {
+	struct pollfd *fds;
+	nfds_t nfds;
+	const sigset_t *sigmask;
+	struct shim_sock **ours; /* held for one round (poll_channel_round()) */
+	struct pollfd *tmp;
+	int armed_stack[WAIT_STACK_FDS], *armed;
+};
+
+static int poll_look(void *ctx)
+{
+	struct poll_wait *w = ctx;
+	int mine = poll_channel_round(w->fds, w->nfds, w->ours);
+	int theirs = kernel_round(w->fds, w->nfds, w->ours, w->tmp, 0, NULL);
+
+	if (theirs < 0)
+		return theirs;
+	return mine + theirs > 0 ? shim_wait_count_ready(w->fds, w->nfds) : 0;
+}
+
+/* Arms every switched fd; the look after the sleep tells what came. */
+static int poll_arm(void *ctx, bool *short_sleep)
+{
+	struct poll_wait *w = ctx;
+	int sleep = 1;
+
+	w->armed = w->nfds > WAIT_STACK_FDS ? calloc(w->nfds, sizeof(int)) : w->armed_stack;
+	if (!w->armed)
+		return -ENOMEM;
+	for (nfds_t i = 0; i < w->nfds; i++) {
+		w->armed[i] = w->ours[i] ? shim_io_arm(w->ours[i], w->fds[i].fd, w->fds[i].events) : 0;
+		if (w->armed[i] & SHIM_ARM_READY)
+			sleep = 0;
+		if (w->armed[i] & SHIM_ARM_SHORT)
+			*short_sleep = true;
+	}
+	return sleep;
+}
+
+static int poll_sleep(void *ctx, int ms)
+{
+	struct poll_wait *w = ctx;
+	int theirs = kernel_round(w->fds, w->nfds, w->ours, w->tmp, ms, w->sigmask);
+
+	if (ms == SHIM_SLEEP_SLICE_MS && shim_trace_enabled(SHIM_TRACE_DEBUG)) {
+		int any = 0;
+
+		for (nfds_t i = 0; i < w->nfds; i++)
+			any |= w->tmp[i].revents;
+		if (!any)
+			SHIM_TRACE(SHIM_TRACE_DEBUG, "wait.slice_expired", w->fds[0].fd, NULL, SHIM_REASON_NONE,
+				   "\"nfds\":%d,\"armed0\":%d,\"ev0\":%d", (int)w->nfds, w->armed[0],
+				   w->fds[0].events);
+	}
+	return theirs;
+}
+
+static void poll_disarm(void *ctx)
+{
+	struct poll_wait *w = ctx;
+
+	for (nfds_t i = 0; i < w->nfds; i++)
+		if (w->armed[i])
+			shim_io_disarm(w->ours[i], w->fds[i].fd, w->armed[i]);
+	if (w->armed != w->armed_stack)
+		free(w->armed);
+	w->armed = NULL;
+}
+
+static int poll_after(void *ctx, int theirs)
+{
+	struct poll_wait *w = ctx;
+	int mine = poll_channel_round(w->fds, w->nfds, w->ours);
+
+	if (theirs < 0)
+		return theirs;
+	return mine + theirs > 0 ? shim_wait_count_ready(w->fds, w->nfds) : 0;
+}
+
+static const struct shim_waitloop_ops poll_ops = {
+	.look = poll_look,
+	.arm = poll_arm,
+	.sleep = poll_sleep,
+	.disarm = poll_disarm,
+	.after = poll_after,
+};
+
 int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const sigset_t *sigmask)
 {
-	struct shim_sock *ours_stack[WAIT_STACK_FDS], **ours = ours_stack;
-	struct pollfd tmp_stack[WAIT_STACK_FDS], *tmp = tmp_stack;
-	long long deadline = shim_wait_deadline(timeout_ns);
-	unsigned long long spin_end = shim_now_ns() + (unsigned long long)shim_cfg.spin_us * 1000ull;
+	struct shim_sock *ours_stack[WAIT_STACK_FDS];
+	struct pollfd tmp_stack[WAIT_STACK_FDS];
+	struct poll_wait w = { .fds = fds, .nfds = nfds, .sigmask = sigmask, .ours = ours_stack, .tmp = tmp_stack };
 	int rc;
 
 	memset(ours_stack, 0, sizeof(ours_stack));
 	if (nfds > WAIT_STACK_FDS) {
-		ours = calloc(nfds, sizeof(*ours));
-		tmp = calloc(nfds, sizeof(*tmp));
-		if (!ours || !tmp) {
-			free(ours);
-			free(tmp);
+		w.ours = calloc(nfds, sizeof(*w.ours));
+		w.tmp = calloc(nfds, sizeof(*w.tmp));
+		if (!w.ours || !w.tmp) {
+			free(w.ours);
+			free(w.tmp);
 			return -ENOMEM;
 		}
 	}
-	for (;;) {
-		int mine = channel_round(fds, nfds, ours), theirs;
-
-		theirs = kernel_round(fds, nfds, ours, tmp, 0, NULL);
-		if (theirs < 0 || timeout_ns == 0 || (mine + theirs > 0 && count_ready(fds, nfds))) {
-			rc = theirs < 0 ? theirs : count_ready(fds, nfds);
-			break;
-		}
-		if (shim_now_ns() < spin_end) {
-			sched_yield(); /* the peer may share our core */
-			continue;
-		}
-		/* Arm every switched fd, then look once more before sleeping. */
-		int armed_stack[WAIT_STACK_FDS], *armed = nfds > WAIT_STACK_FDS ? (int *)tmp : armed_stack;
-		bool sleep = true;
-
-		if (nfds > WAIT_STACK_FDS)
-			armed = calloc(nfds, sizeof(int));
-		if (!armed) {
-			rc = -ENOMEM;
-			break;
-		}
-		for (nfds_t i = 0; i < nfds; i++) {
-			armed[i] = ours[i] ? shim_io_arm(ours[i], fds[i].fd, fds[i].events) : 0;
-			if (armed[i] & SHIM_ARM_READY)
-				sleep = false;
-		}
-		int slice = shim_wait_slice_ms(deadline);
-
-		for (nfds_t i = 0; i < nfds; i++)
-			if ((armed[i] & SHIM_ARM_SHORT) && slice > 1)
-				slice = 1;
-		theirs = sleep ? kernel_round(fds, nfds, ours, tmp, slice, sigmask) : 0;
-		if (sleep && slice == WAIT_SLICE_MS && shim_trace_enabled(SHIM_TRACE_DEBUG)) {
-			int any = 0;
-
-			for (nfds_t i = 0; i < nfds; i++)
-				any |= tmp[i].revents;
-			if (!any)
-				SHIM_TRACE(SHIM_TRACE_DEBUG, "wait.slice_expired", fds[0].fd, NULL, SHIM_REASON_NONE,
-					   "\"nfds\":%d,\"armed0\":%d,\"ev0\":%d", (int)nfds, armed[0], fds[0].events);
-		}
-		for (nfds_t i = 0; i < nfds; i++)
-			if (armed[i])
-				shim_io_disarm(ours[i], fds[i].fd, armed[i]);
-		if (armed != armed_stack)
-			free(armed);
-		mine = channel_round(fds, nfds, ours);
-		if (theirs < 0 || (mine + theirs > 0 && count_ready(fds, nfds))) {
-			rc = theirs < 0 ? theirs : count_ready(fds, nfds);
-			break;
-		}
-		if (deadline >= 0 && (long long)shim_now_ns() >= deadline) {
-			rc = 0;
-			break;
-		}
-	}
-	put_ours(ours, nfds);
-	if (ours != ours_stack) {
-		free(ours);
-		free(tmp);
+	rc = shim_waitloop_run(&poll_ops, &w, timeout_ns);
+	put_ours(w.ours, nfds);
+	if (w.ours != ours_stack) {
+		free(w.ours);
+		free(w.tmp);
 	}
 	return rc;
 }

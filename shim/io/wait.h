@@ -17,6 +17,11 @@
 bool shim_wait_poll_needed(const struct pollfd *fds, nfds_t nfds);
 bool shim_wait_select_needed(int nfds, const fd_set *r, const fd_set *w);
 
+/* What poll returns: the number of entries with revents, counted from the
+ * entries, never summed from the rounds (a fd whose upgrade completes
+ * between the kernel's round and the channel's was filled by both). */
+int shim_wait_count_ready(const struct pollfd *fds, nfds_t nfds);
+
 /* timeout_ns: -1 for none. Return as poll(2) does, or -errno. */
 int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const sigset_t *sigmask);
 int shim_wait_select(int nfds, fd_set *r, fd_set *w, fd_set *e, long long *timeout_ns,
@@ -28,12 +33,16 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event);
  * epoll_wait is exact for this epfd. */
 int shim_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
 		    const sigset_t *sigmask, int *rc);
+/* An epoll fd's set of intercepted items (the sock of an epoll fd owns
+ * one); an intercepted fd closed: every set forgets its number. */
+struct shim_ep *shim_epoll_new(void);
+void shim_epoll_free(struct shim_ep *ep);
+void shim_epoll_forget_fd(int fd);
+/* fork: every set's lock (interpose/atfork.c). */
+void shim_epoll_atfork_prepare(void);
+void shim_epoll_atfork_release(void);
 /* A kernel epoll_wait that began before the set held an intercepted fd may
  * return one of its tagged events: map them to the program's data. */
 int shim_epoll_fixup(int epfd, struct epoll_event *events, int n);
-
-/* Milliseconds for a real wait: the time left, at most one slice. */
-int shim_wait_slice_ms(long long deadline_ns);
-long long shim_wait_deadline(long long timeout_ns);
 
 #endif

@@ -7,7 +7,7 @@
 #include <uthash.h>
 
 #include "config.h"
-#include "sock.h"
+#include "clock.h"
 
 struct breaker_entry {
 	uint8_t peer[16];

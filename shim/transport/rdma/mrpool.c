@@ -10,7 +10,7 @@
 #include <infiniband/verbs.h>
 
 #include "config.h"
-#include "sock.h"
+#include "clock.h"
 #include "trace.h"
 
 #define HUGE_2M (2u << 20)

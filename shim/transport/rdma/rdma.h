@@ -2,7 +2,8 @@
  * The RDMA transport: rdma_cm setup and handshake (rdma_setup.c) and the
  * channel operations over RC queue pairs (rdma_chan.c).
  *
- * Entry points for upgrade.c, called with the sock's lock held; none blocks
+ * Entry points for conn/upgrade.c through shim_rdma_transport, called with
+ * the sock's lock held; none blocks
  * longer than one bounded wait for a completion the peer's HCA owes us.
  */
 #ifndef RDMASHIM_RDMA_H
@@ -19,13 +20,15 @@
 #include "sock.h"
 #include "transport.h"
 
-/* Starts the upgrade over RDMA (phase SHIM_PHASE_RDMA) or fails it. */
+/* The transport's table (conn/transport.h), registered by init. */
+extern const struct shim_transport_type shim_rdma_transport;
+/* Starts the upgrade over RDMA (phase COMMITTING, s->neg) or fails it. */
 void shim_rdma_start(struct shim_sock *s, int fd, unsigned long long now);
 /* Advances it: rdma_cm events, the QP's completions. */
 void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now);
-/* Frees s->rdma (the channel, if installed, is s->chan's to destroy). */
+/* Frees s->neg (the channel, if installed, is s->chan's to destroy). */
 void shim_rdma_release(struct shim_sock *s);
-/* Drops s->rdma of an attempt a forked parent started, touching none of
+/* Drops s->neg of an attempt a forked parent started, touching none of
  * its objects (they are the parent's). */
 void shim_rdma_forget_inherited(struct shim_sock *s);
 /* Whether this process sees a usable RDMA device (checked once). */
@@ -109,7 +112,7 @@ struct rdma_conn {
 	bool peer_no_switch;
 	uint64_t peer_at;
 	bool broken;        /* the QP failed: the channel carries nothing more */
-	bool violated;      /* the peer broke the protocol (rdma_violation) */
+	bool violated;      /* the peer broke the protocol (shim_rdma_violation) */
 	bool stopped;       /* we moved it to ERR and disconnected (rdma_fail) */
 	bool done;          /* handshake over: CM events are the channel's now */
 	bool peer_disconnected;
@@ -141,7 +144,7 @@ struct rdma_conn {
 	pid_t pid; /* the process that made it: only it may touch its objects */
 };
 
-/* rdma_setup.c: gives up before any direction moved (TCP stays). */
+/* rdma_close.c: gives up before any direction moved (TCP stays). */
 void shim_rdma_give_up(struct shim_sock *s, int fd, enum shim_reason reason);
 /* rdma_switch.c: RDMA_CONNECTED, offsets both ways, then the proof. */
 void shim_rdma_connected(struct shim_sock *s, int fd, struct rdma_conn *c);
@@ -155,7 +158,7 @@ void shim_rdma_chan_init(struct rdma_conn *c);
 void shim_rdma_reap(struct rdma_conn *c);
 /* Posts our SWITCH_AT and waits (bounded) for it; 0 or -errno. */
 int shim_rdma_send_switch_at(struct rdma_conn *c, uint64_t offset, bool no_switch);
-/* Releases every verbs/cm resource and the slot, then frees c. */
+/* rdma_teardown.c: releases every verbs/cm resource and the slot, then frees c. */
 void shim_rdma_teardown(struct rdma_conn *c);
 /* Moves the QP to ERR (traced), if there is one. */
 void shim_rdma_qp_error(struct rdma_conn *c);

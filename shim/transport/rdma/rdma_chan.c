@@ -69,8 +69,8 @@ static struct rdma_conn *conn_of(const struct shim_chan *ch)
  */
 static bool peer_credits(const struct rdma_conn *c, uint64_t *head, uint64_t *recvs, const char **why)
 {
-	uint64_t h = rdma_load_acq(&c->ctl->tx_head);
-	uint64_t told = rdma_load_acq(&c->ctl->tx_peer_recvs);
+	uint64_t h = shim_rdma_load_acq(&c->ctl->tx_head);
+	uint64_t told = shim_rdma_load_acq(&c->ctl->tx_peer_recvs);
 	uint64_t tail = c->tx_tail;
 
 	if (h > tail || tail - h > c->ring_bytes || h < c->peer_head_seen) {
@@ -95,7 +95,7 @@ static bool take_credits(struct rdma_conn *c, uint64_t *head, uint64_t *recvs)
 	const char *why = NULL;
 
 	if (!peer_credits(c, head, recvs, &why)) {
-		rdma_violation(c, why, 0);
+		shim_rdma_violation(c, why, 0);
 		return false;
 	}
 	c->peer_head_seen = *head;
@@ -120,7 +120,7 @@ static size_t room(const struct rdma_conn *c, uint64_t head, uint64_t recvs)
 
 /* Lock-free (busy polling): a lie shows as no room; the next call under
  * the lock ends the channel. */
-static size_t rdma_writable(const struct shim_chan *ch)
+static size_t rchan_writable(const struct shim_chan *ch)
 {
 	const struct rdma_conn *c = conn_of(ch);
 	uint64_t head, recvs;
@@ -146,23 +146,23 @@ static bool post_staged(struct rdma_conn *c, size_t add)
 	size_t n = (size_t)(to - from);
 	size_t off = (size_t)(from & c->mask), first = c->ring_bytes - off < n ? c->ring_bytes - off : n;
 
-	rdma_chain_write(c, &wrs, c->tx_shadow + off, first, SHIM_RDMA_CTL_BYTES + off, false);
+	shim_rdma_chain_write(c, &wrs, c->tx_shadow + off, first, SHIM_RDMA_CTL_BYTES + off, false);
 	if (n > first)
-		rdma_chain_write(c, &wrs, c->tx_shadow, n - first, SHIM_RDMA_CTL_BYTES, false);
+		shim_rdma_chain_write(c, &wrs, c->tx_shadow, n - first, SHIM_RDMA_CTL_BYTES, false);
 	/* Testing only (RDMASHIM_TEST_FAIL_RDMA_KB): the path dies here, as a
 	 * pulled cable would leave it: the program was told these bytes went
 	 * out, and the peer never learns of them (no immediate announces them). */
 	bool die = shim_cfg.test_fail_rdma_kb && to >= (uint64_t)shim_cfg.test_fail_rdma_kb * 1024u;
 
 	if (!die)
-		rdma_chain_imm(&wrs, (uint32_t)n);
-	if (!rdma_chain_post(c, &wrs))
+		shim_rdma_chain_imm(&wrs, (uint32_t)n);
+	if (!shim_rdma_chain_post(c, &wrs))
 		return false;
 	c->tx_posted = to;
 	c->peer_recvs_used += !die;
 	if (die) {
 		shim_rdma_qp_error(c);
-		rdma_mark_broken(c, "injected", (int)shim_cfg.test_fail_rdma_kb);
+		shim_rdma_mark_broken(c, "injected", (int)shim_cfg.test_fail_rdma_kb);
 	}
 	return true;
 }
@@ -181,7 +181,7 @@ void shim_rdma_unproven(struct rdma_conn *c, const char *why)
 {
 	if (c->broken)
 		return;
-	rdma_mark_broken(c, why, 0);
+	shim_rdma_mark_broken(c, why, 0);
 	shim_stats_count(SHIM_REASON_UNPROVEN_PEER);
 	SHIM_TRACE(SHIM_TRACE_WARN, "rdma.unproven", c->fd, c->sock ? &c->sock->tuple : NULL,
 		   SHIM_REASON_UNPROVEN_PEER, "\"why\":\"%s\",\"staged\":%llu", why,
@@ -211,7 +211,7 @@ int shim_rdma_tx_release(struct rdma_conn *c)
 	return 0;
 }
 
-static size_t rdma_send(struct shim_chan *ch, const struct iovec *iov, int iovcnt, size_t skip)
+static size_t rchan_send(struct shim_chan *ch, const struct iovec *iov, int iovcnt, size_t skip)
 {
 	struct rdma_conn *c = conn_of(ch);
 	uint64_t head, recvs;
@@ -240,7 +240,7 @@ static size_t rdma_send(struct shim_chan *ch, const struct iovec *iov, int iovcn
 	return done;
 }
 
-static bool rdma_tx_should_bell(struct shim_chan *ch)
+static bool rchan_tx_should_bell(struct shim_chan *ch)
 {
 	struct rdma_conn *c = conn_of(ch);
 
@@ -253,35 +253,35 @@ static bool rdma_tx_should_bell(struct shim_chan *ch)
 	 * the first sleep after an arm lasts a millisecond, far longer than a
 	 * tail's flight, so the consumer looks again and finds it.
 	 */
-	if (!c->proved || !rdma_load_acq(&c->ctl->tx_consumer_armed))
+	if (!c->proved || !shim_rdma_load_acq(&c->ctl->tx_consumer_armed))
 		return false;
 	/* Fence: our tail (or closed) WRITE is in the consumer's memory before
 	 * we read the armed word again; pairs with the consumer's wait for its
-	 * arm WRITE in rdma_rx_arm(): a bell never overtakes its bytes. */
-	if (!rdma_wait_seq(c, c->last_signaled))
+	 * arm WRITE in rchan_rx_arm(): a bell never overtakes its bytes. */
+	if (!shim_rdma_wait_seq(c, c->last_signaled))
 		return false;
-	if (!rdma_load_acq(&c->ctl->tx_consumer_armed))
+	if (!shim_rdma_load_acq(&c->ctl->tx_consumer_armed))
 		return false;
 	/* Exchange: one armed wait gets one bell, not one per send. */
 	return __atomic_exchange_n(&c->ctl->tx_consumer_armed, 0, __ATOMIC_ACQ_REL) != 0;
 }
 
-static size_t rdma_space_lowat(const struct shim_chan *ch)
+static size_t rchan_space_lowat(const struct shim_chan *ch)
 {
 	return conn_of(ch)->ring_bytes / 4;
 }
 
-static bool rdma_peer_rx_gone(const struct shim_chan *ch)
+static bool rchan_peer_rx_gone(const struct shim_chan *ch)
 {
 	const struct rdma_conn *c = conn_of(ch);
 
 	/* A broken channel is not a closed peer: the stream resumes on TCP.
 	 * Only a proved peer may end our stream (EPIPE); relaxed: proved is
 	 * set under the lock and only ever goes from false to true. */
-	return __atomic_load_n(&c->proved, __ATOMIC_RELAXED) && rdma_load_acq(&c->ctl->tx_consumer_closed) != 0;
+	return __atomic_load_n(&c->proved, __ATOMIC_RELAXED) && shim_rdma_load_acq(&c->ctl->tx_consumer_closed) != 0;
 }
 
-static bool rdma_tx_arm(struct shim_chan *ch)
+static bool rchan_tx_arm(struct shim_chan *ch)
 {
 	struct rdma_conn *c = conn_of(ch);
 	uint64_t seq;
@@ -293,24 +293,24 @@ static bool rdma_tx_arm(struct shim_chan *ch)
 	 * TCP; or the hold expires and the channel fails over. */
 	if (!shim_rdma_tx_proved(c))
 		return !hold_expired(c);
-	seq = rdma_post_word(c, CTL_OFF(rx_wants_space), 1, true);
+	seq = shim_rdma_post_word(c, CTL_OFF(rx_wants_space), 1, true);
 
 	/* Fence: our wants_space is in the consumer's memory before we look at
 	 * head again; pairs with the wait for the head WRITE in
-	 * rdma_rx_should_bell(). */
-	if (!seq || !rdma_wait_seq(c, seq))
+	 * rchan_rx_should_bell(). */
+	if (!seq || !shim_rdma_wait_seq(c, seq))
 		return false;
-	return rdma_writable(ch) < rdma_space_lowat(ch) && !rdma_peer_rx_gone(ch);
+	return rchan_writable(ch) < rchan_space_lowat(ch) && !rchan_peer_rx_gone(ch);
 }
 
 /* We can not tell whether the consumer took the arm (its word lives over
  * there): clear it and say "not taken". A bell that was on its way anyway
  * is drained as a stray one, which the frame layer allows. */
-static bool rdma_tx_disarm(struct shim_chan *ch)
+static bool rchan_tx_disarm(struct shim_chan *ch)
 {
 	struct rdma_conn *c = conn_of(ch);
 
-	rdma_post_word(c, CTL_OFF(rx_wants_space), 0, false);
+	shim_rdma_post_word(c, CTL_OFF(rx_wants_space), 0, false);
 	return true;
 }
 
@@ -326,10 +326,10 @@ static uint64_t post_closed(struct rdma_conn *c)
 
 	if (c->closed_sent || !take_credits(c, &head, &recvs) || !imm_room(c, recvs, 1, false))
 		return 0;
-	rdma_chain_write(c, &wrs, NULL, 0, 0, true);
+	shim_rdma_chain_write(c, &wrs, NULL, 0, 0, true);
 	wrs.wr[0].num_sge = 0;
-	rdma_chain_imm(&wrs, SHIM_RDMA_IMM_CLOSED);
-	seq = rdma_chain_post(c, &wrs);
+	shim_rdma_chain_imm(&wrs, SHIM_RDMA_IMM_CLOSED);
+	seq = shim_rdma_chain_post(c, &wrs);
 	if (seq) {
 		c->closed_sent = true;
 		c->peer_recvs_used++;
@@ -337,7 +337,7 @@ static uint64_t post_closed(struct rdma_conn *c)
 	return seq;
 }
 
-static void rdma_shutdown_tx(struct shim_chan *ch)
+static void rchan_shutdown_tx(struct shim_chan *ch)
 {
 	struct rdma_conn *c = conn_of(ch);
 
@@ -352,20 +352,20 @@ static void rdma_shutdown_tx(struct shim_chan *ch)
 
 /* ---- consumer side ---- */
 
-static size_t rdma_readable(const struct shim_chan *ch)
+static size_t rchan_readable(const struct shim_chan *ch)
 {
 	/* Busy polling calls this without the sock's lock: the tail comes
-	 * from our CQ, which rdma_reap_try() polls under cq_lock. */
+	 * from our CQ, which shim_rdma_reap_try() polls under cq_lock. */
 	struct rdma_conn *c = (struct rdma_conn *)conn_of(ch);
 
-	rdma_reap_try(c);
+	shim_rdma_reap_try(c);
 	return (size_t)(__atomic_load_n(&c->rx_tail, __ATOMIC_ACQUIRE) - c->rx_head);
 }
 
-static size_t rdma_recv(struct shim_chan *ch, const struct iovec *iov, int iovcnt, bool peek)
+static size_t rchan_recv(struct shim_chan *ch, const struct iovec *iov, int iovcnt, bool peek)
 {
 	struct rdma_conn *c = conn_of(ch);
-	size_t avail = rdma_readable(ch), done = 0;
+	size_t avail = rchan_readable(ch), done = 0;
 
 	for (int i = 0; i < iovcnt && done < avail; i++) {
 		size_t n = iov[i].iov_len, off, first;
@@ -383,14 +383,14 @@ static size_t rdma_recv(struct shim_chan *ch, const struct iovec *iov, int iovcn
 	return done;
 }
 
-static bool rdma_rx_eof(const struct shim_chan *ch)
+static bool rchan_rx_eof(const struct shim_chan *ch)
 {
 	const struct rdma_conn *c = conn_of(ch);
 
 	/* CLOSED completes after the last data (same QP, completions in
 	 * order): acquire it first. A broken channel is no EOF: the rest
 	 * comes on TCP (failover.c). */
-	return __atomic_load_n(&c->rx_closed, __ATOMIC_ACQUIRE) && rdma_readable(ch) == 0;
+	return __atomic_load_n(&c->rx_closed, __ATOMIC_ACQUIRE) && rchan_readable(ch) == 0;
 }
 
 /* Appends our credits for the producer: the head (ring space) and how many
@@ -399,8 +399,8 @@ static void chain_credits(struct rdma_conn *c, struct wr_chain *wrs, bool signal
 {
 	uint64_t posted = __atomic_load_n(&c->recv_posted, __ATOMIC_RELAXED);
 
-	rdma_chain_word(c, wrs, CTL_OFF(tx_head), c->rx_head, false);
-	rdma_chain_word(c, wrs, CTL_OFF(tx_peer_recvs), posted, signal);
+	shim_rdma_chain_word(c, wrs, CTL_OFF(tx_head), c->rx_head, false);
+	shim_rdma_chain_word(c, wrs, CTL_OFF(tx_peer_recvs), posted, signal);
 	/* Release: pairs with the acquire in take_imm(), which bounds the
 	 * producer's immediates by what we credited. */
 	__atomic_store_n(&c->rx_head_sent, c->rx_head, __ATOMIC_RELEASE);
@@ -414,14 +414,14 @@ static bool flush_head(struct rdma_conn *c)
 	uint64_t seq;
 
 	chain_credits(c, &wrs, true);
-	seq = rdma_chain_post(c, &wrs);
-	return seq && rdma_wait_seq(c, seq);
+	seq = shim_rdma_chain_post(c, &wrs);
+	return seq && shim_rdma_wait_seq(c, seq);
 }
 
-static bool rdma_rx_should_bell(struct shim_chan *ch)
+static bool rchan_rx_should_bell(struct shim_chan *ch)
 {
 	struct rdma_conn *c = conn_of(ch);
-	bool wants = rdma_load_acq(&c->ctl->rx_wants_space) != 0;
+	bool wants = shim_rdma_load_acq(&c->ctl->rx_wants_space) != 0;
 
 	/*
 	 * Credits go back at least every eighth of the ring and every quarter
@@ -433,77 +433,77 @@ static bool rdma_rx_should_bell(struct shim_chan *ch)
 	    __atomic_load_n(&c->recv_posted, __ATOMIC_RELAXED) - c->recv_reported < SHIM_RDMA_RQ_DEPTH / 4)
 		return false;
 	/* Fence: the head is in the producer's memory before we read
-	 * wants_space (again); pairs with the wait in rdma_tx_arm(). */
+	 * wants_space (again); pairs with the wait in rchan_tx_arm(). */
 	if (!flush_head(c))
 		return false;
-	if (!rdma_load_acq(&c->ctl->rx_wants_space))
+	if (!shim_rdma_load_acq(&c->ctl->rx_wants_space))
 		return false;
 	/* Wake it only for room worth writing into; a later read looks again. */
-	if (c->ring_bytes - rdma_readable(ch) < rdma_space_lowat(ch))
+	if (c->ring_bytes - rchan_readable(ch) < rchan_space_lowat(ch))
 		return false;
 	return __atomic_exchange_n(&c->ctl->rx_wants_space, 0, __ATOMIC_ACQ_REL) != 0;
 }
 
-static bool rdma_rx_arm(struct shim_chan *ch)
+static bool rchan_rx_arm(struct shim_chan *ch)
 {
 	struct rdma_conn *c = conn_of(ch);
 	uint64_t seq;
 
 	if (c->broken)
-		return true; /* see rdma_tx_arm() */
+		return true; /* see rchan_tx_arm() */
 	struct wr_chain wrs = { .n = 0 };
 
 	/* Credits first: a producer waiting for room must not wait on us. */
 	chain_credits(c, &wrs, false);
-	rdma_chain_word(c, &wrs, CTL_OFF(tx_consumer_armed), 1, true);
-	seq = rdma_chain_post(c, &wrs);
+	shim_rdma_chain_word(c, &wrs, CTL_OFF(tx_consumer_armed), 1, true);
+	seq = shim_rdma_chain_post(c, &wrs);
 	/* Fence: the arm is in the producer's memory before we re-check the
-	 * tail; pairs with the wait in rdma_tx_should_bell(). */
-	if (!seq || !rdma_wait_seq(c, seq))
+	 * tail; pairs with the wait in rchan_tx_should_bell(). */
+	if (!seq || !shim_rdma_wait_seq(c, seq))
 		return false;
-	return !rdma_readable(ch) && !__atomic_load_n(&c->rx_closed, __ATOMIC_ACQUIRE);
+	return !rchan_readable(ch) && !__atomic_load_n(&c->rx_closed, __ATOMIC_ACQUIRE);
 }
 
-static bool rdma_rx_disarm(struct shim_chan *ch)
+static bool rchan_rx_disarm(struct shim_chan *ch)
 {
 	struct rdma_conn *c = conn_of(ch);
 
-	rdma_post_word(c, CTL_OFF(tx_consumer_armed), 0, false);
-	return true; /* see rdma_tx_disarm() */
+	shim_rdma_post_word(c, CTL_OFF(tx_consumer_armed), 0, false);
+	return true; /* see rchan_tx_disarm() */
 }
 
-static void rdma_shutdown_rx(struct shim_chan *ch)
+static void rchan_shutdown_rx(struct shim_chan *ch)
 {
 	struct rdma_conn *c = conn_of(ch);
 
-	rdma_post_word(c, CTL_OFF(tx_consumer_closed), 1, true);
+	shim_rdma_post_word(c, CTL_OFF(tx_consumer_closed), 1, true);
 }
 
 /* ---- failure ---- */
 
 /* A channel the peer broke the rules of is not resumed: the caller resets
- * the connection (rdma_violated). */
-static bool rdma_failed(const struct shim_chan *ch)
+ * the connection (rchan_violated). */
+static bool rchan_failed(const struct shim_chan *ch)
 {
 	const struct rdma_conn *c = conn_of(ch);
 
 	return __atomic_load_n(&c->broken, __ATOMIC_RELAXED) && !__atomic_load_n(&c->violated, __ATOMIC_RELAXED) &&
-	       !rdma_peer_finished(c);
+	       !shim_rdma_peer_finished(c);
 }
 
-static bool rdma_violated(const struct shim_chan *ch)
+static bool rchan_violated(const struct shim_chan *ch)
 {
 	return __atomic_load_n(&conn_of(ch)->violated, __ATOMIC_RELAXED);
 }
 
-static void rdma_fail(struct shim_chan *ch)
+static void rchan_fail(struct shim_chan *ch)
 {
 	struct rdma_conn *c = conn_of(ch);
 
 	if (c->stopped)
 		return;
 	c->stopped = true;
-	rdma_mark_broken(c, "stopped", 0);
+	shim_rdma_mark_broken(c, "stopped", 0);
 	/* ERR first: from here on nothing the peer posted lands in our ring,
 	 * so the offset our RESUME announces is final. The DREQ then tells a
 	 * peer spinning on a completion at once rather than after its retries. */
@@ -517,7 +517,7 @@ static void rdma_fail(struct shim_chan *ch)
 		c->sock->fo_peer_rx_nothing = true;
 }
 
-static uint64_t rdma_rx_offset(const struct shim_chan *ch)
+static uint64_t rchan_rx_offset(const struct shim_chan *ch)
 {
 	struct rdma_conn *c = (struct rdma_conn *)conn_of(ch);
 
@@ -526,7 +526,7 @@ static uint64_t rdma_rx_offset(const struct shim_chan *ch)
 	return __atomic_load_n(&c->rx_tail, __ATOMIC_ACQUIRE);
 }
 
-static int rdma_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct iovec out[2])
+static int rchan_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct iovec out[2])
 {
 	const struct rdma_conn *c = conn_of(ch);
 	size_t n, off, first;
@@ -544,7 +544,7 @@ static int rdma_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct 
 	return n > first ? 2 : 1;
 }
 
-static void rdma_destroy(struct shim_chan *ch)
+static void rchan_destroy(struct shim_chan *ch)
 {
 	shim_rdma_teardown(conn_of(ch));
 }
@@ -566,26 +566,26 @@ void shim_rdma_chan_init(struct rdma_conn *c)
 
 const struct shim_transport_ops shim_rdma_ops = {
 	.kind = SHIM_TRANSPORT_RDMA,
-	.send = rdma_send,
-	.recv = rdma_recv,
-	.readable = rdma_readable,
-	.writable = rdma_writable,
-	.space_lowat = rdma_space_lowat,
-	.rx_eof = rdma_rx_eof,
-	.peer_rx_gone = rdma_peer_rx_gone,
-	.tx_should_bell = rdma_tx_should_bell,
-	.rx_should_bell = rdma_rx_should_bell,
-	.rx_arm = rdma_rx_arm,
-	.rx_disarm = rdma_rx_disarm,
-	.tx_arm = rdma_tx_arm,
-	.tx_disarm = rdma_tx_disarm,
-	.shutdown_tx = rdma_shutdown_tx,
-	.shutdown_rx = rdma_shutdown_rx,
-	.destroy = rdma_destroy,
+	.send = rchan_send,
+	.recv = rchan_recv,
+	.readable = rchan_readable,
+	.writable = rchan_writable,
+	.space_lowat = rchan_space_lowat,
+	.rx_eof = rchan_rx_eof,
+	.peer_rx_gone = rchan_peer_rx_gone,
+	.tx_should_bell = rchan_tx_should_bell,
+	.rx_should_bell = rchan_rx_should_bell,
+	.rx_arm = rchan_rx_arm,
+	.rx_disarm = rchan_rx_disarm,
+	.tx_arm = rchan_tx_arm,
+	.tx_disarm = rchan_tx_disarm,
+	.shutdown_tx = rchan_shutdown_tx,
+	.shutdown_rx = rchan_shutdown_rx,
+	.destroy = rchan_destroy,
 	.arm_grace = true,
-	.violated = rdma_violated,
-	.failed = rdma_failed,
-	.fail = rdma_fail,
-	.rx_offset = rdma_rx_offset,
-	.tx_unreceived = rdma_tx_unreceived,
+	.violated = rchan_violated,
+	.failed = rchan_failed,
+	.fail = rchan_fail,
+	.rx_offset = rchan_rx_offset,
+	.tx_unreceived = rchan_tx_unreceived,
 };

@@ -1,8 +1,10 @@
 /*
- * Closing an RDMA connection: what must leave on TCP before the socket goes
- * (shim_rdma_release), and the teardown of the verbs and CM objects, which
- * waits (bounded) for the program's last WRITEs (shim_rdma_teardown).
- * rdma_setup.c sets them up. See rdma.h.
+ * Ending an RDMA connection: giving up before any direction moved
+ * (shim_rdma_give_up), an attempt a forked parent started, and the bytes
+ * still held for an unproven peer at close (shim_rdma_release; what is
+ * queued for TCP then leaves through conn's shim_close_flush()). The
+ * objects themselves go in rdma_teardown.c; rdma_setup.c sets them up.
+ * See rdma.h.
  */
 #include "rdma.h"
 #include "rdma_post.h"
@@ -17,62 +19,17 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "breaker.h"
+#include "close.h"
 #include "failover.h"
 #include "frames.h"
 #include "real.h"
 #include "trace.h"
-
-/* The fd we started with, if it still names this connection (the program
- * may have dup'ed and closed it since). */
-static bool fd_is_ours(const struct shim_sock *s, int fd)
-{
-	struct sockaddr_storage ss;
-	struct shim_endpoint local, peer;
-	socklen_t len = sizeof(ss);
-
-	if (fd < 0 || getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
-	    shim_endpoint_from_sockaddr((struct sockaddr *)&ss, len, &local) < 0)
-		return false;
-	len = sizeof(ss);
-	if (getpeername(fd, (struct sockaddr *)&ss, &len) < 0 ||
-	    shim_endpoint_from_sockaddr((struct sockaddr *)&ss, len, &peer) < 0)
-		return false;
-	return shim_endpoint_equal(&local, &s->tuple.local) && shim_endpoint_equal(&peer, &s->tuple.peer);
-}
-
-/*
- * Frames still queued for TCP (our SWITCH frame when the send buffer was
- * full at the switch, or a bell) must leave before the socket closes:
- * without its SWITCH frame the peer can never read what we put on the
- * ring. Bounded; the peer is reading TCP up to that frame.
- */
-#define CLOSE_FLUSH_NS (2000ull * 1000 * 1000)
-
-static void flush_before_close(struct shim_sock *s, int fd)
-{
-	unsigned long long end = shim_now_ns() + CLOSE_FLUSH_NS;
-
-	if ((!s->tcp_out_len && !shim_failover_replaying(s)) || !fd_is_ours(s, fd))
-		return;
-	/* Frames first, then a failover's replay (it goes behind our RESUME):
-	 * the bytes the program sent before close, as the kernel would. */
-	while ((s->tcp_out_len || shim_failover_replaying(s)) && shim_now_ns() < end) {
-		struct pollfd p = { .fd = fd, .events = POLLOUT };
-		int rc = s->tcp_out_len ? shim_frames_flush(s, fd) : shim_failover_flush(s, fd);
-
-		if (rc < 0 && rc != -EAGAIN)
-			break;
-		if (rc == -EAGAIN)
-			REAL(poll)(&p, 1, 50);
-	}
-	if (s->tcp_out_len)
-		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.close_unflushed", fd, &s->tuple, SHIM_REASON_NONE,
-			   "\"bytes\":%zu", s->tcp_out_len);
-}
+#include "upgrade.h"
 
 void shim_rdma_release(struct shim_sock *s)
 {
-	struct rdma_conn *c = s->rdma;
+	struct rdma_conn *c = s->neg;
 
 	if (!c)
 		return;
@@ -88,83 +45,56 @@ void shim_rdma_release(struct shim_sock *s)
 		 * after close (flushed below, bounded). */
 		if (shim_rdma_tx_proved(c))
 			shim_rdma_tx_release(c);
-		else if (fd_is_ours(s, c->fd)) {
+		else if (shim_close_fd_is_ours(s, c->fd)) {
 			shim_rdma_unproven(c, "closed_unproven");
 			shim_failover_progress(s, c->fd);
 		}
 	}
-	flush_before_close(s, c->fd);
-	s->rdma = NULL;
+	shim_close_flush(s, c->fd);
+	s->neg = NULL;
 	/* An installed channel is torn down by s->chan's destroy. */
 	if (c->installed && s->chan == &c->chan)
 		return;
 	shim_rdma_teardown(c);
 }
 
-/* How long close waits for its "closed" WRITEs: a courtesy (TCP's FIN tells
- * the peer too), so a short bound; a peer that is gone must not stall a
- * single-threaded server once per connection. */
-#define TEARDOWN_WAIT_NS (20ull * 1000 * 1000)
-/* How long close waits for the program's last bytes to land: the kernel
- * keeps sending after close too, and destroying the QP would drop WRITEs
- * still queued. A live peer's HCA answers within round trips; this bounds
- * the wait for one that died. */
-#define TEARDOWN_DATA_WAIT_NS (2000ull * 1000 * 1000)
+/* ---- failing ---- */
 
-/* Waits (bounded) until WR seq completed, the channel broke or the peer
- * disconnected; true if seq completed. */
-static bool teardown_wait(struct rdma_conn *c, uint64_t seq, unsigned long long bound_ns, bool *peer_gone)
+static bool breaker_counts(enum shim_reason r)
 {
-	unsigned long long end = shim_now_ns() + bound_ns;
-
-	while (seq && c->completed < seq && !c->broken && shim_now_ns() < end) {
-		shim_rdma_reap(c);
-		if (rdma_drain_cm_events(c)) {
-			*peer_gone = true;
-			break;
-		}
-		sched_yield();
-	}
-	return seq && c->completed >= seq;
+	return r == SHIM_REASON_CM_TIMEOUT || r == SHIM_REASON_CM_REJECTED || r == SHIM_REASON_CM_UNREACHABLE;
 }
 
-void shim_rdma_teardown(struct rdma_conn *c)
+/* Gives up before any direction moved: everything goes, TCP stays. */
+void shim_rdma_give_up(struct shim_sock *s, int fd, enum shim_reason reason)
 {
-	bool peer_gone = rdma_drain_cm_events(c) || c->peer_disconnected;
+	struct rdma_conn *c = s->neg;
 
-	if (c->qp && c->remote_addr && c->installed && !c->broken && !peer_gone) {
-		if (c->last_signaled && !teardown_wait(c, c->last_signaled, TEARDOWN_DATA_WAIT_NS, &peer_gone))
-			SHIM_TRACE(SHIM_TRACE_WARN, "rdma.close_unsent", c->fd, c->sock ? &c->sock->tuple : NULL,
-				   SHIM_REASON_NONE, "\"wrs\":%llu",
-				   (unsigned long long)(c->last_signaled - c->completed));
-		if (!c->broken && !peer_gone) {
-			/* The peer sees both directions closed, as with shm
-			 * (CLOSED only to a proved peer, after our last byte). */
-			c->chan.ops->shutdown_tx(&c->chan);
-			teardown_wait(c, rdma_post_word(c, CTL_OFF(tx_consumer_closed), 1, true), TEARDOWN_WAIT_NS,
-				      &peer_gone);
-		}
+	if (c) {
+		if (s->role == SHIM_ROLE_SERVER && breaker_counts(reason))
+			shim_breaker_record(shim_breaker_global(), s->tuple.peer.addr, false, shim_breaker_now_ms());
+		if (c->installed && s->chan == &c->chan)
+			s->chan = NULL;
+		c->installed = false;
+		s->neg = NULL;
+		shim_rdma_teardown(c);
 	}
-	c->torn_down = true;
-	if (c->id && c->installed && !peer_gone)
-		rdma_disconnect(c->id);
-	shim_rdma_qp_error(c);
-	shim_rdma_reap(c);
-	if (c->qp)
-		ibv_destroy_qp(c->qp);
-	if (c->cq)
-		ibv_destroy_cq(c->cq);
-	rdma_drain_cm_events(c);
-	if (c->id)
-		rdma_destroy_id(c->id);
-	if (c->listen_id)
-		rdma_destroy_id(c->listen_id);
-	if (c->ec)
-		rdma_destroy_event_channel(c->ec);
-	if (c->mr)
-		ibv_dereg_mr(c->mr);
-	shim_mrpool_put(&c->slot);
-	if (c->cq_lock_ready)
-		pthread_spin_destroy(&c->cq_lock);
+	shim_upgrade_fail(s, fd, reason);
+}
+
+/*
+ * An attempt a forked parent started: its ids, QP, CQ and slot are the
+ * parent's (the rdma_cm and uverbs file descriptions are shared, so even
+ * destroying our copies would destroy the parent's objects). Forget them,
+ * touching nothing, not even the frames queued for TCP (the parent's to
+ * send).
+ */
+void shim_rdma_forget_inherited(struct shim_sock *s)
+{
+	struct rdma_conn *c = s->neg;
+
+	if (c->installed && s->chan == &c->chan)
+		s->chan = NULL;
+	s->neg = NULL;
 	free(c);
 }

@@ -230,30 +230,14 @@ int shim_rdma_warm_poll(void)
 	return __atomic_load_n(&warm_state, __ATOMIC_ACQUIRE);
 }
 
-/* Same choice as start() in upgrade.c: the first configured transport that
- * fits the peer, shm only on this host. A connection that will use shm
- * must not start the warm-up: it would pin memory for nothing, and a child
- * forked later could no longer use RDMA. */
-static bool may_use_rdma(const struct shim_tuple *t)
-{
-	static const uint8_t v6_loopback[16] = { [15] = 1 };
-	bool same_host = memcmp(t->peer.addr, t->local.addr, 16) == 0 ||
-			 (shim_endpoint_is_v4(&t->peer) ? t->peer.addr[12] == 127
-							: memcmp(t->peer.addr, v6_loopback, 16) == 0);
-
-	for (unsigned i = 0; i < shim_cfg.n_transports; i++) {
-		if (shim_cfg.transports[i] == SHIM_TRANSPORT_RDMA)
-			return true;
-		if (shim_cfg.transports[i] == SHIM_TRANSPORT_SHM && same_host)
-			return false;
-	}
-	return false;
-}
-
+/* The transport's warm op: called only for a connection that will pick
+ * RDMA (shim_transport_warm()). One that will use shm must not start the
+ * warm-up: it would pin memory for nothing, and a child forked later could
+ * no longer use RDMA. */
 void shim_rdma_warm_kick(const struct shim_tuple *tuple)
 {
-	if (may_use_rdma(tuple))
-		shim_rdma_warm_poll();
+	(void)tuple;
+	shim_rdma_warm_poll();
 }
 
 /*

@@ -21,14 +21,14 @@
  * trip; far longer means the peer or the path is gone. */
 #define COMPLETION_WAIT_NS (10000ull * 1000 * 1000)
 
-void rdma_mark_broken(struct rdma_conn *c, const char *why, int detail)
+void shim_rdma_mark_broken(struct rdma_conn *c, const char *why, int detail)
 {
 	if (c->broken)
 		return;
 	/* Relaxed: rdma_failed() polls it without the lock; what follows a
 	 * failure is read under the lock. */
 	__atomic_store_n(&c->broken, true, __ATOMIC_RELAXED);
-	SHIM_TRACE(rdma_peer_finished(c) ? SHIM_TRACE_DEBUG : SHIM_TRACE_WARN, "rdma.broken", c->fd, c->sock ? &c->sock->tuple : NULL, SHIM_REASON_INTERNAL_ERROR,
+	SHIM_TRACE(shim_rdma_peer_finished(c) ? SHIM_TRACE_DEBUG : SHIM_TRACE_WARN, "rdma.broken", c->fd, c->sock ? &c->sock->tuple : NULL, SHIM_REASON_INTERNAL_ERROR,
 		   "\"why\":\"%s\",\"detail\":%d", why, detail);
 }
 
@@ -58,7 +58,7 @@ int shim_rdma_post_recvs(struct rdma_conn *c)
 	return 0;
 }
 
-void rdma_violation(struct rdma_conn *c, const char *why, unsigned long long value)
+void shim_rdma_violation(struct rdma_conn *c, const char *why, unsigned long long value)
 {
 	if (__atomic_load_n(&c->violated, __ATOMIC_RELAXED))
 		return;
@@ -66,7 +66,7 @@ void rdma_violation(struct rdma_conn *c, const char *why, unsigned long long val
 	__atomic_store_n(&c->violated, true, __ATOMIC_RELAXED);
 	SHIM_TRACE(SHIM_TRACE_ERROR, "rdma.violation", c->fd, c->sock ? &c->sock->tuple : NULL,
 		   SHIM_REASON_PEER_VIOLATION, "\"why\":\"%s\",\"value\":%llu", why, value);
-	rdma_mark_broken(c, "violation", 0);
+	shim_rdma_mark_broken(c, "violation", 0);
 	/* ERR: nothing the peer posts lands any more, so what we took until
 	 * now (rx_tail) is final for the failover's RESUME. */
 	shim_rdma_qp_error(c);
@@ -84,7 +84,7 @@ static void take_switch_at(struct rdma_conn *c, const struct ibv_wc *wc)
 	flags = be16toh(at.flags);
 	if (wc->byte_len != sizeof(at) || be32toh(at.magic) != SHIM_RDMA_MAGIC || at.version != SHIM_RDMA_VERSION ||
 	    at.type != SHIM_RDMA_SWITCH_AT || (flags & ~SHIM_RDMA_NO_SWITCH) || c->peer_at_known) {
-		rdma_violation(c, "bad_switch_at", wc->byte_len);
+		shim_rdma_violation(c, "bad_switch_at", wc->byte_len);
 		return;
 	}
 	c->peer_no_switch = flags & SHIM_RDMA_NO_SWITCH;
@@ -109,7 +109,7 @@ static void take_imm(struct rdma_conn *c, const struct ibv_wc *wc)
 		return;
 	if (__atomic_load_n(&c->rx_closed, __ATOMIC_RELAXED) || bytes > c->ring_bytes ||
 	    c->rx_tail + bytes - credited > c->ring_bytes) {
-		rdma_violation(c, "immediate_beyond_credit", bytes);
+		shim_rdma_violation(c, "immediate_beyond_credit", bytes);
 		return;
 	}
 	/* Release: pairs with the acquire loads in rdma_readable() and
@@ -130,7 +130,7 @@ static void reap_locked(struct rdma_conn *c)
 			if (wc[i].status != IBV_WC_SUCCESS) {
 				/* Flushes after we moved the QP to ERR are expected. */
 				if (!c->torn_down && !c->stopped)
-					rdma_mark_broken(c, ibv_wc_status_str(wc[i].status), (int)wc[i].status);
+					shim_rdma_mark_broken(c, ibv_wc_status_str(wc[i].status), (int)wc[i].status);
 				if (wc[i].wr_id != RECV_WR_ID && wc[i].wr_id > c->completed)
 					__atomic_store_n(&c->completed, wc[i].wr_id, __ATOMIC_RELAXED);
 				continue;
@@ -141,7 +141,7 @@ static void reap_locked(struct rdma_conn *c)
 				else
 					take_switch_at(c, &wc[i]);
 				if (post_recv_one(c) < 0)
-					rdma_mark_broken(c, "post_recv", 0);
+					shim_rdma_mark_broken(c, "post_recv", 0);
 				continue;
 			}
 			if (wc[i].wr_id > c->completed)
@@ -149,7 +149,7 @@ static void reap_locked(struct rdma_conn *c)
 		}
 	}
 	if (n < 0)
-		rdma_mark_broken(c, "poll_cq", n);
+		shim_rdma_mark_broken(c, "poll_cq", n);
 }
 
 void shim_rdma_reap(struct rdma_conn *c)
@@ -162,7 +162,7 @@ void shim_rdma_reap(struct rdma_conn *c)
 }
 
 /* For the lock-free readers: whoever holds cq_lock is reaping already. */
-void rdma_reap_try(struct rdma_conn *c)
+void shim_rdma_reap_try(struct rdma_conn *c)
 {
 	if (c->cq && pthread_spin_trylock(&c->cq_lock) == 0) {
 		reap_locked(c);
@@ -172,14 +172,14 @@ void rdma_reap_try(struct rdma_conn *c)
 
 static bool cm_disconnected(struct rdma_conn *c)
 {
-	if (rdma_drain_cm_events(c))
+	if (shim_rdma_drain_cm_events(c))
 		c->peer_disconnected = true;
 	return c->peer_disconnected;
 }
 
 /* Spins on the CQ until WR seq completed. Bounded: a peer that stops
  * answering breaks the channel instead of hanging the program. */
-bool rdma_wait_seq(struct rdma_conn *c, uint64_t seq)
+bool shim_rdma_wait_seq(struct rdma_conn *c, uint64_t seq)
 {
 	unsigned long long deadline = 0;
 	unsigned spins = 0;
@@ -194,14 +194,14 @@ bool rdma_wait_seq(struct rdma_conn *c, uint64_t seq)
 			if (!deadline)
 				deadline = now + COMPLETION_WAIT_NS;
 			else if (now > deadline)
-				rdma_mark_broken(c, "completion_timeout", (int)(seq - c->completed));
+				shim_rdma_mark_broken(c, "completion_timeout", (int)(seq - c->completed));
 			/* Soft-RoCE completes in kernel context: on a small VM a
 			 * tight spin would hold the CPU the ACK needs. */
 			sched_yield();
 			/* A peer that closed sends a DREQ before it destroys its
 			 * QP: notice it instead of waiting for retries to run out. */
 			if ((c->done || c->step == RDMA_CONNECTED) && cm_disconnected(c))
-				rdma_mark_broken(c, "disconnected", 0);
+				shim_rdma_mark_broken(c, "disconnected", 0);
 		}
 	}
 	return !c->broken;
@@ -214,7 +214,7 @@ static bool sq_room(struct rdma_conn *c, unsigned n)
 		return true;
 	/* Every 16th WR is signaled, so the last signaled one retires all
 	 * but at most 15 of those outstanding. */
-	return rdma_wait_seq(c, c->last_signaled) && c->posted - c->completed + n < SQ_LIMIT;
+	return shim_rdma_wait_seq(c, c->last_signaled) && c->posted - c->completed + n < SQ_LIMIT;
 }
 
 /*
@@ -224,7 +224,7 @@ static bool sq_room(struct rdma_conn *c, unsigned n)
  */
 /* Appends one RDMA WRITE of len bytes at local to the peer's remote_off.
  * Precondition: fewer than CHAIN_MAX WRs in the chain. */
-void rdma_chain_write(struct rdma_conn *c, struct wr_chain *ch, const void *local, size_t len, uint64_t remote_off,
+void shim_rdma_chain_write(struct rdma_conn *c, struct wr_chain *ch, const void *local, size_t len, uint64_t remote_off,
 			bool signal)
 {
 	unsigned i = ch->n++;
@@ -240,7 +240,7 @@ void rdma_chain_write(struct rdma_conn *c, struct wr_chain *ch, const void *loca
 }
 
 /* Appends a WRITE of one 8-byte control word into the peer's control page. */
-void rdma_chain_word(struct rdma_conn *c, struct wr_chain *ch, size_t ctl_off, uint64_t value, bool signal)
+void shim_rdma_chain_word(struct rdma_conn *c, struct wr_chain *ch, size_t ctl_off, uint64_t value, bool signal)
 {
 	/* Inline copies the value at post time; without inline the source
 	 * must be registered and stay put until the WR is done: one scratch
@@ -248,12 +248,12 @@ void rdma_chain_word(struct rdma_conn *c, struct wr_chain *ch, size_t ctl_off, u
 	uint64_t *src = &c->ctl->scratch[(c->posted + ch->n + 1) % SHIM_RDMA_SCRATCH_WORDS];
 
 	*src = value;
-	rdma_chain_write(c, ch, src, sizeof(value), ctl_off, signal);
+	shim_rdma_chain_write(c, ch, src, sizeof(value), ctl_off, signal);
 }
 
 /* Makes the chain's last WRITE carry imm (signaled: tx_should_bell waits for
  * it). Precondition: at least one WR in the chain. */
-void rdma_chain_imm(struct wr_chain *ch, uint32_t imm)
+void shim_rdma_chain_imm(struct wr_chain *ch, uint32_t imm)
 {
 	struct ibv_send_wr *wr = &ch->wr[ch->n - 1];
 
@@ -264,7 +264,7 @@ void rdma_chain_imm(struct wr_chain *ch, uint32_t imm)
 
 /* Posts the chain; returns the last WR's sequence number, or 0 on failure
  * (nothing of the chain was posted, or the channel is broken). */
-uint64_t rdma_chain_post(struct rdma_conn *c, struct wr_chain *ch)
+uint64_t shim_rdma_chain_post(struct rdma_conn *c, struct wr_chain *ch)
 {
 	struct ibv_send_wr *bad;
 	int rc;
@@ -277,7 +277,7 @@ uint64_t rdma_chain_post(struct rdma_conn *c, struct wr_chain *ch)
 	if (rc) {
 		/* A partly posted chain leaves a hole in the stream: the
 		 * channel is unusable either way. */
-		rdma_mark_broken(c, "post_send", rc);
+		shim_rdma_mark_broken(c, "post_send", rc);
 		return 0;
 	}
 	c->posted += ch->n;
@@ -287,12 +287,12 @@ uint64_t rdma_chain_post(struct rdma_conn *c, struct wr_chain *ch)
 	return c->posted;
 }
 
-uint64_t rdma_post_word(struct rdma_conn *c, size_t ctl_off, uint64_t value, bool signal)
+uint64_t shim_rdma_post_word(struct rdma_conn *c, size_t ctl_off, uint64_t value, bool signal)
 {
 	struct wr_chain ch = { .n = 0 };
 
-	rdma_chain_word(c, &ch, ctl_off, value, signal);
-	return rdma_chain_post(c, &ch);
+	shim_rdma_chain_word(c, &ch, ctl_off, value, signal);
+	return shim_rdma_chain_post(c, &ch);
 }
 
 int shim_rdma_send_switch_at(struct rdma_conn *c, uint64_t offset, bool no_switch)
@@ -318,14 +318,14 @@ int shim_rdma_send_switch_at(struct rdma_conn *c, uint64_t offset, bool no_switc
 	wr.send_flags = IBV_SEND_SIGNALED | (sizeof(at) <= c->max_inline ? IBV_SEND_INLINE : 0);
 	rc = ibv_post_send(c->qp, &wr, &bad);
 	if (rc) {
-		rdma_mark_broken(c, "post_send", rc);
+		shim_rdma_mark_broken(c, "post_send", rc);
 		return -rc;
 	}
 	c->posted = c->last_signaled = wr.wr_id;
 	c->peer_recvs_used++;
 	/* The completion is the peer's ACK: its receive is done (and its CQE
 	 * written) before our SWITCH frame can go on TCP. */
-	return rdma_wait_seq(c, wr.wr_id) ? 0 : -EIO;
+	return shim_rdma_wait_seq(c, wr.wr_id) ? 0 : -EIO;
 }
 
 
@@ -342,7 +342,7 @@ void shim_rdma_qp_error(struct rdma_conn *c)
 }
 
 /* Acks what the event channel holds; true if the peer disconnected. */
-bool rdma_drain_cm_events(struct rdma_conn *c)
+bool shim_rdma_drain_cm_events(struct rdma_conn *c)
 {
 	struct rdma_cm_event *ev;
 	bool gone = false;

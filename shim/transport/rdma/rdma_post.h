@@ -1,7 +1,7 @@
 /*
  * Posting and reaping on an RDMA connection's QP (rdma_post.c), shared by
  * the channel operations (rdma_chan.c). Every function here is called with
- * the sock's lock held, except rdma_reap_try(), which the lock-free
+ * the sock's lock held, except shim_rdma_reap_try(), which the lock-free
  * readable() uses; the CQ itself is guarded by cq_lock (see rdma.h).
  */
 #ifndef RDMASHIM_RDMA_POST_H
@@ -31,40 +31,40 @@ struct wr_chain {
 
 /* Appends one RDMA WRITE of len bytes at local to the peer's remote_off.
  * Precondition: fewer than CHAIN_MAX WRs in the chain. */
-void rdma_chain_write(struct rdma_conn *c, struct wr_chain *ch, const void *local, size_t len, uint64_t remote_off,
+void shim_rdma_chain_write(struct rdma_conn *c, struct wr_chain *ch, const void *local, size_t len, uint64_t remote_off,
 		      bool signal);
 /* Appends a WRITE of one 8-byte control word into the peer's control page. */
-void rdma_chain_word(struct rdma_conn *c, struct wr_chain *ch, size_t ctl_off, uint64_t value, bool signal);
+void shim_rdma_chain_word(struct rdma_conn *c, struct wr_chain *ch, size_t ctl_off, uint64_t value, bool signal);
 /* Makes the chain's last WRITE carry imm, signaled. Precondition: n > 0. */
-void rdma_chain_imm(struct wr_chain *ch, uint32_t imm);
+void shim_rdma_chain_imm(struct wr_chain *ch, uint32_t imm);
 /* Posts the chain: the last WR's sequence number, or 0 (nothing posted). */
-uint64_t rdma_chain_post(struct rdma_conn *c, struct wr_chain *ch);
+uint64_t shim_rdma_chain_post(struct rdma_conn *c, struct wr_chain *ch);
 /* One control word, posted at once. */
-uint64_t rdma_post_word(struct rdma_conn *c, size_t ctl_off, uint64_t value, bool signal);
+uint64_t shim_rdma_post_word(struct rdma_conn *c, size_t ctl_off, uint64_t value, bool signal);
 /* Spins (bounded) until WR seq completed; false when the channel broke. */
-bool rdma_wait_seq(struct rdma_conn *c, uint64_t seq);
+bool shim_rdma_wait_seq(struct rdma_conn *c, uint64_t seq);
 /* Reaps unless another thread is reaping already (lock-free readers). */
-void rdma_reap_try(struct rdma_conn *c);
+void shim_rdma_reap_try(struct rdma_conn *c);
 /* The channel failed: traced once, why and a detail. */
-void rdma_mark_broken(struct rdma_conn *c, const char *why, int detail);
+void shim_rdma_mark_broken(struct rdma_conn *c, const char *why, int detail);
 /* The peer wrote a value outside our bounds: traced (rdma.violation), the
  * QP goes to ERR and the channel reports violated() (transport.h): the
  * connection is reset, or stays on TCP if nothing moved yet. */
-void rdma_violation(struct rdma_conn *c, const char *why, unsigned long long value);
+void shim_rdma_violation(struct rdma_conn *c, const char *why, unsigned long long value);
 /* Acks what the event channel holds; true if the peer disconnected. */
-bool rdma_drain_cm_events(struct rdma_conn *c);
+bool shim_rdma_drain_cm_events(struct rdma_conn *c);
 
 /* Acquire: pairs with the in-order placement of the peer's WRITEs. */
-static inline uint64_t rdma_load_acq(const uint64_t *p)
+static inline uint64_t shim_rdma_load_acq(const uint64_t *p)
 {
 	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 }
 
 /* The peer closed both directions the orderly way (CLOSED immediate and
  * consumer_closed): a failure after that is its teardown, not ours. */
-static inline bool rdma_peer_finished(const struct rdma_conn *c)
+static inline bool shim_rdma_peer_finished(const struct rdma_conn *c)
 {
-	return __atomic_load_n(&c->rx_closed, __ATOMIC_ACQUIRE) && rdma_load_acq(&c->ctl->tx_consumer_closed);
+	return __atomic_load_n(&c->rx_closed, __ATOMIC_ACQUIRE) && shim_rdma_load_acq(&c->ctl->tx_consumer_closed);
 }
 
 #endif

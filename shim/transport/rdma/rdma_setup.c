@@ -40,7 +40,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -54,275 +53,21 @@
 #include "stats.h"
 #include "trace.h"
 #include "rdma_post.h"
+#include "rdma_qp.h"
 #include "upgrade.h"
 
-/* 4.096 us * 2^17 = 537 ms per try, 8 tries: a dead peer shows as a failed
- * completion in about four seconds (a peer that closed is seen at once, by
- * its DREQ). rdma_cm's default on RoCE comes from the path's packet
- * lifetime and was about a second per try on rxe; shorter tries than these
- * gave up under QEMU TCG load, where a VM can stall for 100 ms. */
-#define ACK_TIMEOUT 17
-#define RETRY_COUNT 7
-#define SQ_DEPTH 64
-#define CQ_DEPTH (SQ_DEPTH + SHIM_RDMA_RQ_DEPTH + 8)
-#define WANT_INLINE 64
-/* S retries a missing listener (C not there yet) after these delays. */
-#define RETRY_FIRST_NS (1ull * 1000 * 1000)
-#define RETRY_MAX_NS (200ull * 1000 * 1000)
 /* IB CM reject reason when nobody listens on the service id. */
 #define REJ_INVALID_SERVICE_ID 8
 #define MS_NS 1000000ull
 
-/* ---- helpers ---- */
-
-
-static socklen_t to_sockaddr(const struct shim_endpoint *ep, uint16_t port, struct sockaddr_storage *ss)
-{
-	memset(ss, 0, sizeof(*ss));
-	if (shim_endpoint_is_v4(ep)) {
-		struct sockaddr_in *sin = (struct sockaddr_in *)ss;
-
-		sin->sin_family = AF_INET;
-		sin->sin_port = htons(port);
-		memcpy(&sin->sin_addr, ep->addr + 12, 4);
-		return sizeof(*sin);
-	}
-	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
-
-	sin6->sin6_family = AF_INET6;
-	sin6->sin6_port = htons(port);
-	memcpy(&sin6->sin6_addr, ep->addr, 16);
-	return sizeof(*sin6);
-}
-
-static const char *state_name(enum ibv_qp_state st)
-{
-	switch (st) {
-	case IBV_QPS_RESET: return "reset";
-	case IBV_QPS_INIT: return "init";
-	case IBV_QPS_RTR: return "rtr";
-	case IBV_QPS_RTS: return "rts";
-	case IBV_QPS_ERR: return "err";
-	default: return "other";
-	}
-}
-
-/* One explicit QP transition, attributes from rdma_cm (path, PSNs, QPNs). */
-static int qp_to(struct rdma_conn *c, enum ibv_qp_state st)
-{
-	struct ibv_qp_attr attr;
-	int mask = 0, rc;
-
-	memset(&attr, 0, sizeof(attr));
-	attr.qp_state = st;
-	rc = rdma_init_qp_attr(c->id, &attr, &mask) ? -errno : 0;
-	if (rc == 0) {
-		if (st == IBV_QPS_INIT) {
-			/* Before the CM exchange (the active side) rdma_cm hands
-			 * out no access rights; the peer WRITEs into our ring. */
-			attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-			mask |= IBV_QP_ACCESS_FLAGS;
-		}
-		if (st == IBV_QPS_RTS) {
-			/* Our retries are ours to bound, whatever the peer's CM
-			 * message asked for (rdma_cm takes them from it). RNR: an
-			 * honest peer never runs out of receives (we send no more
-			 * immediates than it credited), so the first RNR NAK fails
-			 * the WR at once: 7 would mean retry forever, and a peer
-			 * posting no receives would stall us in rdma_wait_seq(). */
-			attr.rnr_retry = 0;
-			attr.retry_cnt = RETRY_COUNT;
-			mask |= IBV_QP_RNR_RETRY | IBV_QP_RETRY_CNT;
-		}
-		rc = -ibv_modify_qp(c->qp, &attr, mask);
-	}
-	SHIM_TRACE(rc ? SHIM_TRACE_WARN : SHIM_TRACE_DEBUG, "qp.state", c->fd, &c->sock->tuple, SHIM_REASON_NONE,
-		   "\"qp\":%u,\"state\":\"%s\",\"rc\":%d", c->qp->qp_num, state_name(st), rc);
-	return rc;
-}
-
-/* PD, slot, CQ and QP on the id's device; the QP in INIT with its receive
- * posted (a SWITCH_AT may arrive as soon as the peer is in RTS). */
-static int make_qp(struct rdma_conn *c)
-{
-	struct ibv_qp_init_attr init;
-	struct ibv_pd *pd = shim_rdma_pd_for(c->id->verbs);
-	size_t slot_bytes = shim_rdma_slot_bytes(c->ring_bytes);
-	uint8_t timeout = ACK_TIMEOUT;
-	int rc;
-
-	if (!pd)
-		return -ENOMEM;
-	/* Before RTS, whose attributes rdma_init_qp_attr computes from it. */
-	rdma_set_option(c->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof(timeout));
-	if (c->slot.chunk && c->pd != pd) {
-		if (c->mr)
-			ibv_dereg_mr(c->mr);
-		c->mr = NULL;
-		shim_mrpool_put(&c->slot);
-	}
-	if (!c->slot.chunk) {
-		rc = shim_mrpool_get(pd, slot_bytes, &c->slot);
-		if (rc < 0)
-			return rc;
-	}
-	if (!c->mr) {
-		/* The peer's window into our memory: this connection's control
-		 * page and receive ring, nothing else (the pool's chunk MR
-		 * grants local access only). One registration per connection,
-		 * of ring_bytes + 4 KiB already faulted in. */
-		unsigned long long t0 = shim_now_ns();
-
-		c->mr = ibv_reg_mr(pd, c->slot.addr, SHIM_RDMA_CTL_BYTES + c->ring_bytes,
-				   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-		if (!c->mr)
-			return -errno;
-		c->mr_reg_ns = shim_now_ns() - t0;
-	}
-	c->pd = pd;
-	shim_rdma_chan_init(c);
-	c->cq = ibv_create_cq(c->id->verbs, CQ_DEPTH, NULL, NULL, 0);
-	if (!c->cq)
-		return -errno;
-	memset(&init, 0, sizeof(init));
-	init.send_cq = init.recv_cq = c->cq;
-	init.qp_type = IBV_QPT_RC;
-	init.sq_sig_all = 0; /* selective signaling: rdma_chan.c decides */
-	init.cap.max_send_wr = SQ_DEPTH;
-	init.cap.max_recv_wr = SHIM_RDMA_RQ_DEPTH;
-	init.cap.max_send_sge = init.cap.max_recv_sge = 1;
-	init.cap.max_inline_data = WANT_INLINE;
-	c->qp = ibv_create_qp(pd, &init);
-	if (!c->qp) {
-		/* A device without inline data: everything from registered memory. */
-		init.cap.max_inline_data = 0;
-		c->qp = ibv_create_qp(pd, &init);
-	}
-	if (!c->qp)
-		return -errno;
-	c->max_inline = init.cap.max_inline_data;
-	SHIM_TRACE(SHIM_TRACE_DEBUG, "qp.state", c->fd, &c->sock->tuple, SHIM_REASON_NONE,
-		   "\"qp\":%u,\"state\":\"reset\",\"rc\":0,\"max_inline\":%u", c->qp->qp_num, c->max_inline);
-	rc = qp_to(c, IBV_QPS_INIT);
-	if (rc == 0)
-		rc = shim_rdma_post_recvs(c);
-	return rc;
-}
-
-static void drop_qp(struct rdma_conn *c)
-{
-	if (c->qp) {
-		shim_rdma_qp_error(c);
-		ibv_destroy_qp(c->qp);
-		c->qp = NULL;
-	}
-	if (c->cq) {
-		ibv_destroy_cq(c->cq);
-		c->cq = NULL;
-	}
-	/* The next QP starts with its own receives: the peer checks the
-	 * count we report against the queue depth. */
-	c->recv_posted = c->recv_reported = 0;
-}
-
-static void fill_hello(const struct rdma_conn *c, struct shim_rdma_hello *h, uint8_t type, const uint8_t *nonce)
-{
-	memset(h, 0, sizeof(*h));
-	h->magic = htobe32(SHIM_RDMA_MAGIC);
-	h->version = SHIM_RDMA_VERSION;
-	h->type = type;
-	h->order = 0x0102;
-	memcpy(h->nonce, nonce, SHIM_NONCE_LEN);
-	h->addr = htobe64((uint64_t)(uintptr_t)c->slot.addr);
-	h->rkey = htobe32(c->mr->rkey);
-	h->ring_bytes = htobe32(c->ring_bytes);
-}
-
-/* Checks a hello of type from private data; fills the peer's ring. */
-static int take_hello(struct rdma_conn *c, const void *data, size_t len, uint8_t type, uint8_t *nonce_out)
-{
-	struct shim_rdma_hello h;
-
-	if (!data || len < sizeof(h))
-		return -EPROTO;
-	memcpy(&h, data, sizeof(h));
-	if (be32toh(h.magic) != SHIM_RDMA_MAGIC || h.version != SHIM_RDMA_VERSION || h.type != type ||
-	    h.order != 0x0102 || be32toh(h.ring_bytes) != c->ring_bytes || !h.addr)
-		return -EPROTO;
-	memcpy(nonce_out, h.nonce, SHIM_NONCE_LEN);
-	c->remote_addr = be64toh(h.addr);
-	c->rkey = be32toh(h.rkey);
-	return 0;
-}
-
-static int new_nonce(uint8_t nonce[SHIM_NONCE_LEN])
-{
-	return getrandom(nonce, SHIM_NONCE_LEN, GRND_NONBLOCK) == SHIM_NONCE_LEN ? 0 : -EIO;
-}
-
-static void conn_param(struct rdma_conn *c, struct rdma_conn_param *p, const void *pd, size_t len)
-{
-	memset(p, 0, sizeof(*p));
-	p->private_data = pd;
-	p->private_data_len = (uint8_t)len;
-	/* WRITEs and SENDs only: no RDMA READ or atomics either way. */
-	p->responder_resources = 0;
-	p->initiator_depth = 0;
-	/* What we ask of the peer; our own QP is set in qp_to() regardless. */
-	p->retry_count = RETRY_COUNT;
-	p->rnr_retry_count = 0; /* receives are posted before RTR, and credited */
-	p->qp_num = c->qp->qp_num;
-}
-
-/* ---- failing ---- */
-
-static bool breaker_counts(enum shim_reason r)
-{
-	return r == SHIM_REASON_CM_TIMEOUT || r == SHIM_REASON_CM_REJECTED || r == SHIM_REASON_CM_UNREACHABLE;
-}
-
-/* Gives up before any direction moved: everything goes, TCP stays. */
-void shim_rdma_give_up(struct shim_sock *s, int fd, enum shim_reason reason)
-{
-	struct rdma_conn *c = s->rdma;
-
-	if (c) {
-		if (s->role == SHIM_ROLE_SERVER && breaker_counts(reason))
-			shim_breaker_record(shim_breaker_global(), s->tuple.peer.addr, false, shim_breaker_now_ms());
-		if (c->installed && s->chan == &c->chan)
-			s->chan = NULL;
-		c->installed = false;
-		s->rdma = NULL;
-		shim_rdma_teardown(c);
-	}
-	shim_upgrade_fail(s, fd, reason);
-}
-
-/*
- * An attempt a forked parent started: its ids, QP, CQ and slot are the
- * parent's (the rdma_cm and uverbs file descriptions are shared, so even
- * destroying our copies would destroy the parent's objects). Forget them,
- * touching nothing, not even the frames queued for TCP (the parent's to
- * send).
- */
-void shim_rdma_forget_inherited(struct shim_sock *s)
-{
-	struct rdma_conn *c = s->rdma;
-
-	if (c->installed && s->chan == &c->chan)
-		s->chan = NULL;
-	s->rdma = NULL;
-	free(c);
-}
-
 /* ---- C: listen, accept ---- */
 
-static void c_listen(struct shim_sock *s, int fd, struct rdma_conn *c)
+static void c_cm_listen(struct shim_sock *s, int fd, struct rdma_conn *c)
 {
 	struct sockaddr_storage ss;
 	int rc;
 
-	to_sockaddr(&s->tuple.local, s->tuple.local.port, &ss);
+	shim_rdma_sockaddr(&s->tuple.local, s->tuple.local.port, &ss);
 	rc = rdma_create_id(c->ec, &c->listen_id, c, RDMA_PS_TCP) ? -errno : 0;
 	if (rc == 0)
 		rc = rdma_bind_addr(c->listen_id, (struct sockaddr *)&ss) ? -errno : 0;
@@ -351,7 +96,7 @@ static void c_connect_request(struct shim_sock *s, int fd, struct rdma_conn *c, 
 	    shim_endpoint_from_sockaddr(sa, sa->sa_family == AF_INET ? sizeof(struct sockaddr_in)
 								       : sizeof(struct sockaddr_in6), &src) < 0 ||
 	    memcmp(src.addr, s->tuple.peer.addr, 16) != 0 ||
-	    take_hello(c, pdata, plen, SHIM_RDMA_OFFER, s->tx_nonce) < 0) {
+	    shim_rdma_take_hello(c, pdata, plen, SHIM_RDMA_OFFER, s->tx_nonce) < 0) {
 		SHIM_TRACE(SHIM_TRACE_WARN, "rv.refused", fd, &s->tuple, SHIM_REASON_VERIFY_FAILED,
 			   "\"side\":\"client\",\"transport\":\"rdma\"");
 		shim_stats_count(SHIM_REASON_VERIFY_FAILED);
@@ -360,16 +105,16 @@ static void c_connect_request(struct shim_sock *s, int fd, struct rdma_conn *c, 
 		return;
 	}
 	c->id = child;
-	rc = make_qp(c);
+	rc = shim_rdma_make_qp(c);
 	if (rc == 0)
-		rc = qp_to(c, IBV_QPS_RTR);
+		rc = shim_rdma_qp_to(c, IBV_QPS_RTR);
 	if (rc == 0)
-		rc = qp_to(c, IBV_QPS_RTS);
+		rc = shim_rdma_qp_to(c, IBV_QPS_RTS);
 	if (rc == 0)
-		rc = new_nonce(s->rx_nonce);
+		rc = shim_upgrade_new_nonce(s->rx_nonce);
 	if (rc == 0) {
-		fill_hello(c, &accept, SHIM_RDMA_ACCEPT, s->rx_nonce);
-		conn_param(c, &param, &accept, sizeof(accept));
+		shim_rdma_fill_hello(c, &accept, SHIM_RDMA_ACCEPT, s->rx_nonce);
+		shim_rdma_conn_param(c, &param, &accept, sizeof(accept));
 		rc = rdma_accept(child, &param) ? -errno : 0;
 	}
 	if (rc < 0) {
@@ -393,8 +138,8 @@ static void s_resolve(struct shim_sock *s, int fd, struct rdma_conn *c)
 	struct sockaddr_storage src, dst;
 	int rc;
 
-	to_sockaddr(&s->tuple.local, 0, &src);
-	to_sockaddr(&s->tuple.peer, s->tuple.peer.port, &dst);
+	shim_rdma_sockaddr(&s->tuple.local, 0, &src);
+	shim_rdma_sockaddr(&s->tuple.peer, s->tuple.peer.port, &dst);
 	rc = rdma_create_id(c->ec, &c->id, c, RDMA_PS_TCP) ? -errno : 0;
 	if (rc == 0)
 		rc = rdma_resolve_addr(c->id, (struct sockaddr *)&src, (struct sockaddr *)&dst,
@@ -413,13 +158,13 @@ static void s_route_resolved(struct shim_sock *s, int fd, struct rdma_conn *c)
 {
 	struct shim_rdma_hello offer;
 	struct rdma_conn_param param;
-	int rc = make_qp(c);
+	int rc = shim_rdma_make_qp(c);
 
-	if (rc == 0 && new_nonce(s->rx_nonce) < 0)
+	if (rc == 0 && shim_upgrade_new_nonce(s->rx_nonce) < 0)
 		rc = -EIO;
 	if (rc == 0) {
-		fill_hello(c, &offer, SHIM_RDMA_OFFER, s->rx_nonce);
-		conn_param(c, &param, &offer, sizeof(offer));
+		shim_rdma_fill_hello(c, &offer, SHIM_RDMA_OFFER, s->rx_nonce);
+		shim_rdma_conn_param(c, &param, &offer, sizeof(offer));
 		rc = rdma_connect(c->id, &param) ? -errno : 0;
 	}
 	if (rc < 0) {
@@ -434,12 +179,12 @@ static void s_route_resolved(struct shim_sock *s, int fd, struct rdma_conn *c)
 
 static void s_connect_response(struct shim_sock *s, int fd, struct rdma_conn *c, const void *pdata, size_t plen)
 {
-	int rc = take_hello(c, pdata, plen, SHIM_RDMA_ACCEPT, s->tx_nonce);
+	int rc = shim_rdma_take_hello(c, pdata, plen, SHIM_RDMA_ACCEPT, s->tx_nonce);
 
 	if (rc == 0)
-		rc = qp_to(c, IBV_QPS_RTR);
+		rc = shim_rdma_qp_to(c, IBV_QPS_RTR);
 	if (rc == 0)
-		rc = qp_to(c, IBV_QPS_RTS);
+		rc = shim_rdma_qp_to(c, IBV_QPS_RTS);
 	/* The RTU: from here C may switch, and we never give up. */
 	if (rc == 0)
 		rc = rdma_establish(c->id) ? -errno : 0;
@@ -458,19 +203,15 @@ static void s_connect_response(struct shim_sock *s, int fd, struct rdma_conn *c,
 /* S: nobody listened (C not there yet, or a plain peer): try again. */
 static void s_retry(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now)
 {
-	if (now >= s->deadline_ns) {
+	if (!shim_upgrade_retry_later(s, now)) {
 		shim_rdma_give_up(s, fd, SHIM_REASON_PEER_NO_SHIM);
 		return;
 	}
-	drop_qp(c);
+	shim_rdma_drop_qp(c);
 	if (c->id) {
 		rdma_destroy_id(c->id);
 		c->id = NULL;
 	}
-	s->retry_delay_ns = s->retry_delay_ns ? s->retry_delay_ns * 2 : RETRY_FIRST_NS;
-	if (s->retry_delay_ns > RETRY_MAX_NS)
-		s->retry_delay_ns = RETRY_MAX_NS;
-	s->next_try_ns = now + s->retry_delay_ns;
 	c->step = RDMA_S_RETRY;
 }
 
@@ -593,7 +334,7 @@ static void warm_wait(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned
 
 void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 {
-	struct rdma_conn *c = s->rdma;
+	struct rdma_conn *c = s->neg;
 	struct rdma_cm_event *raw;
 
 	if (!c) {
@@ -628,7 +369,7 @@ void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 		}
 		rdma_ack_cm_event(raw);
 		on_event(s, fd, c, &ev, now);
-		if (s->rdma != c)
+		if (s->neg != c)
 			return; /* failed and torn down */
 		if (c->listen_id && c->step != RDMA_C_LISTEN) {
 			/* Accepted: free C's (IP, port) in the rdma_cm space (after
@@ -664,7 +405,7 @@ static void begin(struct shim_sock *s, int fd, struct rdma_conn *c)
 	}
 	REAL(fcntl)(c->ec->fd, F_SETFD, FD_CLOEXEC);
 	if (s->role == SHIM_ROLE_CLIENT)
-		c_listen(s, fd, c);
+		c_cm_listen(s, fd, c);
 	else
 		s_resolve(s, fd, c);
 }
@@ -675,7 +416,7 @@ static void warm_wait(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned
 
 	if (st == WARM_READY) {
 		/* The upgrade's own time starts now. */
-		s->deadline_ns = now + (unsigned long long)shim_cfg.upgrade_timeout_ms * MS_NS;
+		shim_upgrade_arm_deadline(s, now);
 		begin(s, fd, c);
 	} else if (shim_rdma_warm_verdict(st) != SHIM_REASON_NONE) {
 		shim_rdma_give_up(s, fd, shim_rdma_warm_verdict(st));
@@ -715,12 +456,34 @@ void shim_rdma_start(struct shim_sock *s, int fd, unsigned long long now)
 	c->pid = getpid();
 	c->step = RDMA_WARMING;
 	c->step_deadline_ns = now + shim_rdma_warm_wait_ns();
-	s->rdma = c;
-	s->phase = SHIM_PHASE_RDMA;
+	/* The peer may commit from its first step on (S once it has sent its
+	 * SWITCH_AT, which can come before our ESTABLISHED): every TCP read
+	 * looks for its offset, and close or pin can not stop it (the
+	 * release does). */
+	shim_upgrade_negotiating(s, c);
+	shim_upgrade_committing(s);
 	s->io_pid = getpid();
-	s->deadline_ns = now + (unsigned long long)shim_cfg.upgrade_timeout_ms * MS_NS;
+	shim_upgrade_arm_deadline(s, now);
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.start", fd, &s->tuple, SHIM_REASON_NONE,
 		   "\"role\":\"%s\",\"transport\":\"rdma\"", shim_role_name(s->role));
 	if (st == WARM_READY)
 		begin(s, fd, c);
 }
+
+/* RDMA reaches any peer (even one on this host, when listed before shm). */
+static enum shim_reason rdma_transport_fits(const struct shim_tuple *t)
+{
+	(void)t;
+	return SHIM_REASON_NONE;
+}
+
+const struct shim_transport_type shim_rdma_transport = {
+	.kind = SHIM_TRANSPORT_RDMA,
+	.fits = rdma_transport_fits,
+	.warm = shim_rdma_warm_kick,
+	.start = shim_rdma_start,
+	.progress = shim_rdma_progress,
+	.release = shim_rdma_release,
+	.neg_is_chan = true,
+	.chan_ops = &shim_rdma_ops,
+};

@@ -60,7 +60,7 @@ static void learn_rx(struct shim_sock *s, int fd, struct rdma_conn *c)
 	if (!c->tx_switched) {
 		/* An offset behind what we read: a liar, and our direction has
 		 * not moved, so nothing is lost by staying on TCP. */
-		rdma_violation(c, "switch_at_behind", c->peer_at);
+		shim_rdma_violation(c, "switch_at_behind", c->peer_at);
 		return;
 	}
 	REAL(shutdown)(fd, SHUT_RDWR);
@@ -68,7 +68,7 @@ static void learn_rx(struct shim_sock *s, int fd, struct rdma_conn *c)
 
 static void finish(struct shim_sock *s, int fd, struct rdma_conn *c)
 {
-	s->phase = SHIM_PHASE_DONE;
+	shim_upgrade_done(s);
 	c->done = true;
 	shim_stats_count(SHIM_REASON_UPGRADED);
 	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.done", fd, &s->tuple, SHIM_REASON_UPGRADED,

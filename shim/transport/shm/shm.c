@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "real.h"
 #include "ring.h"
 
 struct shm_chan {
@@ -91,14 +92,14 @@ int shim_shm_create(uint32_t ring_bytes, struct shim_chan **out, int *memfd_out)
 	/* memfds are created 0777 minus nothing: tighten to the owner anyway,
 	 * since /proc/<pid>/fd is the only path and it checks ptrace rights. */
 	if (fchmod(memfd, 0600) < 0 || ftruncate(memfd, (off_t)shim_shm_footprint(ring_bytes)) < 0 ||
-	    fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+	    REAL(fcntl)(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
 		rc = -errno;
-		close(memfd);
+		REAL(close)(memfd);
 		return rc;
 	}
 	rc = shm_map(memfd, ring_bytes, true, true, out);
 	if (rc < 0) {
-		close(memfd);
+		REAL(close)(memfd);
 		return rc;
 	}
 	*memfd_out = memfd;
@@ -114,7 +115,7 @@ int shim_shm_attach(int memfd, uint32_t ring_bytes, struct shim_chan **out)
 		return -errno;
 	/* The peer must not be able to shrink the file under our mapping
 	 * (a SIGBUS in the host program): insist on the shrink seal. */
-	seals = fcntl(memfd, F_GET_SEALS);
+	seals = REAL(fcntl)(memfd, F_GET_SEALS);
 	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != shim_shm_footprint(ring_bytes) ||
 	    seals < 0 || !(seals & F_SEAL_SHRINK))
 		return -EPROTO;

@@ -12,6 +12,8 @@
 #include "transport.h"
 
 extern const struct shim_transport_ops shim_shm_ops;
+/* The transport's table, with its negotiation (shm_neg.c). */
+extern const struct shim_transport_type shim_shm_transport;
 
 /* C: creates the memfd and the channel; *memfd_out is sent to S, then closed. */
 int shim_shm_create(uint32_t ring_bytes, struct shim_chan **out, int *memfd_out);

@@ -1,0 +1,21 @@
+/* Wires the layers together; see layers.h. */
+#include "layers.h"
+
+#include "rdma.h"
+#include "shm.h"
+#include "transport.h"
+#include "sock.h"
+#include "upgrade.h"
+#include "wait.h"
+
+void shim_layers_register(void)
+{
+	shim_sock_hooks = (struct shim_sock_hooks){
+		.release = shim_upgrade_release,
+		.ep_free = shim_epoll_free,
+		.fd_closed = shim_epoll_forget_fd,
+		.connected = shim_transport_warm,
+	};
+	shim_transport_register(&shim_shm_transport);
+	shim_transport_register(&shim_rdma_transport);
+}

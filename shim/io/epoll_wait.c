@@ -1,0 +1,297 @@
+/*
+ * The wait over a tracked epoll set (shim_epoll_wait), on the wait engine
+ * (waitloop.h): readiness of the switched items from their channels, the
+ * kernel's events for the rest, and the arms of one sleep. The sets and
+ * their items are epoll.c's.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "epoll_internal.h"
+#include "io.h"
+#include "real.h"
+#include "waitloop.h"
+
+static uint32_t poll_to_epoll(int mask)
+{
+	uint32_t ev = 0;
+
+	if (mask & POLLIN)
+		ev |= EPOLLIN;
+	if (mask & POLLOUT)
+		ev |= EPOLLOUT;
+	if (mask & POLLRDHUP)
+		ev |= EPOLLRDHUP;
+	if (mask & POLLHUP)
+		ev |= EPOLLHUP;
+	if (mask & POLLERR)
+		ev |= EPOLLERR;
+	return ev;
+}
+
+/* Readiness of the switched items, into out[]; switches kernel
+ * registrations of items that switched since. Called with ep->lock. */
+static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out, int max)
+{
+	struct shim_epitem *it, *tmp;
+	int n = 0;
+
+	HASH_ITER(hh, ep->items, it, tmp) {
+		struct shim_sock *s = shim_ep_intercepted_sock(it->fd);
+		int mask;
+
+		if (!s)
+			continue;
+		if (!shim_io_progress(s, it->fd)) {
+			if (it->kernel_switched) {
+				/* Back on TCP after a failover: the program's own
+				 * registration again. MOD re-checks readiness, so an
+				 * edge-triggered item is told what is already there. */
+				it->kernel_switched = false;
+				shim_ep_item_ctl(efd, s, it);
+			}
+			shim_sock_put(s);
+			continue;
+		}
+		if (!it->kernel_switched) {
+			it->kernel_switched = true;
+			shim_ep_item_ctl(efd, s, it);
+		}
+		mask = n >= max || it->oneshot_fired ? -1 : shim_io_poll_mask(s, it->fd);
+		int avail = 0;
+		unsigned rx_starved = __atomic_load_n(&s->rx_starved, __ATOMIC_RELAXED);
+		unsigned tx_starved = __atomic_load_n(&s->tx_starved, __ATOMIC_RELAXED);
+
+		if (mask >= 0 && (it->events & EPOLLET) && (mask & POLLIN))
+			shim_io_bytes_readable(s, it->fd, &avail);
+		shim_sock_put(s);
+		if (mask < 0)
+			continue;
+		uint32_t ev = poll_to_epoll(mask) & (it->events | EPOLLHUP | EPOLLERR);
+
+		if (it->events & EPOLLET) {
+			/* Edge-triggered: what rose since the last look, and
+			 * EPOLLIN again for bytes that came since. A ring with
+			 * room would otherwise wake the program on every wait. */
+			uint32_t level = ev;
+
+			ev &= ~it->et_level;
+			/* A program that ran out (EAGAIN, a short call) since
+			 * the last report waits for the next edge: readiness
+			 * now is that edge, whether or not we saw it fall. */
+			if ((level & EPOLLIN) && ((unsigned)avail > it->et_avail || rx_starved != it->et_rx_starved))
+				ev |= EPOLLIN;
+			if ((level & EPOLLOUT) && tx_starved != it->et_tx_starved)
+				ev |= EPOLLOUT;
+			it->et_level = level;
+			it->et_avail = (level & EPOLLIN) ? (unsigned)avail : 0;
+			if (ev & EPOLLIN)
+				it->et_rx_starved = rx_starved;
+			if (ev & EPOLLOUT)
+				it->et_tx_starved = tx_starved;
+		}
+		if (!ev)
+			continue;
+		out[n].events = ev;
+		out[n].data = it->data;
+		n++;
+		if (it->events & EPOLLONESHOT)
+			it->oneshot_fired = true;
+	}
+	return n;
+}
+
+static int kernel_wait(int efd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *sigmask)
+{
+	int n = sigmask ? REAL(epoll_pwait)(efd, ev, max, timeout_ms, sigmask)
+			: REAL(epoll_wait)(efd, ev, max, timeout_ms);
+
+	return n < 0 ? -errno : n;
+}
+
+/*
+ * One wait's arms: kept by the waiting thread, never in the shared items,
+ * so that two threads waiting on one set each disarm exactly what they
+ * armed. Each entry holds a reference, so the disarm reaches the same
+ * socket even if its fd was closed (and its number reused) meanwhile.
+ */
+struct arm {
+	struct shim_sock *s;
+	int fd;
+	int armed;
+};
+
+#define ARMS_ON_STACK 32
+
+/* Arms every switched item into arms[] (at most cap). Returns false when
+ * sleeping is not needed; *short_sleep: sleep a millisecond at most.
+ * Called with ep->lock. */
+static bool arm_all(struct shim_ep *ep, struct arm *arms, unsigned cap, unsigned *n, bool *short_sleep)
+{
+	struct shim_epitem *it, *tmp;
+	bool sleep = true;
+
+	*n = 0;
+	HASH_ITER(hh, ep->items, it, tmp) {
+		struct shim_sock *s;
+		short want = 0;
+
+		if (*n == cap)
+			return false; /* more items than room: look again at once */
+		if (!it->kernel_switched || it->oneshot_fired)
+			continue;
+		s = shim_ep_intercepted_sock(it->fd);
+		if (!s)
+			continue;
+		if (it->events & EPOLLIN)
+			want |= POLLIN;
+		if (it->events & EPOLLOUT)
+			want |= POLLOUT;
+		if (it->events & EPOLLET) {
+			/* Readiness already reported, with no call of the program
+			 * run out since, is no reason to stay awake: an edge
+			 * program waits for the next edge (ep_channel_round). */
+			if ((it->et_level & EPOLLIN) &&
+			    __atomic_load_n(&s->rx_starved, __ATOMIC_RELAXED) == it->et_rx_starved)
+				want &= (short)~POLLIN;
+			if ((it->et_level & EPOLLOUT) &&
+			    __atomic_load_n(&s->tx_starved, __ATOMIC_RELAXED) == it->et_tx_starved)
+				want &= (short)~POLLOUT;
+		}
+		arms[*n] = (struct arm){ .s = s, .fd = it->fd, .armed = shim_io_arm(s, it->fd, want) };
+		if (arms[*n].armed & SHIM_ARM_READY)
+			sleep = false;
+		if (arms[*n].armed & SHIM_ARM_SHORT)
+			*short_sleep = true;
+		(*n)++;
+	}
+	return sleep;
+}
+
+static void disarm_all(struct arm *arms, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		if (arms[i].armed)
+			shim_io_disarm(arms[i].s, arms[i].fd, arms[i].armed);
+		shim_sock_put(arms[i].s);
+	}
+}
+
+/* One epoll_wait's state across the engine's rounds (waitloop.h). */
+struct ep_wait {
+	struct shim_ep *ep;
+	int efd;
+	struct epoll_event *events;
+	int maxevents;
+	const sigset_t *sigmask;
+	struct arm arms_stack[ARMS_ON_STACK], *arms;
+	unsigned cap, narmed;
+};
+
+static int ep_look(void *ctx)
+{
+	struct ep_wait *w = ctx;
+	int mine, theirs;
+
+	pthread_mutex_lock(&w->ep->lock);
+	mine = ep_channel_round(w->efd, w->ep, w->events, w->maxevents);
+	pthread_mutex_unlock(&w->ep->lock);
+	theirs = mine < w->maxevents ? kernel_wait(w->efd, w->events + mine, w->maxevents - mine, 0, NULL) : 0;
+	if (theirs > 0) {
+		pthread_mutex_lock(&w->ep->lock);
+		theirs = shim_ep_translate(w->ep, w->events + mine, theirs);
+		pthread_mutex_unlock(&w->ep->lock);
+	}
+	return theirs < 0 ? theirs : mine + theirs;
+}
+
+static int ep_arm(void *ctx, bool *short_sleep)
+{
+	struct ep_wait *w = ctx;
+	bool sleep;
+
+	pthread_mutex_lock(&w->ep->lock);
+	unsigned items = HASH_COUNT(w->ep->items);
+
+	if (items > w->cap) {
+		struct arm *bigger = malloc(items * sizeof(*bigger));
+
+		if (bigger) {
+			if (w->arms != w->arms_stack)
+				free(w->arms);
+			w->arms = bigger;
+			w->cap = items;
+		}
+	}
+	sleep = arm_all(w->ep, w->arms, w->cap, &w->narmed, short_sleep);
+	pthread_mutex_unlock(&w->ep->lock);
+	return sleep;
+}
+
+static int ep_sleep(void *ctx, int ms)
+{
+	struct ep_wait *w = ctx;
+
+	return kernel_wait(w->efd, w->events, w->maxevents, ms, w->sigmask);
+}
+
+static void ep_disarm(void *ctx)
+{
+	struct ep_wait *w = ctx;
+
+	disarm_all(w->arms, w->narmed);
+	w->narmed = 0;
+}
+
+static int ep_after(void *ctx, int theirs)
+{
+	struct ep_wait *w = ctx;
+	int mine;
+
+	pthread_mutex_lock(&w->ep->lock);
+	if (theirs > 0)
+		theirs = shim_ep_translate(w->ep, w->events, theirs);
+	mine = theirs >= 0 && theirs < w->maxevents
+		       ? ep_channel_round(w->efd, w->ep, w->events + theirs, w->maxevents - theirs)
+		       : 0;
+	pthread_mutex_unlock(&w->ep->lock);
+	return theirs < 0 ? theirs : mine + theirs;
+}
+
+static const struct shim_waitloop_ops ep_ops = {
+	.look = ep_look,
+	.arm = ep_arm,
+	.sleep = ep_sleep,
+	.disarm = ep_disarm,
+	.after = ep_after,
+};
+
+static int wait_loop(struct shim_sock *es, struct epoll_event *events, int maxevents, long long timeout_ns,
+		     const sigset_t *sigmask)
+{
+	struct ep_wait w = {
+		.ep = es->ep, .efd = shim_ep_fd(es), .events = events, .maxevents = maxevents, .sigmask = sigmask,
+		.cap = ARMS_ON_STACK,
+	};
+	int rc;
+
+	w.arms = w.arms_stack;
+	rc = shim_waitloop_run(&ep_ops, &w, timeout_ns);
+	if (w.arms != w.arms_stack)
+		free(w.arms);
+	return rc;
+}
+
+int shim_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
+		    const sigset_t *sigmask, int *rc)
+{
+	struct shim_sock *es = shim_ep_sock(epfd);
+
+	if (!es)
+		return 0;
+	*rc = maxevents <= 0 ? -EINVAL : wait_loop(es, events, maxevents, timeout_ns, sigmask);
+	shim_sock_put(es);
+	return 1;
+}
+

@@ -1,0 +1,232 @@
+/*
+ * The waits of the blocking data calls (io.c): spin RDMASHIM_SPIN_US on
+ * the channel without the lock, then arm, sleep on TCP for a bell (and on
+ * the negotiation's fd: a program blocked in a call moves its upgrade on),
+ * disarm. One round per call: the data call looks again and loops. The
+ * deadline and slice rules are core/clock.h's, as the wait engine's
+ * (waitloop.h) behind poll, select and epoll.
+ */
+#include "io.h"
+#include "io_internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+
+#include "clock.h"
+#include "frames.h"
+#include "real.h"
+#include "trace.h"
+#include "transport.h"
+#include "upgrade.h"
+
+/*
+ * Bells of both directions share the TCP stream, and a thread that drains
+ * them may take the one another thread sleeping on the same fd waits for
+ * (poll(2) re-checks readiness after a wake-up). Once two threads have
+ * slept on one connection at the same time, its sleeps are cut to this.
+ */
+#define IO_SHARED_SLICE_MS 1
+/* The first sleep after an rx arm on a channel with arm_grace (transport.h):
+ * far longer than a write's flight, far shorter than a sleep slice. */
+#define IO_GRACE_MS 1
+/*
+ * A signal handler interrupted our sleep. The kernel restarts a blocking
+ * socket call after a handler installed with SA_RESTART, unless the socket
+ * has a timeout for that direction (signal(7)); the program would never
+ * see EINTR there. Which signal came is not ours to know, so restart only
+ * when every handler the program installed has SA_RESTART (a program with
+ * a handler without it handles EINTR anyway).
+ */
+static bool handlers_restart(void)
+{
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+
+		/* A fault (SEGV, BUS, FPE, ILL) comes from the faulting thread's
+		 * own instruction, never to a thread asleep in poll: its handler
+		 * (a crash reporter, a sanitizer's) says nothing about restarts. */
+		if (sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE ||
+		    sig == SIGILL || sigaction(sig, NULL, &sa) < 0)
+			continue;
+		if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
+			return false;
+	}
+	return true;
+}
+
+/* Sleeps on the TCP fd without the lock, at most cap_ms if cap_ms > 0.
+ * Returns 0, -EAGAIN on the SO_*TIMEO deadline, or -EINTR. */
+static int sleep_capped(struct shim_sock *s, int fd, short events, long long deadline, int cap_ms)
+{
+	/* The handshake's messages wake us too: a program blocked in a call
+	 * moves its upgrade on while it waits, not only when bytes come. The
+	 * rendezvous fd may close meanwhile (another thread's call ends the
+	 * handshake): a wake-up for nothing, looked at again under the lock. */
+	int rv = shim_upgrade_wait_fd(s);
+	struct pollfd p[2] = { { .fd = shim_io_fd(s, fd), .events = events }, { .fd = rv, .events = POLLIN } };
+	int slice = shim_slice_ms(deadline), rc;
+	bool expired;
+
+	if (p[0].fd < 0)
+		return -EBADF;
+	if (deadline >= 0 && slice == 0)
+		return -EAGAIN;
+	if (++s->sleepers > 1)
+		s->shared_sleep = true;
+	if (s->shared_sleep && slice > IO_SHARED_SLICE_MS)
+		slice = IO_SHARED_SLICE_MS;
+	if (cap_ms > 0 && slice > cap_ms)
+		slice = cap_ms;
+	pthread_mutex_unlock(&s->lock);
+	rc = REAL(poll)(p, rv >= 0 ? 2 : 1, slice);
+	expired = rc == 0 && slice == SHIM_SLEEP_SLICE_MS;
+	rc = rc < 0 ? -errno : 0;
+	pthread_mutex_lock(&s->lock);
+	s->sleepers--;
+	/* Traced under the lock: the directions are the lock's to read. */
+	if (expired)
+		SHIM_TRACE(SHIM_TRACE_DEBUG, "wait.slice_expired", fd, NULL, SHIM_REASON_NONE,
+			   "\"events\":%d,\"rx\":%d,\"tx\":%d", events, s->rx_dir, s->tx_dir);
+	/* The program closed the fd while we slept: as with the kernel, the
+	 * call goes on, with the copy close() made for it (io_fd); only when
+	 * that copy could not be made does it end as on a closed socket. */
+	if (shim_io_fd(s, fd) < 0)
+		return -EBADF;
+	/* No deadline means no SO_*TIMEO for this direction. */
+	if (rc == -EINTR && deadline < 0 && handlers_restart())
+		rc = 0;
+	return rc == -EINTR ? -EINTR : 0;
+}
+
+int shim_io_sleep_on_tcp(struct shim_sock *s, int fd, short events, long long deadline)
+{
+	return sleep_capped(s, fd, events, deadline, 0);
+}
+
+/* Nothing can move until the peer acts: -EAGAIN for a nonblocking call,
+ * else a sleep on TCP for events (its result, as sleep_on_tcp's). */
+int shim_io_wait_for_peer(struct shim_sock *s, int fd, short events, bool nonblock, long long deadline)
+{
+	return nonblock ? -EAGAIN : shim_io_sleep_on_tcp(s, fd, events, deadline);
+}
+
+/* An rx arm whose sleep must be short (transport.h, arm_grace): the first
+ * of a run of arms that found nothing. */
+bool shim_io_grace_needed(struct shim_sock *s)
+{
+	return s->chan->ops->arm_grace && s->rx_idle_arms++ == 0;
+}
+
+
+/* Busy-polls cond for RDMASHIM_SPIN_US without the lock. */
+static bool spin_for(struct shim_sock *s, bool (*cond)(const struct shim_sock *))
+{
+	unsigned long long end;
+	bool hit = false;
+
+	if (!shim_cfg.spin_us)
+		return false;
+	end = shim_now_ns() + (unsigned long long)shim_cfg.spin_us * 1000ull;
+	pthread_mutex_unlock(&s->lock);
+	do {
+		for (int i = 0; i < 64 && !hit; i++) {
+			hit = cond(s);
+			__builtin_ia32_pause();
+		}
+		/* The peer may share our core (more runnable threads than
+		 * cores): let it run, or the spin only burns its time. */
+		if (!hit)
+			sched_yield();
+	} while (!hit && shim_now_ns() < end);
+	pthread_mutex_lock(&s->lock);
+	return hit;
+}
+
+/* The peer broke the channel's rules (transport.h): lock-free, for the
+ * busy-poll loops too, which must stop at once rather than spin on it. */
+static bool chan_violated(const struct shim_chan *ch)
+{
+	return ch->ops->violated && ch->ops->violated(ch);
+}
+
+static bool rx_ready(const struct shim_sock *s)
+{
+	const struct shim_chan *ch = s->chan;
+
+	return ch->ops->readable(ch) || ch->ops->rx_eof(ch) || chan_violated(ch);
+}
+
+bool shim_io_tx_ready(const struct shim_sock *s)
+{
+	const struct shim_chan *ch = s->chan;
+
+	return ch->ops->writable(ch) >= ch->ops->space_lowat(ch) || ch->ops->peer_rx_gone(ch) ||
+	       chan_violated(ch);
+}
+
+/* After a channel op moved nothing: if the reason is a peer that broke the
+ * rules, the connection ends here (frames.h, shim_frames_abort). */
+bool shim_io_aborted_by_peer(struct shim_sock *s, int fd)
+{
+	if (!s->aborted && s->chan && chan_violated(s->chan))
+		shim_frames_abort(s, fd, SHIM_REASON_PEER_VIOLATION, "ring");
+	return s->aborted;
+}
+
+void shim_io_note_disarm(struct shim_sock *s, bool bell_coming)
+{
+	if (bell_coming)
+		s->bells_owed++;
+}
+
+/* rx on the channel found nothing: spin, then arm and sleep for a bell. */
+int shim_io_wait_rx(struct shim_sock *s, int fd, long long deadline)
+{
+	struct shim_chan *ch = s->chan;
+	int rc = 0;
+
+	if (spin_for(s, rx_ready))
+		return 0;
+	if (ch->ops->rx_arm(ch))
+		rc = sleep_capped(s, fd, POLLIN, deadline, shim_io_grace_needed(s) ? IO_GRACE_MS : 0);
+	shim_io_note_disarm(s, !ch->ops->rx_disarm(ch));
+	if (shim_io_fd(s, fd) >= 0)
+		shim_frames_drain(s, shim_io_fd(s, fd));
+	return rc;
+}
+
+
+/* tx on the channel found it full: spin, then arm and sleep for a bell. */
+int shim_io_wait_tx(struct shim_sock *s, int fd, long long deadline)
+{
+	struct shim_chan *ch = s->chan;
+	int rc = 0;
+
+	if (spin_for(s, shim_io_tx_ready))
+		return 0;
+	/* Room may wait for the peer's SWITCH frame (rdma: its proof), when
+	 * that frame is what TCP holds next. */
+	if (s->rx_dir == SHIM_DIR_SWITCHING) {
+		rc = shim_io_finish_rx_switch(s, fd);
+		if (rc)
+			return rc < 0 ? rc : 0;
+	}
+	if (ch->ops->tx_arm(ch)) {
+		/* Before our rx switched, TCP still holds application bytes we
+		 * must not consume: sleep a short while instead of on POLLIN. */
+		if (s->rx_dir == SHIM_DIR_CHAN) {
+			rc = shim_io_sleep_on_tcp(s, fd, POLLIN, deadline);
+		} else {
+			pthread_mutex_unlock(&s->lock);
+			REAL(poll)(NULL, 0, 1);
+			pthread_mutex_lock(&s->lock);
+		}
+	}
+	shim_io_note_disarm(s, !ch->ops->tx_disarm(ch));
+	if (s->rx_dir == SHIM_DIR_CHAN && shim_io_fd(s, fd) >= 0)
+		shim_frames_drain(s, shim_io_fd(s, fd));
+	return rc;
+}
+

@@ -1,0 +1,61 @@
+/*
+ * The end of the peer's switch on our rx side: its SWITCH frame read from
+ * TCP at the announced offset (frames.c), checked against our nonce. Used
+ * by the data calls (io.c), their waits (io_sleep.c) and readiness
+ * (io_ready.c). Under the sock's lock.
+ */
+#include "io_internal.h"
+
+#include <errno.h>
+#include <sys/socket.h>
+
+#include "frames.h"
+#include "real.h"
+#include "stats.h"
+#include "trace.h"
+#include "upgrade.h"
+
+/* 1: rx moved on (to the channel, or refused and back to TCP); 0: the
+ * frame is not all there yet; -errno: the connection was reset. */
+int shim_io_finish_rx_switch(struct shim_sock *s, int fd)
+{
+	int rc = shim_frames_read_switch(s, fd);
+
+	if (rc == 1) {
+		s->rx_dir = SHIM_DIR_CHAN;
+		SHIM_TRACE(SHIM_TRACE_INFO, "rx.switch", fd, &s->tuple, SHIM_REASON_UPGRADED,
+			   "\"offset\":%llu", (unsigned long long)s->rx_switch_at);
+		/* The frame proved the peer (rdma): bytes held for it go now. */
+		shim_upgrade_progress(s, fd);
+		return 1;
+	}
+	if (rc == -EPROTO && !s->rx_frame_len && s->tx_dir == SHIM_DIR_TCP) {
+		/* Not our nonce, nothing of it consumed, and our direction is
+		 * on TCP (never moved, or back after a failover): the channel's
+		 * peer is not the TCP peer, or the TCP peer did not switch after
+		 * all. The bytes are plain: deliver them. */
+		SHIM_TRACE(SHIM_TRACE_WARN, "rx.switch_refused", fd, &s->tuple, SHIM_REASON_SWITCH_MISMATCH, NULL);
+		s->rx_dir = SHIM_DIR_TCP;
+		s->rx_switch_known = false;
+		if (!s->fo_started) {
+			shim_upgrade_release(s);
+			shim_upgrade_fail(s, fd, SHIM_REASON_SWITCH_MISMATCH);
+			/* Still ours to watch: an epoll set may hold this fd in
+			 * its switched registration until it sees it on TCP. */
+			__atomic_store_n(&s->intercept, true, __ATOMIC_RELAXED);
+		}
+		return 1;
+	}
+	if (rc == -EPROTO) {
+		/* Not our peer's frame: someone else wrote into this stream. */
+		shim_stats_count(SHIM_REASON_SWITCH_MISMATCH);
+		SHIM_TRACE(SHIM_TRACE_ERROR, "rx.switch_mismatch", fd, &s->tuple, SHIM_REASON_SWITCH_MISMATCH, NULL);
+		REAL(shutdown)(fd, SHUT_RDWR);
+		return -ECONNRESET;
+	}
+	if (rc == -ECONNRESET) {
+		s->rx_tcp_eof = true;
+		return 0;
+	}
+	return 0;
+}

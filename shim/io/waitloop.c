@@ -1,0 +1,40 @@
+/* The wait engine; see waitloop.h. */
+#include "waitloop.h"
+
+#include <sched.h>
+
+#include "clock.h"
+#include "config.h"
+
+int shim_waitloop_run(const struct shim_waitloop_ops *ops, void *ctx, long long timeout_ns)
+{
+	long long deadline = shim_deadline_ns(timeout_ns);
+	unsigned long long spin_end = shim_now_ns() + (unsigned long long)shim_cfg.spin_us * 1000ull;
+
+	for (;;) {
+		bool short_sleep = false;
+		int rc = ops->look(ctx), sleep, slice;
+
+		if (rc != 0 || timeout_ns == 0)
+			return rc;
+		if (shim_now_ns() < spin_end) {
+			sched_yield(); /* the peer may share our core */
+			continue;
+		}
+		/* Arm, then sleep only if no arm found the fd ready meanwhile:
+		 * a wake-up between the look and the arm is never lost. */
+		sleep = ops->arm(ctx, &short_sleep);
+		if (sleep < 0)
+			return sleep;
+		slice = shim_slice_ms(deadline);
+		if (short_sleep && slice > 1)
+			slice = 1;
+		rc = sleep ? ops->sleep(ctx, slice) : 0;
+		ops->disarm(ctx);
+		rc = ops->after(ctx, rc);
+		if (rc != 0)
+			return rc;
+		if (shim_deadline_passed(deadline))
+			return 0;
+	}
+}

@@ -1,0 +1,40 @@
+/*
+ * The one wait engine behind poll, ppoll, select, pselect and the epoll
+ * family (wait.c, epoll.c): look at the channels and the kernel without
+ * sleeping; spin RDMASHIM_SPIN_US (yielding: the peer may share our core);
+ * then arm every switched fd, sleep in the kernel at most one slice (a
+ * millisecond when an arm asks), disarm, and look again; until something is
+ * ready, an error, or the deadline. The blocking data calls (io.c) sleep
+ * one round at a time under their own lock and use the same clock rules
+ * (core/clock.h).
+ *
+ * Counting: what a round reports is the caller's count of ready entries
+ * (poll: entries with revents, never a sum of rounds; epoll: events
+ * written); the engine returns the first non-zero one as it is.
+ */
+#ifndef RDMASHIM_WAITLOOP_H
+#define RDMASHIM_WAITLOOP_H
+
+#include <stdbool.h>
+
+struct shim_waitloop_ops {
+	/* What is ready now, without sleeping: > 0, 0, or -errno. */
+	int (*look)(void *ctx);
+	/* Arms every switched fd for a sleep: 1 to sleep, 0 when an arm
+	 * found one ready (no sleep), -errno (nothing armed: the wait ends
+	 * with it). Sets *short_sleep when the sleep must last 1 ms at most. */
+	int (*arm)(void *ctx, bool *short_sleep);
+	/* The kernel's wait for at most ms: what it found (> 0), 0, -errno. */
+	int (*sleep)(void *ctx, int ms);
+	/* Undoes what arm did (after the sleep, or instead of it). */
+	void (*disarm)(void *ctx);
+	/* After disarm: theirs is what the sleep returned; looks at the
+	 * channels again. > 0 ready, 0 (wait on), or -errno. */
+	int (*after)(void *ctx, int theirs);
+};
+
+/* timeout_ns: -1 for none, 0 for one look. Returns the first non-zero
+ * result of look or after, or 0 at the deadline. */
+int shim_waitloop_run(const struct shim_waitloop_ops *ops, void *ctx, long long timeout_ns);
+
+#endif

@@ -1,0 +1,84 @@
+/*
+ * The teardown of an RDMA connection's verbs and CM objects, which waits
+ * (bounded) for the program's last WRITEs and tells a live peer both
+ * directions closed (shim_rdma_teardown). Used by the channel's destroy
+ * (rdma_chan.c) and by every way an attempt ends (rdma_close.c).
+ */
+#include "rdma.h"
+#include "rdma_post.h"
+
+#include <sched.h>
+#include <stdlib.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "trace.h"
+
+/* How long close waits for its "closed" WRITEs: a courtesy (TCP's FIN tells
+ * the peer too), so a short bound; a peer that is gone must not stall a
+ * single-threaded server once per connection. */
+#define TEARDOWN_WAIT_NS (20ull * 1000 * 1000)
+/* How long close waits for the program's last bytes to land: the kernel
+ * keeps sending after close too, and destroying the QP would drop WRITEs
+ * still queued. A live peer's HCA answers within round trips; this bounds
+ * the wait for one that died. */
+#define TEARDOWN_DATA_WAIT_NS (2000ull * 1000 * 1000)
+
+/* Waits (bounded) until WR seq completed, the channel broke or the peer
+ * disconnected; true if seq completed. */
+static bool teardown_wait(struct rdma_conn *c, uint64_t seq, unsigned long long bound_ns, bool *peer_gone)
+{
+	unsigned long long end = shim_now_ns() + bound_ns;
+
+	while (seq && c->completed < seq && !c->broken && shim_now_ns() < end) {
+		shim_rdma_reap(c);
+		if (shim_rdma_drain_cm_events(c)) {
+			*peer_gone = true;
+			break;
+		}
+		sched_yield();
+	}
+	return seq && c->completed >= seq;
+}
+
+void shim_rdma_teardown(struct rdma_conn *c)
+{
+	bool peer_gone = shim_rdma_drain_cm_events(c) || c->peer_disconnected;
+
+	if (c->qp && c->remote_addr && c->installed && !c->broken && !peer_gone) {
+		if (c->last_signaled && !teardown_wait(c, c->last_signaled, TEARDOWN_DATA_WAIT_NS, &peer_gone))
+			SHIM_TRACE(SHIM_TRACE_WARN, "rdma.close_unsent", c->fd, c->sock ? &c->sock->tuple : NULL,
+				   SHIM_REASON_NONE, "\"wrs\":%llu",
+				   (unsigned long long)(c->last_signaled - c->completed));
+		if (!c->broken && !peer_gone) {
+			/* The peer sees both directions closed, as with shm
+			 * (CLOSED only to a proved peer, after our last byte). */
+			c->chan.ops->shutdown_tx(&c->chan);
+			teardown_wait(c, shim_rdma_post_word(c, CTL_OFF(tx_consumer_closed), 1, true), TEARDOWN_WAIT_NS,
+				      &peer_gone);
+		}
+	}
+	c->torn_down = true;
+	if (c->id && c->installed && !peer_gone)
+		rdma_disconnect(c->id);
+	shim_rdma_qp_error(c);
+	shim_rdma_reap(c);
+	if (c->qp)
+		ibv_destroy_qp(c->qp);
+	if (c->cq)
+		ibv_destroy_cq(c->cq);
+	shim_rdma_drain_cm_events(c);
+	if (c->id)
+		rdma_destroy_id(c->id);
+	if (c->listen_id)
+		rdma_destroy_id(c->listen_id);
+	if (c->ec)
+		rdma_destroy_event_channel(c->ec);
+	if (c->mr)
+		ibv_dereg_mr(c->mr);
+	shim_mrpool_put(&c->slot);
+	if (c->cq_lock_ready)
+		pthread_spin_destroy(&c->cq_lock);
+	free(c);
+}

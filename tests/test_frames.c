@@ -1,0 +1,262 @@
+/*
+ * Unit tests for the in-band frames (shim/conn/frames.c) over a local
+ * stream socket pair: the outgoing queue (a waiting bell is not queued
+ * twice, what TCP does not take waits), the drain of bells (and what is
+ * no frame: the connection is ended as by a reset), the peer's SWITCH
+ * frame read in pieces and refused when its nonce is not ours (the bytes
+ * stay in the stream), and what is absorbed past the switch offset.
+ */
+#include <check.h>
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "frames.h"
+#include "wire.h"
+
+static int sv[2]; /* sv[0]: ours, sv[1]: the peer's */
+
+static struct shim_sock *new_sock(void)
+{
+	struct shim_sock *s = calloc(1, sizeof(*s));
+
+	ck_assert_ptr_nonnull(s);
+	s->refs = 1;
+	s->role = SHIM_ROLE_CLIENT;
+	s->tcp_keep = -1;
+	for (int i = 0; i < SHIM_NONCE_LEN; i++)
+		s->rx_nonce[i] = (uint8_t)(0xa0 + i);
+	return s;
+}
+
+static void setup(void)
+{
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	ck_assert_int_eq(fcntl(sv[1], F_SETFL, O_NONBLOCK), 0);
+}
+
+static void teardown(void)
+{
+	close(sv[0]);
+	close(sv[1]);
+}
+
+static ssize_t peer_read(void *buf, size_t len)
+{
+	return recv(sv[1], buf, len, MSG_DONTWAIT);
+}
+
+static void peer_write(const void *buf, size_t len)
+{
+	ck_assert_int_eq(send(sv[1], buf, len, 0), (ssize_t)len);
+}
+
+static struct shim_frame_switch switch_frame(const struct shim_sock *s)
+{
+	struct shim_frame_switch f = { .type = SHIM_FRAME_SWITCH };
+
+	memcpy(f.nonce, s->rx_nonce, SHIM_NONCE_LEN);
+	return f;
+}
+
+/* Fills our send side until the kernel takes no more. */
+static void fill_ours(void)
+{
+	char junk[4096] = { 0 };
+
+	ck_assert_int_eq(fcntl(sv[0], F_SETFL, O_NONBLOCK), 0);
+	while (send(sv[0], junk, sizeof(junk), MSG_DONTWAIT) > 0)
+		;
+	ck_assert_int_eq(fcntl(sv[0], F_SETFL, 0), 0);
+}
+
+START_TEST(queued_frames_leave_in_order)
+{
+	struct shim_sock *s = new_sock();
+	uint8_t bell = SHIM_FRAME_DATA_BELL, got[8];
+
+	ck_assert_int_eq(shim_frames_queue(s, sv[0], &bell, 1), 0);
+	bell = SHIM_FRAME_SPACE_BELL;
+	ck_assert_int_eq(shim_frames_queue(s, sv[0], &bell, 1), 0);
+	ck_assert_uint_eq(s->tcp_out_len, 0);
+	ck_assert_int_eq(peer_read(got, sizeof(got)), 2);
+	ck_assert_int_eq(got[0], SHIM_FRAME_DATA_BELL);
+	ck_assert_int_eq(got[1], SHIM_FRAME_SPACE_BELL);
+	free(s);
+}
+END_TEST
+
+START_TEST(a_waiting_bell_is_not_queued_twice)
+{
+	struct shim_sock *s = new_sock();
+	uint8_t bell = SHIM_FRAME_DATA_BELL;
+	struct shim_frame_switch f = switch_frame(s);
+
+	fill_ours();
+	ck_assert_int_eq(shim_frames_queue(s, sv[0], &f, sizeof(f)), -EAGAIN);
+	ck_assert_int_eq(shim_frames_queue(s, sv[0], &bell, 1), -EAGAIN);
+	ck_assert_int_eq(shim_frames_queue(s, sv[0], &bell, 1), -EAGAIN);
+	ck_assert_uint_eq(s->tcp_out_len, sizeof(f) + 1);
+	/* A full queue refuses rather than overflow. */
+	while (shim_frames_queue(s, sv[0], &f, sizeof(f)) == -EAGAIN)
+		;
+	ck_assert_uint_le(s->tcp_out_len, sizeof(s->tcp_out));
+	free(s);
+}
+END_TEST
+
+START_TEST(drain_takes_bells_and_counts_them)
+{
+	struct shim_sock *s = new_sock();
+	uint8_t bells[3] = { SHIM_FRAME_DATA_BELL, SHIM_FRAME_SPACE_BELL, SHIM_FRAME_DATA_BELL };
+
+	s->bells_owed = 2;
+	peer_write(bells, sizeof(bells));
+	shim_frames_drain(s, sv[0]);
+	ck_assert_uint_eq(s->bells_owed, 0);
+	ck_assert(!s->rx_tcp_eof);
+	ck_assert(!s->aborted);
+	/* Nothing left in the stream. */
+	ck_assert_int_eq(recv(sv[0], bells, 1, MSG_DONTWAIT), -1);
+	ck_assert_int_eq(errno, EAGAIN);
+	free(s);
+}
+END_TEST
+
+START_TEST(drain_sees_eof)
+{
+	struct shim_sock *s = new_sock();
+
+	s->bells_owed = 1;
+	shutdown(sv[1], SHUT_WR);
+	shim_frames_drain(s, sv[0]);
+	ck_assert(s->rx_tcp_eof);
+	ck_assert_uint_eq(s->bells_owed, 0);
+	free(s);
+}
+END_TEST
+
+START_TEST(no_frame_where_one_must_start_aborts)
+{
+	struct shim_sock *s = new_sock();
+	uint8_t bytes[2] = { SHIM_FRAME_DATA_BELL, 'x' };
+
+	peer_write(bytes, sizeof(bytes));
+	shim_frames_drain(s, sv[0]);
+	ck_assert(s->aborted);
+	ck_assert(s->rx_tcp_eof);
+	free(s);
+}
+END_TEST
+
+START_TEST(resume_on_a_channel_that_can_not_fail_is_a_lie)
+{
+	struct shim_sock *s = new_sock();
+	struct shim_frame_resume r = { .type = SHIM_FRAME_RESUME, .rx_offset = htobe64(5) };
+
+	/* No channel (or one without fail): RESUME is no frame of ours. */
+	peer_write(&r, sizeof(r));
+	shim_frames_drain(s, sv[0]);
+	ck_assert(!s->fo_peer_known);
+	ck_assert(s->aborted);
+	free(s);
+}
+END_TEST
+
+START_TEST(switch_frame_read_in_pieces)
+{
+	struct shim_sock *s = new_sock();
+	struct shim_frame_switch f = switch_frame(s);
+	const uint8_t *b = (const uint8_t *)&f;
+
+	peer_write(b, 10);
+	ck_assert_int_eq(shim_frames_read_switch(s, sv[0]), 0);
+	ck_assert_uint_eq(s->rx_frame_len, 10);
+	peer_write(b + 10, sizeof(f) - 10);
+	ck_assert_int_eq(shim_frames_read_switch(s, sv[0]), 1);
+	ck_assert_uint_eq(s->rx_frame_len, sizeof(f));
+	free(s);
+}
+END_TEST
+
+START_TEST(a_foreign_nonce_stays_in_the_stream)
+{
+	struct shim_sock *s = new_sock();
+	struct shim_frame_switch f = switch_frame(s);
+	uint8_t got[sizeof(f)];
+
+	f.nonce[3] ^= 1;
+	peer_write(&f, sizeof(f));
+	ck_assert_int_eq(shim_frames_read_switch(s, sv[0]), -EPROTO);
+	/* Only the matching prefix was taken; the rest is the stream's. */
+	ck_assert_uint_eq(s->rx_frame_len, 0);
+	ck_assert_int_eq(recv(sv[0], got, sizeof(got), MSG_DONTWAIT), (ssize_t)sizeof(got));
+	ck_assert_mem_eq(got, &f, sizeof(f));
+	free(s);
+}
+END_TEST
+
+START_TEST(eof_inside_the_switch_frame_is_a_reset)
+{
+	struct shim_sock *s = new_sock();
+	struct shim_frame_switch f = switch_frame(s);
+
+	peer_write(&f, 5);
+	shutdown(sv[1], SHUT_WR);
+	ck_assert_int_eq(shim_frames_read_switch(s, sv[0]), -ECONNRESET);
+	free(s);
+}
+END_TEST
+
+START_TEST(absorb_keeps_the_frame_and_flags_what_is_no_bell)
+{
+	struct shim_sock *s = new_sock();
+	struct shim_frame_switch f = switch_frame(s);
+	uint8_t bytes[sizeof(f) + 2];
+
+	memcpy(bytes, &f, sizeof(f));
+	bytes[sizeof(f)] = SHIM_FRAME_DATA_BELL;
+	bytes[sizeof(f) + 1] = SHIM_FRAME_SPACE_BELL;
+	shim_frames_absorb(s, bytes, 7);
+	shim_frames_absorb(s, bytes + 7, sizeof(bytes) - 7);
+	ck_assert_uint_eq(s->rx_frame_len, sizeof(f));
+	ck_assert_mem_eq(s->rx_frame, &f, sizeof(f));
+	ck_assert(!s->fo_absorb_bad);
+	/* The frame is complete: read_switch agrees without reading. */
+	ck_assert_int_eq(shim_frames_read_switch(s, sv[0]), 1);
+	bytes[0] = 'p';
+	shim_frames_absorb(s, bytes, 1);
+	ck_assert(s->fo_absorb_bad);
+	free(s);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("frames");
+	TCase *tc = tcase_create("frames");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, queued_frames_leave_in_order);
+	tcase_add_test(tc, a_waiting_bell_is_not_queued_twice);
+	tcase_add_test(tc, drain_takes_bells_and_counts_them);
+	tcase_add_test(tc, drain_sees_eof);
+	tcase_add_test(tc, no_frame_where_one_must_start_aborts);
+	tcase_add_test(tc, resume_on_a_channel_that_can_not_fail_is_a_lie);
+	tcase_add_test(tc, switch_frame_read_in_pieces);
+	tcase_add_test(tc, a_foreign_nonce_stays_in_the_stream);
+	tcase_add_test(tc, eof_inside_the_switch_frame_is_a_reset);
+	tcase_add_test(tc, absorb_keeps_the_frame_and_flags_what_is_no_bell);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,480 @@
+/*
+ * Unit tests for the upgrade's state machine (shim/conn/upgrade.c) and the
+ * transport registry (shim/conn/transport.c), driven by a fake transport
+ * registered here, as init registers the real ones: the machine must pick
+ * the first configured transport that fits, call only the table, move
+ * between its phases only through the services a transport reports with,
+ * and never name a transport.
+ *
+ * Check runs every test in a process of its own: each starts with an
+ * empty registry.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "sock.h"
+#include "transport.h"
+#include "upgrade.h"
+
+/* ---- the fake transport: counts its calls, does what the test says ---- */
+
+enum fake_act { ACT_NONE, ACT_NEGOTIATE, ACT_COMMIT, ACT_DONE, ACT_FAIL };
+
+static struct {
+	enum shim_reason fits;
+	enum fake_act on_start, on_progress;
+	enum shim_reason fail_with;
+	int starts, progresses, stops, abandons, releases, warms;
+	int neg; /* what s->neg points to while it negotiates */
+	int wait_fd;
+} fake;
+
+static void act(struct shim_sock *s, int fd, enum fake_act a)
+{
+	switch (a) {
+	case ACT_NONE:
+		break;
+	case ACT_NEGOTIATE:
+		shim_upgrade_negotiating(s, &fake.neg);
+		break;
+	case ACT_COMMIT:
+		shim_upgrade_committing(s);
+		break;
+	case ACT_DONE:
+		shim_upgrade_done(s);
+		break;
+	case ACT_FAIL:
+		shim_upgrade_fail(s, fd, fake.fail_with);
+		break;
+	}
+}
+
+static enum shim_reason fake_fits(const struct shim_tuple *t)
+{
+	(void)t;
+	return fake.fits;
+}
+
+static void fake_warm(const struct shim_tuple *t)
+{
+	(void)t;
+	fake.warms++;
+}
+
+static void fake_start(struct shim_sock *s, int fd, unsigned long long now)
+{
+	(void)now;
+	fake.starts++;
+	shim_upgrade_arm_deadline(s, now);
+	act(s, fd, fake.on_start);
+}
+
+static void fake_progress(struct shim_sock *s, int fd, unsigned long long now)
+{
+	(void)now;
+	fake.progresses++;
+	act(s, fd, fake.on_progress);
+}
+
+static void fake_stop_peer(struct shim_sock *s, int fd)
+{
+	(void)s;
+	(void)fd;
+	fake.stops++;
+}
+
+static void fake_abandon(struct shim_sock *s)
+{
+	fake.abandons++;
+	s->neg = NULL;
+}
+
+static int fake_wait_fd(const struct shim_sock *s)
+{
+	(void)s;
+	return fake.wait_fd;
+}
+
+static void fake_release(struct shim_sock *s)
+{
+	fake.releases++;
+	s->neg = NULL;
+}
+
+static struct shim_transport_type fake_shm = {
+	.kind = SHIM_TRANSPORT_SHM,
+	.fits = fake_fits,
+	.warm = fake_warm,
+	.start = fake_start,
+	.progress = fake_progress,
+	.stop_peer = fake_stop_peer,
+	.abandon = fake_abandon,
+	.wait_fd = fake_wait_fd,
+	.release = fake_release,
+};
+
+/* A second one that always fits and can not be stopped from outside. */
+static int other_starts;
+
+static enum shim_reason other_fits(const struct shim_tuple *t)
+{
+	(void)t;
+	return SHIM_REASON_NONE;
+}
+
+static void other_start(struct shim_sock *s, int fd, unsigned long long now)
+{
+	(void)fd;
+	(void)now;
+	other_starts++;
+	shim_upgrade_negotiating(s, &fake.neg);
+	shim_upgrade_committing(s);
+}
+
+static struct shim_transport_type fake_rdma = {
+	.kind = SHIM_TRANSPORT_RDMA,
+	.fits = other_fits,
+	.start = other_start,
+	.progress = fake_progress,
+	.neg_is_chan = true,
+};
+
+static struct shim_sock *new_sock(void)
+{
+	struct shim_sock *s = calloc(1, sizeof(*s));
+
+	ck_assert_ptr_nonnull(s);
+	s->refs = 1;
+	s->role = SHIM_ROLE_CLIENT;
+	s->state = SHIM_STATE_TCP;
+	s->eligible = true;
+	s->intercept = true;
+	s->tcp_keep = -1;
+	s->tuple.local.port = 40000;
+	s->tuple.peer.port = 7100;
+	return s;
+}
+
+static void setup(void)
+{
+	memset(&fake, 0, sizeof(fake));
+	fake.fits = SHIM_REASON_NONE;
+	fake.wait_fd = -1;
+	other_starts = 0;
+	memset(&shim_cfg, 0, sizeof(shim_cfg));
+	shim_cfg.enabled = true;
+	shim_cfg.upgrade_timeout_ms = 3000;
+	shim_cfg.upgrade_after_ms = 0;
+	shim_cfg.transports[0] = SHIM_TRANSPORT_SHM;
+	shim_cfg.n_transports = 1;
+	shim_transport_register(&fake_shm);
+}
+
+/* ---- picking ---- */
+
+START_TEST(idle_progress_starts_the_fitting_transport)
+{
+	struct shim_sock *s = new_sock();
+
+	fake.on_start = ACT_NEGOTIATE;
+	shim_upgrade_progress(s, 5);
+	ck_assert_int_eq(fake.starts, 1);
+	ck_assert_ptr_eq(s->xport, &fake_shm);
+	ck_assert_int_eq(s->phase, SHIM_PHASE_NEGOTIATING);
+	ck_assert_ptr_eq(s->neg, &fake.neg);
+	/* From here on each step is the transport's. */
+	shim_upgrade_progress(s, 5);
+	shim_upgrade_progress(s, 5);
+	ck_assert_int_eq(fake.starts, 1);
+	ck_assert_int_eq(fake.progresses, 2);
+	free(s);
+}
+END_TEST
+
+START_TEST(first_configured_that_fits_wins)
+{
+	struct shim_sock *s = new_sock();
+
+	shim_transport_register(&fake_rdma);
+	shim_cfg.transports[0] = SHIM_TRANSPORT_SHM;
+	shim_cfg.transports[1] = SHIM_TRANSPORT_RDMA;
+	shim_cfg.n_transports = 2;
+	/* shm listed first but does not fit this peer: rdma. */
+	fake.fits = SHIM_REASON_NOT_SAME_HOST;
+	shim_upgrade_progress(s, 5);
+	ck_assert_int_eq(fake.starts, 0);
+	ck_assert_int_eq(other_starts, 1);
+	ck_assert_ptr_eq(s->xport, &fake_rdma);
+	free(s);
+
+	/* Fits: shm, the first listed. */
+	s = new_sock();
+	fake.fits = SHIM_REASON_NONE;
+	fake.on_start = ACT_NEGOTIATE;
+	shim_upgrade_progress(s, 5);
+	ck_assert_int_eq(fake.starts, 1);
+	ck_assert_int_eq(other_starts, 1);
+	free(s);
+}
+END_TEST
+
+START_TEST(nothing_fits_fails_with_the_reason)
+{
+	struct shim_sock *s = new_sock();
+
+	fake.fits = SHIM_REASON_NOT_SAME_HOST;
+	shim_upgrade_progress(s, 5);
+	ck_assert_int_eq(s->phase, SHIM_PHASE_FAILED);
+	ck_assert_int_eq(s->reason, SHIM_REASON_NOT_SAME_HOST);
+	ck_assert_int_eq(fake.starts, 0);
+	/* Nothing moved: the data path goes straight to the kernel again. */
+	ck_assert(!s->intercept);
+	free(s);
+}
+END_TEST
+
+START_TEST(unregistered_transport_is_no_transport)
+{
+	struct shim_sock *s = new_sock();
+
+	shim_cfg.transports[0] = SHIM_TRANSPORT_RDMA; /* not registered here */
+	shim_upgrade_progress(s, 5);
+	ck_assert_int_eq(s->phase, SHIM_PHASE_FAILED);
+	ck_assert_int_eq(s->reason, SHIM_REASON_NO_TRANSPORT);
+	free(s);
+}
+END_TEST
+
+START_TEST(warm_goes_to_the_transport_picked)
+{
+	struct shim_tuple t = { 0 };
+
+	shim_transport_warm(&t);
+	ck_assert_int_eq(fake.warms, 1);
+	fake.fits = SHIM_REASON_NOT_SAME_HOST;
+	shim_transport_warm(&t);
+	ck_assert_int_eq(fake.warms, 1);
+}
+END_TEST
+
+/* ---- outcomes reported through the services ---- */
+
+START_TEST(fail_abandons_and_settles)
+{
+	struct shim_sock *s = new_sock();
+
+	fake.on_start = ACT_NEGOTIATE;
+	fake.on_progress = ACT_FAIL;
+	fake.fail_with = SHIM_REASON_PEER_CLOSED;
+	shim_upgrade_progress(s, 5);
+	shim_upgrade_progress(s, 5);
+	ck_assert_int_eq(s->phase, SHIM_PHASE_FAILED);
+	ck_assert_int_eq(s->reason, SHIM_REASON_PEER_CLOSED);
+	ck_assert_int_eq(fake.abandons, 1);
+	ck_assert_ptr_null(s->neg);
+	ck_assert(shim_upgrade_settled(s));
+	/* Settled: no step reaches the transport any more. */
+	shim_upgrade_progress(s, 5);
+	ck_assert_int_eq(fake.progresses, 1);
+	free(s);
+}
+END_TEST
+
+START_TEST(quiet_timeout_is_retried_once_when_bytes_move)
+{
+	struct shim_sock *s = new_sock();
+
+	fake.on_start = ACT_FAIL;
+	fake.fail_with = SHIM_REASON_TIMEOUT;
+	shim_upgrade_progress(s, 5);
+	/* A connection that carried nothing: back to idle, once. */
+	ck_assert_int_eq(s->phase, SHIM_PHASE_IDLE);
+	ck_assert(s->await_bytes_used);
+	shim_upgrade_progress(s, 5);
+	ck_assert_int_eq(fake.starts, 1); /* waits for the first byte */
+	s->tx_tcp_bytes = 1;
+	shim_upgrade_progress(s, 5);
+	ck_assert_int_eq(fake.starts, 2);
+	ck_assert_int_eq(s->phase, SHIM_PHASE_FAILED);
+	ck_assert_int_eq(s->reason, SHIM_REASON_TIMEOUT);
+	free(s);
+}
+END_TEST
+
+START_TEST(committing_means_rx_pending)
+{
+	struct shim_sock *s = new_sock();
+
+	fake.on_start = ACT_NEGOTIATE;
+	fake.on_progress = ACT_COMMIT;
+	shim_upgrade_progress(s, 5);
+	ck_assert(!shim_upgrade_rx_pending(s));
+	shim_upgrade_progress(s, 5);
+	ck_assert_int_eq(s->phase, SHIM_PHASE_COMMITTING);
+	ck_assert(shim_upgrade_rx_pending(s));
+	s->rx_switch_known = true;
+	ck_assert(!shim_upgrade_rx_pending(s));
+	fake.on_progress = ACT_DONE;
+	shim_upgrade_progress(s, 5);
+	ck_assert_int_eq(s->phase, SHIM_PHASE_DONE);
+	ck_assert(shim_upgrade_settled(s));
+	free(s);
+}
+END_TEST
+
+START_TEST(close_stops_only_a_stoppable_peer)
+{
+	struct shim_sock *s = new_sock();
+
+	fake.on_start = ACT_NEGOTIATE;
+	shim_upgrade_progress(s, 5);
+	/* Nobody committed: the release ends it; nothing to stop. */
+	ck_assert(shim_upgrade_stoppable(s));
+	shim_upgrade_stop_for_close(s, 5);
+	ck_assert(s->closing);
+	ck_assert_int_eq(fake.stops, 0);
+	shim_upgrade_committing(s);
+	shim_upgrade_stop_for_close(s, 5);
+	ck_assert_int_eq(fake.stops, 1);
+	free(s);
+
+	/* A transport without stop_peer is left to its release. */
+	s = new_sock();
+	shim_transport_register(&fake_rdma);
+	shim_cfg.transports[0] = SHIM_TRANSPORT_RDMA;
+	shim_upgrade_progress(s, 5);
+	ck_assert_int_eq(s->phase, SHIM_PHASE_COMMITTING);
+	ck_assert(!shim_upgrade_stoppable(s));
+	ck_assert(shim_upgrade_holds_chan(s));
+	shim_upgrade_stop_for_close(s, 5);
+	ck_assert_int_eq(s->phase, SHIM_PHASE_COMMITTING);
+	free(s);
+}
+END_TEST
+
+START_TEST(pin_fails_a_negotiation_and_stops_a_commit)
+{
+	struct shim_sock *s = new_sock();
+
+	fake.on_start = ACT_NEGOTIATE;
+	shim_upgrade_progress(s, 5);
+	ck_assert_int_eq(shim_upgrade_pin_tcp(s, 5, SHIM_REASON_BYPASS), 0);
+	ck_assert(s->pinned);
+	ck_assert_int_eq(s->phase, SHIM_PHASE_FAILED);
+	ck_assert_int_eq(s->reason, SHIM_REASON_BYPASS);
+	free(s);
+
+	s = new_sock();
+	fake.on_progress = ACT_COMMIT;
+	shim_upgrade_progress(s, 5);
+	shim_upgrade_progress(s, 5);
+	ck_assert_int_eq(shim_upgrade_pin_tcp(s, 5, SHIM_REASON_BYPASS), 0);
+	ck_assert_int_eq(fake.stops, 1);
+	/* The peer's direction already announced: too late for TCP only. */
+	s->rx_switch_known = true;
+	ck_assert_int_eq(shim_upgrade_pin_tcp(s, 5, SHIM_REASON_BYPASS), -EBUSY);
+	free(s);
+}
+END_TEST
+
+START_TEST(barred_ends_what_nobody_committed)
+{
+	struct shim_sock *s = new_sock(), *t = new_sock();
+
+	fake.on_start = ACT_NEGOTIATE;
+	shim_upgrade_progress(s, 5);
+	shim_upgrade_progress(t, 6);
+	shim_upgrade_committing(t);
+	shim_upgrade_bar(SHIM_REASON_SANDBOXED);
+	shim_upgrade_progress(s, 5);
+	shim_upgrade_progress(t, 6);
+	ck_assert_int_eq(s->phase, SHIM_PHASE_FAILED);
+	ck_assert_int_eq(s->reason, SHIM_REASON_SANDBOXED);
+	/* A peer that may have committed is still heard. */
+	ck_assert_int_eq(t->phase, SHIM_PHASE_COMMITTING);
+	ck_assert_int_eq(fake.progresses, 1);
+	free(s);
+	free(t);
+}
+END_TEST
+
+START_TEST(release_and_wait_fd_are_the_transports)
+{
+	struct shim_sock *s = new_sock();
+
+	ck_assert_int_eq(shim_upgrade_wait_fd(s), -1);
+	fake.on_start = ACT_NEGOTIATE;
+	fake.wait_fd = 42;
+	shim_upgrade_progress(s, 5);
+	ck_assert_int_eq(shim_upgrade_wait_fd(s), 42);
+	ck_assert(!shim_upgrade_holds_chan(s));
+	shim_upgrade_release(s);
+	ck_assert_int_eq(fake.releases, 1);
+	ck_assert_ptr_null(s->neg);
+	ck_assert_int_eq(shim_upgrade_wait_fd(s), -1);
+	free(s);
+}
+END_TEST
+
+START_TEST(retry_later_backs_off_until_the_deadline)
+{
+	struct shim_sock *s = new_sock();
+	unsigned long long now = 1000000000ull, prev = 0;
+
+	shim_upgrade_arm_deadline(s, now);
+	for (int i = 0; i < 12; i++) {
+		ck_assert(shim_upgrade_retry_later(s, now));
+		ck_assert_uint_gt(s->next_try_ns, now);
+		ck_assert_uint_ge(s->retry_delay_ns, prev); /* doubling, then capped */
+		ck_assert_uint_le(s->retry_delay_ns, 200ull * 1000 * 1000);
+		prev = s->retry_delay_ns;
+	}
+	ck_assert_uint_eq(prev, 200ull * 1000 * 1000);
+	ck_assert(!shim_upgrade_retry_later(s, s->deadline_ns));
+	free(s);
+}
+END_TEST
+
+START_TEST(nonces_differ)
+{
+	uint8_t a[16], b[16];
+
+	ck_assert_int_eq(shim_upgrade_new_nonce(a), 0);
+	ck_assert_int_eq(shim_upgrade_new_nonce(b), 0);
+	ck_assert(memcmp(a, b, sizeof(a)) != 0);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("upgrade");
+	TCase *tc = tcase_create("machine");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_checked_fixture(tc, setup, NULL);
+	tcase_add_test(tc, idle_progress_starts_the_fitting_transport);
+	tcase_add_test(tc, first_configured_that_fits_wins);
+	tcase_add_test(tc, nothing_fits_fails_with_the_reason);
+	tcase_add_test(tc, unregistered_transport_is_no_transport);
+	tcase_add_test(tc, warm_goes_to_the_transport_picked);
+	tcase_add_test(tc, fail_abandons_and_settles);
+	tcase_add_test(tc, quiet_timeout_is_retried_once_when_bytes_move);
+	tcase_add_test(tc, committing_means_rx_pending);
+	tcase_add_test(tc, close_stops_only_a_stoppable_peer);
+	tcase_add_test(tc, pin_fails_a_negotiation_and_stops_a_commit);
+	tcase_add_test(tc, barred_ends_what_nobody_committed);
+	tcase_add_test(tc, release_and_wait_fd_are_the_transports);
+	tcase_add_test(tc, retry_later_backs_off_until_the_deadline);
+	tcase_add_test(tc, nonces_differ);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
