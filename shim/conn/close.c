@@ -186,28 +186,13 @@ bool shim_close_fd_is_ours(const struct shim_sock *s, int fd)
  * Frames still queued for TCP (our SWITCH frame when the send buffer was
  * full at the switch, or a bell) must leave before the socket closes:
  * without its SWITCH frame the peer can never read what we put on the
- * ring. Bounded; the peer is reading TCP up to that frame.
+ * channel. Bounded; the peer is reading TCP up to that frame.
  */
 #define CLOSE_FLUSH_NS (2000ull * 1000 * 1000)
 
 void shim_close_flush(struct shim_sock *s, int fd)
 {
-	unsigned long long end = shim_now_ns() + CLOSE_FLUSH_NS;
-
 	if ((!s->tcp_out_len && !shim_failover_replaying(s)) || !shim_close_fd_is_ours(s, fd))
 		return;
-	/* Frames first, then a failover's replay (it goes behind our RESUME):
-	 * the bytes the program sent before close, as the kernel would. */
-	while ((s->tcp_out_len || shim_failover_replaying(s)) && shim_now_ns() < end) {
-		struct pollfd p = { .fd = fd, .events = POLLOUT };
-		int rc = s->tcp_out_len ? shim_frames_flush(s, fd) : shim_failover_flush(s, fd);
-
-		if (rc < 0 && rc != -EAGAIN)
-			break;
-		if (rc == -EAGAIN)
-			REAL(poll)(&p, 1, 50);
-	}
-	if (s->tcp_out_len)
-		SHIM_TRACE(SHIM_TRACE_WARN, "close.unflushed", fd, &s->tuple, SHIM_REASON_NONE,
-			   "\"bytes\":%zu", s->tcp_out_len);
+	send_ours(s, fd, shim_now_ns() + CLOSE_FLUSH_NS);
 }
