@@ -5,7 +5,8 @@
  * only for a zero timeout; every arm is followed by exactly one disarm,
  * whether it slept; no sleep when an arm found the fd ready; a short arm
  * caps the sleep at a millisecond; a sleep never outlasts the deadline;
- * errors end the wait; and poll counts entries, never rounds.
+ * errors end the wait; a spin policy, when given, decides the spin and
+ * learns the outcome; and poll counts entries, never rounds.
  */
 #include <check.h>
 #include <errno.h>
@@ -183,6 +184,40 @@ START_TEST(spins_before_it_arms)
 }
 END_TEST
 
+static int spin_left, spin_ended_with = 99;
+
+static bool s_spin_more(void *ctx)
+{
+	(void)ctx;
+	return spin_left-- > 0;
+}
+
+static void s_spin_end(void *ctx, int rc)
+{
+	(void)ctx;
+	spin_ended_with = rc;
+}
+
+START_TEST(a_spin_policy_decides_the_spin_and_learns_the_outcome)
+{
+	struct shim_waitloop_ops pol = ops;
+
+	pol.spin_more = s_spin_more;
+	pol.spin_end = s_spin_end;
+	shim_cfg.spin_us = 1000000; /* ignored when a policy is given */
+	spin_left = 5;
+	sc.after_ready_at = 1;
+	ck_assert_int_eq(shim_waitloop_run(&pol, NULL, -1), 2);
+	ck_assert_int_eq(sc.looks, 6); /* the first, then one per spin allowed */
+	ck_assert_int_eq(sc.arms, 1);
+	ck_assert_int_eq(spin_ended_with, 2);
+	spin_left = 0;
+	sc.look_ready_at = sc.looks + 1;
+	ck_assert_int_eq(shim_waitloop_run(&pol, NULL, 0), 3);
+	ck_assert_int_eq(spin_ended_with, 3);
+}
+END_TEST
+
 START_TEST(poll_counts_entries_not_rounds)
 {
 	struct pollfd fds[3] = {
@@ -214,6 +249,7 @@ int main(void)
 	tcase_add_test(tc, the_deadline_ends_it_with_zero);
 	tcase_add_test(tc, errors_end_the_wait);
 	tcase_add_test(tc, spins_before_it_arms);
+	tcase_add_test(tc, a_spin_policy_decides_the_spin_and_learns_the_outcome);
 	tcase_add_test(tc, poll_counts_entries_not_rounds);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);

@@ -6,7 +6,7 @@
 #include "clock.h"
 #include "config.h"
 
-int shim_waitloop_run(const struct shim_waitloop_ops *ops, void *ctx, long long timeout_ns)
+static int run(const struct shim_waitloop_ops *ops, void *ctx, long long timeout_ns)
 {
 	long long deadline = shim_deadline_ns(timeout_ns);
 	unsigned long long spin_end = shim_now_ns() + (unsigned long long)shim_cfg.spin_us * 1000ull;
@@ -17,7 +17,7 @@ int shim_waitloop_run(const struct shim_waitloop_ops *ops, void *ctx, long long 
 
 		if (rc != 0 || timeout_ns == 0)
 			return rc;
-		if (shim_now_ns() < spin_end) {
+		if (ops->spin_more ? ops->spin_more(ctx) : shim_now_ns() < spin_end) {
 			sched_yield(); /* the peer may share our core */
 			continue;
 		}
@@ -37,4 +37,13 @@ int shim_waitloop_run(const struct shim_waitloop_ops *ops, void *ctx, long long 
 		if (shim_deadline_passed(deadline))
 			return 0;
 	}
+}
+
+int shim_waitloop_run(const struct shim_waitloop_ops *ops, void *ctx, long long timeout_ns)
+{
+	int rc = run(ops, ctx, timeout_ns);
+
+	if (ops->spin_end)
+		ops->spin_end(ctx, rc);
+	return rc;
 }

@@ -31,6 +31,12 @@ struct shim_waitloop_ops {
 	/* After disarm: theirs is what the sleep returned; looks at the
 	 * channels again. > 0 ready, 0 (wait on), or -errno. */
 	int (*after)(void *ctx, int theirs);
+	/* Optional spin policy: whether to look once more before arming
+	 * (NULL: for RDMASHIM_SPIN_US from the first look), and what the
+	 * wait came to (rc > 0: something was ready) for a policy that
+	 * learns from it. */
+	bool (*spin_more)(void *ctx);
+	void (*spin_end)(void *ctx, int rc);
 };
 
 /* timeout_ns: -1 for none, 0 for one look. Returns the first non-zero
