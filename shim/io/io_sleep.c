@@ -1,10 +1,9 @@
 /*
- * The waits of the blocking data calls (io.c): spin RDMASHIM_SPIN_US on
- * the channel without the lock, then arm, sleep on TCP for a bell (and on
- * the negotiation's fd: a program blocked in a call moves its upgrade on),
- * disarm. One round per call: the data call looks again and loops. The
- * deadline and slice rules are core/clock.h's, as the wait engine's
- * (waitloop.h) behind poll, select and epoll.
+ * The waits of the blocking data calls (io.c), on the wait engine behind
+ * poll, select and epoll (waitloop.h): spin RDMASHIM_SPIN_US on the channel
+ * without the lock, then arm, sleep on TCP for a bell (and on the
+ * negotiation's fd: a program blocked in a call moves its upgrade on),
+ * disarm. One round per call: the data call looks again and loops.
  */
 #include "io.h"
 #include "io_internal.h"
@@ -20,6 +19,7 @@
 #include "trace.h"
 #include "transport.h"
 #include "upgrade.h"
+#include "waitloop.h"
 
 /*
  * Bells of both directions share the TCP stream, and a thread that drains
@@ -120,30 +120,6 @@ bool shim_io_grace_needed(struct shim_sock *s)
 }
 
 
-/* Busy-polls cond for RDMASHIM_SPIN_US without the lock. */
-static bool spin_for(struct shim_sock *s, bool (*cond)(const struct shim_sock *))
-{
-	unsigned long long end;
-	bool hit = false;
-
-	if (!shim_cfg.spin_us)
-		return false;
-	end = shim_now_ns() + (unsigned long long)shim_cfg.spin_us * 1000ull;
-	pthread_mutex_unlock(&s->lock);
-	do {
-		for (int i = 0; i < 64 && !hit; i++) {
-			hit = cond(s);
-			__builtin_ia32_pause();
-		}
-		/* The peer may share our core (more runnable threads than
-		 * cores): let it run, or the spin only burns its time. */
-		if (!hit)
-			sched_yield();
-	} while (!hit && shim_now_ns() < end);
-	pthread_mutex_lock(&s->lock);
-	return hit;
-}
-
 /* The peer broke the channel's rules (transport.h): lock-free, for the
  * busy-poll loops too, which must stop at once rather than spin on it. */
 static bool chan_violated(const struct shim_chan *ch)
@@ -181,52 +157,181 @@ void shim_io_note_disarm(struct shim_sock *s, bool bell_coming)
 		s->bells_owed++;
 }
 
+/*
+ * One round of the wait engine (waitloop.h) for a data call: look at the
+ * channel without the lock (RDMASHIM_SPIN_US), then, locked again, arm,
+ * sleep, disarm; the data call looks again and loops. The caller holds
+ * s->lock before and after.
+ */
+struct call_wait {
+	struct shim_sock *s;
+	struct shim_chan *ch;
+	int fd;
+	long long deadline;
+	bool (*ready)(const struct shim_sock *s);
+	bool locked, armed;
+	int cap_ms; /* rx: the arm's grace (transport.h, arm_grace) */
+	int rc;     /* what the round ends with */
+};
+
+/* Busy-polls the channel without the lock: 64 looks between yields. */
+static int call_look(void *ctx)
+{
+	struct call_wait *w = ctx;
+
+	if (!shim_cfg.spin_us)
+		return 0; /* no spin: straight to the arm, still locked */
+	if (w->locked) {
+		pthread_mutex_unlock(&w->s->lock);
+		w->locked = false;
+	}
+	for (int i = 0; i < 64; i++) {
+		if (w->ready(w->s))
+			return 1;
+		__builtin_ia32_pause();
+	}
+	return 0;
+}
+
+static void relock(struct call_wait *w)
+{
+	if (!w->locked) {
+		pthread_mutex_lock(&w->s->lock);
+		w->locked = true;
+	}
+}
+
+static int rx_arm(void *ctx, bool *short_sleep)
+{
+	struct call_wait *w = ctx;
+
+	relock(w);
+	w->armed = true;
+	if (!w->ch->ops->rx_arm(w->ch))
+		return 0;
+	if (shim_io_grace_needed(w->s)) {
+		w->cap_ms = IO_GRACE_MS;
+		*short_sleep = true;
+	}
+	return 1;
+}
+
+static int rx_sleep(void *ctx, int ms)
+{
+	struct call_wait *w = ctx;
+
+	(void)ms; /* the SO_RCVTIMEO deadline and the grace are sleep_capped()'s */
+	return sleep_capped(w->s, w->fd, POLLIN, w->deadline, w->cap_ms);
+}
+
+static void rx_disarm(void *ctx)
+{
+	struct call_wait *w = ctx;
+
+	shim_io_note_disarm(w->s, !w->ch->ops->rx_disarm(w->ch));
+	if (shim_io_fd(w->s, w->fd) >= 0)
+		shim_frames_drain(w->s, shim_io_fd(w->s, w->fd));
+}
+
+/* One round only: the data call decides what comes next. */
+static int call_after(void *ctx, int theirs)
+{
+	struct call_wait *w = ctx;
+
+	w->rc = theirs;
+	return 1;
+}
+
+static const struct shim_waitloop_ops rx_ops = {
+	.look = call_look,
+	.arm = rx_arm,
+	.sleep = rx_sleep,
+	.disarm = rx_disarm,
+	.after = call_after,
+};
+
+static int tx_arm(void *ctx, bool *short_sleep)
+{
+	struct call_wait *w = ctx;
+	int rc;
+
+	(void)short_sleep;
+	relock(w);
+	/* Room may wait for the peer's SWITCH frame (rdma: its proof), when
+	 * that frame is what TCP holds next. */
+	if (w->s->rx_dir == SHIM_DIR_SWITCHING) {
+		rc = shim_io_finish_rx_switch(w->s, w->fd);
+		if (rc) {
+			w->rc = rc < 0 ? rc : 0;
+			return 0; /* nothing armed: the round ends here */
+		}
+	}
+	w->armed = true;
+	return w->ch->ops->tx_arm(w->ch) ? 1 : 0;
+}
+
+static int tx_sleep(void *ctx, int ms)
+{
+	struct call_wait *w = ctx;
+
+	(void)ms;
+	/* Before our rx switched, TCP still holds application bytes we must
+	 * not consume: sleep a short while instead of on POLLIN. */
+	if (w->s->rx_dir == SHIM_DIR_CHAN)
+		return shim_io_sleep_on_tcp(w->s, w->fd, POLLIN, w->deadline);
+	pthread_mutex_unlock(&w->s->lock);
+	REAL(poll)(NULL, 0, 1);
+	pthread_mutex_lock(&w->s->lock);
+	return 0;
+}
+
+static void tx_disarm(void *ctx)
+{
+	struct call_wait *w = ctx;
+
+	if (!w->armed)
+		return;
+	shim_io_note_disarm(w->s, !w->ch->ops->tx_disarm(w->ch));
+	if (w->s->rx_dir == SHIM_DIR_CHAN && shim_io_fd(w->s, w->fd) >= 0)
+		shim_frames_drain(w->s, shim_io_fd(w->s, w->fd));
+}
+
+static int tx_after(void *ctx, int theirs)
+{
+	struct call_wait *w = ctx;
+
+	if (w->armed)
+		w->rc = theirs;
+	return 1;
+}
+
+static const struct shim_waitloop_ops tx_ops = {
+	.look = call_look,
+	.arm = tx_arm,
+	.sleep = tx_sleep,
+	.disarm = tx_disarm,
+	.after = tx_after,
+};
+
+static int call_round(const struct shim_waitloop_ops *ops, struct shim_sock *s, int fd, long long deadline,
+		      bool (*ready)(const struct shim_sock *s))
+{
+	struct call_wait w = { .s = s, .ch = s->chan, .fd = fd, .deadline = deadline, .ready = ready, .locked = true };
+
+	/* A ready look ends the round before any arm: 0, look again. */
+	shim_waitloop_run(ops, &w, -1);
+	relock(&w);
+	return w.rc;
+}
+
 /* rx on the channel found nothing: spin, then arm and sleep for a bell. */
 int shim_io_wait_rx(struct shim_sock *s, int fd, long long deadline)
 {
-	struct shim_chan *ch = s->chan;
-	int rc = 0;
-
-	if (spin_for(s, rx_ready))
-		return 0;
-	if (ch->ops->rx_arm(ch))
-		rc = sleep_capped(s, fd, POLLIN, deadline, shim_io_grace_needed(s) ? IO_GRACE_MS : 0);
-	shim_io_note_disarm(s, !ch->ops->rx_disarm(ch));
-	if (shim_io_fd(s, fd) >= 0)
-		shim_frames_drain(s, shim_io_fd(s, fd));
-	return rc;
+	return call_round(&rx_ops, s, fd, deadline, rx_ready);
 }
-
 
 /* tx on the channel found it full: spin, then arm and sleep for a bell. */
 int shim_io_wait_tx(struct shim_sock *s, int fd, long long deadline)
 {
-	struct shim_chan *ch = s->chan;
-	int rc = 0;
-
-	if (spin_for(s, shim_io_tx_ready))
-		return 0;
-	/* Room may wait for the peer's SWITCH frame (rdma: its proof), when
-	 * that frame is what TCP holds next. */
-	if (s->rx_dir == SHIM_DIR_SWITCHING) {
-		rc = shim_io_finish_rx_switch(s, fd);
-		if (rc)
-			return rc < 0 ? rc : 0;
-	}
-	if (ch->ops->tx_arm(ch)) {
-		/* Before our rx switched, TCP still holds application bytes we
-		 * must not consume: sleep a short while instead of on POLLIN. */
-		if (s->rx_dir == SHIM_DIR_CHAN) {
-			rc = shim_io_sleep_on_tcp(s, fd, POLLIN, deadline);
-		} else {
-			pthread_mutex_unlock(&s->lock);
-			REAL(poll)(NULL, 0, 1);
-			pthread_mutex_lock(&s->lock);
-		}
-	}
-	shim_io_note_disarm(s, !ch->ops->tx_disarm(ch));
-	if (s->rx_dir == SHIM_DIR_CHAN && shim_io_fd(s, fd) >= 0)
-		shim_frames_drain(s, shim_io_fd(s, fd));
-	return rc;
+	return call_round(&tx_ops, s, fd, deadline, shim_io_tx_ready);
 }
-

@@ -1,12 +1,12 @@
 /*
- * The one wait engine behind poll, ppoll, select, pselect and the epoll
- * family (wait.c, epoll.c): look at the channels and the kernel without
- * sleeping; spin RDMASHIM_SPIN_US (yielding: the peer may share our core);
+ * The one wait engine behind poll, ppoll, select, pselect, the epoll
+ * family (wait.c, epoll_wait.c) and the blocking data calls (io_sleep.c):
+ * look at the channels and the kernel without sleeping; spin
+ * RDMASHIM_SPIN_US (yielding: the peer may share our core);
  * then arm every switched fd, sleep in the kernel at most one slice (a
  * millisecond when an arm asks), disarm, and look again; until something is
- * ready, an error, or the deadline. The blocking data calls (io.c) sleep
- * one round at a time under their own lock and use the same clock rules
- * (core/clock.h).
+ * ready, an error, or the deadline. The blocking data calls run it one
+ * round at a time (io_sleep.c: their own loop looks again).
  *
  * Counting: what a round reports is the caller's count of ready entries
  * (poll: entries with revents, never a sum of rounds; epoll: events
