@@ -33,11 +33,11 @@ LDLIBS_SHIM   := -ldl -lpthread -lrdmacm -libverbs
 SHIM_DIRS := shim/core shim/conn shim/transport shim/transport/shm shim/transport/rdma shim/io shim/interpose
 SHIM_INC  := $(addprefix -I,$(SHIM_DIRS))
 vpath %.c $(SHIM_DIRS)
-SHIM_CORE := clock config tuple reason trace fdtable real stats wire \
-             sock sockfd socklife frames failover transport upgrade close \
+SHIM_CORE := clock config tuple reason trace fdtable streampos real stats wire \
+             sock sockfd socklife frames failover transport upgrade rxswitch handback close \
              ring shm shm_neg diag rendezvous \
              breaker mrpool rdma_dev rdma_post rdma_chan rdma_qp rdma_setup rdma_switch rdma_close rdma_teardown \
-             bypass io io_switch io_sleep io_ready io_calls waitloop wait epoll epoll_wait \
+             bypass io io_sleep io_ready io_calls waitloop wait epoll epoll_wait \
              atfork layers
 SHIM_HOOKS := init interpose_socket interpose_io interpose_poll interpose_proc interpose_bypass
 CORE_OBJS := $(SHIM_CORE:%=$(BUILD)/obj/shim/%.o)

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "fdtable.h"
+#include "transport.h"
 
 struct shim_sock_hooks shim_sock_hooks;
 
@@ -149,8 +150,11 @@ void shim_sock_atfork_prepare(void)
 		 * reach: a connection still idle is upgraded later by one of
 		 * them, which then owns that channel alone. */
 		if (__atomic_load_n(&s->refs, __ATOMIC_RELAXED) &&
-		    (s->chan || s->neg || (s->phase != SHIM_PHASE_IDLE && s->phase != SHIM_PHASE_FAILED)))
+		    (s->chan || s->neg || (s->phase != SHIM_PHASE_IDLE && s->phase != SHIM_PHASE_FAILED))) {
 			s->shared = true;
+			if (s->chan && s->chan->ops->share)
+				s->chan->ops->share(s->chan);
+		}
 	}
 }
 

@@ -19,6 +19,9 @@
 /* fd will be used where the shim can not see: keep it on TCP. Returns 0
  * (kept on TCP, or not a connection of ours) or -EBUSY (it moved). */
 int shim_bypass_pin(int fd, enum shim_reason why);
+/* The same, and a connection already switched goes back to TCP first when
+ * it can (handback.c): for callers nothing of the shim can serve (stdio). */
+int shim_bypass_leave(int fd, enum shim_reason why);
 
 /* setsockopt succeeded on a tracked fd: the sock learns it (shim_sock_on_
  * setsockopt()); SO_OOBINLINE pins the connection to TCP. */

@@ -210,7 +210,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			continue;
 		}
 		if (s->rx_dir == SHIM_DIR_SWITCHING) {
-			rc = shim_io_finish_rx_switch(s, fd);
+			rc = shim_rxswitch_finish(s, fd);
 			if (rc < 0 || s->rx_tcp_eof)
 				break;
 			if (rc == 0) {
@@ -224,7 +224,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 				if (rc < 0)
 					break;
 			}
-			/* shim_io_finish_rx_switch() returned 1 ("switched"), not a byte
+			/* shim_rxswitch_finish() returned 1 ("switched"), not a byte
 			 * count: it must not reach the return below. */
 			rc = 0;
 			continue;

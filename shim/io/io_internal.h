@@ -7,11 +7,9 @@
 
 #include <stdbool.h>
 
+#include "rxswitch.h"
 #include "sock.h"
 
-/* rx switching: reads the rest of the peer's SWITCH frame. 1: switched,
- * 0: more must come, -ECONNRESET: not our peer's frame (reset). */
-int shim_io_finish_rx_switch(struct shim_sock *s, int fd);
 /* The channel has room worth reporting (or the peer is gone). Lock-free. */
 bool shim_io_tx_ready(const struct shim_sock *s);
 /* After a channel op moved nothing: true when the peer broke the rules

@@ -49,7 +49,7 @@ int shim_io_bytes_readable(struct shim_sock *s, int fd, int *out)
 	} else {
 		int kernel = 0;
 
-		if (s->rx_dir == SHIM_DIR_SWITCHING && shim_io_finish_rx_switch(s, fd) == 1) {
+		if (s->rx_dir == SHIM_DIR_SWITCHING && shim_rxswitch_finish(s, fd) == 1) {
 			pthread_mutex_unlock(&s->lock);
 			return shim_io_bytes_readable(s, fd, out);
 		}
@@ -193,7 +193,7 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 		short in = p.revents & POLLIN;
 
 		p.revents &= (short)~POLLIN;
-		if (shim_io_finish_rx_switch(s, fd) < 0)
+		if (shim_rxswitch_finish(s, fd) < 0)
 			mask |= POLLERR;
 		else if (s->rx_dir == SHIM_DIR_TCP)
 			p.revents |= in; /* refused: those bytes are the program's */

@@ -260,7 +260,7 @@ static int tx_arm(void *ctx, bool *short_sleep)
 	/* Room may wait for the peer's SWITCH frame (rdma: its proof), when
 	 * that frame is what TCP holds next. */
 	if (w->s->rx_dir == SHIM_DIR_SWITCHING) {
-		rc = shim_io_finish_rx_switch(w->s, w->fd);
+		rc = shim_rxswitch_finish(w->s, w->fd);
 		if (rc) {
 			w->rc = rc < 0 ? rc : 0;
 			return 0; /* nothing armed: the round ends here */

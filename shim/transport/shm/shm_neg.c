@@ -549,6 +549,14 @@ static void shm_stop_peer(struct shim_sock *s, int fd)
 	shim_upgrade_progress(s, fd);
 }
 
+/* Only C has anything to stop (C_ACCEPTED); S, once it sent its
+ * SWITCH_AT, has committed. */
+static void shm_stop_commit(struct shim_sock *s, int fd)
+{
+	if (neg_of(s)->step == SHM_C_ACCEPTED)
+		shm_stop_peer(s, fd);
+}
+
 static int shm_wait_fd(const struct shim_sock *s)
 {
 	const struct shm_neg *ng = neg_of(s);
@@ -562,6 +570,7 @@ const struct shim_transport_type shim_shm_transport = {
 	.start = shm_start,
 	.progress = shm_progress,
 	.stop_peer = shm_stop_peer,
+	.stop_commit = shm_stop_commit,
 	.abandon = neg_end,
 	.wait_fd = shm_wait_fd,
 	.release = neg_end,

@@ -1,10 +1,10 @@
 /*
  * The end of the peer's switch on our rx side: its SWITCH frame read from
  * TCP at the announced offset (frames.c), checked against our nonce. Used
- * by the data calls (io.c), their waits (io_sleep.c) and readiness
- * (io_ready.c). Under the sock's lock.
+ * by the data path (io/), and by a hand-back (handback.c). Under the
+ * sock's lock.
  */
-#include "io_internal.h"
+#include "rxswitch.h"
 
 #include <errno.h>
 #include <sys/socket.h>
@@ -17,7 +17,7 @@
 
 /* 1: rx moved on (to the channel, or refused and back to TCP); 0: the
  * frame is not all there yet; -errno: the connection was reset. */
-int shim_io_finish_rx_switch(struct shim_sock *s, int fd)
+int shim_rxswitch_finish(struct shim_sock *s, int fd)
 {
 	int rc = shim_frames_read_switch(s, fd);
 
