@@ -28,7 +28,7 @@ static struct {
 	enum shim_reason fits;
 	enum fake_act on_start, on_progress;
 	enum shim_reason fail_with;
-	int starts, progresses, stops, abandons, releases, warms;
+	int starts, progresses, stops, commit_stops, abandons, releases, warms;
 	int neg; /* what s->neg points to while it negotiates */
 	int wait_fd;
 } fake;
@@ -87,6 +87,13 @@ static void fake_stop_peer(struct shim_sock *s, int fd)
 	fake.stops++;
 }
 
+static void fake_stop_commit(struct shim_sock *s, int fd)
+{
+	(void)s;
+	(void)fd;
+	fake.commit_stops++;
+}
+
 static void fake_abandon(struct shim_sock *s)
 {
 	fake.abandons++;
@@ -112,6 +119,7 @@ static struct shim_transport_type fake_shm = {
 	.start = fake_start,
 	.progress = fake_progress,
 	.stop_peer = fake_stop_peer,
+	.stop_commit = fake_stop_commit,
 	.abandon = fake_abandon,
 	.wait_fd = fake_wait_fd,
 	.release = fake_release,
@@ -356,6 +364,28 @@ START_TEST(close_stops_only_a_stoppable_peer)
 }
 END_TEST
 
+START_TEST(a_hand_off_stops_only_a_commit)
+{
+	struct shim_sock *s = new_sock();
+
+	fake.on_start = ACT_NEGOTIATE;
+	shim_upgrade_progress(s, 5);
+	/* Nobody may commit yet: nothing to stop (the hand-off gives the
+	 * negotiation up itself). */
+	shim_upgrade_stop_commit(s, 5);
+	ck_assert_int_eq(fake.commit_stops, 0);
+	shim_upgrade_committing(s);
+	shim_upgrade_stop_commit(s, 5);
+	ck_assert_int_eq(fake.commit_stops, 1);
+	ck_assert_int_eq(fake.stops, 0);
+	ck_assert(!s->closing && !s->pinned); /* a commit is followed, not refused */
+	shim_upgrade_done(s);
+	shim_upgrade_stop_commit(s, 5);
+	ck_assert_int_eq(fake.commit_stops, 1);
+	free(s);
+}
+END_TEST
+
 START_TEST(pin_fails_a_negotiation_and_stops_a_commit)
 {
 	struct shim_sock *s = new_sock();
@@ -466,6 +496,7 @@ int main(void)
 	tcase_add_test(tc, quiet_timeout_is_retried_once_when_bytes_move);
 	tcase_add_test(tc, committing_means_rx_pending);
 	tcase_add_test(tc, close_stops_only_a_stoppable_peer);
+	tcase_add_test(tc, a_hand_off_stops_only_a_commit);
 	tcase_add_test(tc, pin_fails_a_negotiation_and_stops_a_commit);
 	tcase_add_test(tc, barred_ends_what_nobody_committed);
 	tcase_add_test(tc, release_and_wait_fd_are_the_transports);
