@@ -29,6 +29,12 @@ int shim_frames_queue(struct shim_sock *s, int fd, const void *frame, size_t len
 {
 	const uint8_t *bytes = frame;
 
+	/* A bell only where our direction carries frames: behind our RESUME
+	 * (a failover) the bytes are plain again, and a bell would be read as
+	 * data. The peer, failed over too, waits on TCP, not for bells. */
+	if (len == 1 && (bytes[0] == SHIM_FRAME_DATA_BELL || bytes[0] == SHIM_FRAME_SPACE_BELL) &&
+	    (s->tx_dir != SHIM_DIR_CHAN || s->fo_started))
+		return s->tcp_out_len ? shim_frames_flush(s, fd) : 0;
 	/* One waiting bell of a kind wakes the peer as well as two would. */
 	if (len == 1 && memchr(s->tcp_out, bytes[0], s->tcp_out_len))
 		return shim_frames_flush(s, fd);
@@ -103,7 +109,7 @@ void shim_frames_drain(struct shim_sock *s, int fd)
 		}
 		if (n < 0) {
 			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-				s->rx_tcp_reset = errno == ECONNRESET;
+				s->rx_tcp_reset |= errno == ECONNRESET;
 				s->rx_reset_seen |= s->rx_tcp_reset;
 				drain_eof(s); /* reset: the peer is gone */
 			}

@@ -131,6 +131,8 @@ struct shim_sock {
 	bool fo_tx_done;    /* our replay went out: tx is plain TCP again */
 	bool fo_absorb_bad; /* a frame other than bells came in one read with SWITCH */
 	uint64_t fo_peer_rx_offset; /* what the peer's RESUME said it received */
+	bool fo_offset_implied;     /* ... taken from a lossless channel before it came */
+	uint64_t fo_implied_at;
 	uint8_t *fo_replay;         /* our bytes the peer never got, sent on TCP first */
 	size_t fo_replay_len, fo_replay_off;
 
