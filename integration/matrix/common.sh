@@ -162,7 +162,7 @@ PY
 }
 
 mx_main() {
-  local m
+  local m t0
   mkdir -p "$TRACE_DIR"
   # Processes that change user (setpriv) write their trace here too.
   chmod 1777 "$TRACE_DIR"
@@ -173,7 +173,9 @@ mx_main() {
     : >"$RES"
     : >"$WORK/$m.ports"
     log "--- $m run"
+    t0=$EPOCHREALTIME
     mx_body "$m"
+    log "--- $m run took $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')s"
   done
   MODE=both
   check "plain: the run has a result" test -s "$WORK/plain.result"
