@@ -91,6 +91,21 @@ mx_bg() {
   fi
 }
 
+# mx_bg_as USER NAME CMD...: mx_bg with CMD run as USER (setpriv). The user
+# changes before the shim loads: a trace file opened by root under the same
+# pid (setpriv execs in place) would be closed to the program.
+mx_bg_as() {
+  local user=$1 name=$2
+  shift 2
+  local as=(setpriv --reuid="$user" --regid="$user" --init-groups)
+  if [[ $MODE == shim ]]; then
+    mx_vars "$name"
+    start_bg "$MODE-$name" plain "${as[@]}" env LD_PRELOAD="$PRELOAD" "${SHIM_DEFAULTS[@]}" "${VARS[@]}" "$@"
+  else
+    start_bg "$MODE-$name" plain "${as[@]}" "$@"
+  fi
+}
+
 # mx_check MSG CMD... / mx_same MSG A B: check and same, the message naming
 # the run.
 mx_check() {
