@@ -25,7 +25,9 @@ run_entry() {
   shift 2
   t0=$EPOCHREALTIME
   E_RC=0
-  env "$@" SCENARIO_NAME="$name" INTEGRATION_LOGS="$WORK/entries" \
+  # Scratch beside the logs, not in this scenario's WORK (mode 0700), which
+  # servers running as another user could not reach.
+  env "$@" SCENARIO_NAME="$name" INTEGRATION_LOGS="$MLOGS" \
     timeout -k 10 "$MATRIX_TIMEOUT" bash "$script" </dev/null >"$MLOGS/$name.log" 2>&1 || E_RC=$?
   E_SECS=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
 }

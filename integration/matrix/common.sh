@@ -47,11 +47,12 @@ MX_WHITELIST=
 
 [[ -n ${MX_KNOWN:-} ]] && echo "# known failure: $MX_KNOWN"
 
-# mx_port LABEL PORT: PORT is a server port of this run (whitelisted in the
-# shim run, and checked for switched connections there).
+# mx_port LABEL PORT [MIN]: PORT is a server port of this run (whitelisted
+# in the shim run, and checked there for at least MIN switched connections,
+# default MX_MIN_SWITCHED).
 mx_port() {
   MX_WHITELIST=${MX_WHITELIST:+$MX_WHITELIST,}$2
-  echo "$1 $2" >>"$WORK/$MODE.ports"
+  echo "$1 $2 ${3:-$MX_MIN_SWITCHED}" >>"$WORK/$MODE.ports"
 }
 
 # mx_result TEXT...: one line of the observable result of this run.
@@ -127,12 +128,11 @@ mx_wait_listen() {
 }
 
 mx_trace_check() {
-  trace_py "$TRACE_DIR" "$WORK/shim.ports" "$MX_MIN_SWITCHED" "$MX_ALLOW_EVENTS" "$MX_SWITCHED_BY" <<'PY'
+  trace_py "$TRACE_DIR" "$WORK/shim.ports" "$MX_ALLOW_EVENTS" "$MX_SWITCHED_BY" <<'PY'
 import collections
 ports = [l.split() for l in open(ARGS[0]) if l.strip()]
-need = int(ARGS[1])
-allowed = set(ARGS[2].split())
-by = ARGS[3].split()
+allowed = set(ARGS[1].split())
+by = ARGS[2].split()
 def who(r):
     return r["_file"].split(".")[1].rsplit("-", 1)[0]
 def key(r):
@@ -145,8 +145,8 @@ for r in events("upgrade.done", reason="upgraded", transport="shm"):
 txs = collections.Counter(key(r) for r in events("tx.switch", transport="shm"))
 rxs = collections.Counter(key(r) for r in events("rx.switch"))
 fails = collections.Counter(r.get("reason") for r in events("upgrade.fail"))
-for label, port in ports:
-    port = int(port)
+for label, port, need in ports:
+    port, need = int(port), int(need)
     tracked = {key(r) for r in tracks(port=port)}
     both = {k for k in tracked if done.get(k) == {"client", "server"}}
     switched = {k for k in both if txs[k] >= 1 and rxs[k] >= 1}
@@ -156,7 +156,7 @@ for label, port in ports:
           "shim: %s: at least %d connection(s) on port %d upgraded to shm at both ends and switched (%d)"
           % (label, need, port, len(switched)))
 sw_all = {k for k in done if done[k] == {"client", "server"} and txs[k] >= 1 and rxs[k] >= 1}
-port_by_label = {label: int(port) for label, port in ports}
+port_by_label = {label: int(port) for label, port, _ in ports}
 for w in by:
     w, _, to = w.partition("@")
     mine = {key(r) for r in events("conn.track") if who(r) == w
