@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -34,6 +35,7 @@
  * /proc/net/tcp), and each refusal costs us an accept and a credential
  * check, so the work one connection can be made to do stays bounded. */
 #define RV_MAX_REFUSALS 16
+#define RV_EXIT_WAIT_MS 20
 
 /* rv.refused lines, per process: 20 at once, then 10 a second. */
 static struct shim_trace_budget refused_lines = { .burst = 20, .per_sec = 10 };
@@ -270,6 +272,26 @@ static bool rv_peer_gone(int rv_fd)
 	return REAL(recv)(rv_fd, &b, 1, MSG_DONTWAIT | MSG_PEEK) == 0;
 }
 
+/*
+ * A failed check of the fd the peer named: a liar, or a peer that is gone.
+ * A peer that closes its connection closes the rendezvous first. One that
+ * exits with the connection open (redis-server on SHUTDOWN) leaves that to
+ * the kernel, which closes its fds in their order: its TCP socket's number
+ * can be gone (-ENOENT) a moment before its rendezvous closes. Wait that
+ * moment (RV_EXIT_WAIT_MS at most, and only after -ENOENT), not more.
+ */
+static bool rv_peer_gone_after(int rv_fd, int rc)
+{
+	struct pollfd p = { .fd = rv_fd, .events = POLLIN | POLLRDHUP };
+
+	if (rv_peer_gone(rv_fd))
+		return true;
+	if (rc != -ENOENT)
+		return false;
+	REAL(poll)(&p, 1, RV_EXIT_WAIT_MS);
+	return rv_peer_gone(rv_fd);
+}
+
 /* Our direction's offset for the peer: where our SWITCH frame will sit, or
  * SHIM_SWITCH_NEVER when our direction stays on TCP. -errno if it could
  * not go out (then we must not switch: the peer would not know where). */
@@ -353,7 +375,7 @@ static void s_read_accept(struct shim_sock *s, int fd)
 		REAL(close)(memfd);
 		/* A C that closes its connection closes the rendezvous first:
 		 * its fd is then gone or reused, and that is no spoofing. */
-		if (rv_peer_gone(s->rv_fd)) {
+		if (rv_peer_gone_after(s->rv_fd, rc)) {
 			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
 			return;
 		}
@@ -499,7 +521,7 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 	if (rc < 0) {
 		/* An S that answered and closed (a short connection) closed its
 		 * rendezvous before its socket: that is no spoofing. */
-		if (rv_peer_gone(s->rv_fd)) {
+		if (rv_peer_gone_after(s->rv_fd, rc)) {
 			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
 			return;
 		}
