@@ -9,7 +9,10 @@
 # each file's MD5 (equal to the served file's), HTTP codes.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 need_cmd nginx curl
-MX_SWITCHED_BY="curl-keepalive curl-http10 curl-parallel nginx"
+# --http1.0 connections are short (one file each): whether the handshake
+# beats nginx's close depends on the load, so they need not switch (their
+# bytes must be exact all the same).
+MX_SWITCHED_BY="curl-keepalive curl-parallel nginx"
 
 mkdir -p "$WORK/www"
 "$PY3" - "$WORK/www" <<'PY'

@@ -1,11 +1,20 @@
 #!/bin/bash
 # matrix/nginx_proxy: a proxy between two legs. wget (GNU: one keep-alive
-# connection, select) fetches 12 files of 1 B to 1.5 MB (seeded) from nginx
+# connection, select) fetches 14 files of 1 B to 8 MB (seeded) from nginx
 # (prefork, 2 workers), which proxies each request to Python's http.server
 # (ThreadingHTTPServer: a thread per connection, HTTP/1.0: it closes after
 # each answer) on a new upstream connection. Both ports are whitelisted, so
 # both legs upgrade. Result: wget's exit status, each file's MD5 (equal to
 # the served file's).
+#
+# Known failure: an upstream answer of 8 MB stalls under the shim. nginx sits
+# in epoll_wait (edge-triggered, EPOLLRDHUP) with the whole ring (1 MiB)
+# unread while http.server sleeps for the space bell; both TCP queues are
+# empty (no bell on its way). Over TCP, and with curl reading http.server
+# directly, the same file arrives. The repro is this entry, or nginx with
+# proxy_pass to `python3 -m http.server` and `curl` for an 8 MB file with
+# only the upstream port whitelisted.
+MX_KNOWN="nginx proxying an 8 MB upstream answer stalls: nginx (epoll ET) is never told the full ring is readable"
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 need_cmd nginx wget
 MX_SWITCHED_BY="wget nginx@upstream"
@@ -14,8 +23,12 @@ mkdir -p "$WORK/www"
 "$PY3" - "$WORK/www" <<'PY'
 import random, sys
 rng = random.Random(82)
-for i in range(1, 13):
+for i in range(1, 15):
     n = rng.choice((1, 1000, 65536, 500000, 1500000, rng.randint(1, 1500000)))
+    if i > 12:
+        # Upstream connections live for one answer: two long ones switch
+        # whatever the load.
+        n = 8 << 20
     open("%s/g%02d.bin" % (sys.argv[1], i), "wb").write(rng.randbytes(n))
 PY
 (cd "$WORK/www" && md5sum g*.bin) >"$WORK/want.md5"
@@ -59,14 +72,14 @@ CONF
     stop_bg "$upid"
     return
   fi
-  for i in $(seq -w 1 12); do urls+=("http://127.0.0.1:$fport/g$i.bin"); done
+  for i in $(seq -w 1 14); do urls+=("http://127.0.0.1:$fport/g$i.bin"); done
   rc=0
-  mx_fg wget wget -q -P "$dir/got" "${urls[@]}" >"$dir/wget.out" 2>&1 || rc=$?
+  mx_fg wget wget -q -T 10 -t 1 -P "$dir/got" "${urls[@]}" >"$dir/wget.out" 2>&1 || rc=$?
   mx_result "wget exit $rc"
   (cd "$dir/got" && md5sum g*.bin) >"$dir/got.md5" 2>&1
   cat "$dir/got.md5" >>"$RES"
   mx_check "wget exit status 0 (got $rc)" test "$rc" -eq 0
-  mx_check "the 12 files byte for byte through the proxy (MD5)" cmp -s "$WORK/want.md5" "$dir/got.md5"
+  mx_check "the 14 files byte for byte through the proxy (MD5)" cmp -s "$WORK/want.md5" "$dir/got.md5"
   mx_result "upstream answered $(grep -c '"GET /g[0-9]*.bin HTTP/1.0" 200' "$WORK/$MODE-upstream.err") GETs with 200"
   mx_check "nginx still running" kill -0 "$npid"
   stop_bg "$npid"

@@ -2,7 +2,7 @@
 # matrix/py_threading_http: Python's http.server.ThreadingHTTPServer (a
 # thread per connection; HTTP/1.0: it answers and closes) and python3-requests
 # from a pool of 8 client threads (concurrent.futures), 64 GETs of 1 B to
-# 500 KB and 16 POSTs of up to 500 KB (answered with the body's SHA-256),
+# 500 KB and 16 POSTs of up to 8 MB (answered with the body's SHA-256),
 # every request on its own short connection. Result: the client's exit
 # status, how many answers were right, a digest over all answers in order.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -41,7 +41,11 @@ base = "http://127.0.0.1:%d/" % port
 rng = random.Random(89)
 jobs = []
 for i in range(80):
-    if i % 5 == 4:
+    if i in (9, 49):
+        # Every connection lives for one answer: two long uploads switch
+        # whatever the load.
+        jobs.append(("POST", rng.randbytes(8 << 20)))
+    elif i % 5 == 4:
         jobs.append(("POST", rng.randbytes(rng.randint(1, 500000))))
     else:
         jobs.append(("GET", "w%02d.bin" % rng.randrange(16)))
