@@ -35,7 +35,7 @@
  * /proc/net/tcp), and each refusal costs us an accept and a credential
  * check, so the work one connection can be made to do stays bounded. */
 #define RV_MAX_REFUSALS 16
-#define RV_EXIT_WAIT_MS 20
+#define RV_EXIT_WAIT_MS 100
 
 /* rv.refused lines, per process: 20 at once, then 10 a second. */
 static struct shim_trace_budget refused_lines = { .burst = 20, .per_sec = 10 };
@@ -242,6 +242,11 @@ static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 	/* The listener must belong to the user who owns C's end of the TCP
 	 * connection; anything else is a squatter on the name. */
 	rc = shim_rv_verify_peer(rv, client_ep(s), server_ep(s), SHIM_RV_USER_ONLY, &s->rv_owner);
+	if (rc == -ENOENT) {
+		/* C's TCP socket is gone (sock_diag): nothing left to join. */
+		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
+		return;
+	}
 	if (rc < 0) {
 		trace_refused(s, fd, "server", -rc);
 		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
@@ -277,8 +282,11 @@ static bool rv_peer_gone(int rv_fd)
  * A peer that closes its connection closes the rendezvous first. One that
  * exits with the connection open (redis-server on SHUTDOWN) leaves that to
  * the kernel, which closes its fds in their order: its TCP socket's number
- * can be gone (-ENOENT) a moment before its rendezvous closes. Wait that
- * moment (RV_EXIT_WAIT_MS at most, and only after -ENOENT), not more.
+ * can be gone (-ENOENT) a moment before its rendezvous closes (the sockets
+ * are released after the whole fd table is gone, and a busy host may run
+ * the exiting process late). Wait for that hang-up, RV_EXIT_WAIT_MS at
+ * most and only after -ENOENT: a live liar costs its own connection that
+ * long once, a peer that went away much less.
  */
 static bool rv_peer_gone_after(int rv_fd, int rc)
 {
@@ -473,6 +481,13 @@ static void c_accept(struct shim_sock *s, int fd, unsigned long long now)
 			s->rv_fd = rv;
 			close_fd(&s->rv_listen_fd);
 			s->phase = SHIM_PHASE_C_CONNECTED;
+			return;
+		}
+		/* No TCP socket of S's any more (sock_diag): the connection
+		 * is gone at that end, there is no one to refuse. */
+		if (rc == -ENOENT) {
+			REAL(close)(rv);
+			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
 			return;
 		}
 		/* A stranger: refuse it and keep waiting for the real S, up
