@@ -7,14 +7,17 @@
 # both legs upgrade. Result: wget's exit status, each file's MD5 (equal to
 # the served file's).
 #
-# Known failure: an upstream answer of 8 MB stalls under the shim. nginx sits
-# in epoll_wait (edge-triggered, EPOLLRDHUP) with the whole ring (1 MiB)
-# unread while http.server sleeps for the space bell; both TCP queues are
-# empty (no bell on its way). Over TCP, and with curl reading http.server
-# directly, the same file arrives. The repro is this entry, or nginx with
-# proxy_pass to `python3 -m http.server` and `curl` for an 8 MB file with
-# only the upstream port whitelisted.
-MX_KNOWN="nginx proxying an 8 MB upstream answer stalls: nginx (epoll ET) is never told the full ring is readable"
+# Known failure: an upstream answer of 8 MB stalls under the shim. nginx
+# adds an upstream socket to its epoll set (EPOLLET) before it calls
+# connect(), when the shim does not track the socket yet (it learns the
+# port at connect), so the shim's epoll never holds that item: once the
+# connection switched, the kernel set reports only TCP bells, nginx never
+# arms the ring, http.server fills the ring (1 MiB unread at nginx's close)
+# and sleeps for a space bell, nginx sleeps in epoll_wait. Both TCP queues
+# are empty. Smaller answers pass when the connection ends before the ring
+# fills. Repro: nginx with proxy_pass to `python3 -m http.server`, only the
+# upstream port whitelisted, curl an 8 MB file through nginx.
+MX_KNOWN="an 8 MB upstream answer stalls: nginx puts its upstream socket in epoll before connect(), so the shim's epoll never holds it"
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 need_cmd nginx wget
 MX_SWITCHED_BY="wget nginx@upstream"
