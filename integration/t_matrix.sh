@@ -40,6 +40,10 @@ for script in "$ROOT"/integration/matrix/*.sh; do
   fi
   run_entry "$script" "$name"
   log="$MLOGS/$name.log"
+  # A failed entry keeps its scratch: its log goes there too, so that the
+  # next run's log does not hide it.
+  kept=$(sed -n 's/^\[[^]]*\] scratch files kept in //p' "$log" | tail -n 1)
+  [[ -n $kept && -d $kept ]] && cp "$log" "$kept/entry.log"
   n_ok=$(grep -c '^ok - ' "$log")
   n_bad=$(grep -c '^not ok - ' "$log")
   known=$(sed -n 's/^# known failure: //p' "$log" | head -n 1)
