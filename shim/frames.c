@@ -3,6 +3,7 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +62,7 @@ void shim_frames_abort(struct shim_sock *s, int fd, enum shim_reason reason, con
 	s->fo_replay = NULL;
 	s->tcp_out_len = 0;
 	s->bells_owed = 0;
+	s->bells_early = 0;
 	s->rx_tcp_eof = true;
 	s->peer_gone_told = true;
 	REAL(shutdown)(fd, SHUT_RDWR);
@@ -75,6 +77,7 @@ static void drain_eof(struct shim_sock *s)
 {
 	s->rx_tcp_eof = true;
 	s->bells_owed = 0;
+	s->bells_early = 0;
 }
 
 /* Takes the peer's RESUME frame if all of it is there (peeked first: the
@@ -121,7 +124,16 @@ void shim_frames_drain(struct shim_sock *s, int fd)
 			drain_eof(s);
 			return;
 		}
-		s->bells_owed = (size_t)bells >= s->bells_owed ? 0 : s->bells_owed - (unsigned)bells;
+		/* A wait drains the bells the kernel woke it for before its
+		 * disarm learns that the peer took the arm (wait.c, epoll.c):
+		 * such a bell is kept as early, and that disarm owes nothing. */
+		if ((size_t)bells >= s->bells_owed) {
+			if (s->bells_early < UINT_MAX / 2)
+				s->bells_early += (unsigned)bells - s->bells_owed;
+			s->bells_owed = 0;
+		} else {
+			s->bells_owed -= (unsigned)bells;
+		}
 		if (bells == n) {
 			if (n < (ssize_t)sizeof(scratch))
 				return;

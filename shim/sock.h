@@ -119,6 +119,7 @@ struct shim_sock {
 	uint8_t tcp_out[64]; /* frames waiting for TCP send space */
 	size_t tcp_out_len;
 	unsigned bells_owed; /* bells the peer took an arm for and will send */
+	unsigned bells_early; /* bells drained before the disarm that owes them (io.c) */
 	unsigned sleepers;   /* threads of ours waiting on this connection */
 	unsigned rx_idle_arms; /* rx arms since data last came (io.c, arm_grace) */
 	bool shared_sleep;   /* two of them at once were seen (io.c) */
