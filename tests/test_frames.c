@@ -1,8 +1,9 @@
 /*
  * Unit tests for the in-band frames (shim/conn/frames.c) over a local
  * stream socket pair: the outgoing queue (a waiting bell is not queued
- * twice, what TCP does not take waits), the drain of bells (and what is
- * no frame: the connection is ended as by a reset), the peer's SWITCH
+ * twice, none where our direction carries plain bytes, what TCP does not
+ * take waits), the drain of bells (early ones kept; what is no frame
+ * ends the connection as a reset would), the peer's SWITCH
  * frame read in pieces and refused when its nonce is not ours (the bytes
  * stay in the stream), and what is absorbed past the switch offset.
  */
@@ -28,6 +29,7 @@ static struct shim_sock *new_sock(void)
 	s->refs = 1;
 	s->role = SHIM_ROLE_CLIENT;
 	s->tcp_keep = -1;
+	s->tx_dir = SHIM_DIR_CHAN; /* bells go only where our direction switched */
 	for (int i = 0; i < SHIM_NONCE_LEN; i++)
 		s->rx_nonce[i] = (uint8_t)(0xa0 + i);
 	return s;
@@ -109,6 +111,22 @@ START_TEST(a_waiting_bell_is_not_queued_twice)
 }
 END_TEST
 
+START_TEST(no_bell_where_our_direction_carries_plain_bytes)
+{
+	struct shim_sock *s = new_sock();
+	uint8_t bell = SHIM_FRAME_DATA_BELL, got[4];
+
+	s->tx_dir = SHIM_DIR_TCP;
+	ck_assert_int_eq(shim_frames_queue(s, sv[0], &bell, 1), 0);
+	s->tx_dir = SHIM_DIR_CHAN;
+	s->fo_started = true; /* behind our RESUME the bytes are plain again */
+	ck_assert_int_eq(shim_frames_queue(s, sv[0], &bell, 1), 0);
+	ck_assert_uint_eq(s->tcp_out_len, 0);
+	ck_assert_int_eq(peer_read(got, sizeof(got)), -1);
+	free(s);
+}
+END_TEST
+
 START_TEST(drain_takes_bells_and_counts_them)
 {
 	struct shim_sock *s = new_sock();
@@ -118,6 +136,8 @@ START_TEST(drain_takes_bells_and_counts_them)
 	peer_write(bells, sizeof(bells));
 	shim_frames_drain(s, sv[0]);
 	ck_assert_uint_eq(s->bells_owed, 0);
+	/* The third came before the disarm that will owe it: early. */
+	ck_assert_uint_eq(s->bells_early, 1);
 	ck_assert(!s->rx_tcp_eof);
 	ck_assert(!s->aborted);
 	/* Nothing left in the stream. */
@@ -245,6 +265,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, queued_frames_leave_in_order);
 	tcase_add_test(tc, a_waiting_bell_is_not_queued_twice);
+	tcase_add_test(tc, no_bell_where_our_direction_carries_plain_bytes);
 	tcase_add_test(tc, drain_takes_bells_and_counts_them);
 	tcase_add_test(tc, drain_sees_eof);
 	tcase_add_test(tc, no_frame_where_one_must_start_aborts);

@@ -28,6 +28,16 @@
 #include "upgrade.h"
 #include "wire.h"
 
+/*
+ * A blocking send that found the ring full for this long, the peer taking
+ * nothing, returns the connection to TCP (failover.c, shim_failover_spill):
+ * the peer may be in no call at all (a program that writes a large request
+ * before it reads, to a peer that reads only once it is all there), and
+ * TCP's buffers, several MB, would have taken what one ring can not. A
+ * peer that reads at all gives room well within a second, even on a loaded
+ * machine; the connection stays on TCP afterwards, so this is not early.
+ */
+#define IO_SPILL_AFTER_MS 1000
 /* iovec elements handled per call; beyond this a call moves fewer bytes,
  * which stream sockets allow. */
 #define IO_MAX_IOV 64
@@ -291,6 +301,7 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 {
 	bool nonblock = (flags & MSG_DONTWAIT) != 0;
 	size_t total = iov_total(iov, iovcnt), done = 0;
+	unsigned long long stalled_since = 0;
 	long long deadline;
 	int rc = 0;
 
@@ -348,6 +359,15 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 				continue;
 			}
 			rc = n < 0 ? (errno == EWOULDBLOCK ? -EAGAIN : -errno) : 0;
+			/* A reset our own read of frames took off the socket
+			 * (frames.c) is this send's to report, as the kernel
+			 * would have; after bytes moved, the next call's. */
+			if (rc == -EPIPE && s->rx_tcp_reset)
+				rc = -ECONNRESET;
+			if (rc == -ECONNRESET) {
+				s->rx_tcp_reset = done != 0;
+				s->peer_gone_told = true;
+			}
 			break;
 		}
 		struct shim_chan *ch = s->chan;
@@ -399,6 +419,7 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 
 		if (n) {
 			done += n;
+			stalled_since = 0;
 			if (ch->ops->tx_should_bell(ch))
 				shim_frames_queue(s, fd, &data_bell, 1);
 			continue;
@@ -410,6 +431,12 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		if (nonblock) {
 			rc = -EAGAIN;
 			break;
+		}
+		if (!stalled_since) {
+			stalled_since = shim_now_ns();
+		} else if (shim_now_ns() - stalled_since >= IO_SPILL_AFTER_MS * 1000000ull &&
+			   shim_failover_spill(s, fd) == 0) {
+			continue; /* on TCP from here: the kernel buffers the rest */
 		}
 		rc = shim_io_wait_tx(s, fd, deadline);
 		if (rc < 0)

@@ -151,9 +151,16 @@ bool shim_io_aborted_by_peer(struct shim_sock *s, int fd)
 	return s->aborted;
 }
 
+/* A taken arm means one bell (shm: exactly one, ring.c). It may already have
+ * been drained: a close must not then wait for it (close.c). RDMA never
+ * reports a taken arm, so its stray bells pile up in bells_early unused. */
 void shim_io_note_disarm(struct shim_sock *s, bool bell_coming)
 {
-	if (bell_coming)
+	if (!bell_coming)
+		return;
+	if (s->bells_early)
+		s->bells_early--;
+	else
 		s->bells_owed++;
 }
 

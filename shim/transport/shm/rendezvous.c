@@ -2,6 +2,7 @@
 #include "rendezvous.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "diag.h"
+#include "fdtable.h"
 #include "real.h"
 
 /* "\0rdmashim1/" + hex of both endpoints: 10 + 2 * 2 * 18 bytes. */
@@ -41,7 +43,7 @@ static int rv_socket(void)
 {
 	int fd = REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
-	return fd < 0 ? -errno : fd;
+	return fd < 0 ? -errno : shim_fd_own_checked(fd);
 }
 
 int shim_rv_listen(const struct shim_endpoint *client, const struct shim_endpoint *server)
@@ -66,7 +68,7 @@ int shim_rv_accept(int listen_fd)
 
 	if (fd < 0)
 		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
-	return fd;
+	return shim_fd_own_checked(fd);
 }
 
 int shim_rv_connect(const struct shim_endpoint *client, const struct shim_endpoint *server)
@@ -201,6 +203,43 @@ ssize_t shim_rv_recv(int rv_fd, void *buf, size_t len, int *fd_out)
 		return -EPROTO;
 	}
 	if (fd_out)
-		*fd_out = got;
+		*fd_out = got >= 0 ? shim_fd_own_checked(got) : -1;
+	if (fd_out && *fd_out == -EMFILE) {
+		*fd_out = -1;
+		return -EMFILE;
+	}
 	return n;
+}
+
+#define RV_EXIT_WAIT_MS 100
+
+/* The other end closed its rendezvous (it gave the handshake up). */
+static bool peer_hung_up(int rv_fd)
+{
+	uint8_t b;
+
+	return REAL(recv)(rv_fd, &b, 1, MSG_DONTWAIT | MSG_PEEK) == 0;
+}
+
+/*
+ * A failed check of the fd the peer named: a liar, or a peer that is gone.
+ * A peer that closes its connection closes the rendezvous first. One that
+ * exits with the connection open (redis-server on SHUTDOWN) leaves that to
+ * the kernel, which closes its fds in their order: its TCP socket's number
+ * can be gone (-ENOENT) a moment before its rendezvous closes (the sockets
+ * are released after the whole fd table is gone, and a busy host may run
+ * the exiting process late). Wait for that hang-up, RV_EXIT_WAIT_MS at
+ * most and only after -ENOENT: a live liar costs its own connection that
+ * long once, a peer that went away much less.
+ */
+bool shim_rv_peer_gone(int rv_fd, int rc)
+{
+	struct pollfd p = { .fd = rv_fd, .events = POLLIN | POLLRDHUP };
+
+	if (peer_hung_up(rv_fd))
+		return true;
+	if (rc != -ENOENT)
+		return false;
+	REAL(poll)(&p, 1, RV_EXIT_WAIT_MS);
+	return peer_hung_up(rv_fd);
 }

@@ -54,4 +54,9 @@ int shim_rv_send(int rv_fd, const void *msg, size_t len, int pass_fd);
  */
 ssize_t shim_rv_recv(int rv_fd, void *buf, size_t len, int *fd_out);
 
+/* Whether the peer on rv_fd gave the handshake up (closed its end). rc:
+ * the verification's result; after -ENOENT (the TCP fd it named is gone)
+ * waits a moment for an exiting peer's rendezvous to close too. */
+bool shim_rv_peer_gone(int rv_fd, int rc);
+
 #endif

@@ -131,6 +131,11 @@ static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 	/* The listener must belong to the user who owns C's end of the TCP
 	 * connection; anything else is a squatter on the name. */
 	rc = shim_rv_verify_peer(rv, client_ep(s), server_ep(s), SHIM_RV_USER_ONLY, &ng->rv_owner);
+	if (rc == -ENOENT) {
+		/* C's TCP socket is gone (sock_diag): nothing left to join. */
+		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
+		return;
+	}
 	if (rc < 0) {
 		trace_refused(s, fd, "server", -rc);
 		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
@@ -151,14 +156,6 @@ static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 	}
 	ng->step = SHM_S_OFFERED;
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.offer", fd, &s->tuple, SHIM_REASON_NONE, NULL);
-}
-
-/* The other end closed its rendezvous (it gave the handshake up). */
-static bool rv_peer_gone(int rv_fd)
-{
-	uint8_t b;
-
-	return REAL(recv)(rv_fd, &b, 1, MSG_DONTWAIT | MSG_PEEK) == 0;
 }
 
 /* Our direction's offset for the peer: where our SWITCH frame will sit, or
@@ -246,7 +243,7 @@ static void s_read_accept(struct shim_sock *s, int fd)
 		REAL(close)(memfd);
 		/* A C that closes its connection closes the rendezvous first:
 		 * its fd is then gone or reused, and that is no spoofing. */
-		if (rv_peer_gone(ng->rv_fd)) {
+		if (shim_rv_peer_gone(ng->rv_fd, rc)) {
 			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
 			return;
 		}
@@ -350,6 +347,13 @@ static void c_accept(struct shim_sock *s, int fd, unsigned long long now)
 			ng->step = SHM_C_CONNECTED;
 			return;
 		}
+		/* No TCP socket of S's any more (sock_diag): the connection
+		 * is gone at that end, there is no one to refuse. */
+		if (rc == -ENOENT) {
+			REAL(close)(rv);
+			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
+			return;
+		}
 		/* A stranger: refuse it and keep waiting for the real S, up
 		 * to a bound. */
 		trace_refused(s, fd, "client", -rc);
@@ -397,7 +401,7 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 	if (rc < 0) {
 		/* An S that answered and closed (a short connection) closed its
 		 * rendezvous before its socket: that is no spoofing. */
-		if (rv_peer_gone(ng->rv_fd)) {
+		if (shim_rv_peer_gone(ng->rv_fd, rc)) {
 			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
 			return;
 		}
