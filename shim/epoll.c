@@ -194,13 +194,9 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		return rc;
 	}
 	switch (op) {
-	case EPOLL_CTL_ADD:
-		if (it) {
-			/* An item left from a closed fd of the same number: the
-			 * kernel is the judge of whether this one is registered. */
-			HASH_DEL(ep->items, it);
-			free(it);
-		}
+	case EPOLL_CTL_ADD: {
+		struct shim_epitem *old = it;
+
 		it = calloc(1, sizeof(*it));
 		if (!it) {
 			rc = -ENOMEM;
@@ -211,11 +207,21 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		it->data = event->data;
 		it->kernel_switched = s ? shim_io_is_switched(s) : false;
 		rc = kernel_ctl(epfd, EPOLL_CTL_ADD, it);
-		if (rc == 0)
-			HASH_ADD_INT(ep->items, fd, it);
-		else
+		if (rc < 0) {
+			/* EEXIST: the fd is registered, and an item we hold for
+			 * it stays (programs try ADD, then MOD on EEXIST). */
 			free(it);
+			break;
+		}
+		if (old) {
+			/* The kernel took it: the item we held was left from a
+			 * closed fd of the same number. */
+			HASH_DEL(ep->items, old);
+			free(old);
+		}
+		HASH_ADD_INT(ep->items, fd, it);
 		break;
+	}
 	case EPOLL_CTL_MOD:
 		if (!it) {
 			rc = REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
