@@ -184,6 +184,8 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 	if (!s && !it) {
 		pthread_mutex_unlock(&ep->lock);
 		shim_sock_put(es);
+		if (op == EPOLL_CTL_ADD)
+			shim_epoll_note_early(epfd, fd);
 		return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
 	}
 	rc = kernel_mask_check(op, event, it);
@@ -614,4 +616,46 @@ void shim_epoll_forget_fd(int fd)
 		pthread_mutex_unlock(&ep->lock);
 	}
 	pthread_mutex_unlock(&all_lock);
+}
+
+int shim_epoll_adopt(int epfd, int fd, uint32_t events, uint64_t data)
+{
+	struct shim_sock *s = intercepted_sock(fd), *es;
+	struct shim_epitem *it;
+	int rc = 0;
+
+	if (!s)
+		return -ENOENT;
+	pthread_once(&tag_once, make_tag);
+	es = epoll_sock(epfd);
+	if (!es)
+		es = shim_sock_track_epoll(epfd);
+	if (!es) {
+		shim_sock_put(s);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&es->ep->lock);
+	HASH_FIND_INT(es->ep->items, &fd, it);
+	if (!it) {
+		it = calloc(1, sizeof(*it));
+		if (it) {
+			it->fd = fd;
+			it->events = events;
+			it->data.u64 = data;
+			it->kernel_switched = shim_io_is_switched(s);
+			/* The kernel holds the program's registration: ours
+			 * replaces it, as a MOD does. */
+			rc = kernel_ctl(epfd, EPOLL_CTL_MOD, it);
+			if (rc == 0)
+				HASH_ADD_INT(es->ep->items, fd, it);
+			else
+				free(it);
+		} else {
+			rc = -ENOMEM;
+		}
+	}
+	pthread_mutex_unlock(&es->ep->lock);
+	shim_sock_put(s);
+	shim_sock_put(es);
+	return rc;
 }
