@@ -7,17 +7,11 @@
 # both legs upgrade. Result: wget's exit status, each file's MD5 (equal to
 # the served file's).
 #
-# Known failure: an upstream answer of 8 MB stalls under the shim. nginx
-# adds an upstream socket to its epoll set (EPOLLET) before it calls
-# connect(), when the shim does not track the socket yet (it learns the
-# port at connect), so the shim's epoll never holds that item: once the
-# connection switched, the kernel set reports only TCP bells, nginx never
-# arms the ring, http.server fills the ring (1 MiB unread at nginx's close)
-# and sleeps for a space bell, nginx sleeps in epoll_wait. Both TCP queues
-# are empty. Smaller answers pass when the connection ends before the ring
-# fills. Repro: nginx with proxy_pass to `python3 -m http.server`, only the
-# upstream port whitelisted, curl an 8 MB file through nginx.
-MX_KNOWN="an 8 MB upstream answer stalls: nginx puts its upstream socket in epoll before connect(), so the shim's epoll never holds it"
+# nginx adds an upstream socket to its epoll set (EPOLLET) before it calls
+# connect(), when the shim does not track the socket yet: the shim takes
+# that registration over at connect (shim/epoll_early.c). Without that, an
+# 8 MB upstream answer stalled: the shim's epoll never held the item, nginx
+# never learned of the ring's data, and both sides slept.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 need_cmd nginx wget
 MX_SWITCHED_BY="wget nginx@upstream"

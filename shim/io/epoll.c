@@ -163,6 +163,8 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 	if (!s && !it) {
 		pthread_mutex_unlock(&ep->lock);
 		shim_sock_put(es);
+		if (op == EPOLL_CTL_ADD)
+			shim_epoll_note_early(epfd, fd);
 		return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
 	}
 	rc = kernel_mask_check(op, event, it);
@@ -173,13 +175,9 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		return rc;
 	}
 	switch (op) {
-	case EPOLL_CTL_ADD:
-		if (it) {
-			/* An item left from a closed fd of the same number: the
-			 * kernel is the judge of whether this one is registered. */
-			HASH_DEL(ep->items, it);
-			free(it);
-		}
+	case EPOLL_CTL_ADD: {
+		struct shim_epitem *old = it;
+
 		it = calloc(1, sizeof(*it));
 		if (!it) {
 			rc = -ENOMEM;
@@ -190,11 +188,21 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		it->data = event->data;
 		it->kernel_switched = s ? shim_io_is_switched(s) : false;
 		rc = kernel_ctl(epfd, EPOLL_CTL_ADD, it);
-		if (rc == 0)
-			HASH_ADD_INT(ep->items, fd, it);
-		else
+		if (rc < 0) {
+			/* EEXIST: the fd is registered, and an item we hold for
+			 * it stays (programs try ADD, then MOD on EEXIST). */
 			free(it);
+			break;
+		}
+		if (old) {
+			/* The kernel took it: the item we held was left from a
+			 * closed fd of the same number. */
+			HASH_DEL(ep->items, old);
+			free(old);
+		}
+		HASH_ADD_INT(ep->items, fd, it);
 		break;
+	}
 	case EPOLL_CTL_MOD:
 		if (!it) {
 			rc = REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
@@ -339,4 +347,64 @@ void shim_epoll_forget_fd(int fd)
 		pthread_mutex_unlock(&ep->lock);
 	}
 	pthread_mutex_unlock(&all_lock);
+}
+
+int shim_epoll_adopt(int epfd, int fd, uint32_t events, uint64_t data)
+{
+	struct shim_sock *s = shim_ep_intercepted_sock(fd), *es;
+	struct shim_epitem *it;
+	int rc = 0;
+
+	if (!s)
+		return -ENOENT;
+	pthread_once(&tag_once, make_tag);
+	es = shim_ep_sock(epfd);
+	if (!es)
+		es = shim_sock_track_epoll(epfd, shim_epoll_new());
+	if (!es) {
+		shim_sock_put(s);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&es->ep->lock);
+	HASH_FIND_INT(es->ep->items, &fd, it);
+	if (!it) {
+		it = calloc(1, sizeof(*it));
+		if (it) {
+			it->fd = fd;
+			it->events = events;
+			it->data.u64 = data;
+			it->kernel_switched = shim_io_is_switched(s);
+			/* The kernel holds the program's registration: ours
+			 * replaces it, as a MOD does. */
+			rc = kernel_ctl(epfd, EPOLL_CTL_MOD, it);
+			if (rc == 0)
+				HASH_ADD_INT(es->ep->items, fd, it);
+			else
+				free(it);
+		} else {
+			rc = -ENOMEM;
+		}
+	}
+	pthread_mutex_unlock(&es->ep->lock);
+	shim_sock_put(s);
+	shim_sock_put(es);
+	return rc;
+}
+
+void shim_epoll_adopt_early(int fd)
+{
+	int sets[SHIM_EPOLL_EARLY_SETS];
+	unsigned n = shim_epoll_early_take(fd, sets);
+
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t events;
+		uint64_t data;
+		int rc;
+
+		if (!shim_epoll_early_registration(sets[i], fd, &events, &data))
+			continue;
+		rc = shim_epoll_adopt(sets[i], fd, events, data);
+		SHIM_TRACE(SHIM_TRACE_DEBUG, "epoll.adopt", fd, NULL, SHIM_REASON_NONE,
+			   "\"epfd\":%d,\"events\":%u,\"rc\":%d", sets[i], events, rc);
+	}
 }

@@ -51,4 +51,10 @@ void shim_ep_item_ctl(int efd, struct shim_sock *s, struct shim_epitem *it);
  * switched items dropped); returns how many are kept. Under ep->lock. */
 int shim_ep_translate(struct shim_ep *ep, struct epoll_event *ev, int n);
 
+/* epoll_early.c: the sets an untracked fd went into, taken once (0: none
+ * noted), and the kernel's registration of fd in epfd. */
+#define SHIM_EPOLL_EARLY_SETS 16
+unsigned shim_epoll_early_take(int fd, int sets[SHIM_EPOLL_EARLY_SETS]);
+bool shim_epoll_early_registration(int epfd, int fd, uint32_t *events, uint64_t *data);
+
 #endif
