@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(build-essential pkg-config check uthash-dev libibverbs-dev librdmacm-dev
 	rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest
-	redis-server redis-tools iperf3 sockperf iproute2 python3
+	redis-server redis-tools iperf3 sockperf iproute2 python3 postgresql
 	qemu-system-x86 linux-image-amd64 busybox-static kmod cpio zstd xz-utils)
 missing=()
 for p in "${packages[@]}"; do
@@ -21,5 +21,7 @@ echo "make deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 # redis-server's postinst starts a system instance on 6379; the tests start
-# their own servers on other ports, so that instance is harmless.
+# their own servers on other ports, so that instance is harmless. The same
+# holds for postgresql's system cluster: integration/bench/pgbench.sh starts
+# its own, in a temporary directory, and never touches that one.
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
