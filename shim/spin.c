@@ -1,19 +1,12 @@
 /* Adaptive busy polling; see spin.h for the rules and why. */
 #include "spin.h"
 
-#include <fcntl.h>
-#include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "config.h"
-#include "real.h"
 #include "sock.h"
 #include "stats.h"
 #include "trace.h"
-
-/* How often the machine's runnable count is read again (machine_crowded). */
-#define SPIN_LOAD_PERIOD_NS 5000000ull
 
 static unsigned spinners;     /* threads in a spin now */
 static unsigned spin_cpus;    /* 0: not read yet */
@@ -40,56 +33,6 @@ static unsigned cpus(void)
 		__atomic_store_n(&spin_cpus, n, __ATOMIC_RELAXED);
 	}
 	return n;
-}
-
-static unsigned long long load_read_ns; /* when load_path was last read */
-static unsigned load_crowded;           /* what it said then */
-static const char *load_path = "/proc/loadavg";
-
-void shim_spin_set_load_file(const char *path)
-{
-	load_path = path;
-	__atomic_store_n(&load_read_ns, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&load_crowded, 0, __ATOMIC_RELAXED);
-}
-
-/*
- * More threads runnable on the whole machine than it has CPUs: a spin
- * would take a core from a thread that has work, very likely the peer
- * process (the process-wide count cannot see a server's other processes,
- * pgbench's backends say). The kernel's count of runnable threads is the
- * 4th field of /proc/loadavg ("running/total"); it is read at most every
- * SPIN_LOAD_PERIOD_NS by one thread, the others use the answer. No /proc
- * (a sandbox): never crowded by this rule.
- */
-static bool machine_crowded(unsigned long long now)
-{
-	unsigned long long last = __atomic_load_n(&load_read_ns, __ATOMIC_RELAXED);
-	char buf[128], *slash;
-	ssize_t n;
-	int fd;
-
-	if (!load_path)
-		return false;
-	if ((last && now - last < SPIN_LOAD_PERIOD_NS) ||
-	    !__atomic_compare_exchange_n(&load_read_ns, &last, now, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-		return __atomic_load_n(&load_crowded, __ATOMIC_RELAXED);
-	fd = open(load_path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	n = REAL(read)(fd, buf, sizeof(buf) - 1);
-	REAL(close)(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = '\0';
-	slash = strchr(buf, '/');
-	if (!slash)
-		return false;
-	while (slash > buf && slash[-1] >= '0' && slash[-1] <= '9')
-		slash--;
-	/* The count includes this thread, which is running. */
-	__atomic_store_n(&load_crowded, strtoul(slash, NULL, 10) > cpus(), __ATOMIC_RELAXED);
-	return __atomic_load_n(&load_crowded, __ATOMIC_RELAXED);
 }
 
 #define LOAD(f) __atomic_load_n(&(f), __ATOMIC_RELAXED)
@@ -150,7 +93,6 @@ static bool backed_off(struct shim_spin_hist *h)
 bool shim_spin_more(struct shim_spin_run *run, struct shim_spin_hist *h, int fd)
 {
 	unsigned long long now;
-	bool crowded;
 
 	if (run->state == SHIM_SPIN_ON) {
 		if (shim_now_ns() < run->end_ns)
@@ -169,11 +111,9 @@ bool shim_spin_more(struct shim_spin_run *run, struct shim_spin_hist *h, int fd)
 		shim_stats_spin_count(SHIM_SPIN_STAT_SKIP_BACKOFF);
 		return false;
 	}
-	crowded = __atomic_fetch_add(&spinners, 1, __ATOMIC_RELAXED) >= cpus();
-	if (shim_cfg.spin_adapt && (crowded || machine_crowded(now))) {
-		/* Every core already has a spinner of ours, or more threads
-		 * than cores want to run: a spin here would only take a core
-		 * from the threads that make data. */
+	if (__atomic_fetch_add(&spinners, 1, __ATOMIC_RELAXED) >= cpus() && shim_cfg.spin_adapt) {
+		/* Every core already has a spinner of ours: a spin here would
+		 * only take a core from the threads that make data. */
 		__atomic_sub_fetch(&spinners, 1, __ATOMIC_RELAXED);
 		run->state = SHIM_SPIN_DONE;
 		shim_stats_spin_count(SHIM_SPIN_STAT_SKIP_CROWDED);

@@ -9,12 +9,8 @@
  * 0.6-0.8x TCP with every wait spinning). Two rules, like a hybrid mutex:
  *
  *   crowding  a process-wide count of threads spinning right now; a wait
- *             that finds as many as there are online CPUs already spinning
- *             does not spin. Nor does it when the machine has more
- *             runnable threads than CPUs (/proc/loadavg, read at most
- *             every 5 ms): a server's other processes, and other programs,
- *             need the cores too (pgbench -S, 8 clients on 2 cores: 0.61x
- *             TCP with every wait spinning, 0.87x without spinning).
+ *             finds RDMASHIM_SPIN_MAX (default: the online CPUs) already
+ *             spinning: it does not spin.
  *   history   per waiter (a socket for send/recv, an epoll set, a thread
  *             for poll/select): after SHIM_SPIN_MISS_LIMIT spins in a row
  *             that found nothing within the budget, the waiter backs off:
@@ -72,9 +68,6 @@ void shim_spin_end(struct shim_spin_run *run, struct shim_spin_hist *h, bool hit
 
 /* Test hook: the CPU count the crowding rule uses (0: sysconf again). */
 void shim_spin_set_cpus(unsigned cpus);
-/* Test hook: where the machine's runnable count is read ("a b c R/T ...",
- * as /proc/loadavg; NULL: never crowded by that rule), read again at once. */
-void shim_spin_set_load_file(const char *path);
 /* Threads spinning right now in this process. */
 unsigned shim_spin_spinners(void);
 

@@ -1,8 +1,6 @@
 /* Unit tests for shim/spin.c: when a wait spins (crowding, per-waiter history). */
 #include <check.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "config.h"
 #include "spin.h"
@@ -13,7 +11,6 @@ static void setup(void)
 	shim_cfg.spin_us = 1; /* a miss costs a microsecond */
 	shim_cfg.spin_adapt = 1;
 	shim_spin_set_cpus(4);
-	shim_spin_set_load_file(NULL); /* the machine's real load plays no part */
 }
 
 /* One wait: polls until the budget ends (nothing ever gets ready) unless
@@ -119,34 +116,6 @@ START_TEST(no_spin_when_every_cpu_has_a_spinner)
 }
 END_TEST
 
-/* More runnable threads on the machine than CPUs: no spin. */
-START_TEST(no_spin_when_the_machine_is_crowded)
-{
-	struct shim_spin_hist h = { 0 };
-	char path[] = "/tmp/test_spin.XXXXXX";
-	int fd = mkstemp(path);
-	FILE *f;
-
-	ck_assert_int_ge(fd, 0);
-	close(fd);
-	shim_spin_set_cpus(2);
-	f = fopen(path, "w");
-	fputs("7.50 6.00 5.00 3/245 12345\n", f);
-	fclose(f);
-	shim_spin_set_load_file(path);
-	ck_assert(!one_wait(&h, true));
-	ck_assert_uint_eq(h.level, 0); /* not the socket's fault: its history is untouched */
-	f = fopen(path, "w");
-	fputs("0.10 0.20 0.30 2/245 12345\n", f);
-	fclose(f);
-	shim_spin_set_load_file(path); /* read again at once */
-	ck_assert(one_wait(&h, true));
-	shim_spin_set_load_file("/nonexistent/loadavg"); /* no /proc: no opinion */
-	ck_assert(one_wait(&h, true));
-	unlink(path);
-}
-END_TEST
-
 START_TEST(adapt_off_always_spins)
 {
 	struct shim_spin_hist h = { 0 };
@@ -187,7 +156,6 @@ static Suite *spin_suite(void)
 	tcase_add_test(tc, back_off_is_bounded);
 	tcase_add_test(tc, short_sleep_hurries_the_probe);
 	tcase_add_test(tc, no_spin_when_every_cpu_has_a_spinner);
-	tcase_add_test(tc, no_spin_when_the_machine_is_crowded);
 	tcase_add_test(tc, adapt_off_always_spins);
 	tcase_add_test(tc, spin_us_zero_never_spins);
 	suite_add_tcase(s, tc);
