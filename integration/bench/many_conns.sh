@@ -21,9 +21,9 @@
 #            either trace (all N on shm); and the time the client took for
 #            the connects and the rounds, shim and TCP.
 #
-# The fd limit is raised to what N needs (4 per connection and side, the
-# handshakes' rendezvous sockets included) when allowed; N shrinks to what
-# the limit allows otherwise. Prints
+# The fd limit is raised to what N needs (1.5 per connection and side, the
+# handshakes' rendezvous sockets included, plus 1024) when allowed; N
+# shrinks to what the limit allows otherwise. Prints
 #   bench many_conns: N upgraded: per idle connection rss X KiB pss Y KiB (client+server); setup Z ms (tcp W ms)
 # Environment: BENCH_MANY_CONNS (default 10000), BENCH_MANY_ROUNDS,
 # BENCH_MANY_RING_KB.
@@ -33,13 +33,15 @@ need python3 ss
 N=${BENCH_MANY_CONNS:-10000}
 ROUNDS=${BENCH_MANY_ROUNDS:-10}
 
-want=$((4 * N + 256))
+# An upgraded connection holds one fd (its socket); a handshake under way
+# holds rendezvous sockets for a while too, so leave room for half of them.
+want=$((3 * N / 2 + 1024))
 if (($(ulimit -n) < want)); then
 	ulimit -n "$want" 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null
 fi
 lim=$(ulimit -n)
-if ((lim < 2 * N + 64)); then
-	N=$(((lim - 64) / 2))
+if ((lim < want)); then
+	N=$(((lim - 1024) * 2 / 3))
 	say "fd limit $lim: N lowered to $N"
 fi
 ((N > 0)) || die "fd limit $lim is too low"
