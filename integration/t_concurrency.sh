@@ -20,10 +20,10 @@
 #                then gives the peer its last byte, then EOF
 #   scm          connections handed to a worker with SCM_RIGHTS, the sender's
 #                copy closed at once
-#   scm-upgraded the same after the sender's end upgraded: the receiver reads
-#                (and echoes) only bytes the peer sent (the shim ends such a
-#                connection rather than hand on what it can not), every end
-#                in time
+#   scm-upgraded the same after the sender's end upgraded: the sender's
+#                sendmsg returns the connection to TCP at a clean offset
+#                first (handback.c), so the receiver reads and echoes every
+#                byte the peer sent, in order, every end in time
 #   scm-early    handed over while the handshake is under way: the same
 #                checks (the shim gives the handshake up: plain TCP)
 # Every run is bounded (conc fails a thread that does not end in time; the
@@ -47,6 +47,7 @@ run_mode() {
         "$PROGS/conc" "$mode" --port "$port" --rounds "$rounds" 2>&1)
   rc=$?
   check "$mode, shim: $out (status $rc)" test "$rc" -eq 0 -a "${out%% *}" = OK
+  shim_out=$out
 }
 
 run_mode close-race 100
@@ -57,7 +58,10 @@ run_mode fork-storm 300
 run_mode fork-close 40
 run_mode scm 30
 run_mode scm-upgraded 20
+check "scm-upgraded: every connection handed on whole (back to TCP, not ended)" \
+  grep -q "served_in_full=20" <<<"$shim_out"
 run_mode scm-early 20
+check "scm-early: every connection handed on whole" grep -q "served_in_full=20" <<<"$shim_out"
 
 # Opt-in: the shim and conc built with ThreadSanitizer and linked together
 # (a preloaded TSan library does not see the locks taken inside libtsan's own

@@ -4,6 +4,7 @@
 #include <errno.h>
 
 #include "fdtable.h"
+#include "handback.h"
 #include "io.h"
 #include "real.h"
 #include "sock.h"
@@ -22,29 +23,50 @@ static struct shim_sock *connection(int fd)
 	return s;
 }
 
-static int pin_locked(struct shim_sock *s, int fd, enum shim_reason why)
+/*
+ * leave: a connection already switched goes back to TCP first (handback.c)
+ * when nothing of the shim can serve the caller: glibc's stdio reads with
+ * calls no preload sees. It waits for the peer (up to 2 s), so it is kept
+ * for that: splice is served through the ring instead, and urgent data
+ * goes inline.
+ */
+static int pin_locked(struct shim_sock *s, int fd, enum shim_reason why, bool leave)
 {
 	int rc;
 
 	pthread_mutex_lock(&s->lock);
 	/* Only while fd still names s (shim/LIFETIME.md). */
 	fd = s->closed ? -EBADF : shim_sock_fd_locked(s, fd);
+	if (fd >= 0 && leave && s->chan && (s->tx_dir != SHIM_DIR_TCP || s->rx_dir != SHIM_DIR_TCP))
+		shim_handback(s, fd);
+	if (fd >= 0 && s->closed)
+		fd = -EBADF;
 	rc = fd < 0 ? 0 : shim_upgrade_pin_tcp(s, fd, why);
 	pthread_mutex_unlock(&s->lock);
 	return rc;
 }
 
-int shim_bypass_pin(int fd, enum shim_reason why)
+static int pin(int fd, enum shim_reason why, bool leave)
 {
 	struct shim_sock *s = connection(fd);
 	int rc;
 
 	if (!s)
 		return 0;
-	rc = pin_locked(s, fd, why);
+	rc = pin_locked(s, fd, why, leave);
 	SHIM_TRACE(SHIM_TRACE_INFO, "conn.pin", fd, &s->tuple, why, "\"moved\":%s", rc ? "true" : "false");
 	shim_sock_put(s);
 	return rc;
+}
+
+int shim_bypass_pin(int fd, enum shim_reason why)
+{
+	return pin(fd, why, false);
+}
+
+int shim_bypass_leave(int fd, enum shim_reason why)
+{
+	return pin(fd, why, true);
 }
 
 ssize_t shim_bypass_splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len,
@@ -54,7 +76,7 @@ ssize_t shim_bypass_splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_ou
 	struct shim_sock *s = in ? in : out;
 	ssize_t rc;
 
-	if (!s || pin_locked(s, in ? fd_in : fd_out, SHIM_REASON_BYPASS) == 0) {
+	if (!s || pin_locked(s, in ? fd_in : fd_out, SHIM_REASON_BYPASS, false) == 0) {
 		/* Ours only in name, or kept on TCP: the kernel's splice is exact. */
 		rc = REAL(splice)(fd_in, off_in, fd_out, off_out, len, flags);
 		rc = rc < 0 ? -errno : rc;

@@ -18,6 +18,9 @@
 /* fd will be used where the shim can not see: keep it on TCP. Returns 0
  * (kept on TCP, or not a connection of ours) or -EBUSY (it moved). */
 int shim_bypass_pin(int fd, enum shim_reason why);
+/* The same, and a connection already switched goes back to TCP first when
+ * it can (handback.c): for callers nothing of the shim can serve (stdio). */
+int shim_bypass_leave(int fd, enum shim_reason why);
 
 /* splice with a tracked connection at one end. Returns as splice(2) does,
  * with a negative errno. */

@@ -139,6 +139,29 @@ static void item_ctl(int efd, struct shim_sock *s, struct shim_epitem *it)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/*
+ * The kernel's own checks on the program's mask (fs/eventpoll.c), which it
+ * can no longer make once the registration carries our mask instead:
+ * EPOLLEXCLUSIVE only with the in/out, error, hang-up, wake-up and edge
+ * bits, only at ADD, and an exclusive item can not be modified.
+ */
+#define EP_EXCLUSIVE_OK                                                                      \
+	(EPOLLIN | EPOLLOUT | EPOLLRDNORM | EPOLLRDBAND | EPOLLWRNORM | EPOLLWRBAND | EPOLLERR | \
+	 EPOLLHUP | EPOLLWAKEUP | EPOLLET | EPOLLEXCLUSIVE)
+
+static int kernel_mask_check(int op, const struct epoll_event *event, const struct shim_epitem *it)
+{
+	if (op == EPOLL_CTL_DEL)
+		return 0;
+	if (!event)
+		return -EFAULT;
+	if (op == EPOLL_CTL_ADD && (event->events & EPOLLEXCLUSIVE) && (event->events & ~EP_EXCLUSIVE_OK))
+		return -EINVAL;
+	if (op == EPOLL_CTL_MOD && ((event->events & EPOLLEXCLUSIVE) || (it && (it->events & EPOLLEXCLUSIVE))))
+		return -EINVAL;
+	return 0;
+}
+
 int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 {
 	struct shim_sock *s = intercepted_sock(fd), *es = epoll_sock(epfd);
@@ -163,6 +186,13 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		pthread_mutex_unlock(&ep->lock);
 		shim_sock_put(es);
 		return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
+	}
+	rc = kernel_mask_check(op, event, it);
+	if (rc < 0) {
+		pthread_mutex_unlock(&ep->lock);
+		shim_sock_put(s);
+		shim_sock_put(es);
+		return rc;
 	}
 	switch (op) {
 	case EPOLL_CTL_ADD:

@@ -20,7 +20,7 @@ SHIM_EXPORT FILE *fdopen(int fd, const char *mode)
 	/* stdio reads and writes with glibc's internal calls, which no
 	 * preload sees: the connection must stay on TCP. */
 	if (unlikely(shim_fd_get(fd) != NULL))
-		shim_bypass_pin(fd, SHIM_REASON_BYPASS);
+		shim_bypass_leave(fd, SHIM_REASON_BYPASS);
 	return REAL(fdopen)(fd, mode);
 }
 

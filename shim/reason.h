@@ -48,7 +48,9 @@
 	X(UNPROVEN_PEER, "unproven_peer",                                                       \
 	  "the side-channel peer did not prove it owns the TCP connection in time") \
 	X(HANDED_OFF, "handed_off",                                                             \
-	  "passed to another process (SCM_RIGHTS) after its switch, which that process can not serve: reset")
+	  "passed to another process (SCM_RIGHTS, exec) after its switch and could not go back to TCP first: reset") \
+	X(ADOPTED_MID_STREAM, "adopted_mid_stream",                                             \
+	  "inherited or received with bytes already moved: the ends may not agree on offsets, stays on TCP")
 
 enum shim_reason {
 #define SHIM_REASON_ENUM(id, name, text) SHIM_REASON_##id,

@@ -24,6 +24,9 @@ int shim_ring_attach(struct shim_ring *ring, void *mem, uint32_t size)
 	ring->mask = size - 1;
 	ring->own = 0;
 	ring->violated = 0;
+	ring->stopped = 0;
+	ring->stop_at = 0;
+	ring->cursors_shared = 0;
 	return 0;
 }
 
@@ -33,10 +36,25 @@ bool shim_ring_violated(const struct shim_ring *ring)
 }
 
 /* Our own cursor. Relaxed: it is written only by us, under the socket's
- * lock; the lock-free readers (busy polling) need no ordering with it. */
-static uint64_t own_cursor(const struct shim_ring *ring)
+ * lock; the lock-free readers (busy polling) need no ordering with it.
+ * Once the ring is shared with a process of ours (shim_ring_share_cursors)
+ * the published copy is the truth instead: the other process may have
+ * moved it (acquire: pairs with the release stores of head and tail). */
+static uint64_t own_cursor(const struct shim_ring *ring, const uint64_t *published)
 {
+	if (__atomic_load_n(&ring->cursors_shared, __ATOMIC_RELAXED))
+		return __atomic_load_n(published, __ATOMIC_ACQUIRE);
 	return __atomic_load_n(&ring->own, __ATOMIC_RELAXED);
+}
+
+static uint64_t own_head(const struct shim_ring *ring)
+{
+	return own_cursor(ring, &ring->hdr->head);
+}
+
+static uint64_t own_tail(const struct shim_ring *ring)
+{
+	return own_cursor(ring, &ring->hdr->tail);
 }
 
 /*
@@ -59,9 +77,13 @@ static bool cursor_distance(struct shim_ring *ring, uint64_t head, uint64_t tail
 }
 
 /* Acquire: pairs with the producer's release store of tail in
- * shim_ring_write(), so the bytes before tail are visible. */
+ * shim_ring_write(), so the bytes before tail are visible. A stopped
+ * consumer's tail is its own frozen copy (acquire: pairs with the release
+ * store of stopped in shim_ring_consumer_stop(), so stop_at is seen). */
 static uint64_t load_peer_tail(const struct shim_ring *ring)
 {
+	if (__atomic_load_n(&ring->stopped, __ATOMIC_ACQUIRE))
+		return __atomic_load_n(&ring->stop_at, __ATOMIC_RELAXED);
 	return __atomic_load_n(&ring->hdr->tail, __ATOMIC_ACQUIRE);
 }
 
@@ -76,7 +98,7 @@ size_t shim_ring_readable(struct shim_ring *ring)
 {
 	size_t avail;
 
-	cursor_distance(ring, own_cursor(ring), load_peer_tail(ring), &avail);
+	cursor_distance(ring, own_head(ring), load_peer_tail(ring), &avail);
 	return avail;
 }
 
@@ -84,7 +106,9 @@ size_t shim_ring_writable(struct shim_ring *ring)
 {
 	size_t used;
 
-	if (!cursor_distance(ring, load_peer_head(ring), own_cursor(ring), &used))
+	if (__atomic_load_n(&ring->stopped, __ATOMIC_RELAXED))
+		return 0;
+	if (!cursor_distance(ring, load_peer_head(ring), own_tail(ring), &used))
 		return 0;
 	return (size_t)ring->mask + 1 - used;
 }
@@ -103,7 +127,7 @@ static void copy_out(const struct shim_ring *ring, uint64_t cursor, uint8_t *buf
 
 size_t shim_ring_read(struct shim_ring *ring, const struct iovec *iov, int iovcnt, bool peek)
 {
-	uint64_t head = own_cursor(ring);
+	uint64_t head = own_head(ring);
 	size_t avail, done = 0;
 
 	if (!cursor_distance(ring, head, load_peer_tail(ring), &avail))
@@ -155,7 +179,7 @@ size_t shim_ring_copy_iov_in(uint8_t *data, uint32_t mask, uint64_t cursor, cons
 
 size_t shim_ring_write(struct shim_ring *ring, const struct iovec *iov, int iovcnt, size_t skip)
 {
-	uint64_t tail = own_cursor(ring);
+	uint64_t tail = own_tail(ring);
 	size_t space = shim_ring_writable(ring);
 	size_t done = space ? shim_ring_copy_iov_in(ring->data, ring->mask, tail, iov, iovcnt, skip, space) : 0;
 
@@ -250,4 +274,51 @@ void shim_ring_consumer_close(struct shim_ring *ring)
 {
 	/* Release pairs with the acquire load in shim_ring_consumer_gone(). */
 	__atomic_store_n(&ring->hdr->consumer_closed, 1, __ATOMIC_RELEASE);
+}
+
+void shim_ring_consumer_stop(struct shim_ring *ring, bool drop_unread)
+{
+	uint64_t head = own_head(ring), at;
+	size_t avail;
+
+	if (drop_unread)
+		at = head;
+	else if (__atomic_load_n(&ring->stopped, __ATOMIC_RELAXED))
+		return;
+	else
+		at = cursor_distance(ring, head, load_peer_tail(ring), &avail) ? head + avail : head;
+	__atomic_store_n(&ring->stop_at, at, __ATOMIC_RELAXED);
+	/* Release: stop_at is set before stopped is seen; pairs with the
+	 * acquire load in load_peer_tail(). */
+	__atomic_store_n(&ring->stopped, 1, __ATOMIC_RELEASE);
+}
+
+void shim_ring_producer_stop(struct shim_ring *ring)
+{
+	__atomic_store_n(&ring->stopped, 1, __ATOMIC_RELAXED);
+}
+
+uint64_t shim_ring_received(struct shim_ring *ring)
+{
+	return own_head(ring) + shim_ring_readable(ring);
+}
+
+int shim_ring_unreceived(const struct shim_ring *ring, uint64_t from, struct iovec out[2])
+{
+	uint64_t tail = own_tail(ring);
+	size_t n, off, first;
+
+	if (from > tail || tail - from > (uint64_t)ring->mask + 1)
+		return -ERANGE;
+	n = (size_t)(tail - from);
+	off = (size_t)(from & ring->mask);
+	first = ring->mask + 1 - off < n ? ring->mask + 1 - off : n;
+	out[0] = (struct iovec){ .iov_base = ring->data + off, .iov_len = first };
+	out[1] = (struct iovec){ .iov_base = ring->data, .iov_len = n - first };
+	return n > first ? 2 : 1;
+}
+
+void shim_ring_share_cursors(struct shim_ring *ring)
+{
+	__atomic_store_n(&ring->cursors_shared, 1, __ATOMIC_RELAXED);
 }

@@ -70,6 +70,14 @@ struct shim_ring {
 	uint64_t own;
 	/* The peer wrote an impossible cursor: sticky, lock-free. */
 	uint32_t violated;
+	/* Stopped for a failover (shim_ring_*_stop): the producer writes no
+	 * more, the consumer sees the peer's tail as it was at the stop
+	 * (stop_at), whatever the peer writes after. Private, like own. */
+	uint32_t stopped;
+	uint64_t stop_at;
+	/* Another process of ours reaches this ring too (fork): own is not
+	 * the truth any more, the published cursor is. */
+	uint32_t cursors_shared;
 };
 
 /* Bytes a ring of data size `size` occupies, header included. */
@@ -125,6 +133,31 @@ bool shim_ring_producer_disarm(struct shim_ring *ring);
 /* After tail advanced: true when the consumer was waiting for data (ring it). */
 bool shim_ring_producer_should_bell(struct shim_ring *ring);
 void shim_ring_producer_close(struct shim_ring *ring);
+
+/*
+ * fork: both processes reach the ring, and either may move our cursor.
+ * From here on each takes it from the header, where the last mover
+ * published it, instead of its private copy. The peer can write that copy
+ * too; a false value is caught by the same distance check as the peer's own
+ * cursor, and at worst garbles this connection's stream, which is the
+ * peer's own.
+ */
+void shim_ring_share_cursors(struct shim_ring *ring);
+
+/*
+ * Failover (failover.c): a stopped ring moves nothing new. The consumer's
+ * view of the tail is frozen where it was, or, with drop_unread, at what
+ * was read (the bytes not read are given up: the peer sends them again on
+ * TCP). Stopping again with drop_unread lowers the freeze; idempotent.
+ */
+void shim_ring_consumer_stop(struct shim_ring *ring, bool drop_unread);
+void shim_ring_producer_stop(struct shim_ring *ring);
+/* Consumer: bytes received, read or not (the frozen tail once stopped). */
+uint64_t shim_ring_received(struct shim_ring *ring);
+/* Producer: our bytes from cursor `from` on, still in the ring's memory:
+ * at most two pieces. -ERANGE when from is after our tail or more than a
+ * ring behind it (overwritten). */
+int shim_ring_unreceived(const struct shim_ring *ring, uint64_t from, struct iovec out[2]);
 bool shim_ring_consumer_gone(const struct shim_ring *ring);
 void shim_ring_consumer_close(struct shim_ring *ring);
 

@@ -15,6 +15,10 @@ struct shm_chan {
 	void *map; /* the reservation: guard page, both rings, guard page */
 	size_t map_len;
 	struct shim_ring tx, rx;
+	/* This end stopped the channel for a failover (failover.c). Only ours:
+	 * the peer learns it from our RESUME on TCP, never from the shared
+	 * pages, which it could write. */
+	uint32_t failed;
 };
 
 /*
@@ -235,6 +239,46 @@ static void shm_forget(struct shim_chan *ch)
 	free(sc);
 }
 
+static bool shm_failed(const struct shim_chan *ch)
+{
+	return __atomic_load_n(&shm_of(ch)->failed, __ATOMIC_RELAXED) != 0;
+}
+
+/* Both rings stop where they are: the peer's bytes already in our ring are
+ * still delivered (up to the offset our RESUME announces), ours already in
+ * its ring are its to read, nothing new moves either way. */
+static void shm_fail(struct shim_chan *ch)
+{
+	struct shm_chan *sc = shm_of(ch);
+
+	shim_ring_consumer_stop(&sc->rx, false);
+	shim_ring_producer_stop(&sc->tx);
+	__atomic_store_n(&sc->failed, 1, __ATOMIC_RELAXED);
+}
+
+static void shm_drop_unread(struct shim_chan *ch)
+{
+	shim_ring_consumer_stop(&shm_of(ch)->rx, true);
+}
+
+static uint64_t shm_rx_offset(const struct shim_chan *ch)
+{
+	return shim_ring_received(&shm_of(ch)->rx);
+}
+
+/* Our ring still holds every byte the peer did not read: it can not have
+ * freed what it did not consume. */
+static int shm_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct iovec out[2])
+{
+	return shim_ring_unreceived(&shm_of(ch)->tx, from, out);
+}
+
+static void shm_share(struct shim_chan *ch)
+{
+	shim_ring_share_cursors(&shm_of(ch)->tx);
+	shim_ring_share_cursors(&shm_of(ch)->rx);
+}
+
 const struct shim_transport_ops shim_shm_ops = {
 	.kind = SHIM_TRANSPORT_SHM,
 	.send = shm_send,
@@ -257,4 +301,10 @@ const struct shim_transport_ops shim_shm_ops = {
 	.shutdown_rx = shm_shutdown_rx,
 	.destroy = shm_destroy,
 	.forget = shm_forget,
+	.share = shm_share,
+	.failed = shm_failed,
+	.fail = shm_fail,
+	.drop_unread = shm_drop_unread,
+	.rx_offset = shm_rx_offset,
+	.tx_unreceived = shm_tx_unreceived,
 };

@@ -22,6 +22,7 @@
 #include "bypass.h"
 #include "close.h"
 #include "fdtable.h"
+#include "streampos.h"
 #include "frames.h"
 #include "io.h"
 #include "rdma.h"
@@ -145,6 +146,20 @@ static void trace_tracked(int fd, const struct shim_sock *sock, const char *how)
 		   sock->eligible ? "true" : "false", how);
 }
 
+/*
+ * An adopted socket (inherited, received) may have carried bytes through
+ * another process or image, and its peer may have been switched and back:
+ * the two ends' counts of the stream, which a SWITCH frame's offset names,
+ * need not agree then. Only a stream still at its first byte both ways, by
+ * the kernel's own counts, may upgrade; when the kernel can not say, no.
+ */
+static bool moved_before(int fd)
+{
+	uint64_t written = 0, read = 0;
+
+	return shim_stream_position(fd, &written, &read) < 0 || written || read;
+}
+
 /* Returns whether the connection is tracked and may upgrade. */
 static bool track_connection(int fd, enum shim_role role, enum shim_sock_state state,
 			     const struct shim_tuple *tuple, const char *how)
@@ -158,6 +173,11 @@ static bool track_connection(int fd, enum shim_role role, enum shim_sock_state s
 		return false;
 	}
 	decide_eligibility(sock);
+	if (sock->eligible && strcmp(how, "connect") && strcmp(how, "accept") && moved_before(fd)) {
+		sock->eligible = false;
+		sock->reason = SHIM_REASON_ADOPTED_MID_STREAM;
+		shim_stats_count(sock->reason);
+	}
 	if (sock->eligible) {
 		int fl = REAL(fcntl)(fd, F_GETFL);
 
@@ -484,6 +504,7 @@ void shim_sock_adopt_rights(const struct msghdr *msg)
 
 void shim_sock_before_exec(void)
 {
+	shim_sock_hand_off_before_exec();
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "process.exec", -1, NULL, SHIM_REASON_NONE,
 		   "\"tracked\":%u", shim_sock_live_count());
 }

@@ -13,6 +13,7 @@
 #include "close.h"
 #include "fdtable.h"
 #include "frames.h"
+#include "handback.h"
 #include "real.h"
 #include "sock.h"
 #include "trace.h"
@@ -125,16 +126,26 @@ static bool stream_plain(const struct shim_sock *s)
  * sock is about to be passed to another process, which will adopt it as a
  * TCP connection (shim/LIFETIME.md): a handshake under way is stopped, as
  * close does, so that the stream stays plain TCP and the receiver gets it
- * at a clean offset. A connection already switched can not be handed on
- * (its bytes travel in our channel, which the receiver can not reach): it
- * is ended as by a reset, so that the receiver and the peer see an error,
- * never the shim's frames as data nor a silent hole. Under sock->lock.
+ * at a clean offset. A connection already switched goes back to TCP first
+ * (handback.c: its bytes travel in our channel, which the receiver can not
+ * reach). Where that can not be done it is ended as by a reset, so that
+ * the receiver and the peer see an error, never the shim's frames as data
+ * nor a silent hole. Under sock->lock (handback.c drops it while it waits).
  */
-static void hand_off(struct shim_sock *sock, int fd)
+static void hand_off(struct shim_sock *sock, int fd, const char *how)
 {
+	int rc;
+
 	if (sock->role != SHIM_ROLE_CLIENT && sock->role != SHIM_ROLE_SERVER)
 		return;
-	if (sock->phase != SHIM_PHASE_IDLE && !shim_upgrade_settled(sock) && sock->phase != SHIM_PHASE_RDMA) {
+	/* A handshake under way: where the peer may be committing (C), it
+	 * backs out, or, having committed, is followed, for the hand-back
+	 * below to end; one that committed itself (S) goes on to the
+	 * hand-back; earlier than that, the handshake is given up. */
+	if (sock->phase == SHIM_PHASE_C_ACCEPTED) {
+		shim_upgrade_stop_commit(sock, fd);
+	} else if (sock->phase != SHIM_PHASE_IDLE && !shim_upgrade_settled(sock) && sock->phase != SHIM_PHASE_RDMA &&
+		   sock->phase != SHIM_PHASE_S_AWAIT_C) {
 		shim_upgrade_stop_for_close(sock, fd);
 		if (!shim_upgrade_settled(sock) && stream_plain(sock))
 			shim_upgrade_fail(sock, fd, SHIM_REASON_PEER_CLOSED);
@@ -147,7 +158,13 @@ static void hand_off(struct shim_sock *sock, int fd)
 			   shim_phase_name(sock->phase));
 		return;
 	}
-	shim_frames_abort(sock, fd, SHIM_REASON_HANDED_OFF, "scm_rights");
+	rc = shim_handback(sock, fd);
+	if (rc == 0 || sock->aborted)
+		return;
+	SHIM_TRACE(SHIM_TRACE_WARN, "conn.handback_failed", fd, &sock->tuple, SHIM_REASON_HANDED_OFF,
+		   "\"how\":\"%s\",\"error\":%d,\"tx\":%d,\"rx\":%d,\"failover\":%s,\"tcp_eof\":%s", how, -rc,
+		   sock->tx_dir, sock->rx_dir, sock->fo_started ? "true" : "false", sock->rx_tcp_eof ? "true" : "false");
+	shim_frames_abort(sock, fd, SHIM_REASON_HANDED_OFF, how);
 }
 
 void shim_sock_note_rights_sent(const struct msghdr *msg)
@@ -170,9 +187,33 @@ void shim_sock_note_rights_sent(const struct msghdr *msg)
 			pthread_mutex_lock(&sock->lock);
 			sock->shared = true;
 			if (!sock->closed && !sock->aborted && shim_sock_fd_locked(sock, fd) >= 0)
-				hand_off(sock, shim_sock_fd_locked(sock, fd));
+				hand_off(sock, shim_sock_fd_locked(sock, fd), "scm_rights");
 			pthread_mutex_unlock(&sock->lock);
 			shim_sock_put(sock);
 		}
 	}
+}
+
+/* exec: the new image adopts every fd that stays open as a TCP connection,
+ * and can not reach our channels. */
+static void hand_off_before_exec(int fd, void *ctx)
+{
+	struct shim_sock *sock = shim_sock_get(fd);
+	int fd_flags;
+
+	(void)ctx;
+	if (!sock)
+		return;
+	fd_flags = REAL(fcntl)(fd, F_GETFD);
+	pthread_mutex_lock(&sock->lock);
+	if (fd_flags >= 0 && !(fd_flags & FD_CLOEXEC) && sock->chan && !sock->closed && !sock->aborted &&
+	    shim_sock_fd_locked(sock, fd) == fd && (!sock->io_pid || sock->io_pid == getpid()))
+		hand_off(sock, fd, "exec");
+	pthread_mutex_unlock(&sock->lock);
+	shim_sock_put(sock);
+}
+
+void shim_sock_hand_off_before_exec(void)
+{
+	shim_fd_each_open(hand_off_before_exec, NULL);
 }

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "fdtable.h"
+#include "transport.h"
 #include "upgrade.h"
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -148,8 +149,11 @@ void shim_sock_atfork_prepare(void)
 		 * reach: a connection still idle is upgraded later by one of
 		 * them, which then owns that channel alone. */
 		if (__atomic_load_n(&s->refs, __ATOMIC_RELAXED) &&
-		    (s->chan || s->rdma || (s->phase != SHIM_PHASE_IDLE && s->phase != SHIM_PHASE_FAILED)))
+		    (s->chan || s->rdma || (s->phase != SHIM_PHASE_IDLE && s->phase != SHIM_PHASE_FAILED))) {
 			s->shared = true;
+			if (s->chan && s->chan->ops->share)
+				s->chan->ops->share(s->chan);
+		}
 	}
 }
 

@@ -71,6 +71,10 @@ struct shim_transport_ops {
 	 * last descriptor of the socket in any process goes (shim/LIFETIME.md).
 	 * NULL when the transport can not (destroy is used then). */
 	void (*forget)(struct shim_chan *ch);
+	/* fork: another process of ours now reaches the channel and may move
+	 * it, one process at a time (shim/LIFETIME.md). Called in the parent
+	 * before the fork, so both inherit it. Optional. */
+	void (*share)(struct shim_chan *ch);
 	/* The producer may look at the armed word before its bytes are visible
 	 * (and so miss an arm that lands meanwhile): a consumer's first sleep
 	 * after an rx arm must then be short (IO_GRACE_MS in io.c), so that it
@@ -79,15 +83,21 @@ struct shim_transport_ops {
 
 	/*
 	 * Failure and resume (failover.c, the RESUME frame in wire.h). A
-	 * transport that can not fail on its own leaves all four NULL (shm:
-	 * the channel is both processes' memory). Offsets count the bytes of
-	 * one direction carried by the channel since that direction switched.
+	 * transport that can not fail over leaves these NULL. Offsets count
+	 * the bytes of one direction carried by the channel since that
+	 * direction switched. shm fails only on purpose (a hand-off, or the
+	 * peer's RESUME); rdma also when the QP breaks.
 	 */
 	/* The channel failed: it carries nothing more. Lock-free, like readable. */
 	bool (*failed)(const struct shim_chan *ch);
 	/* Stops the channel for good (the peer's side fails too); idempotent.
 	 * Afterwards nothing more lands: rx_offset stays put. */
 	void (*fail)(struct shim_chan *ch);
+	/* After fail: the bytes received but not read yet are given up, and
+	 * rx_offset falls back to the bytes read, so that the peer sends them
+	 * again on TCP (a hand-off: the process that gets the socket can not
+	 * reach this channel). Optional. */
+	void (*drop_unread)(struct shim_chan *ch);
 	/* Bytes received so far, read or not: where the peer must resume. */
 	uint64_t (*rx_offset)(const struct shim_chan *ch);
 	/* Our bytes from offset `from` on, which the peer never received: at

@@ -668,6 +668,12 @@ int shim_upgrade_pin_tcp(struct shim_sock *s, int fd, enum shim_reason reason)
 	return 0;
 }
 
+void shim_upgrade_stop_commit(struct shim_sock *s, int fd)
+{
+	if (s->phase == SHIM_PHASE_C_ACCEPTED)
+		stop_peer_commit(s, fd);
+}
+
 void shim_upgrade_stop_for_close(struct shim_sock *s, int fd)
 {
 	s->closing = true;

@@ -48,6 +48,15 @@ int shim_upgrade_learn_rx_switch(struct shim_sock *s, int fd, uint64_t offset);
 void shim_upgrade_stop_for_close(struct shim_sock *s, int fd);
 
 /*
+ * The socket is about to change hands (handback.c): as above, a peer that
+ * may be committing backs out, but one that already committed is followed,
+ * our own direction switching too, so that the hand-back can end both
+ * directions cleanly. Only C has anything to stop (C_ACCEPTED); S, once it
+ * sent its SWITCH_AT, has committed.
+ */
+void shim_upgrade_stop_commit(struct shim_sock *s, int fd);
+
+/*
  * The connection is about to be read or written where the shim can not see
  * (stdio's internal reads, splice) or carries urgent data: it must stay on
  * TCP. Stops the handshake as close does (the peer commits nothing more).

@@ -229,6 +229,105 @@ START_TEST(attach_checks_the_header)
 }
 END_TEST
 
+/* A consumer stopped for a failover sees the tail of the moment it stopped,
+ * whatever is written after; with drop_unread, only what it read. */
+START_TEST(stopped_consumer_sees_the_frozen_tail)
+{
+	struct pair p;
+	uint8_t buf[64];
+
+	pair_init(&p);
+	ck_assert_uint_eq(put(&p.prod, "abcdefgh", 8), 8);
+	ck_assert_uint_eq(get(&p.cons, buf, 3), 3);
+	shim_ring_consumer_stop(&p.cons, false);
+	ck_assert_uint_eq(put(&p.prod, "ijkl", 4), 4);
+	peer_sets_tail(&p, 1u << 30); /* a lie after the stop is not even seen */
+	ck_assert_uint_eq(shim_ring_received(&p.cons), 8);
+	ck_assert_uint_eq(shim_ring_readable(&p.cons), 5);
+	ck_assert(!shim_ring_violated(&p.cons));
+	shim_ring_consumer_stop(&p.cons, true);
+	ck_assert_uint_eq(shim_ring_received(&p.cons), 3);
+	ck_assert_uint_eq(get(&p.cons, buf, sizeof(buf)), 0);
+	pair_fini(&p);
+}
+END_TEST
+
+START_TEST(stopped_producer_writes_nothing)
+{
+	struct pair p;
+
+	pair_init(&p);
+	shim_ring_producer_stop(&p.prod);
+	ck_assert_uint_eq(shim_ring_writable(&p.prod), 0);
+	ck_assert_uint_eq(put(&p.prod, "abcd", 4), 0);
+	pair_fini(&p);
+}
+END_TEST
+
+/* What the peer did not receive comes out of our own ring, and only from
+ * an offset within one ring of our tail. */
+START_TEST(unreceived_bytes_come_from_the_ring_within_bounds)
+{
+	struct pair p;
+	uint8_t chunk[1000], out[RING_SIZE];
+	struct iovec part[2];
+	uint64_t tail = 0;
+	size_t len;
+	int n;
+
+	pair_init(&p);
+	for (int i = 0; i < 10; i++) { /* wrap the ring a few times */
+		memset(chunk, 'a' + i, sizeof(chunk));
+		ck_assert_uint_eq(put(&p.prod, chunk, sizeof(chunk)), sizeof(chunk));
+		ck_assert_uint_eq(get(&p.cons, out, sizeof(chunk)), sizeof(chunk));
+		tail += sizeof(chunk);
+	}
+	n = shim_ring_unreceived(&p.prod, tail - 1500, part);
+	ck_assert_int_ge(n, 1);
+	len = part[0].iov_len + (n > 1 ? part[1].iov_len : 0);
+	ck_assert_uint_eq(len, 1500);
+	memcpy(out, part[0].iov_base, part[0].iov_len);
+	if (n > 1)
+		memcpy(out + part[0].iov_len, part[1].iov_base, part[1].iov_len);
+	ck_assert_int_eq(out[0], 'i');
+	ck_assert_int_eq(out[499], 'i');
+	ck_assert_int_eq(out[500], 'j');
+	ck_assert_int_eq(out[1499], 'j');
+	ck_assert_int_eq(shim_ring_unreceived(&p.prod, tail, part), 1);
+	ck_assert_uint_eq(part[0].iov_len, 0);
+	ck_assert_int_eq(shim_ring_unreceived(&p.prod, tail + 1, part), -ERANGE);
+	ck_assert_int_eq(shim_ring_unreceived(&p.prod, tail - RING_SIZE - 1, part), -ERANGE);
+	ck_assert_int_eq(shim_ring_unreceived(&p.prod, 0, part), -ERANGE);
+	pair_fini(&p);
+}
+END_TEST
+
+/* After a fork both processes hold a copy of the ring's private state: the
+ * one that moves second must start where the first stopped. */
+START_TEST(shared_cursors_follow_the_other_process)
+{
+	struct pair p;
+	struct shim_ring prod_copy, cons_copy;
+	uint8_t buf[64];
+
+	pair_init(&p);
+	ck_assert_uint_eq(put(&p.prod, "0123", 4), 4);
+	ck_assert_uint_eq(get(&p.cons, buf, 2), 2);
+	shim_ring_share_cursors(&p.prod);
+	shim_ring_share_cursors(&p.cons);
+	prod_copy = p.prod; /* the fork */
+	cons_copy = p.cons;
+	ck_assert_uint_eq(put(&prod_copy, "4567", 4), 4);
+	ck_assert_uint_eq(get(&cons_copy, buf, 4), 4);
+	ck_assert(!memcmp(buf, "2345", 4));
+	ck_assert_uint_eq(put(&p.prod, "89", 2), 2);
+	ck_assert_uint_eq(get(&p.cons, buf, sizeof(buf)), 4);
+	ck_assert(!memcmp(buf, "6789", 4));
+	ck_assert(!shim_ring_violated(&p.cons) && !shim_ring_violated(&p.prod));
+	pair_fini(&p);
+}
+END_TEST
+
 static Suite *ring_suite(void)
 {
 	Suite *s = suite_create("ring");
@@ -243,6 +342,10 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, own_cursor_is_never_read_back);
 	tcase_add_test(tc, changed_size_in_header_is_ignored_after_attach);
 	tcase_add_test(tc, attach_checks_the_header);
+	tcase_add_test(tc, stopped_consumer_sees_the_frozen_tail);
+	tcase_add_test(tc, stopped_producer_writes_nothing);
+	tcase_add_test(tc, unreceived_bytes_come_from_the_ring_within_bounds);
+	tcase_add_test(tc, shared_cursors_follow_the_other_process);
 	suite_add_tcase(s, tc);
 	return s;
 }
