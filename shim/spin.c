@@ -45,6 +45,11 @@ static void spin_finish(struct shim_spin_run *run, struct shim_spin_hist *h, boo
 
 	__atomic_sub_fetch(&spinners, 1, __ATOMIC_RELAXED);
 	run->state = SHIM_SPIN_DONE;
+	/* Data found only in the second half of the budget did not pay for
+	 * the core burnt on it (a sleep and a wake-up cost less): for the
+	 * history it is a miss. */
+	if (hit && shim_now_ns() - run->start_ns > (unsigned long long)shim_cfg.spin_us * 500ull)
+		hit = false;
 	shim_stats_spin_count(hit ? SHIM_SPIN_STAT_HIT : SHIM_SPIN_STAT_MISS);
 	if (hit) {
 		STORE(h->misses, 0);

@@ -1,6 +1,7 @@
 /* Unit tests for shim/spin.c: when a wait spins (crowding, per-waiter history). */
 #include <check.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "config.h"
 #include "spin.h"
@@ -72,6 +73,24 @@ START_TEST(back_off_is_bounded)
 		ck_assert_int_le(skipped, 1 << SHIM_SPIN_MAX_LEVEL);
 	}
 	ck_assert_uint_eq(h.level, SHIM_SPIN_MAX_LEVEL);
+}
+END_TEST
+
+/* Data found only late in the budget: the spin cost more than it saved. */
+START_TEST(late_hits_count_as_misses)
+{
+	struct shim_spin_hist h = { 0 };
+
+	shim_cfg.spin_us = 20;
+	for (int i = 0; i < SHIM_SPIN_MISS_LIMIT; i++) {
+		struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
+		struct timespec ts = { 0, 15000 };
+
+		ck_assert(shim_spin_more(&run, &h, -1));
+		nanosleep(&ts, NULL); /* 15 us or more: past half of 20 */
+		shim_spin_end(&run, &h, true, -1);
+	}
+	ck_assert_uint_eq(h.level, 1);
 }
 END_TEST
 
@@ -154,6 +173,7 @@ static Suite *spin_suite(void)
 	tcase_add_test(tc, spins_that_pay_keep_spinning);
 	tcase_add_test(tc, misses_back_off_then_a_probe_resumes);
 	tcase_add_test(tc, back_off_is_bounded);
+	tcase_add_test(tc, late_hits_count_as_misses);
 	tcase_add_test(tc, short_sleep_hurries_the_probe);
 	tcase_add_test(tc, no_spin_when_every_cpu_has_a_spinner);
 	tcase_add_test(tc, adapt_off_always_spins);
