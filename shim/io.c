@@ -40,6 +40,16 @@
 /* The first sleep after an rx arm on a channel with arm_grace (transport.h):
  * far longer than a write's flight, far shorter than a sleep slice. */
 #define IO_GRACE_MS 1
+/*
+ * A blocking send that found the ring full for this long, the peer taking
+ * nothing, returns the connection to TCP (failover.c, shim_failover_spill):
+ * the peer may be in no call at all (a program that writes a large request
+ * before it reads, to a peer that reads only once it is all there), and
+ * TCP's buffers, several MB, would have taken what one ring can not. A
+ * peer that reads at all gives room well within a second, even on a loaded
+ * machine; the connection stays on TCP afterwards, so this is not early.
+ */
+#define IO_SPILL_AFTER_MS 1000
 /* iovec elements handled per call; beyond this a call moves fewer bytes,
  * which stream sockets allow. */
 #define IO_MAX_IOV 64
@@ -292,9 +302,16 @@ bool shim_io_aborted_by_peer(struct shim_sock *s, int fd)
 	return s->aborted;
 }
 
+/* A taken arm means one bell (shm: exactly one, ring.c). It may already have
+ * been drained: a close must not then wait for it (close.c). RDMA never
+ * reports a taken arm, so its stray bells pile up in bells_early unused. */
 void shim_io_note_disarm(struct shim_sock *s, bool bell_coming)
 {
-	if (bell_coming)
+	if (!bell_coming)
+		return;
+	if (s->bells_early)
+		s->bells_early--;
+	else
 		s->bells_owed++;
 }
 
@@ -583,6 +600,7 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 {
 	bool nonblock = (flags & MSG_DONTWAIT) != 0;
 	size_t total = iov_total(iov, iovcnt), done = 0;
+	unsigned long long stalled_since = 0;
 	long long deadline;
 	int rc = 0;
 
@@ -640,6 +658,15 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 				continue;
 			}
 			rc = n < 0 ? (errno == EWOULDBLOCK ? -EAGAIN : -errno) : 0;
+			/* A reset our own read of frames took off the socket
+			 * (frames.c) is this send's to report, as the kernel
+			 * would have; after bytes moved, the next call's. */
+			if (rc == -EPIPE && s->rx_tcp_reset)
+				rc = -ECONNRESET;
+			if (rc == -ECONNRESET) {
+				s->rx_tcp_reset = done != 0;
+				s->peer_gone_told = true;
+			}
 			break;
 		}
 		struct shim_chan *ch = s->chan;
@@ -691,6 +718,7 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 
 		if (n) {
 			done += n;
+			stalled_since = 0;
 			if (ch->ops->tx_should_bell(ch))
 				shim_frames_queue(s, fd, &data_bell, 1);
 			continue;
@@ -702,6 +730,12 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		if (nonblock) {
 			rc = -EAGAIN;
 			break;
+		}
+		if (!stalled_since) {
+			stalled_since = shim_now_ns();
+		} else if (shim_now_ns() - stalled_since >= IO_SPILL_AFTER_MS * 1000000ull &&
+			   shim_failover_spill(s, fd) == 0) {
+			continue; /* on TCP from here: the kernel buffers the rest */
 		}
 		rc = wait_tx(s, fd, deadline);
 		if (rc < 0)

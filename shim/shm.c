@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fdtable.h"
 #include "ring.h"
 
 struct shm_chan {
@@ -92,6 +93,9 @@ int shim_shm_create(uint32_t ring_bytes, struct shim_chan **out, int *memfd_out)
 
 	if (memfd < 0)
 		return -errno;
+	memfd = shim_fd_own_checked(memfd);
+	if (memfd < 0)
+		return memfd;
 	/* memfds are created 0777 minus nothing: tighten to the owner anyway,
 	 * since /proc/<pid>/fd is the only path and it checks ptrace rights. */
 	if (fchmod(memfd, 0600) < 0 || ftruncate(memfd, (off_t)shim_shm_footprint(ring_bytes)) < 0 ||
@@ -266,6 +270,13 @@ static uint64_t shm_rx_offset(const struct shim_chan *ch)
 	return shim_ring_received(&shm_of(ch)->rx);
 }
 
+/* Shared memory loses nothing: the peer reads every byte we wrote, so the
+ * offset its RESUME will name is our tail, known without it. */
+static uint64_t shm_tx_offset(const struct shim_chan *ch)
+{
+	return shim_ring_sent(&shm_of(ch)->tx);
+}
+
 /* Our ring still holds every byte the peer did not read: it can not have
  * freed what it did not consume. */
 static int shm_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct iovec out[2])
@@ -306,5 +317,6 @@ const struct shim_transport_ops shim_shm_ops = {
 	.fail = shm_fail,
 	.drop_unread = shm_drop_unread,
 	.rx_offset = shm_rx_offset,
+	.tx_offset = shm_tx_offset,
 	.tx_unreceived = shm_tx_unreceived,
 };
