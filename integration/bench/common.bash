@@ -68,12 +68,14 @@ wait_listen() {
 	die "nothing listens on 127.0.0.1:$port after 10 s"
 }
 
-# mode_env MODE PORT: the `env` words for one side. shim: the library on
+# mode_env MODE PORT: the `env` words for one side. shim (or shim_NAME): the library on
 # PORT (plus BENCH_SHIM_ENV, words like RDMASHIM_SPIN_US=0); tcp: nothing.
+# Other shim modes (shim_NAME) add the words in VARIANT_ENV[shim_NAME].
+declare -A VARIANT_ENV=()
 mode_env() {
-	if [[ $1 == shim ]]; then
+	if [[ $1 == shim* ]]; then
 		# shellcheck disable=SC2086
-		echo env LD_PRELOAD="$LIB" RDMASHIM_PORTS="$2" ${BENCH_SHIM_ENV:-}
+		echo env LD_PRELOAD="$LIB" RDMASHIM_PORTS="$2" ${BENCH_SHIM_ENV:-} ${VARIANT_ENV[$1]:-}
 	else
 		echo env -u LD_PRELOAD
 	fi
@@ -88,8 +90,15 @@ start_bg() {
 }
 stop_bg() { kill -TERM "$1" 2>/dev/null; wait "$1" 2>/dev/null; return 0; }
 
-# Even rounds shim first, odd rounds TCP first.
-order() { if (($1 % 2)); then echo "tcp shim"; else echo "shim tcp"; fi; }
+# Even rounds shim first, odd rounds TCP first. order ROUND MODE...: more
+# than two modes rotate, one step a round.
+order() {
+	local r=$1; shift
+	(($# == 0)) && set -- shim tcp
+	local m=("$@") i n=$#
+	for ((i = 0; i < n; i++)); do printf '%s ' "${m[(i + r) % n]}"; done
+	echo
+}
 
 median() {
 	printf '%s\n' "$@" | grep -v '^$' | sort -g | awk '{ v[NR] = $1 }

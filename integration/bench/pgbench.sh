@@ -17,6 +17,9 @@
 #
 # Environment: BENCH_PG_ROUNDS (default 4), BENCH_PG_SECS (default 5),
 # BENCH_PG_CLIENTS (default 8), BENCH_PG_USER (default postgres, as root).
+# BENCH_PG_SPIN_AB=1 adds two shim sides to the same rounds, for the busy
+# polling (shim/spin.h): shim_always (RDMASHIM_SPIN_ADAPT=0, every wait
+# spins) and shim_nospin (RDMASHIM_SPIN_US=0), each with its ratio to TCP.
 . "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 need ss
 
@@ -45,6 +48,12 @@ else
 	as_pg() { "$@"; }
 fi
 
+MODES=(shim tcp)
+if [[ ${BENCH_PG_SPIN_AB:-0} == 1 ]]; then
+	MODES+=(shim_always shim_nospin)
+	VARIANT_ENV[shim_always]=RDMASHIM_SPIN_ADAPT=0
+	VARIANT_ENV[shim_nospin]=RDMASHIM_SPIN_US=0
+fi
 declare -A PORT=() SRV=()
 bench_stop() {
 	local m
@@ -54,7 +63,7 @@ bench_stop() {
 	done
 	return 0
 }
-for mode in shim tcp; do
+for mode in "${MODES[@]}"; do
 	PORT[$mode]=$(free_port)
 	d=$WORK/pg-$mode
 	as_pg mkdir -p "$d"
@@ -67,7 +76,7 @@ for mode in shim tcp; do
 		-c max_connections=50 -c shared_buffers=64MB
 	SRV[$mode]=$LAST_BG
 done
-for mode in shim tcp; do
+for mode in "${MODES[@]}"; do
 	wait_listen "${PORT[$mode]}"
 	timeout 120 "$PGBIN/pgbench" -h 127.0.0.1 -p "${PORT[$mode]}" -U bench -i -s 2 postgres \
 		>"$WORK/init-$mode.log" 2>&1 || die "pgbench -i failed: $(tail -n 5 "$WORK/init-$mode.log")"
@@ -83,11 +92,11 @@ pg_tps() {
 	echo "${v:-nan}"
 }
 
-declare -A VALS=([shim]="" [tcp]="")
+declare -A VALS=()
 say "pgbench -S -c $CLIENTS -j 2 -T $SECS ($(basename "$(dirname "$PGBIN")")), $ROUNDS rounds per side, alternated"
 for ((r = 0; r < ROUNDS; r++)); do
 	line="round $((r + 1)):"
-	for mode in $(order "$r"); do
+	for mode in $(order "$r" "${MODES[@]}"); do
 		v=$(pg_tps "$mode")
 		VALS[$mode]+="$v "
 		line+=" $mode $v"
@@ -98,4 +107,8 @@ done
 S=$(median ${VALS[shim]}) T=$(median ${VALS[tcp]})
 R=$(paired_ratio "${VALS[shim]}" "${VALS[tcp]}")
 echo "bench pgbench_S: shim $S tps tcp $T tps ratio $R"
+for mode in "${MODES[@]:2}"; do
+	# shellcheck disable=SC2086
+	echo "bench pgbench_S_$mode: $mode $(median ${VALS[$mode]}) tps tcp $T tps ratio $(paired_ratio "${VALS[$mode]}" "${VALS[tcp]}")"
+done
 exit 0
