@@ -52,6 +52,7 @@ struct shim_ep {
 	pthread_mutex_t lock;
 	struct shim_epitem *items;
 	struct shim_ep *next; /* all sets, for shim_epoll_forget_fd() */
+	struct shim_spin_hist spin_hist; /* do this set's waits spin (spin.h) */
 };
 
 static pthread_mutex_t all_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -471,7 +472,7 @@ static int wait_loop(struct shim_sock *es, struct epoll_event *events, int maxev
 	struct shim_ep *ep = es->ep;
 	int efd = epoll_fd(es);
 	long long deadline = shim_wait_deadline(timeout_ns);
-	unsigned long long spin_end = shim_now_ns() + (unsigned long long)shim_cfg.spin_us * 1000ull;
+	struct shim_spin_run spin = SHIM_SPIN_RUN_INIT;
 	struct arm arms_stack[ARMS_ON_STACK], *arms = arms_stack;
 	unsigned cap = ARMS_ON_STACK;
 	int rc;
@@ -492,7 +493,8 @@ static int wait_loop(struct shim_sock *es, struct epoll_event *events, int maxev
 			rc = theirs < 0 ? theirs : mine + theirs;
 			break;
 		}
-		if (shim_now_ns() < spin_end) {
+		/* Busy-poll while spin.h allows (at most RDMASHIM_SPIN_US). */
+		if (shim_spin_more(&spin, &ep->spin_hist, efd)) {
 			sched_yield(); /* the peer may share our core */
 			continue;
 		}
@@ -531,6 +533,7 @@ static int wait_loop(struct shim_sock *es, struct epoll_event *events, int maxev
 			break;
 		}
 	}
+	shim_spin_end(&spin, &ep->spin_hist, rc > 0, efd);
 	if (arms != arms_stack)
 		free(arms);
 	return rc;

@@ -21,6 +21,7 @@
 #include "fdtable.h"
 #include "frames.h"
 #include "real.h"
+#include "spin.h"
 #include "stats.h"
 #include "trace.h"
 #include "transport.h"
@@ -240,15 +241,19 @@ static void io_leave(struct shim_sock *s)
 		s->fd_lost = false;
 }
 
-/* Busy-polls cond for RDMASHIM_SPIN_US without the lock. */
-static bool spin_for(struct shim_sock *s, bool (*cond)(const struct shim_sock *))
+/*
+ * Busy-polls cond without the lock for as long as spin.h allows (at most
+ * RDMASHIM_SPIN_US; not at all when every CPU already has a spinner or this
+ * socket's spins keep finding nothing). run carries the decision on to the
+ * sleep that follows, whose outcome shim_spin_end() learns from.
+ */
+static bool spin_for(struct shim_sock *s, int fd, struct shim_spin_run *run,
+		     bool (*cond)(const struct shim_sock *))
 {
-	unsigned long long end;
 	bool hit = false;
 
-	if (!shim_cfg.spin_us)
+	if (!shim_spin_more(run, &s->spin_hist, fd))
 		return false;
-	end = shim_now_ns() + (unsigned long long)shim_cfg.spin_us * 1000ull;
 	pthread_mutex_unlock(&s->lock);
 	do {
 		for (int i = 0; i < 64 && !hit; i++) {
@@ -259,8 +264,10 @@ static bool spin_for(struct shim_sock *s, bool (*cond)(const struct shim_sock *)
 		 * cores): let it run, or the spin only burns its time. */
 		if (!hit)
 			sched_yield();
-	} while (!hit && shim_now_ns() < end);
+	} while (!hit && shim_spin_more(run, &s->spin_hist, fd));
 	pthread_mutex_lock(&s->lock);
+	if (hit)
+		shim_spin_end(run, &s->spin_hist, true, fd);
 	return hit;
 }
 
@@ -312,12 +319,14 @@ void shim_io_note_disarm(struct shim_sock *s, bool bell_coming)
 static int wait_rx(struct shim_sock *s, int fd, long long deadline)
 {
 	struct shim_chan *ch = s->chan;
+	struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
 	int rc = 0;
 
-	if (spin_for(s, rx_ready))
+	if (spin_for(s, fd, &run, rx_ready))
 		return 0;
 	if (ch->ops->rx_arm(ch))
 		rc = sleep_capped(s, fd, POLLIN, deadline, shim_io_grace_needed(s) ? IO_GRACE_MS : 0);
+	shim_spin_end(&run, &s->spin_hist, rc == 0, fd);
 	shim_io_note_disarm(s, !ch->ops->rx_disarm(ch));
 	if (io_fd(s, fd) >= 0)
 		shim_frames_drain(s, io_fd(s, fd));
@@ -329,9 +338,10 @@ static int wait_rx(struct shim_sock *s, int fd, long long deadline)
 static int wait_tx(struct shim_sock *s, int fd, long long deadline)
 {
 	struct shim_chan *ch = s->chan;
+	struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
 	int rc = 0;
 
-	if (spin_for(s, shim_io_tx_ready))
+	if (spin_for(s, fd, &run, shim_io_tx_ready))
 		return 0;
 	/* Room may wait for the peer's SWITCH frame (rdma: its proof), when
 	 * that frame is what TCP holds next. */
