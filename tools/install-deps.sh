@@ -26,4 +26,6 @@ apt-get update -qq
 # postgresql and mosquitto may start a system instance (6379, 80, 11211,
 # 5432, 1883); the tests start their own servers on other ports, so those
 # instances are harmless.
+# integration/bench/pgbench.sh starts its own PostgreSQL cluster in a
+# temporary directory and never touches the system one.
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

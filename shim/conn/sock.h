@@ -20,6 +20,7 @@
 #include "config.h"
 #include "fdtable.h"
 #include "reason.h"
+#include "spin.h"
 #include "tuple.h"
 
 enum shim_role {
@@ -120,6 +121,7 @@ struct shim_sock {
 	unsigned sleepers;   /* threads of ours waiting on this connection */
 	unsigned rx_idle_arms; /* rx arms since data last came (io.c, arm_grace) */
 	bool shared_sleep;   /* two of them at once were seen (io.c) */
+	struct shim_spin_hist spin_hist; /* do this socket's waits spin (spin.h) */
 	struct shim_chan *chan;
 
 	/* Back to TCP after the channel failed (failover.c). */

@@ -12,6 +12,7 @@
 #include <uthash.h>
 
 #include "sock.h"
+#include "spin.h"
 #include "wait.h"
 
 struct shim_epitem {
@@ -34,6 +35,7 @@ struct shim_ep {
 	pthread_mutex_t lock;
 	struct shim_epitem *items;
 	struct shim_ep *next; /* all sets, for shim_epoll_forget_fd() */
+	struct shim_spin_hist spin_hist; /* do this set's waits spin (spin.h) */
 };
 
 /* The intercepted sock at fd, held (shim_sock_put()), or NULL. */

@@ -187,7 +187,23 @@ struct ep_wait {
 	const sigset_t *sigmask;
 	struct arm arms_stack[ARMS_ON_STACK], *arms;
 	unsigned cap, narmed;
+	struct shim_spin_run spin;
 };
+
+/* Busy-poll while spin.h allows (at most RDMASHIM_SPIN_US). */
+static bool ep_spin_more(void *ctx)
+{
+	struct ep_wait *w = ctx;
+
+	return shim_spin_more(&w->spin, &w->ep->spin_hist, w->efd);
+}
+
+static void ep_spin_end(void *ctx, int rc)
+{
+	struct ep_wait *w = ctx;
+
+	shim_spin_end(&w->spin, &w->ep->spin_hist, rc > 0, w->efd);
+}
 
 static int ep_look(void *ctx)
 {
@@ -265,6 +281,8 @@ static const struct shim_waitloop_ops ep_ops = {
 	.sleep = ep_sleep,
 	.disarm = ep_disarm,
 	.after = ep_after,
+	.spin_more = ep_spin_more,
+	.spin_end = ep_spin_end,
 };
 
 static int wait_loop(struct shim_sock *es, struct epoll_event *events, int maxevents, long long timeout_ns,
@@ -272,7 +290,7 @@ static int wait_loop(struct shim_sock *es, struct epoll_event *events, int maxev
 {
 	struct ep_wait w = {
 		.ep = es->ep, .efd = shim_ep_fd(es), .events = events, .maxevents = maxevents, .sigmask = sigmask,
-		.cap = ARMS_ON_STACK,
+		.cap = ARMS_ON_STACK, .spin = SHIM_SPIN_RUN_INIT,
 	};
 	int rc;
 

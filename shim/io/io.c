@@ -22,6 +22,7 @@
 #include "fdtable.h"
 #include "frames.h"
 #include "real.h"
+#include "spin.h"
 #include "stats.h"
 #include "trace.h"
 #include "transport.h"

@@ -19,6 +19,7 @@
 #include "trace.h"
 #include "transport.h"
 #include "upgrade.h"
+#include "spin.h"
 #include "waitloop.h"
 
 /*
@@ -179,22 +180,56 @@ struct call_wait {
 	bool locked, armed;
 	int cap_ms; /* rx: the arm's grace (transport.h, arm_grace) */
 	int rc;     /* what the round ends with */
+	/* The spin policy (spin.h): asked before the first look and after
+	 * each; a hit, and rx's sleep, are its to learn from. */
+	struct shim_spin_run run;
+	bool asked, spinning, hit, learn_sleep;
 };
+
+/* Whether to (go on) spinning; asked once per look. */
+static bool call_spin_more(void *ctx)
+{
+	struct call_wait *w = ctx;
+
+	if (!w->asked) {
+		w->asked = true;
+		w->spinning = shim_spin_more(&w->run, &w->s->spin_hist, w->fd);
+		return w->spinning;
+	}
+	return w->spinning && (w->spinning = shim_spin_more(&w->run, &w->s->spin_hist, w->fd));
+}
+
+static void call_spin_end(void *ctx, int rc)
+{
+	struct call_wait *w = ctx;
+
+	(void)rc;
+	if (w->hit)
+		shim_spin_end(&w->run, &w->s->spin_hist, true, w->fd);
+	else if (w->learn_sleep && w->armed)
+		shim_spin_end(&w->run, &w->s->spin_hist, w->rc == 0, w->fd);
+}
 
 /* Busy-polls the channel without the lock: 64 looks between yields. */
 static int call_look(void *ctx)
 {
 	struct call_wait *w = ctx;
 
-	if (!shim_cfg.spin_us)
+	/* The policy is asked before the first look, then by the engine
+	 * after each (call_spin_more). */
+	if (!w->asked)
+		call_spin_more(w);
+	if (!w->spinning)
 		return 0; /* no spin: straight to the arm, still locked */
 	if (w->locked) {
 		pthread_mutex_unlock(&w->s->lock);
 		w->locked = false;
 	}
 	for (int i = 0; i < 64; i++) {
-		if (w->ready(w->s))
+		if (w->ready(w->s)) {
+			w->hit = true;
 			return 1;
+		}
 		__builtin_ia32_pause();
 	}
 	return 0;
@@ -255,6 +290,8 @@ static const struct shim_waitloop_ops rx_ops = {
 	.sleep = rx_sleep,
 	.disarm = rx_disarm,
 	.after = call_after,
+	.spin_more = call_spin_more,
+	.spin_end = call_spin_end,
 };
 
 static int tx_arm(void *ctx, bool *short_sleep)
@@ -318,12 +355,15 @@ static const struct shim_waitloop_ops tx_ops = {
 	.sleep = tx_sleep,
 	.disarm = tx_disarm,
 	.after = tx_after,
+	.spin_more = call_spin_more,
+	.spin_end = call_spin_end,
 };
 
 static int call_round(const struct shim_waitloop_ops *ops, struct shim_sock *s, int fd, long long deadline,
 		      bool (*ready)(const struct shim_sock *s))
 {
-	struct call_wait w = { .s = s, .ch = s->chan, .fd = fd, .deadline = deadline, .ready = ready, .locked = true };
+	struct call_wait w = { .s = s, .ch = s->chan, .fd = fd, .deadline = deadline, .ready = ready, .locked = true,
+			       .run = SHIM_SPIN_RUN_INIT, .learn_sleep = ops == &rx_ops };
 
 	/* A ready look ends the round before any arm: 0, look again. */
 	shim_waitloop_run(ops, &w, -1);

@@ -2,7 +2,7 @@
  * poll/select emulation for switched fds; see wait.h.
  *
  * One round: compute the switched fds' readiness from their channels; if
- * none is ready, busy-poll for RDMASHIM_SPIN_US, then arm them (so a peer
+ * none is ready, busy-poll (spin.h: at most RDMASHIM_SPIN_US), then arm them (so a peer
  * that makes them ready rings a bell on TCP), re-check, and sleep in the
  * kernel's poll with the switched fds asking for POLLIN (bells) only.
  */
@@ -19,6 +19,7 @@
 #include "io.h"
 #include "real.h"
 #include "sock.h"
+#include "spin.h"
 #include "trace.h"
 #include "waitloop.h"
 
@@ -161,7 +162,27 @@ struct poll_wait {
 	struct shim_sock **ours; /* held for one round (poll_channel_round()) */
 	struct pollfd *tmp;
 	int armed_stack[WAIT_STACK_FDS], *armed;
+	struct shim_spin_run spin;
 };
+
+/* poll and select have no object that outlives the call: the spin history
+ * of their waits is the thread's (spin.h). */
+static __thread struct shim_spin_hist poll_spin_hist;
+
+/* Busy-poll while spin.h allows (at most RDMASHIM_SPIN_US). */
+static bool poll_spin_more(void *ctx)
+{
+	struct poll_wait *w = ctx;
+
+	return shim_spin_more(&w->spin, &poll_spin_hist, w->nfds ? w->fds[0].fd : -1);
+}
+
+static void poll_spin_end(void *ctx, int rc)
+{
+	struct poll_wait *w = ctx;
+
+	shim_spin_end(&w->spin, &poll_spin_hist, rc > 0, w->nfds ? w->fds[0].fd : -1);
+}
 
 static int poll_look(void *ctx)
 {
@@ -239,13 +260,16 @@ static const struct shim_waitloop_ops poll_ops = {
 	.sleep = poll_sleep,
 	.disarm = poll_disarm,
 	.after = poll_after,
+	.spin_more = poll_spin_more,
+	.spin_end = poll_spin_end,
 };
 
 int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const sigset_t *sigmask)
 {
 	struct shim_sock *ours_stack[WAIT_STACK_FDS];
 	struct pollfd tmp_stack[WAIT_STACK_FDS];
-	struct poll_wait w = { .fds = fds, .nfds = nfds, .sigmask = sigmask, .ours = ours_stack, .tmp = tmp_stack };
+	struct poll_wait w = { .fds = fds, .nfds = nfds, .sigmask = sigmask, .ours = ours_stack, .tmp = tmp_stack,
+			       .spin = SHIM_SPIN_RUN_INIT };
 	int rc;
 
 	memset(ours_stack, 0, sizeof(ours_stack));

@@ -37,6 +37,8 @@ static struct shm_chan *shm_of(const struct shim_chan *ch)
 	return (struct shm_chan *)ch;
 }
 
+static bool shm_failed(const struct shim_chan *ch);
+
 uint64_t shim_shm_footprint(uint32_t ring_bytes)
 {
 	return 2 * (uint64_t)shim_ring_footprint(ring_bytes);
@@ -228,8 +230,13 @@ static void shm_destroy(struct shim_chan *ch)
 {
 	struct shm_chan *sc = shm_of(ch);
 
-	shim_ring_producer_close(&sc->tx);
-	shim_ring_consumer_close(&sc->rx);
+	/* A channel stopped for a failover carries no end: the stream went
+	 * on over TCP behind our RESUME, and ends there with TCP's FIN. A
+	 * closed flag here would end the peer's stream at the ring's end. */
+	if (!shm_failed(ch)) {
+		shim_ring_producer_close(&sc->tx);
+		shim_ring_consumer_close(&sc->rx);
+	}
 	munmap(sc->map, sc->map_len);
 	free(sc);
 }
