@@ -328,7 +328,8 @@ def cmd_check(args):
     for f in corpus_files(args):
         meta, lines = parse(open(f).read())
         name = os.path.relpath(f, HERE)
-        known = meta.get("known")
+        # "# known-rdma:" marks a difference of the RDMA transport alone.
+        known = meta.get("known-" + UP) or meta.get("known")
         same, obs, detail = verdict(lines, timeout=float(meta.get("timeout", 0)) or None)
         n += 1
         up = obs[UP]["upgraded"]
@@ -379,7 +380,7 @@ def cmd_random(budget, seed, shrink_s, avoid):
     while time.monotonic() < t_end:
         s = seed + n
         n += 1
-        lines = gen.scenario(s, avoid)
+        lines = gen.scenario(s, avoid, UP)
         same, obs, detail = verdict(lines)
         if obs[UP]["upgraded"]:
             upgraded += 1
