@@ -389,7 +389,11 @@ fi
 # count as ours.
 if wanted diff; then
   t0=$SECONDS
-  DIFF_ADDR=$addr "$here/guest-diff.sh" 2>&1 | tee "$T/diff.out"
+  # Bounded as a whole: the rest of the boot's budget (t_rdma_vm.sh).
+  st=0
+  DIFF_ADDR=$addr timeout "${DIFF_VM_TIMEOUT:-300}" "$here/guest-diff.sh" > "$T/diff.out" 2>&1 || st=$?
+  [[ $st -ne 124 ]] || echo "not ok - rdma: the differential step timed out (${DIFF_VM_TIMEOUT:-300} s)" >> "$T/diff.out"
+  cat "$T/diff.out"
   n=$(grep -c '^ok - ' "$T/diff.out" || true); n_ok=$((n_ok + n))
   n=$(grep -c '^not ok - ' "$T/diff.out" || true); n_fail=$((n_fail + n))
   echo "   diff: $((SECONDS - t0)) s"
