@@ -16,11 +16,11 @@
 # guest-diff.sh: plain, RDMASHIM_TRANSPORTS=tcp and =rdma on the rxe
 # address; ten corpus scenarios and DIFF_VM_BUDGET_S, default 60, seconds
 # of random ones; its lines start "rdma: "; about 3 minutes more under
-# load, so the VM gets RXEVM_TIMEOUT 760 s and run-all.sh 800 s).
+# load, so the VM gets RXEVM_TIMEOUT 840 s and run-all.sh 900 s).
 # That step alone, by hand: RXEVM_ENV=RDMA_ONLY=diff integration/vm/rxe-vm.sh
 # "$PWD/integration/vm/guest-rdma-one.sh" </dev/null. Skips (77) only when qemu or a
 # kernel with rdma_rxe is missing.
-# scenario-timeout: 800
+# scenario-timeout: 900
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_built
 
@@ -36,7 +36,7 @@ tally_vm() {
 rc=0
 # The differential step's random part (guest-diff.sh) takes its budget from here.
 export RXEVM_ENV="${RXEVM_ENV:-} DIFF_VM_BUDGET_S=${DIFF_VM_BUDGET_S:-60}"
-RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-760} timeout 770 "$ROOT/integration/vm/rxe-vm.sh" \
+RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-840} timeout 850 "$ROOT/integration/vm/rxe-vm.sh" \
   "$ROOT/integration/vm/guest-rdma-one.sh" </dev/null >"$WORK/vm.out" 2>&1 || rc=$?
 grep -vE '^\[ *[0-9]+\.[0-9]+\] ' "$WORK/vm.out"
 tally_vm "$WORK/vm.out"
