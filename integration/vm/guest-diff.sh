@@ -17,6 +17,8 @@
 # DIFF_VM_BUDGET_S random scenarios afterwards, for that many seconds
 #                  (default 60; 0 for none)
 # DIFF_SEED        repeats a random run; DIFF_RUN_TIMEOUT per run (default 30)
+# DIFF_VM_END      (date +%s) when it must be done: the random part shrinks
+#                  to what is left (guest-rdma-one.sh sets it)
 #
 # Under TCG a scenario's three runs take about 10 s (a fresh process per
 # end, each with its own RDMA warm-up), so the whole corpus takes 12 minutes
@@ -57,6 +59,7 @@ export DIFF_MODES=plain,tcp,rdma DIFF_ADDR=$addr
 export DIFF_AWAITUP_MS=${DIFF_AWAITUP_MS:-10000} DIFF_RUN_TIMEOUT=${DIFF_RUN_TIMEOUT:-30}
 export DIFF_SHRINK_S=${DIFF_SHRINK_S:-30}
 budget=${DIFF_VM_BUDGET_S:-60}
+end=${DIFF_VM_END:-0}
 rc=0
 t0=$SECONDS
 echo "# rdma: ${#files[@]} corpus scenario(s) ($sel) on $addr"
@@ -67,6 +70,14 @@ if [[ ${#files[@]} -gt 0 ]]; then
   [[ $st -eq 0 ]] || rc=1
 fi
 echo "# rdma: corpus took $((SECONDS - t0)) s"
+if [[ $end -gt 0 && $budget -gt 0 ]]; then
+  # What a random run may need beyond its budget: a last scenario, a shrink.
+  left=$(( end - $(date +%s) - DIFF_SHRINK_S - 3 * DIFF_RUN_TIMEOUT - 10 ))
+  if (( left < budget )); then
+    echo "# rdma: random part cut to $(( left > 0 ? left : 0 )) s (of $budget): the VM's budget"
+    budget=$(( left > 0 ? left : 0 ))
+  fi
+fi
 if [[ $budget -gt 0 ]]; then
   t1=$SECONDS
   st=0
