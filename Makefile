@@ -28,7 +28,7 @@ LDLIBS_SHIM   := -ldl -lpthread -lrdmacm -libverbs
 # The shim's modules; interpose_*.c hold the exported wrappers, the rest is the
 # core that the unit tests link against.
 SHIM_CORE := config tuple reason trace fdtable streampos sock sockfd socklife atfork real stats wire ring shm diag rendezvous frames failover handback upgrade close bypass io io_ready io_calls \
-             wait epoll \
+             spin wait epoll epoll_early \
              breaker mrpool rdma_dev rdma_post rdma_chan rdma_setup rdma_switch rdma_close
 SHIM_HOOKS := init interpose_socket interpose_io interpose_poll interpose_proc interpose_bypass
 CORE_OBJS := $(SHIM_CORE:%=$(BUILD)/obj/shim/%.o)

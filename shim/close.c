@@ -71,6 +71,11 @@ static bool frames_owed(const struct shim_sock *s)
 {
 	if (s->aborted || s->rx_tcp_eof)
 		return false;
+	/* A failover of ours under way: the peer answers our RESUME with its
+	 * own, which, reaching a closed socket, would make the kernel reset
+	 * the connection under bytes the peer has not read yet. */
+	if (s->fo_started && !s->fo_peer_known && !s->fo_peer_rx_nothing && s->rx_dir == SHIM_DIR_CHAN)
+		return true;
 	switch (s->rx_dir) {
 	case SHIM_DIR_TCP:
 		/* Its frame follows the bytes before its offset; with some of

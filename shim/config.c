@@ -21,6 +21,9 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_TRACE_FILE", "", "trace destination (%p becomes the pid); empty: stderr" },
 	{ "RDMASHIM_RING_KB", "1024", "side-channel ring size per direction, KiB (power of two, 4-65536)" },
 	{ "RDMASHIM_SPIN_US", "50", "busy-poll time before sleeping, microseconds (0-1000000)" },
+	{ "RDMASHIM_SPIN_ADAPT", "1",
+	  "1: skip the busy poll when every CPU has a spinner or a waiter's spins keep finding nothing; "
+	  "0: every wait spins RDMASHIM_SPIN_US" },
 	{ "RDMASHIM_BREAKER_FAILURES", "3", "consecutive failed RDMA attempts that open a peer's breaker" },
 	{ "RDMASHIM_BREAKER_COOLDOWN_MS", "30000", "how long an open breaker skips attempts, ms" },
 	{ "RDMASHIM_CM_TIMEOUT_MS", "2000", "bound on each RDMA connection-manager wait, ms" },
@@ -196,6 +199,7 @@ static const struct uint_var uint_vars[] = {
 	  "expected a power of two 4-65536" },
 	{ "RDMASHIM_SPIN_US", 0, 1000000, offsetof(struct shim_config, spin_us),
 	  "expected microseconds 0-1000000" },
+	{ "RDMASHIM_SPIN_ADAPT", 0, 1, offsetof(struct shim_config, spin_adapt), "expected 0 or 1" },
 	{ "RDMASHIM_BREAKER_FAILURES", 1, 1000, offsetof(struct shim_config, breaker_failures),
 	  "expected an integer 1-1000" },
 	{ "RDMASHIM_BREAKER_COOLDOWN_MS", 0, 86400000, offsetof(struct shim_config, breaker_cooldown_ms),

@@ -43,6 +43,7 @@ struct shim_config {
 	char trace_file[PATH_MAX]; /* empty: stderr; may hold %p */
 	unsigned ring_kb;
 	unsigned spin_us;
+	unsigned spin_adapt; /* 0 or 1: spin.h */
 	unsigned breaker_failures;
 	unsigned breaker_cooldown_ms;
 	unsigned cm_timeout_ms;

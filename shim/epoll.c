@@ -52,6 +52,7 @@ struct shim_ep {
 	pthread_mutex_t lock;
 	struct shim_epitem *items;
 	struct shim_ep *next; /* all sets, for shim_epoll_forget_fd() */
+	struct shim_spin_hist spin_hist; /* do this set's waits spin (spin.h) */
 };
 
 static pthread_mutex_t all_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -184,6 +185,8 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 	if (!s && !it) {
 		pthread_mutex_unlock(&ep->lock);
 		shim_sock_put(es);
+		if (op == EPOLL_CTL_ADD)
+			shim_epoll_note_early(epfd, fd);
 		return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
 	}
 	rc = kernel_mask_check(op, event, it);
@@ -194,13 +197,9 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		return rc;
 	}
 	switch (op) {
-	case EPOLL_CTL_ADD:
-		if (it) {
-			/* An item left from a closed fd of the same number: the
-			 * kernel is the judge of whether this one is registered. */
-			HASH_DEL(ep->items, it);
-			free(it);
-		}
+	case EPOLL_CTL_ADD: {
+		struct shim_epitem *old = it;
+
 		it = calloc(1, sizeof(*it));
 		if (!it) {
 			rc = -ENOMEM;
@@ -211,11 +210,21 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		it->data = event->data;
 		it->kernel_switched = s ? shim_io_is_switched(s) : false;
 		rc = kernel_ctl(epfd, EPOLL_CTL_ADD, it);
-		if (rc == 0)
-			HASH_ADD_INT(ep->items, fd, it);
-		else
+		if (rc < 0) {
+			/* EEXIST: the fd is registered, and an item we hold for
+			 * it stays (programs try ADD, then MOD on EEXIST). */
 			free(it);
+			break;
+		}
+		if (old) {
+			/* The kernel took it: the item we held was left from a
+			 * closed fd of the same number. */
+			HASH_DEL(ep->items, old);
+			free(old);
+		}
+		HASH_ADD_INT(ep->items, fd, it);
 		break;
+	}
 	case EPOLL_CTL_MOD:
 		if (!it) {
 			rc = REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
@@ -463,7 +472,7 @@ static int wait_loop(struct shim_sock *es, struct epoll_event *events, int maxev
 	struct shim_ep *ep = es->ep;
 	int efd = epoll_fd(es);
 	long long deadline = shim_wait_deadline(timeout_ns);
-	unsigned long long spin_end = shim_now_ns() + (unsigned long long)shim_cfg.spin_us * 1000ull;
+	struct shim_spin_run spin = SHIM_SPIN_RUN_INIT;
 	struct arm arms_stack[ARMS_ON_STACK], *arms = arms_stack;
 	unsigned cap = ARMS_ON_STACK;
 	int rc;
@@ -484,7 +493,8 @@ static int wait_loop(struct shim_sock *es, struct epoll_event *events, int maxev
 			rc = theirs < 0 ? theirs : mine + theirs;
 			break;
 		}
-		if (shim_now_ns() < spin_end) {
+		/* Busy-poll while spin.h allows (at most RDMASHIM_SPIN_US). */
+		if (shim_spin_more(&spin, &ep->spin_hist, efd)) {
 			sched_yield(); /* the peer may share our core */
 			continue;
 		}
@@ -523,6 +533,7 @@ static int wait_loop(struct shim_sock *es, struct epoll_event *events, int maxev
 			break;
 		}
 	}
+	shim_spin_end(&spin, &ep->spin_hist, rc > 0, efd);
 	if (arms != arms_stack)
 		free(arms);
 	return rc;
@@ -608,4 +619,46 @@ void shim_epoll_forget_fd(int fd)
 		pthread_mutex_unlock(&ep->lock);
 	}
 	pthread_mutex_unlock(&all_lock);
+}
+
+int shim_epoll_adopt(int epfd, int fd, uint32_t events, uint64_t data)
+{
+	struct shim_sock *s = intercepted_sock(fd), *es;
+	struct shim_epitem *it;
+	int rc = 0;
+
+	if (!s)
+		return -ENOENT;
+	pthread_once(&tag_once, make_tag);
+	es = epoll_sock(epfd);
+	if (!es)
+		es = shim_sock_track_epoll(epfd);
+	if (!es) {
+		shim_sock_put(s);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&es->ep->lock);
+	HASH_FIND_INT(es->ep->items, &fd, it);
+	if (!it) {
+		it = calloc(1, sizeof(*it));
+		if (it) {
+			it->fd = fd;
+			it->events = events;
+			it->data.u64 = data;
+			it->kernel_switched = shim_io_is_switched(s);
+			/* The kernel holds the program's registration: ours
+			 * replaces it, as a MOD does. */
+			rc = kernel_ctl(epfd, EPOLL_CTL_MOD, it);
+			if (rc == 0)
+				HASH_ADD_INT(es->ep->items, fd, it);
+			else
+				free(it);
+		} else {
+			rc = -ENOMEM;
+		}
+	}
+	pthread_mutex_unlock(&es->ep->lock);
+	shim_sock_put(s);
+	shim_sock_put(es);
+	return rc;
 }

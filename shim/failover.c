@@ -150,8 +150,27 @@ void shim_failover_progress(struct shim_sock *s, int fd)
 	}
 	if (!s->fo_peer_known && s->rx_dir == SHIM_DIR_CHAN)
 		shim_frames_drain(s, fd);
-	if (!s->fo_peer_known && !s->fo_peer_rx_nothing)
+	if (s->fo_offset_implied && s->fo_peer_known && s->fo_peer_rx_offset != s->fo_implied_at) {
+		/* The peer gave up bytes of ours (its own hand-back) after our
+		 * direction had gone on without them: nothing can put them back
+		 * in their place. */
+		reset(s, fd, "peer_offset_behind");
 		return;
+	}
+	if (!s->fo_peer_known && !s->fo_offset_implied && s->tx_dir == SHIM_DIR_CHAN && ch->ops->tx_offset) {
+		/* A lossless channel: the peer's RESUME can only name our own
+		 * count, so our direction need not wait for it (the frame is
+		 * still read, and checked, above). */
+		s->fo_offset_implied = true;
+		s->fo_implied_at = ch->ops->tx_offset(ch);
+		s->fo_peer_rx_offset = s->fo_implied_at;
+		take_peer_offset(s, fd);
+	}
+	if (!s->fo_peer_known && !s->fo_peer_rx_nothing) {
+		if (!s->fo_tx_done && s->tx_dir == SHIM_DIR_TCP)
+			flush_replay(s, fd);
+		return;
+	}
 	if (s->tx_dir == SHIM_DIR_CHAN) {
 		if (!s->fo_peer_known)
 			s->fo_peer_rx_offset = 0;
@@ -172,4 +191,18 @@ int shim_failover_flush(struct shim_sock *s, int fd)
 {
 	flush_replay(s, fd);
 	return s->fo_replay ? -EAGAIN : 0;
+}
+
+int shim_failover_spill(struct shim_sock *s, int fd)
+{
+	struct shim_chan *ch = s->chan;
+
+	if (!ch || !ch->ops->fail || !ch->ops->tx_offset || s->fo_started || s->aborted ||
+	    s->tx_dir != SHIM_DIR_CHAN || (ch->ops->violated && ch->ops->violated(ch)))
+		return -EOPNOTSUPP;
+	SHIM_TRACE(SHIM_TRACE_WARN, "failover.spill", fd, &s->tuple, SHIM_REASON_RING_FULL,
+		   "\"sent\":%llu", (unsigned long long)ch->ops->tx_offset(ch));
+	ch->ops->fail(ch);
+	shim_failover_progress(s, fd);
+	return 0;
 }

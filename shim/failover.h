@@ -18,6 +18,15 @@
  * direction back to TCP when its side is done. Cheap when nothing failed. */
 void shim_failover_progress(struct shim_sock *s, int fd);
 
+/*
+ * Our channel is full and the peer has not read for a while (it may be in
+ * no call at all, where TCP would have gone on buffering for it): the
+ * connection returns to TCP, our direction at once (a lossless channel
+ * only, transport.h tx_offset), so the kernel buffers what follows. 0, or
+ * -EOPNOTSUPP when the channel can not.
+ */
+int shim_failover_spill(struct shim_sock *s, int fd);
+
 /* Sends what it can of a pending replay: 0 when none is left, -EAGAIN. */
 int shim_failover_flush(struct shim_sock *s, int fd);
 

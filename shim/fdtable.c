@@ -5,10 +5,12 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #ifdef __SANITIZE_ADDRESS__
 #include <sanitizer/lsan_interface.h>
 #endif
+#include "real.h"
 
 struct shim_sock **shim_fd_slots;
 size_t shim_fd_capacity;
@@ -74,4 +76,18 @@ void shim_fd_each_open(void (*fn)(int fd, void *ctx), void *ctx)
 		fn((int)fd, ctx);
 	}
 	closedir(dir);
+}
+
+int shim_fd_own_checked(int fd)
+{
+	struct rlimit lim;
+	rlim_t reserve;
+
+	if (fd < 0 || getrlimit(RLIMIT_NOFILE, &lim) < 0 || lim.rlim_cur == RLIM_INFINITY)
+		return fd;
+	reserve = lim.rlim_cur / 32 > 16 ? lim.rlim_cur / 32 : 16;
+	if ((rlim_t)fd + reserve < lim.rlim_cur)
+		return fd;
+	REAL(close)(fd);
+	return -EMFILE;
 }

@@ -57,4 +57,15 @@ void shim_fd_each_open(void (*fn)(int fd, void *ctx), void *ctx);
 /* Clears fd and returns what it pointed at (NULL if nothing). */
 struct shim_sock *shim_fd_clear(int fd);
 
+/*
+ * The shim's own fds (rendezvous sockets, ring memfds) come from the
+ * program's table. One whose number lies in the top of RLIMIT_NOFILE (the
+ * last 1/32, at least 16 numbers) would take a slot the program may need
+ * next, where without the shim its accept or open would have succeeded: it
+ * is closed here and -EMFILE returned (the connection then stays on TCP).
+ * The kernel gives the lowest free number, so a high one means the table
+ * is nearly full. Returns fd otherwise; a negative fd passes through.
+ */
+int shim_fd_own_checked(int fd);
+
 #endif

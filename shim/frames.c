@@ -3,6 +3,7 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +30,12 @@ int shim_frames_queue(struct shim_sock *s, int fd, const void *frame, size_t len
 {
 	const uint8_t *bytes = frame;
 
+	/* A bell only where our direction carries frames: behind our RESUME
+	 * (a failover) the bytes are plain again, and a bell would be read as
+	 * data. The peer, failed over too, waits on TCP, not for bells. */
+	if (len == 1 && (bytes[0] == SHIM_FRAME_DATA_BELL || bytes[0] == SHIM_FRAME_SPACE_BELL) &&
+	    (s->tx_dir != SHIM_DIR_CHAN || s->fo_started))
+		return s->tcp_out_len ? shim_frames_flush(s, fd) : 0;
 	/* One waiting bell of a kind wakes the peer as well as two would. */
 	if (len == 1 && memchr(s->tcp_out, bytes[0], s->tcp_out_len))
 		return shim_frames_flush(s, fd);
@@ -55,6 +62,7 @@ void shim_frames_abort(struct shim_sock *s, int fd, enum shim_reason reason, con
 	s->fo_replay = NULL;
 	s->tcp_out_len = 0;
 	s->bells_owed = 0;
+	s->bells_early = 0;
 	s->rx_tcp_eof = true;
 	s->peer_gone_told = true;
 	REAL(shutdown)(fd, SHUT_RDWR);
@@ -69,6 +77,7 @@ static void drain_eof(struct shim_sock *s)
 {
 	s->rx_tcp_eof = true;
 	s->bells_owed = 0;
+	s->bells_early = 0;
 }
 
 /* Takes the peer's RESUME frame if all of it is there (peeked first: the
@@ -103,7 +112,7 @@ void shim_frames_drain(struct shim_sock *s, int fd)
 		}
 		if (n < 0) {
 			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-				s->rx_tcp_reset = errno == ECONNRESET;
+				s->rx_tcp_reset |= errno == ECONNRESET;
 				s->rx_reset_seen |= s->rx_tcp_reset;
 				drain_eof(s); /* reset: the peer is gone */
 			}
@@ -115,7 +124,16 @@ void shim_frames_drain(struct shim_sock *s, int fd)
 			drain_eof(s);
 			return;
 		}
-		s->bells_owed = (size_t)bells >= s->bells_owed ? 0 : s->bells_owed - (unsigned)bells;
+		/* A wait drains the bells the kernel woke it for before its
+		 * disarm learns that the peer took the arm (wait.c, epoll.c):
+		 * such a bell is kept as early, and that disarm owes nothing. */
+		if ((size_t)bells >= s->bells_owed) {
+			if (s->bells_early < UINT_MAX / 2)
+				s->bells_early += (unsigned)bells - s->bells_owed;
+			s->bells_owed = 0;
+		} else {
+			s->bells_owed -= (unsigned)bells;
+		}
 		if (bells == n) {
 			if (n < (ssize_t)sizeof(scratch))
 				return;

@@ -80,8 +80,11 @@ SHIM_EXPORT int epoll_create1(int flags)
 
 SHIM_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 {
-	if (likely(!shim_fd_get(fd) && !shim_fd_get(epfd)))
+	if (likely(!shim_fd_get(fd) && !shim_fd_get(epfd))) {
+		if (op == EPOLL_CTL_ADD)
+			shim_epoll_note_early(epfd, fd);
 		return REAL(epoll_ctl)(epfd, op, fd, event);
+	}
 	return (int)shim_ret(shim_epoll_ctl(epfd, op, fd, event));
 }
 

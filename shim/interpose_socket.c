@@ -13,6 +13,7 @@
 #include "fdtable.h"
 #include "io.h"
 #include "real.h"
+#include "wait.h"
 #include "sock.h"
 
 SHIM_EXPORT int socket(int domain, int type, int protocol)
@@ -58,6 +59,7 @@ SHIM_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 	int err = errno;
 
 	shim_sock_on_connect(fd, addr, len, rc, rc < 0 ? err : 0);
+	shim_epoll_adopt_early(fd);
 	errno = err;
 	return rc;
 }

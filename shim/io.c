@@ -21,6 +21,7 @@
 #include "fdtable.h"
 #include "frames.h"
 #include "real.h"
+#include "spin.h"
 #include "stats.h"
 #include "trace.h"
 #include "transport.h"
@@ -39,6 +40,16 @@
 /* The first sleep after an rx arm on a channel with arm_grace (transport.h):
  * far longer than a write's flight, far shorter than a sleep slice. */
 #define IO_GRACE_MS 1
+/*
+ * A blocking send that found the ring full for this long, the peer taking
+ * nothing, returns the connection to TCP (failover.c, shim_failover_spill):
+ * the peer may be in no call at all (a program that writes a large request
+ * before it reads, to a peer that reads only once it is all there), and
+ * TCP's buffers, several MB, would have taken what one ring can not. A
+ * peer that reads at all gives room well within a second, even on a loaded
+ * machine; the connection stays on TCP afterwards, so this is not early.
+ */
+#define IO_SPILL_AFTER_MS 1000
 /* iovec elements handled per call; beyond this a call moves fewer bytes,
  * which stream sockets allow. */
 #define IO_MAX_IOV 64
@@ -230,15 +241,19 @@ static void io_leave(struct shim_sock *s)
 		s->fd_lost = false;
 }
 
-/* Busy-polls cond for RDMASHIM_SPIN_US without the lock. */
-static bool spin_for(struct shim_sock *s, bool (*cond)(const struct shim_sock *))
+/*
+ * Busy-polls cond without the lock for as long as spin.h allows (at most
+ * RDMASHIM_SPIN_US; not at all when every CPU already has a spinner or this
+ * socket's spins keep finding nothing). run carries the decision on to the
+ * sleep that follows, whose outcome shim_spin_end() learns from.
+ */
+static bool spin_for(struct shim_sock *s, int fd, struct shim_spin_run *run,
+		     bool (*cond)(const struct shim_sock *))
 {
-	unsigned long long end;
 	bool hit = false;
 
-	if (!shim_cfg.spin_us)
+	if (!shim_spin_more(run, &s->spin_hist, fd))
 		return false;
-	end = shim_now_ns() + (unsigned long long)shim_cfg.spin_us * 1000ull;
 	pthread_mutex_unlock(&s->lock);
 	do {
 		for (int i = 0; i < 64 && !hit; i++) {
@@ -249,8 +264,10 @@ static bool spin_for(struct shim_sock *s, bool (*cond)(const struct shim_sock *)
 		 * cores): let it run, or the spin only burns its time. */
 		if (!hit)
 			sched_yield();
-	} while (!hit && shim_now_ns() < end);
+	} while (!hit && shim_spin_more(run, &s->spin_hist, fd));
 	pthread_mutex_lock(&s->lock);
+	if (hit)
+		shim_spin_end(run, &s->spin_hist, true, fd);
 	return hit;
 }
 
@@ -285,9 +302,16 @@ bool shim_io_aborted_by_peer(struct shim_sock *s, int fd)
 	return s->aborted;
 }
 
+/* A taken arm means one bell (shm: exactly one, ring.c). It may already have
+ * been drained: a close must not then wait for it (close.c). RDMA never
+ * reports a taken arm, so its stray bells pile up in bells_early unused. */
 void shim_io_note_disarm(struct shim_sock *s, bool bell_coming)
 {
-	if (bell_coming)
+	if (!bell_coming)
+		return;
+	if (s->bells_early)
+		s->bells_early--;
+	else
 		s->bells_owed++;
 }
 
@@ -295,12 +319,14 @@ void shim_io_note_disarm(struct shim_sock *s, bool bell_coming)
 static int wait_rx(struct shim_sock *s, int fd, long long deadline)
 {
 	struct shim_chan *ch = s->chan;
+	struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
 	int rc = 0;
 
-	if (spin_for(s, rx_ready))
+	if (spin_for(s, fd, &run, rx_ready))
 		return 0;
 	if (ch->ops->rx_arm(ch))
 		rc = sleep_capped(s, fd, POLLIN, deadline, shim_io_grace_needed(s) ? IO_GRACE_MS : 0);
+	shim_spin_end(&run, &s->spin_hist, rc == 0, fd);
 	shim_io_note_disarm(s, !ch->ops->rx_disarm(ch));
 	if (io_fd(s, fd) >= 0)
 		shim_frames_drain(s, io_fd(s, fd));
@@ -312,9 +338,10 @@ static int wait_rx(struct shim_sock *s, int fd, long long deadline)
 static int wait_tx(struct shim_sock *s, int fd, long long deadline)
 {
 	struct shim_chan *ch = s->chan;
+	struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
 	int rc = 0;
 
-	if (spin_for(s, shim_io_tx_ready))
+	if (spin_for(s, fd, &run, shim_io_tx_ready))
 		return 0;
 	/* Room may wait for the peer's SWITCH frame (rdma: its proof), when
 	 * that frame is what TCP holds next. */
@@ -573,6 +600,7 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 {
 	bool nonblock = (flags & MSG_DONTWAIT) != 0;
 	size_t total = iov_total(iov, iovcnt), done = 0;
+	unsigned long long stalled_since = 0;
 	long long deadline;
 	int rc = 0;
 
@@ -630,6 +658,15 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 				continue;
 			}
 			rc = n < 0 ? (errno == EWOULDBLOCK ? -EAGAIN : -errno) : 0;
+			/* A reset our own read of frames took off the socket
+			 * (frames.c) is this send's to report, as the kernel
+			 * would have; after bytes moved, the next call's. */
+			if (rc == -EPIPE && s->rx_tcp_reset)
+				rc = -ECONNRESET;
+			if (rc == -ECONNRESET) {
+				s->rx_tcp_reset = done != 0;
+				s->peer_gone_told = true;
+			}
 			break;
 		}
 		struct shim_chan *ch = s->chan;
@@ -681,6 +718,7 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 
 		if (n) {
 			done += n;
+			stalled_since = 0;
 			if (ch->ops->tx_should_bell(ch))
 				shim_frames_queue(s, fd, &data_bell, 1);
 			continue;
@@ -692,6 +730,12 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		if (nonblock) {
 			rc = -EAGAIN;
 			break;
+		}
+		if (!stalled_since) {
+			stalled_since = shim_now_ns();
+		} else if (shim_now_ns() - stalled_since >= IO_SPILL_AFTER_MS * 1000000ull &&
+			   shim_failover_spill(s, fd) == 0) {
+			continue; /* on TCP from here: the kernel buffers the rest */
 		}
 		rc = wait_tx(s, fd, deadline);
 		if (rc < 0)

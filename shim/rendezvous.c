@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "diag.h"
+#include "fdtable.h"
 #include "real.h"
 
 /* "\0rdmashim1/" + hex of both endpoints: 10 + 2 * 2 * 18 bytes. */
@@ -41,7 +42,7 @@ static int rv_socket(void)
 {
 	int fd = REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
-	return fd < 0 ? -errno : fd;
+	return fd < 0 ? -errno : shim_fd_own_checked(fd);
 }
 
 int shim_rv_listen(const struct shim_endpoint *client, const struct shim_endpoint *server)
@@ -66,7 +67,7 @@ int shim_rv_accept(int listen_fd)
 
 	if (fd < 0)
 		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
-	return fd;
+	return shim_fd_own_checked(fd);
 }
 
 int shim_rv_connect(const struct shim_endpoint *client, const struct shim_endpoint *server)
@@ -201,6 +202,10 @@ ssize_t shim_rv_recv(int rv_fd, void *buf, size_t len, int *fd_out)
 		return -EPROTO;
 	}
 	if (fd_out)
-		*fd_out = got;
+		*fd_out = got >= 0 ? shim_fd_own_checked(got) : -1;
+	if (fd_out && *fd_out == -EMFILE) {
+		*fd_out = -1;
+		return -EMFILE;
+	}
 	return n;
 }

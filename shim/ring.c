@@ -298,6 +298,11 @@ void shim_ring_producer_stop(struct shim_ring *ring)
 	__atomic_store_n(&ring->stopped, 1, __ATOMIC_RELAXED);
 }
 
+uint64_t shim_ring_sent(const struct shim_ring *ring)
+{
+	return own_tail(ring);
+}
+
 uint64_t shim_ring_received(struct shim_ring *ring)
 {
 	return own_head(ring) + shim_ring_readable(ring);

@@ -152,6 +152,8 @@ void shim_ring_share_cursors(struct shim_ring *ring);
  */
 void shim_ring_consumer_stop(struct shim_ring *ring, bool drop_unread);
 void shim_ring_producer_stop(struct shim_ring *ring);
+/* Producer: bytes written into the ring so far (our tail). */
+uint64_t shim_ring_sent(const struct shim_ring *ring);
 /* Consumer: bytes received, read or not (the frozen tail once stopped). */
 uint64_t shim_ring_received(struct shim_ring *ring);
 /* Producer: our bytes from cursor `from` on, still in the ring's memory:

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fdtable.h"
 #include "ring.h"
 
 struct shm_chan {
@@ -34,6 +35,8 @@ static struct shm_chan *shm_of(const struct shim_chan *ch)
 {
 	return (struct shm_chan *)ch;
 }
+
+static bool shm_failed(const struct shim_chan *ch);
 
 uint64_t shim_shm_footprint(uint32_t ring_bytes)
 {
@@ -92,6 +95,9 @@ int shim_shm_create(uint32_t ring_bytes, struct shim_chan **out, int *memfd_out)
 
 	if (memfd < 0)
 		return -errno;
+	memfd = shim_fd_own_checked(memfd);
+	if (memfd < 0)
+		return memfd;
 	/* memfds are created 0777 minus nothing: tighten to the owner anyway,
 	 * since /proc/<pid>/fd is the only path and it checks ptrace rights. */
 	if (fchmod(memfd, 0600) < 0 || ftruncate(memfd, (off_t)shim_shm_footprint(ring_bytes)) < 0 ||
@@ -223,8 +229,13 @@ static void shm_destroy(struct shim_chan *ch)
 {
 	struct shm_chan *sc = shm_of(ch);
 
-	shim_ring_producer_close(&sc->tx);
-	shim_ring_consumer_close(&sc->rx);
+	/* A channel stopped for a failover carries no end: the stream went
+	 * on over TCP behind our RESUME, and ends there with TCP's FIN. A
+	 * closed flag here would end the peer's stream at the ring's end. */
+	if (!shm_failed(ch)) {
+		shim_ring_producer_close(&sc->tx);
+		shim_ring_consumer_close(&sc->rx);
+	}
 	munmap(sc->map, sc->map_len);
 	free(sc);
 }
@@ -264,6 +275,13 @@ static void shm_drop_unread(struct shim_chan *ch)
 static uint64_t shm_rx_offset(const struct shim_chan *ch)
 {
 	return shim_ring_received(&shm_of(ch)->rx);
+}
+
+/* Shared memory loses nothing: the peer reads every byte we wrote, so the
+ * offset its RESUME will name is our tail, known without it. */
+static uint64_t shm_tx_offset(const struct shim_chan *ch)
+{
+	return shim_ring_sent(&shm_of(ch)->tx);
 }
 
 /* Our ring still holds every byte the peer did not read: it can not have
@@ -306,5 +324,6 @@ const struct shim_transport_ops shim_shm_ops = {
 	.fail = shm_fail,
 	.drop_unread = shm_drop_unread,
 	.rx_offset = shm_rx_offset,
+	.tx_offset = shm_tx_offset,
 	.tx_unreceived = shm_tx_unreceived,
 };

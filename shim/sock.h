@@ -20,6 +20,7 @@
 #include "fdtable.h"
 #include "reason.h"
 #include "rendezvous.h"
+#include "spin.h"
 #include "tuple.h"
 
 enum shim_role {
@@ -119,9 +120,11 @@ struct shim_sock {
 	uint8_t tcp_out[64]; /* frames waiting for TCP send space */
 	size_t tcp_out_len;
 	unsigned bells_owed; /* bells the peer took an arm for and will send */
+	unsigned bells_early; /* bells drained before the disarm that owes them (io.c) */
 	unsigned sleepers;   /* threads of ours waiting on this connection */
 	unsigned rx_idle_arms; /* rx arms since data last came (io.c, arm_grace) */
 	bool shared_sleep;   /* two of them at once were seen (io.c) */
+	struct shim_spin_hist spin_hist; /* do this socket's waits spin (spin.h) */
 	struct shim_chan *chan;
 
 	/* Back to TCP after the channel failed (failover.c). */
@@ -131,6 +134,8 @@ struct shim_sock {
 	bool fo_tx_done;    /* our replay went out: tx is plain TCP again */
 	bool fo_absorb_bad; /* a frame other than bells came in one read with SWITCH */
 	uint64_t fo_peer_rx_offset; /* what the peer's RESUME said it received */
+	bool fo_offset_implied;     /* ... taken from a lossless channel before it came */
+	uint64_t fo_implied_at;
 	uint8_t *fo_replay;         /* our bytes the peer never got, sent on TCP first */
 	size_t fo_replay_len, fo_replay_off;
 

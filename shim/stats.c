@@ -6,11 +6,16 @@
 #include "trace.h"
 
 unsigned long shim_stats_reason[SHIM_REASON_COUNT];
+unsigned long shim_stats_spin[SHIM_SPIN_STAT_COUNT];
+
+static const char *const spin_names[SHIM_SPIN_STAT_COUNT] = {
+	"runs", "hits", "misses", "skipped_crowded", "skipped_backoff", "backoffs", "resumes",
+};
 
 void shim_stats_trace(void)
 {
-	char body[SHIM_TRACE_LINE_MAX / 2];
-	size_t off = 0;
+	char body[SHIM_TRACE_LINE_MAX / 2], spin[SHIM_TRACE_LINE_MAX / 4];
+	size_t off = 0, soff = 0;
 
 	body[0] = '\0';
 	for (unsigned r = 0; r < SHIM_REASON_COUNT; r++) {
@@ -25,5 +30,18 @@ void shim_stats_trace(void)
 			break;
 		off += (size_t)w;
 	}
-	SHIM_TRACE(SHIM_TRACE_INFO, "process.stats", -1, NULL, SHIM_REASON_NONE, "\"reasons\":{%s}", body);
+	spin[0] = '\0';
+	for (unsigned i = 0; i < SHIM_SPIN_STAT_COUNT; i++) {
+		unsigned long n = __atomic_load_n(&shim_stats_spin[i], __ATOMIC_RELAXED);
+		int w;
+
+		if (!n)
+			continue;
+		w = snprintf(spin + soff, sizeof(spin) - soff, "%s\"%s\":%lu", soff ? "," : "", spin_names[i], n);
+		if (w < 0 || (size_t)w >= sizeof(spin) - soff)
+			break;
+		soff += (size_t)w;
+	}
+	SHIM_TRACE(SHIM_TRACE_INFO, "process.stats", -1, NULL, SHIM_REASON_NONE, "\"reasons\":{%s},\"spin\":{%s}",
+		   body, spin);
 }

@@ -98,6 +98,12 @@ struct shim_transport_ops {
 	 * again on TCP (a hand-off: the process that gets the socket can not
 	 * reach this channel). Optional. */
 	void (*drop_unread)(struct shim_chan *ch);
+	/* A channel that loses nothing (shm: the peer reads every byte we
+	 * put in it, unless it hands the socket on): the bytes we sent on it,
+	 * which is where the peer's RESUME will say it stands. Optional: with
+	 * it, our direction may return to TCP without waiting for that RESUME
+	 * (failover.c), which a peer not in any call would never send. */
+	uint64_t (*tx_offset)(const struct shim_chan *ch);
 	/* Bytes received so far, read or not: where the peer must resume. */
 	uint64_t (*rx_offset)(const struct shim_chan *ch);
 	/* Our bytes from offset `from` on, which the peer never received: at

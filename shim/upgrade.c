@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -34,6 +35,7 @@
  * /proc/net/tcp), and each refusal costs us an accept and a credential
  * check, so the work one connection can be made to do stays bounded. */
 #define RV_MAX_REFUSALS 16
+#define RV_EXIT_WAIT_MS 100
 
 /* rv.refused lines, per process: 20 at once, then 10 a second. */
 static struct shim_trace_budget refused_lines = { .burst = 20, .per_sec = 10 };
@@ -240,6 +242,11 @@ static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 	/* The listener must belong to the user who owns C's end of the TCP
 	 * connection; anything else is a squatter on the name. */
 	rc = shim_rv_verify_peer(rv, client_ep(s), server_ep(s), SHIM_RV_USER_ONLY, &s->rv_owner);
+	if (rc == -ENOENT) {
+		/* C's TCP socket is gone (sock_diag): nothing left to join. */
+		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
+		return;
+	}
 	if (rc < 0) {
 		trace_refused(s, fd, "server", -rc);
 		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
@@ -268,6 +275,29 @@ static bool rv_peer_gone(int rv_fd)
 	uint8_t b;
 
 	return REAL(recv)(rv_fd, &b, 1, MSG_DONTWAIT | MSG_PEEK) == 0;
+}
+
+/*
+ * A failed check of the fd the peer named: a liar, or a peer that is gone.
+ * A peer that closes its connection closes the rendezvous first. One that
+ * exits with the connection open (redis-server on SHUTDOWN) leaves that to
+ * the kernel, which closes its fds in their order: its TCP socket's number
+ * can be gone (-ENOENT) a moment before its rendezvous closes (the sockets
+ * are released after the whole fd table is gone, and a busy host may run
+ * the exiting process late). Wait for that hang-up, RV_EXIT_WAIT_MS at
+ * most and only after -ENOENT: a live liar costs its own connection that
+ * long once, a peer that went away much less.
+ */
+static bool rv_peer_gone_after(int rv_fd, int rc)
+{
+	struct pollfd p = { .fd = rv_fd, .events = POLLIN | POLLRDHUP };
+
+	if (rv_peer_gone(rv_fd))
+		return true;
+	if (rc != -ENOENT)
+		return false;
+	REAL(poll)(&p, 1, RV_EXIT_WAIT_MS);
+	return rv_peer_gone(rv_fd);
 }
 
 /* Our direction's offset for the peer: where our SWITCH frame will sit, or
@@ -353,7 +383,7 @@ static void s_read_accept(struct shim_sock *s, int fd)
 		REAL(close)(memfd);
 		/* A C that closes its connection closes the rendezvous first:
 		 * its fd is then gone or reused, and that is no spoofing. */
-		if (rv_peer_gone(s->rv_fd)) {
+		if (rv_peer_gone_after(s->rv_fd, rc)) {
 			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
 			return;
 		}
@@ -453,6 +483,13 @@ static void c_accept(struct shim_sock *s, int fd, unsigned long long now)
 			s->phase = SHIM_PHASE_C_CONNECTED;
 			return;
 		}
+		/* No TCP socket of S's any more (sock_diag): the connection
+		 * is gone at that end, there is no one to refuse. */
+		if (rc == -ENOENT) {
+			REAL(close)(rv);
+			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
+			return;
+		}
 		/* A stranger: refuse it and keep waiting for the real S, up
 		 * to a bound. */
 		trace_refused(s, fd, "client", -rc);
@@ -499,7 +536,7 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 	if (rc < 0) {
 		/* An S that answered and closed (a short connection) closed its
 		 * rendezvous before its socket: that is no spoofing. */
-		if (rv_peer_gone(s->rv_fd)) {
+		if (rv_peer_gone_after(s->rv_fd, rc)) {
 			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
 			return;
 		}

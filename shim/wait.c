@@ -2,7 +2,7 @@
  * poll/select emulation for switched fds; see wait.h.
  *
  * One round: compute the switched fds' readiness from their channels; if
- * none is ready, busy-poll for RDMASHIM_SPIN_US, then arm them (so a peer
+ * none is ready, busy-poll (spin.h: at most RDMASHIM_SPIN_US), then arm them (so a peer
  * that makes them ready rings a bell on TCP), re-check, and sleep in the
  * kernel's poll with the switched fds asking for POLLIN (bells) only.
  */
@@ -18,6 +18,7 @@
 #include "io.h"
 #include "real.h"
 #include "sock.h"
+#include "spin.h"
 #include "trace.h"
 
 #define WAIT_SLICE_MS 200
@@ -170,12 +171,16 @@ static int count_ready(const struct pollfd *fds, nfds_t nfds)
 	return ready;
 }
 
+/* poll and select have no object that outlives the call: the spin history
+ * of their waits is the thread's (spin.h). */
+static __thread struct shim_spin_hist poll_spin_hist;
+
 int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const sigset_t *sigmask)
 {
 	struct shim_sock *ours_stack[WAIT_STACK_FDS], **ours = ours_stack;
 	struct pollfd tmp_stack[WAIT_STACK_FDS], *tmp = tmp_stack;
 	long long deadline = shim_wait_deadline(timeout_ns);
-	unsigned long long spin_end = shim_now_ns() + (unsigned long long)shim_cfg.spin_us * 1000ull;
+	struct shim_spin_run spin = SHIM_SPIN_RUN_INIT;
 	int rc;
 
 	memset(ours_stack, 0, sizeof(ours_stack));
@@ -196,7 +201,8 @@ int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const 
 			rc = theirs < 0 ? theirs : count_ready(fds, nfds);
 			break;
 		}
-		if (shim_now_ns() < spin_end) {
+		/* Busy-poll while spin.h allows (at most RDMASHIM_SPIN_US). */
+		if (shim_spin_more(&spin, &poll_spin_hist, nfds ? fds[0].fd : -1)) {
 			sched_yield(); /* the peer may share our core */
 			continue;
 		}
@@ -245,6 +251,7 @@ int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const 
 			break;
 		}
 	}
+	shim_spin_end(&spin, &poll_spin_hist, rc > 0, nfds ? fds[0].fd : -1);
 	put_ours(ours, nfds);
 	if (ours != ours_stack) {
 		free(ours);

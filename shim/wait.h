@@ -24,6 +24,15 @@ int shim_wait_select(int nfds, fd_set *r, fd_set *w, fd_set *e, long long *timeo
 
 /* epoll (epoll.c). */
 int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event);
+/* fd, just tracked, was already in the set epfd with the program's events
+ * and data (epoll_early.c): the shim takes the registration over. */
+int shim_epoll_adopt(int epfd, int fd, uint32_t events, uint64_t data);
+/* An fd the shim does not track went into an epoll set (the wrapper's fast
+ * path): remembered, cheaply, in case it is tracked later (epoll_early.c). */
+void shim_epoll_note_early(int epfd, int fd);
+/* fd was just tracked (connect): registrations made before that are taken
+ * over. */
+void shim_epoll_adopt_early(int fd);
 /* Returns 1 and fills *rc when it handled the wait, 0 when the kernel's
  * epoll_wait is exact for this epfd. */
 int shim_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,

@@ -300,6 +300,7 @@ START_TEST(parse_defaults)
 	ck_assert_str_eq(cfg.trace_file, "");
 	ck_assert_uint_eq(cfg.ring_kb, 1024);
 	ck_assert_uint_eq(cfg.spin_us, 50);
+	ck_assert_uint_eq(cfg.spin_adapt, 1);
 	ck_assert_uint_eq(cfg.huge_pages, 1);
 	ck_assert_uint_eq(cfg.test_fail_rdma_kb, 0);
 	ck_assert_uint_eq(cfg.breaker_failures, 3);
@@ -469,6 +470,7 @@ static const struct {
 	{ "RDMASHIM_TRACE", "loud" },
 	{ "RDMASHIM_RING_KB", "131072" },
 	{ "RDMASHIM_SPIN_US", "1000001" },
+	{ "RDMASHIM_SPIN_ADAPT", "2" },
 	{ "RDMASHIM_BREAKER_FAILURES", "0" },
 	{ "RDMASHIM_BREAKER_COOLDOWN_MS", "86400001" },
 	{ "RDMASHIM_CM_TIMEOUT_MS", "0" },

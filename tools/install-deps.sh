@@ -5,7 +5,9 @@ set -euo pipefail
 packages=(build-essential pkg-config check uthash-dev libibverbs-dev librdmacm-dev
 	rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest
 	redis-server redis-tools iperf3 sockperf iproute2 python3
-	qemu-system-x86 linux-image-amd64 busybox-static kmod cpio zstd xz-utils)
+	qemu-system-x86 linux-image-amd64 busybox-static kmod cpio zstd xz-utils
+	curl wget socat nginx-light lighttpd memcached libmemcached-tools postgresql
+	python3-requests python3-pymemcache mosquitto mosquitto-clients)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -20,6 +22,10 @@ fi
 echo "make deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-# redis-server's postinst starts a system instance on 6379; the tests start
-# their own servers on other ports, so that instance is harmless.
+# The postinst of redis-server, nginx-light, lighttpd, memcached,
+# postgresql and mosquitto may start a system instance (6379, 80, 11211,
+# 5432, 1883); the tests start their own servers on other ports, so those
+# instances are harmless.
+# integration/bench/pgbench.sh starts its own PostgreSQL cluster in a
+# temporary directory and never touches the system one.
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -12,7 +12,7 @@
 # Builds nothing: run `make` first. Loopback only, everything under timeout.
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-LIB=$ROOT/build/lib/librdmashim.so
+LIB=${BENCH_LIB:-$ROOT/build/lib/librdmashim.so}
 SECS=${BENCH_SECS:-3}
 ROUNDS=${BENCH_ROUNDS:-3}
 WORK=$(mktemp -d)

@@ -91,7 +91,7 @@ def parse(text):
 def scripts(lines):
     c, s = [], []
     for ln in lines:
-        if ln in ("sync", "awaitup"):
+        if ln in ("sync", "barrier", "awaitup"):
             c.append(ln)
             s.append(ln)
         elif ln.startswith("c "):

@@ -431,6 +431,12 @@ int run_step(int i)
 	} else if (!strcmp(op, "sync")) {
 		do_sync(out, sizeof(out));
 		rec(i, "%s", out);
+	} else if (!strcmp(op, "barrier")) {
+		/* The barrier alone: a snapshot here would show how much the
+		 * buffers hold, which depends on their sizes. */
+		char b = 'S';
+
+		rec(i, (write(D.sync_fd, &b, 1) != 1 || read(D.sync_fd, &b, 1) != 1) ? "lost" : "ok");
 	} else if (!strcmp(op, "die")) {
 		fflush(stdout);
 		raise(SIGKILL);

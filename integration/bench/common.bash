@@ -1,0 +1,132 @@
+# common.bash: helpers the shim-vs-TCP benchmarks share (sourced, not run:
+# run-all.sh runs *.sh only).
+#
+# Every comparison is made within one run, the two sides alternated round by
+# round (even rounds shim first, odd rounds TCP first) so that drift on a
+# shared machine hits both alike; a ratio is the median of per-round ratios.
+# A benchmark reports, it never fails on a slow machine: it exits non-zero
+# only when something could not run.
+#
+# Environment every benchmark honours:
+#   BENCH_LIB     the library shim runs preload (default build/lib/librdmashim.so)
+#   BENCH_ROUNDS  alternated rounds per comparison (each script has a default)
+set -u
+set -o pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+LIB=${BENCH_LIB:-$ROOT/build/lib/librdmashim.so}
+PROGS=$ROOT/build/progs
+BENCH=$(basename "$0" .sh)
+
+# Only what a benchmark sets reaches the programs.
+while read -r _v; do unset "$_v"; done < <(compgen -e | grep '^RDMASHIM_' || true)
+unset LD_PRELOAD _v
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/rdmashim-$BENCH.XXXXXX")
+BG_PIDS=()
+bench_cleanup() {
+	local p
+	declare -F bench_stop >/dev/null && bench_stop
+	for p in "${BG_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+	for p in "${BG_PIDS[@]}"; do wait "$p" 2>/dev/null; done
+	[[ -n ${BENCH_KEEP:-} ]] || rm -rf "$WORK"
+}
+trap bench_cleanup EXIT
+# A benchmark may define bench_stop: run first at exit (servers that a
+# signal to the background job does not reach).
+
+die() { echo "$BENCH: $*" >&2; exit 2; }
+say() { echo "[$BENCH] $*"; }
+
+need() {
+	local c
+	for c in "$@"; do command -v "$c" >/dev/null || die "$c is missing (make deps)"; done
+}
+[[ -f $LIB ]] || die "$LIB missing: run make first"
+
+# A port below the ephemeral range that nothing listens on, never the same twice.
+USED_PORTS=" "
+free_port() {
+	local p i
+	for ((i = 0; i < 200; i++)); do
+		p=$((20000 + RANDOM % 12000))
+		[[ $USED_PORTS == *" $p "* ]] && continue
+		[[ -n $(ss -Htan "( sport = :$p )" 2>/dev/null) ]] && continue
+		USED_PORTS+="$p "
+		echo "$p"
+		return 0
+	done
+	die "no free port found"
+}
+
+wait_listen() {
+	local port=$1 i
+	for ((i = 0; i < 200; i++)); do
+		[[ -n $(ss -Htln "( sport = :$port )" 2>/dev/null) ]] && return 0
+		sleep 0.05
+	done
+	die "nothing listens on 127.0.0.1:$port after 10 s"
+}
+
+# mode_env MODE PORT: the `env` words for one side. shim (or shim_NAME): the library on
+# PORT (plus BENCH_SHIM_ENV, words like RDMASHIM_SPIN_US=0); tcp: nothing.
+# Other shim modes (shim_NAME) add the words in VARIANT_ENV[shim_NAME].
+declare -A VARIANT_ENV=()
+mode_env() {
+	if [[ $1 == shim* ]]; then
+		# shellcheck disable=SC2086
+		echo env LD_PRELOAD="$LIB" RDMASHIM_PORTS="$2" ${BENCH_SHIM_ENV:-} ${VARIANT_ENV[$1]:-}
+	else
+		echo env -u LD_PRELOAD
+	fi
+}
+
+# start_bg LOG CMD...: in the background, its pid in LAST_BG
+start_bg() {
+	local log=$1; shift
+	"$@" >"$log" 2>&1 &
+	LAST_BG=$!
+	BG_PIDS+=("$LAST_BG")
+}
+stop_bg() { kill -TERM "$1" 2>/dev/null; wait "$1" 2>/dev/null; return 0; }
+
+# Even rounds shim first, odd rounds TCP first. order ROUND MODE...: more
+# than two modes rotate, one step a round.
+order() {
+	local r=$1; shift
+	(($# == 0)) && set -- shim tcp
+	local m=("$@") i n=$#
+	for ((i = 0; i < n; i++)); do printf '%s ' "${m[(i + r) % n]}"; done
+	echo
+}
+
+median() {
+	printf '%s\n' "$@" | grep -v '^$' | sort -g | awk '{ v[NR] = $1 }
+	  END { if (NR == 0) { print "nan"; exit }
+	        if (NR % 2) printf "%.6g\n", v[(NR + 1) / 2]
+	        else printf "%.6g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+calc() { awk "BEGIN { printf \"$1\\n\", ($2) }"; }
+minmax() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { print lo, hi }'; }
+
+# paired_ratio "A1 A2 .." "B1 B2 ..": median of the per-round A/B
+paired_ratio() {
+	local a b i r=()
+	read -ra a <<<"$1"
+	read -ra b <<<"$2"
+	for ((i = 0; i < ${#a[@]} && i < ${#b[@]}; i++)); do
+		[[ ${a[i]} == nan || ${b[i]} == nan ]] && continue
+		r+=("$(calc %.4f "${a[i]} / ${b[i]}")")
+	done
+	((${#r[@]})) || { echo nan; return; }
+	calc %.3f "$(median "${r[@]}")"
+}
+
+# verdict RATIO BAR: "meets the bar >= BAR" or "below the bar >= BAR"
+verdict() {
+	if [[ $1 != nan ]] && awk "BEGIN { exit !(($1) >= ($2)) }"; then
+		echo "(bar >= ${2}x: met)"
+	else
+		echo "(bar >= ${2}x: NOT met)"
+	fi
+}

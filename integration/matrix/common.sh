@@ -1,0 +1,213 @@
+# shellcheck shell=bash disable=SC2034
+# integration/matrix/common.sh: what every program of the real-program matrix
+# shares. A program's script (integration/matrix/NAME.sh) sources this file,
+# defines mx_body and calls mx_main:
+#
+#   mx_body MODE    run the program pair once; MODE is plain (no shim at
+#                   all) or shim (both ends under it, shm upgrades). Start
+#                   things with mx_bg / mx_fg, name the whitelisted ports with
+#                   mx_port, and write what an observer sees (exit statuses,
+#                   hashes, counts, never timings) with mx_result.
+#
+# mx_main runs mx_body plain, then mx_body shim, and checks:
+#   (a) the two runs' results are the same lines (and each run's result is
+#       not empty);
+#   (b) the trace of the shim run shows, for every port named with
+#       mx_port, at least MX_MIN_SWITCHED (default 1) connections upgraded
+#       (upgrade.done) at both ends and switched (tx.switch transport shm;
+#       rx.switch: bytes crossed the ring); and every process named in
+#       MX_SWITCHED_BY (the WHO of mx_fg / the NAME of mx_bg) has at least
+#       one such connection (WHO@LABEL: one to the port named LABEL);
+#   (c) no rv.refused, conn.abort, frames.bad, rx.switch_behind,
+#       rx.switch_mismatch, conn.untracked, close.frames_late or
+#       close.unflushed record, and no record whose
+#       reason is peer_violation or internal_error, unless the script names
+#       the event in MX_ALLOW_EVENTS (with the reason why, in its header).
+#
+# Knobs: MX_TRANSPORTS (default shm) is RDMASHIM_TRANSPORTS in the shim run;
+# MX_TRANSPORTS=tcp must make check (b) fail. MX_KNOWN="reason" marks the
+# program a known failure: its checks still run and print, and the matrix
+# driver reports "ok - NAME # TODO known: reason" when they fail.
+# A script runs alone too: bash integration/matrix/NAME.sh
+: "${CMD_TIMEOUT:=40}"
+: "${BG_TIMEOUT:=90}"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+need_built
+
+MX_NAME=$T_NAME
+MX_TRANSPORTS=${MX_TRANSPORTS:-shm}
+MX_MIN_SWITCHED=${MX_MIN_SWITCHED:-1}
+MX_ALLOW_EVENTS=${MX_ALLOW_EVENTS:-}
+MX_SWITCHED_BY=${MX_SWITCHED_BY:-}
+# Debian's interpreter (its python3-* packages), not a version manager's.
+PY3=/usr/bin/python3
+MODE=
+RES=
+TRACE_DIR=$WORK/trace
+MX_WHITELIST=
+
+[[ -n ${MX_KNOWN:-} ]] && echo "# known failure: $MX_KNOWN"
+
+# mx_port LABEL PORT [MIN]: PORT is a server port of this run (whitelisted
+# in the shim run, and checked there for at least MIN switched connections,
+# default MX_MIN_SWITCHED).
+mx_port() {
+  MX_WHITELIST=${MX_WHITELIST:+$MX_WHITELIST,}$2
+  echo "$1 $2 ${3:-$MX_MIN_SWITCHED}" >>"$WORK/$MODE.ports"
+}
+
+# mx_result TEXT...: one line of the observable result of this run.
+mx_result() {
+  echo "$*" >>"$RES"
+}
+
+# mx_vars WHO: VARS = the shim configuration of one process (its trace file
+# is trace.WHO-PID.jsonl).
+mx_vars() {
+  VARS=(RDMASHIM_PORTS="$MX_WHITELIST" RDMASHIM_TRANSPORTS="$MX_TRANSPORTS" RDMASHIM_TRACE=info
+        "RDMASHIM_TRACE_FILE=$TRACE_DIR/trace.$1-%p.jsonl")
+}
+
+# mx_fg WHO CMD...: run CMD in the foreground, under the shim in the shim run.
+mx_fg() {
+  local who=$1
+  shift
+  if [[ $MODE == shim ]]; then
+    mx_vars "$who"
+    with_shim "${VARS[@]}" "$@"
+  else
+    no_shim "$@"
+  fi
+}
+
+# mx_bg NAME CMD...: start CMD in the background (start_bg; output in
+# $WORK/MODE-NAME.out and .err, pid in BG_PID), under the shim in the shim run.
+mx_bg() {
+  local name=$1
+  shift
+  if [[ $MODE == shim ]]; then
+    mx_vars "$name"
+    start_bg "$MODE-$name" shim "${VARS[@]}" "$@"
+  else
+    start_bg "$MODE-$name" plain "$@"
+  fi
+}
+
+# mx_bg_as USER NAME CMD...: mx_bg with CMD run as USER (setpriv). The user
+# changes before the shim loads: a trace file opened by root under the same
+# pid (setpriv execs in place) would be closed to the program.
+mx_bg_as() {
+  local user=$1 name=$2
+  shift 2
+  local as=(setpriv --reuid="$user" --regid="$user" --init-groups)
+  if [[ $MODE == shim ]]; then
+    mx_vars "$name"
+    start_bg "$MODE-$name" plain "${as[@]}" env LD_PRELOAD="$PRELOAD" "${SHIM_DEFAULTS[@]}" "${VARS[@]}" "$@"
+  else
+    start_bg "$MODE-$name" plain "${as[@]}" "$@"
+  fi
+}
+
+# mx_check MSG CMD... / mx_same MSG A B: check and same, the message naming
+# the run.
+mx_check() {
+  local msg=$1
+  shift
+  check "$MODE: $msg" "$@"
+}
+mx_same() {
+  same "$MODE: $1" "$2" "$3"
+}
+
+# mx_wait_listen PORT: wait_listen, failing the run's check when it fails.
+mx_wait_listen() {
+  if wait_listen "$1" 20; then
+    return 0
+  fi
+  not_ok "$MODE: something listens on port $1"
+  return 1
+}
+
+mx_trace_check() {
+  trace_py "$TRACE_DIR" "$WORK/shim.ports" "$MX_ALLOW_EVENTS" "$MX_SWITCHED_BY" <<'PY'
+import collections
+ports = [l.split() for l in open(ARGS[0]) if l.strip()]
+allowed = set(ARGS[1].split())
+by = ARGS[2].split()
+def who(r):
+    return r["_file"].split(".")[1].rsplit("-", 1)[0]
+def key(r):
+    return frozenset((r.get("local"), r.get("peer")))
+def sport(k):
+    return min(port_of(e) for e in k)
+done = collections.defaultdict(set)
+for r in events("upgrade.done", reason="upgraded", transport="shm"):
+    done[key(r)].add(r.get("role"))
+txs = collections.Counter(key(r) for r in events("tx.switch", transport="shm"))
+rxs = collections.Counter(key(r) for r in events("rx.switch"))
+fails = collections.Counter(r.get("reason") for r in events("upgrade.fail"))
+for label, port, need in ports:
+    port, need = int(port), int(need)
+    tracked = {key(r) for r in tracks(port=port)}
+    both = {k for k in tracked if done.get(k) == {"client", "server"}}
+    switched = {k for k in both if txs[k] >= 1 and rxs[k] >= 1}
+    print("    %s (port %d): %d connections tracked, %d upgraded at both ends, %d switched with bytes over the ring"
+          % (label, port, len(tracked), len(both), len(switched)))
+    check(len(switched) >= need,
+          "shim: %s: at least %d connection(s) on port %d upgraded to shm at both ends and switched (%d)"
+          % (label, need, port, len(switched)))
+sw_all = {k for k in done if done[k] == {"client", "server"} and txs[k] >= 1 and rxs[k] >= 1}
+port_by_label = {label: int(port) for label, port, _ in ports}
+for w in by:
+    w, _, to = w.partition("@")
+    mine = {key(r) for r in events("conn.track") if who(r) == w
+            and (not to or server_port(r) == port_by_label.get(to))}
+    check(mine & sw_all, "shim: %s: at least one of its %d connections%s switched to shm (%d)"
+          % (w, len(mine), " to " + to if to else "", len(mine & sw_all)))
+if fails:
+    print("    upgrade.fail by reason: %s" % dict(fails))
+# close.frames_late: a close waited its full 2 s for a frame of the peer's
+# that never came (over TCP the close is immediate).
+bad_events = {"rv.refused", "conn.abort", "frames.bad", "rx.switch_behind", "rx.switch_mismatch",
+              "conn.untracked", "close.frames_late", "close.unflushed"} - allowed
+bad = [r for r in T if r.get("event") in bad_events
+       or (r.get("reason") in ("peer_violation", "internal_error") and r.get("event") not in allowed)]
+check(not bad, "shim: no %s record and no peer_violation or internal_error (%d)"
+      % ("/".join(sorted(bad_events)), len(bad)))
+for r in bad[:5]:
+    print("    %s: %s" % (r["_file"], {k: v for k, v in r.items() if k != "_file"}))
+PY
+}
+
+mx_main() {
+  local m t0
+  mkdir -p "$TRACE_DIR"
+  # Processes that change user (setpriv) write their trace here too.
+  chmod 1777 "$TRACE_DIR"
+  for m in plain shim; do
+    MODE=$m
+    RES=$WORK/$m.result
+    MX_WHITELIST=
+    : >"$RES"
+    : >"$WORK/$m.ports"
+    log "--- $m run"
+    t0=$EPOCHREALTIME
+    mx_body "$m"
+    log "--- $m run took $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')s"
+  done
+  MODE=both
+  check "plain: the run has a result" test -s "$WORK/plain.result"
+  if cmp -s "$WORK/plain.result" "$WORK/shim.result"; then
+    ok "shim and plain runs saw the same result ($(wc -l <"$WORK/plain.result") lines)"
+  else
+    not_ok "shim and plain runs saw the same result"
+    diff "$WORK/plain.result" "$WORK/shim.result" | head -n 20 | sed 's/^/    /'
+  fi
+  sed 's/^/    result: /' "$WORK/shim.result" | head -n 12
+  if [[ -s $WORK/shim.ports ]]; then
+    mx_trace_check
+  else
+    not_ok "shim: the run named its ports (mx_port)"
+  fi
+  finish
+}

@@ -1,0 +1,52 @@
+#!/bin/bash
+# matrix/iperf3: iperf3 (a control connection beside the data streams, all
+# in one select loop per end): 64 MiB over 2 parallel streams, then 64 MiB
+# in reverse (-R: the server sends). Result: the exit statuses, the bytes
+# the sender counted (exactly the 64 MiB asked) and an error-free JSON at
+# both ends; the receiver's count is checked too (every byte arrived, or the
+# few still in flight when iperf3 stopped counting: at most the rings and
+# socket buffers).
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+need_cmd iperf3
+MX_SWITCHED_BY="client-P2 client-R server-P2 server-R"
+MX_MIN_SWITCHED=2
+
+mx_body() {
+  local port pid rc crc how extra
+  for how in P2 R; do
+    extra=(-P 2)
+    [[ $how == R ]] && extra=(-R)
+    port=$(free_port)
+    mx_port "iperf3-$how" "$port"
+    mx_bg "server-$how" iperf3 -s -1 -J -p "$port" -B 127.0.0.1
+    pid=$BG_PID
+    mx_wait_listen "$port" || { stop_bg "$pid"; return; }
+    crc=0
+    mx_fg "client-$how" iperf3 -c 127.0.0.1 -p "$port" -n 64M -J "${extra[@]}" \
+      >"$WORK/$MODE-client-$how.json" 2>"$WORK/$MODE-client-$how.err" || crc=$?
+    rc=0
+    wait_bg "$pid" 30 || rc=$?
+    mx_result "iperf3 $how: client exit $crc, server exit $rc"
+    mx_check "iperf3 $how: client and server exit status 0 (got $crc, $rc)" test "$crc$rc" = 00
+    "$PY3" - "$WORK/$MODE-client-$how.json" "$WORK/$MODE-server-$how.out" >"$WORK/$MODE-$how.sum" <<'PY'
+import json, sys
+def load(f):
+    try:
+        return json.load(open(f))
+    except (OSError, ValueError) as e:
+        return {"error": "unreadable JSON: %s" % e}
+c, s = load(sys.argv[1]), load(sys.argv[2])
+end = c.get("end", {})
+sent, got = end.get("sum_sent", {}).get("bytes", 0), end.get("sum_received", {}).get("bytes", 0)
+print("errors:", c.get("error", "none"), s.get("error", "none"))
+print("sent:", sent)
+slack = 4 * (1 << 20) + 8 * (1 << 20)
+print("received all but what may be in flight:", 0 < got <= sent and sent - got <= slack)
+PY
+    cat "$WORK/$MODE-$how.sum" >>"$RES"
+    mx_check "iperf3 $how: no error, 64 MiB sent, received in full or in flight" \
+      test "$(tr '\n' ' ' <"$WORK/$MODE-$how.sum")" = "errors: none none sent: 67108864 received all but what may be in flight: True "
+  done
+}
+
+mx_main

@@ -1,0 +1,175 @@
+/*
+ * conn_hold: many 1-byte ping-pong connections between two processes, for
+ * the benchmarks (integration/bench/upgrade_time.sh, many_conns.sh).
+ *
+ *   conn_hold server --port P --conns N [--rounds R] [--hold FILE]
+ *   conn_hold client --port P --conns N [--rounds R] [--seq] [--go FILE] [--hold FILE]
+ *
+ * Both ends use blocking I/O in one thread, in connection order: the client
+ * writes one byte, the server reads it and writes it back, the client reads
+ * it, R times per connection (default 10).
+ *
+ *   --seq   one connection at a time: connect, R rounds, close (the server
+ *           then reads EOF and closes). For timing upgrades one by one.
+ *   default all N connections are made first, then R rounds over each in
+ *           turn, and they stay open: the client prints "UP ms=T" (T: from
+ *           the first connect to the last byte of the last round) and both
+ *           wait for FILE (--hold) to exist before closing them all.
+ *   --go FILE  the client waits for FILE before its first connect (so its
+ *           memory can be read before any connection).
+ *
+ * Prints "READY <port> pid=<pid>" first (the server once it listens). Exits
+ * 0 when every byte came back, 1 (with a line on stderr) otherwise. Every
+ * wait is bounded (120 s).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void wait_file(const char *path)
+{
+	double end = now_ms() + 120e3;
+	struct stat st;
+
+	while (path && stat(path, &st) != 0) {
+		if (now_ms() > end) {
+			fprintf(stderr, "conn_hold: %s never appeared\n", path);
+			exit(1);
+		}
+		usleep(10000);
+	}
+}
+
+static void one_byte(int fd, bool send_first, int conn)
+{
+	char c = 'x';
+
+	if (send_first && write(fd, &c, 1) != 1)
+		goto fail;
+	if (read(fd, &c, 1) != 1 || c != 'x')
+		goto fail;
+	if (!send_first && write(fd, &c, 1) != 1)
+		goto fail;
+	return;
+fail:
+	fprintf(stderr, "conn_hold: connection %d: ping-pong failed: %s\n", conn, strerror(errno));
+	exit(1);
+}
+
+static int connect_to(int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		fprintf(stderr, "conn_hold: connect: %s\n", strerror(errno));
+		exit(1);
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+int main(int argc, char **argv)
+{
+	int port = 0, n = 0, rounds = 10, seq = 0, *fds, lfd = -1;
+	const char *go = NULL, *hold = NULL;
+	bool server;
+
+	if (argc < 2 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
+		fprintf(stderr, "usage: conn_hold server|client --port P --conns N [--rounds R] [--seq] [--go F] [--hold F]\n");
+		return 2;
+	}
+	server = !strcmp(argv[1], "server");
+	for (int i = 2; i < argc; i++) {
+		if (!strcmp(argv[i], "--seq"))
+			seq = 1;
+		else if (i + 1 >= argc)
+			return 2;
+		else if (!strcmp(argv[i], "--port"))
+			port = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--conns"))
+			n = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--rounds"))
+			rounds = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--go"))
+			go = argv[++i];
+		else if (!strcmp(argv[i], "--hold"))
+			hold = argv[++i];
+		else
+			return 2;
+	}
+	if (port <= 0 || n <= 0 || rounds < 0)
+		return 2;
+	fds = calloc((size_t)n, sizeof(*fds));
+	if (!fds)
+		return 1;
+	if (server) {
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+		int one = 1;
+
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		lfd = socket(AF_INET, SOCK_STREAM, 0);
+		setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 4096) < 0) {
+			fprintf(stderr, "conn_hold: listen: %s\n", strerror(errno));
+			return 1;
+		}
+	}
+	printf("READY %d pid=%d\n", port, (int)getpid());
+	fflush(stdout);
+	if (!server)
+		wait_file(go);
+	double t0 = now_ms();
+
+	for (int i = 0; i < n; i++) {
+		fds[i] = server ? accept(lfd, NULL, NULL) : connect_to(port);
+		if (fds[i] < 0) {
+			fprintf(stderr, "conn_hold: accept: %s\n", strerror(errno));
+			return 1;
+		}
+		if (!seq)
+			continue;
+		for (int r = 0; r < rounds; r++)
+			one_byte(fds[i], !server, i);
+		if (server) {
+			char c;
+
+			if (read(fds[i], &c, 1) != 0) {
+				fprintf(stderr, "conn_hold: connection %d: expected EOF\n", i);
+				return 1;
+			}
+		}
+		close(fds[i]);
+	}
+	if (seq) {
+		printf("DONE ms=%.1f\n", now_ms() - t0);
+		return 0;
+	}
+	for (int r = 0; r < rounds; r++)
+		for (int i = 0; i < n; i++)
+			one_byte(fds[i], !server, i);
+	printf("UP ms=%.1f\n", now_ms() - t0);
+	fflush(stdout);
+	wait_file(hold);
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+	return 0;
+}

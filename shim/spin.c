@@ -1,0 +1,150 @@
+/* Adaptive busy polling; see spin.h for the rules and why. */
+#include "spin.h"
+
+#include <unistd.h>
+
+#include "config.h"
+#include "sock.h"
+#include "stats.h"
+#include "trace.h"
+
+static unsigned spinners;     /* threads in a spin now */
+static unsigned spin_cpus;    /* 0: not read yet */
+static unsigned crowded_seen; /* 1 after a crowded wait, until a spin starts */
+
+void shim_spin_set_cpus(unsigned cpus)
+{
+	__atomic_store_n(&spin_cpus, cpus, __ATOMIC_RELAXED);
+}
+
+unsigned shim_spin_spinners(void)
+{
+	return __atomic_load_n(&spinners, __ATOMIC_RELAXED);
+}
+
+static unsigned cpus(void)
+{
+	unsigned n = __atomic_load_n(&spin_cpus, __ATOMIC_RELAXED);
+
+	if (!n) {
+		long c = sysconf(_SC_NPROCESSORS_ONLN);
+
+		n = c > 0 ? (unsigned)c : 1;
+		__atomic_store_n(&spin_cpus, n, __ATOMIC_RELAXED);
+	}
+	return n;
+}
+
+#define LOAD(f) __atomic_load_n(&(f), __ATOMIC_RELAXED)
+#define STORE(f, v) __atomic_store_n(&(f), (v), __ATOMIC_RELAXED)
+
+/* The budget is over or the wait ended: did the spin pay? */
+static void spin_finish(struct shim_spin_run *run, struct shim_spin_hist *h, bool hit, int fd)
+{
+	unsigned level = LOAD(h->level);
+
+	__atomic_sub_fetch(&spinners, 1, __ATOMIC_RELAXED);
+	run->state = SHIM_SPIN_DONE;
+	/* Data found only in the second half of the budget did not pay for
+	 * the core burnt on it (a sleep and a wake-up cost less): for the
+	 * history it is a miss. */
+	if (hit && shim_now_ns() - run->start_ns > (unsigned long long)shim_cfg.spin_us * 500ull)
+		hit = false;
+	shim_stats_spin_count(hit ? SHIM_SPIN_STAT_HIT : SHIM_SPIN_STAT_MISS);
+	if (hit) {
+		STORE(h->misses, 0);
+		if (level) {
+			STORE(h->level, 0);
+			STORE(h->skip, 0);
+			shim_stats_spin_count(SHIM_SPIN_STAT_RESUME);
+			SHIM_TRACE(SHIM_TRACE_DEBUG, "spin.resume", fd, NULL, SHIM_REASON_NONE, "\"level\":%u", level);
+		}
+		return;
+	}
+	if (level) {
+		/* A probe found nothing either: back off twice as long. */
+		if (level < SHIM_SPIN_MAX_LEVEL)
+			level++;
+		STORE(h->level, level);
+		STORE(h->skip, 1u << level);
+		return;
+	}
+	if (LOAD(h->misses) + 1 < SHIM_SPIN_MISS_LIMIT) {
+		STORE(h->misses, LOAD(h->misses) + 1);
+		return;
+	}
+	STORE(h->misses, 0);
+	STORE(h->level, 1);
+	STORE(h->skip, 2);
+	shim_stats_spin_count(SHIM_SPIN_STAT_BACKOFF);
+	SHIM_TRACE(SHIM_TRACE_DEBUG, "spin.backoff", fd, NULL, SHIM_REASON_NONE, "\"misses\":%u,\"spin_us\":%u",
+		   SHIM_SPIN_MISS_LIMIT, shim_cfg.spin_us);
+}
+
+/* Backed off, and this wait is not the probe: skip the spin. */
+static bool backed_off(struct shim_spin_hist *h)
+{
+	unsigned skip;
+
+	if (!LOAD(h->level))
+		return false;
+	skip = LOAD(h->skip);
+	if (!skip)
+		return false; /* the probe */
+	STORE(h->skip, skip - 1);
+	return true;
+}
+
+bool shim_spin_more(struct shim_spin_run *run, struct shim_spin_hist *h, int fd)
+{
+	unsigned long long now;
+
+	if (run->state == SHIM_SPIN_ON) {
+		if (shim_now_ns() < run->end_ns)
+			return true;
+		spin_finish(run, h, false, fd);
+		return false;
+	}
+	if (run->state != SHIM_SPIN_IDLE || !shim_cfg.spin_us) {
+		run->state = SHIM_SPIN_DONE;
+		return false;
+	}
+	now = shim_now_ns();
+	if (shim_cfg.spin_adapt && backed_off(h)) {
+		run->state = SHIM_SPIN_SKIPPED;
+		run->start_ns = now;
+		shim_stats_spin_count(SHIM_SPIN_STAT_SKIP_BACKOFF);
+		return false;
+	}
+	if (__atomic_fetch_add(&spinners, 1, __ATOMIC_RELAXED) >= cpus() && shim_cfg.spin_adapt) {
+		/* Every core already has a spinner of ours: a spin here would
+		 * only take a core from the threads that make data. */
+		__atomic_sub_fetch(&spinners, 1, __ATOMIC_RELAXED);
+		run->state = SHIM_SPIN_DONE;
+		shim_stats_spin_count(SHIM_SPIN_STAT_SKIP_CROWDED);
+		if (!__atomic_exchange_n(&crowded_seen, 1, __ATOMIC_RELAXED))
+			SHIM_TRACE(SHIM_TRACE_DEBUG, "spin.crowded", fd, NULL, SHIM_REASON_NONE,
+				   "\"spinners\":%u,\"cpus\":%u", shim_spin_spinners(), cpus());
+		return false;
+	}
+	if (LOAD(crowded_seen) && __atomic_exchange_n(&crowded_seen, 0, __ATOMIC_RELAXED))
+		SHIM_TRACE(SHIM_TRACE_DEBUG, "spin.uncrowded", fd, NULL, SHIM_REASON_NONE, "\"cpus\":%u", cpus());
+	run->state = SHIM_SPIN_ON;
+	run->start_ns = now;
+	run->end_ns = now + (unsigned long long)shim_cfg.spin_us * 1000ull;
+	shim_stats_spin_count(SHIM_SPIN_STAT_RUN);
+	return true;
+}
+
+void shim_spin_end(struct shim_spin_run *run, struct shim_spin_hist *h, bool hit, int fd)
+{
+	if (run->state == SHIM_SPIN_ON) {
+		spin_finish(run, h, hit, fd);
+	} else if (run->state == SHIM_SPIN_SKIPPED && hit &&
+		   shim_now_ns() - run->start_ns <= (unsigned long long)shim_cfg.spin_us * 1000ull) {
+		/* The sleep ended within the budget, so a spin would have
+		 * paid: probe at the next wait rather than after the back-off. */
+		STORE(h->skip, 0);
+	}
+	run->state = SHIM_SPIN_DONE;
+}

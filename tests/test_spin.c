@@ -1,0 +1,194 @@
+/* Unit tests for shim/spin.c: when a wait spins (crowding, per-waiter history). */
+#include <check.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "config.h"
+#include "spin.h"
+#include "stats.h"
+
+static void setup(void)
+{
+	shim_cfg.spin_us = 1; /* a miss costs a microsecond */
+	shim_cfg.spin_adapt = 1;
+	shim_spin_set_cpus(4);
+}
+
+/* One wait: polls until the budget ends (nothing ever gets ready) unless
+ * hit (ready at once); returns whether it spun at all. */
+static bool one_wait(struct shim_spin_hist *h, bool hit)
+{
+	struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
+	bool spun = shim_spin_more(&run, h, -1);
+
+	if (spun && !hit)
+		while (shim_spin_more(&run, h, -1))
+			;
+	shim_spin_end(&run, h, hit, -1);
+	return spun;
+}
+
+START_TEST(spins_that_pay_keep_spinning)
+{
+	struct shim_spin_hist h = { 0 };
+
+	for (int i = 0; i < 100; i++)
+		ck_assert(one_wait(&h, true));
+	ck_assert_uint_eq(h.level, 0);
+	ck_assert_uint_eq(shim_spin_spinners(), 0);
+}
+END_TEST
+
+START_TEST(misses_back_off_then_a_probe_resumes)
+{
+	struct shim_spin_hist h = { 0 };
+	unsigned long backoffs = shim_stats_spin[SHIM_SPIN_STAT_BACKOFF];
+
+	for (int i = 0; i < SHIM_SPIN_MISS_LIMIT; i++)
+		ck_assert(one_wait(&h, false));
+	ck_assert_uint_eq(shim_stats_spin[SHIM_SPIN_STAT_BACKOFF], backoffs + 1);
+	/* Level 1: two waits skip the spin, the third probes. */
+	ck_assert(!one_wait(&h, false));
+	ck_assert(!one_wait(&h, false));
+	ck_assert(one_wait(&h, false)); /* the probe misses: level 2, four skipped */
+	for (int i = 0; i < 4; i++)
+		ck_assert(!one_wait(&h, false));
+	ck_assert(one_wait(&h, true)); /* this probe pays */
+	ck_assert_uint_eq(h.level, 0);
+	for (int i = 0; i < 10; i++)
+		ck_assert(one_wait(&h, true));
+	ck_assert_uint_eq(shim_spin_spinners(), 0);
+}
+END_TEST
+
+START_TEST(back_off_is_bounded)
+{
+	struct shim_spin_hist h = { 0 };
+	int skipped = 0;
+
+	for (int i = 0; i < 5000; i++) {
+		bool spun = one_wait(&h, false);
+
+		skipped = spun ? 0 : skipped + 1;
+		ck_assert_int_le(skipped, 1 << SHIM_SPIN_MAX_LEVEL);
+	}
+	ck_assert_uint_eq(h.level, SHIM_SPIN_MAX_LEVEL);
+}
+END_TEST
+
+/* Data found only late in the budget: the spin cost more than it saved. */
+START_TEST(late_hits_count_as_misses)
+{
+	struct shim_spin_hist h = { 0 };
+
+	shim_cfg.spin_us = 20;
+	for (int i = 0; i < SHIM_SPIN_MISS_LIMIT; i++) {
+		struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
+		struct timespec ts = { 0, 15000 };
+
+		ck_assert(shim_spin_more(&run, &h, -1));
+		nanosleep(&ts, NULL); /* 15 us or more: past half of 20 */
+		shim_spin_end(&run, &h, true, -1);
+	}
+	ck_assert_uint_eq(h.level, 1);
+}
+END_TEST
+
+/* A wait that skipped its spin and then woke within the budget: the next
+ * wait probes at once. */
+START_TEST(short_sleep_hurries_the_probe)
+{
+	struct shim_spin_hist h = { 0 };
+
+	shim_cfg.spin_us = 1000000; /* "within the budget" for sure */
+	h.level = 3;
+	h.skip = 8;
+	ck_assert(!one_wait(&h, true));
+	ck_assert_uint_eq(h.skip, 0);
+	ck_assert(one_wait(&h, true));
+	ck_assert_uint_eq(h.level, 0);
+}
+END_TEST
+
+START_TEST(no_spin_when_every_cpu_has_a_spinner)
+{
+	struct shim_spin_hist h = { 0 };
+	struct shim_spin_run a = SHIM_SPIN_RUN_INIT, b = SHIM_SPIN_RUN_INIT, c = SHIM_SPIN_RUN_INIT;
+	unsigned long crowded = shim_stats_spin[SHIM_SPIN_STAT_SKIP_CROWDED];
+
+	shim_cfg.spin_us = 1000000;
+	shim_spin_set_cpus(2);
+	ck_assert(shim_spin_more(&a, &h, -1));
+	ck_assert(shim_spin_more(&b, &h, -1));
+	ck_assert_uint_eq(shim_spin_spinners(), 2);
+	ck_assert(!shim_spin_more(&c, &h, -1));
+	ck_assert_uint_eq(shim_stats_spin[SHIM_SPIN_STAT_SKIP_CROWDED], crowded + 1);
+	shim_spin_end(&c, &h, false, -1);
+	shim_spin_end(&a, &h, true, -1);
+	ck_assert_uint_eq(shim_spin_spinners(), 1);
+	/* A core is free again. */
+	c = (struct shim_spin_run)SHIM_SPIN_RUN_INIT;
+	ck_assert(shim_spin_more(&c, &h, -1));
+	shim_spin_end(&c, &h, true, -1);
+	shim_spin_end(&b, &h, true, -1);
+	ck_assert_uint_eq(shim_spin_spinners(), 0);
+}
+END_TEST
+
+START_TEST(adapt_off_always_spins)
+{
+	struct shim_spin_hist h = { 0 };
+	struct shim_spin_run a = SHIM_SPIN_RUN_INIT, b = SHIM_SPIN_RUN_INIT;
+
+	shim_cfg.spin_adapt = 0;
+	for (int i = 0; i < 50; i++)
+		ck_assert(one_wait(&h, false));
+	shim_spin_set_cpus(1);
+	shim_cfg.spin_us = 1000000;
+	ck_assert(shim_spin_more(&a, &h, -1));
+	ck_assert(shim_spin_more(&b, &h, -1));
+	shim_spin_end(&a, &h, true, -1);
+	shim_spin_end(&b, &h, true, -1);
+	ck_assert_uint_eq(shim_spin_spinners(), 0);
+}
+END_TEST
+
+START_TEST(spin_us_zero_never_spins)
+{
+	struct shim_spin_hist h = { 0 };
+
+	shim_cfg.spin_us = 0;
+	ck_assert(!one_wait(&h, true));
+	ck_assert(!one_wait(&h, false));
+	ck_assert_uint_eq(shim_spin_spinners(), 0);
+}
+END_TEST
+
+static Suite *spin_suite(void)
+{
+	Suite *s = suite_create("spin");
+	TCase *tc = tcase_create("adaptive");
+
+	tcase_add_checked_fixture(tc, setup, NULL);
+	tcase_add_test(tc, spins_that_pay_keep_spinning);
+	tcase_add_test(tc, misses_back_off_then_a_probe_resumes);
+	tcase_add_test(tc, back_off_is_bounded);
+	tcase_add_test(tc, late_hits_count_as_misses);
+	tcase_add_test(tc, short_sleep_hurries_the_probe);
+	tcase_add_test(tc, no_spin_when_every_cpu_has_a_spinner);
+	tcase_add_test(tc, adapt_off_always_spins);
+	tcase_add_test(tc, spin_us_zero_never_spins);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(spin_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
