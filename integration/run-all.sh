@@ -4,7 +4,8 @@
 #   integration/run-all.sh [FILTER...]
 #
 # With FILTERs, only scenarios whose name contains one of them run. Each
-# scenario runs under `timeout 300`, one after the other; its full output goes
+# scenario runs under `timeout 300` (a scenario that needs longer says so
+# in a header line "# scenario-timeout: SECONDS"), one after the other; its full output goes
 # to build/integration-logs/<name>.log ($INTEGRATION_LOGS/<name>.log if set).
 # Prints PASS / FAIL / SKIP per scenario (a failing one with its "not ok"
 # lines and the tail of its log), then the wall time, and last one line
@@ -41,7 +42,10 @@ for t in "${scenarios[@]}"; do
   log=$LOG_DIR/$name.log
   t0=$EPOCHREALTIME
   rc=0
-  timeout -k 30 "$SCENARIO_TIMEOUT" bash "$t" </dev/null >"$log" 2>&1 || rc=$?
+  lim=$SCENARIO_TIMEOUT
+  own=$(sed -n 's/^# scenario-timeout: *\([0-9][0-9]*\).*/\1/p' "$t" | head -n 1)
+  [[ -n $own ]] && ((own > lim)) && lim=$own
+  timeout -k 30 "$lim" bash "$t" </dev/null >"$log" 2>&1 || rc=$?
   secs=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
   case $rc in
     0)
@@ -55,7 +59,7 @@ for t in "${scenarios[@]}"; do
     *)
       failed=$((failed + 1))
       why="status $rc"
-      ((rc == 124 || rc == 137)) && why="timed out after ${SCENARIO_TIMEOUT}s"
+      ((rc == 124 || rc == 137)) && why="timed out after ${lim}s"
       printf 'FAIL  %-28s %6ss  %s (log: %s)\n' "$name" "$secs" "$why" "${log#"$ROOT"/}"
       if grep -q '^not ok - ' "$log"; then
         echo "      failed checks:"

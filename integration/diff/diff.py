@@ -14,6 +14,11 @@ Every scenario runs three ways: plain TCP, under the shim tracked but never
 upgraded (RDMASHIM_TRANSPORTS=tcp), and upgraded (RDMASHIM_TRANSPORTS=shm,
 upgrade.done checked in the trace). The records must be identical. Output
 lines are "ok - ..." / "not ok - ..." (TAP-like) plus "# ..." details.
+
+DIFF_MODES=plain,tcp,rdma makes the upgraded run RDMASHIM_TRANSPORTS=rdma
+(Soft-RoCE VM: integration/vm/guest-diff.sh), with DIFF_ADDR the address the
+tested connection uses (default 127.0.0.1; rdma_cm needs the rxe address);
+every TAP line then starts with "rdma: ".
 """
 import glob
 import json
@@ -31,7 +36,13 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 DRIVER = os.path.join(ROOT, "build/progs/diff_driver")
 LIB = os.environ.get("SHIM_LIB", os.path.join(ROOT, "build/lib/librdmashim.so"))
 CORPUS = os.path.join(HERE, "corpus")
-MODES = ("plain", "tcp", "shm")
+MODES = tuple(os.environ.get("DIFF_MODES", "plain,tcp,shm").split(","))
+UP = MODES[-1]  # the upgrading run: shm on the host, rdma in the Soft-RoCE VM
+if MODES[:2] != ("plain", "tcp") or len(MODES) != 3 or UP not in ("shm", "rdma"):
+    sys.exit("DIFF_MODES must be plain,tcp,shm or plain,tcp,rdma")
+ADDR = os.environ.get("DIFF_ADDR", "127.0.0.1")  # read by the driver too
+TAP = "" if UP == "shm" else UP + ": "
+TAP_OK, TAP_NOK = "ok - " + TAP, "not ok - " + TAP
 RUN_TIMEOUT = float(os.environ.get("DIFF_RUN_TIMEOUT", "10"))
 _used_ports = set()
 
@@ -48,7 +59,7 @@ def free_port():
             continue
         s = socket.socket()
         try:
-            s.bind(("127.0.0.1", p))
+            s.bind((ADDR, p))
         except OSError:
             continue
         finally:
@@ -110,7 +121,7 @@ def run_once(lines, mode, timeout=None):
             # over it; a scenario's own "env" line wins.
             env.update(LD_PRELOAD=LIB, RDMASHIM_PORTS=str(port), RDMASHIM_TRANSPORTS=mode,
                        RDMASHIM_UPGRADE_AFTER_MS="0")
-            if mode == "shm":
+            if mode == UP:
                 env.update(RDMASHIM_TRACE="info", RDMASHIM_TRACE_FILE=os.path.join(d, "trace.%p.jsonl"))
             for kv in env_extra:
                 k, _, v = kv.partition("=")
@@ -152,11 +163,11 @@ def run_once(lines, mode, timeout=None):
             obs[name] = f.read().splitlines()
             f.close()
         upgraded = None
-        if mode == "shm":
+        if mode == UP:
             upgraded = False
             for tf in glob.glob(os.path.join(d, "trace.*.jsonl")):
                 for ln in open(tf, errors="replace"):
-                    if '"upgrade.done"' in ln:
+                    if '"upgrade.done"' in ln and '"transport":"%s"' % mode in ln:
                         upgraded = True
         obs["upgraded"] = upgraded
         if os.environ.get("DIFF_KEEP"):  # keep the scripts, outputs and traces
@@ -317,29 +328,33 @@ def cmd_check(args):
     for f in corpus_files(args):
         meta, lines = parse(open(f).read())
         name = os.path.relpath(f, HERE)
-        known = meta.get("known")
-        same, obs, detail = verdict(lines, timeout=float(meta.get("timeout", 0)) or None)
+        # "# known-rdma:" marks a difference of the RDMA transport alone.
+        known = meta.get("known-" + UP) or meta.get("known")
+        t = float(meta.get("timeout", 0)) or None
+        if t and UP == "rdma":
+            t = max(t, RUN_TIMEOUT)  # a scenario's own bound is for shm, without an RDMA warm-up
+        same, obs, detail = verdict(lines, timeout=t)
         n += 1
-        up = obs["shm"]["upgraded"]
+        up = obs[UP]["upgraded"]
         upt = "upgraded" if up else "NOT upgraded"
         if not sane(obs["plain"]):
             fails += 1
-            print("not ok - %s: the plain TCP run itself failed (%s)" % (name, obs["plain"]["status"]))
+            print(TAP_NOK + "%s: the plain TCP run itself failed (%s)" % (name, obs["plain"]["status"]))
             continue
         if meta.get("upgrade") == "yes" and not up and not known:
             fails += 1
-            print("not ok - %s: the shm run never upgraded (the case tests nothing)" % name)
+            print(TAP_NOK + "%s: the %s run never upgraded (the case tests nothing)" % (name, UP))
             continue
         if same and known:
-            print("ok - %s: known difference did not show this time (%s) [%s]" % (name, known, upt))
+            print(TAP_OK + "%s: known difference did not show this time (%s) [%s]" % (name, known, upt))
         elif same:
-            print("ok - %s: same records in all three runs [%s]" % (name, upt))
+            print(TAP_OK + "%s: same records in all three runs [%s]" % (name, upt))
         elif known:
-            print("ok - %s: known difference: %s [%s]" % (name, known, upt))
+            print(TAP_OK + "%s: known difference: %s [%s]" % (name, known, upt))
             print("\n".join(detail))
         else:
             fails += 1
-            print("not ok - %s: records differ [%s]" % (name, upt))
+            print(TAP_NOK + "%s: records differ [%s]" % (name, upt))
             print("\n".join(detail))
         sys.stdout.flush()
     print("# %d corpus scenario(s) ran" % n)
@@ -368,9 +383,9 @@ def cmd_random(budget, seed, shrink_s, avoid):
     while time.monotonic() < t_end:
         s = seed + n
         n += 1
-        lines = gen.scenario(s, avoid)
+        lines = gen.scenario(s, avoid, UP)
         same, obs, detail = verdict(lines)
-        if obs["shm"]["upgraded"]:
+        if obs[UP]["upgraded"]:
             upgraded += 1
         if same:
             continue
@@ -380,7 +395,7 @@ def cmd_random(budget, seed, shrink_s, avoid):
             unstable += 1
             print("# seed %d: plain TCP itself varies; skipped" % s)
             continue
-        mode = "tcp" if key(obs["tcp"]) != key(obs["plain"]) else "shm"
+        mode = "tcp" if key(obs["tcp"]) != key(obs["plain"]) else UP
         sig = (mode, tuple(detail[:1]))
         found += 1
         print("# seed %d differs (%s):" % (s, mode))
@@ -398,11 +413,11 @@ def cmd_random(budget, seed, shrink_s, avoid):
             small, detail2 = lines, detail
         path = save_case(small, mode, s, detail2 or detail)
         fails += 1
-        print("not ok - random seed %d: records differ (%s), shrunk to %d lines: %s" %
+        print(TAP_NOK + "random seed %d: records differ (%s), shrunk to %d lines: %s" %
               (s, mode, len(small), os.path.relpath(path, ROOT)))
         print("\n".join(detail2))
-    print("ok - %d random scenario(s) ran (seeds %d..%d), %d upgraded in the shm run, "
-          "%d differed, %d skipped as unstable on plain TCP" % (n, seed, seed + n - 1, upgraded, found, unstable))
+    print(TAP_OK + "%d random scenario(s) ran (seeds %d..%d), %d upgraded in the %s run, "
+          "%d differed, %d skipped as unstable on plain TCP" % (n, seed, seed + n - 1, upgraded, UP, found, unstable))
     return fails
 
 
@@ -424,7 +439,7 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sys.stdout.reconfigure(line_buffering=True)  # progress shows in a log file as it comes
     if not os.path.exists(DRIVER) or not os.path.exists(LIB):
-        print("not ok - not built: %s / %s (run make)" % (DRIVER, LIB))
+        print(TAP_NOK + "not built: %s / %s (run make)" % (DRIVER, LIB))
         return 1
     args = sys.argv[1:]
     if not args:
@@ -456,7 +471,7 @@ def main():
             if same:
                 print("# %s: no difference to shrink" % f)
                 continue
-            mode = "tcp" if key(obs["tcp"]) != key(obs["plain"]) else "shm"
+            mode = "tcp" if key(obs["tcp"]) != key(obs["plain"]) else UP
             want = signature(obs["plain"], obs[mode])
             small = shrink(lines, mode, shrink_s, {w for w in want if not w[1].startswith("sync")} or want)
             print("# %s (%s), differing at %s:" % (f, mode, sorted(want)))

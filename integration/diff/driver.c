@@ -4,7 +4,8 @@
  *   diff_driver server|client PORT SYNC_FD SCRIPT
  *   diff_driver resume server|client PORT SYNC_FD SCRIPT FD START TX RX  (after exec)
  *
- * The server listens on 127.0.0.1:PORT, tells the client over SYNC_FD (a UNIX
+ * The server listens on 127.0.0.1:PORT (or $DIFF_ADDR:PORT: rdma_cm needs the
+ * Soft-RoCE address, see integration/vm/guest-diff.sh), tells the client over SYNC_FD (a UNIX
  * socket shared with the other end, never the tested connection) and accepts
  * one connection; the client connects (blocking, or nonblocking when its first
  * step is "nbconnect"). Then each step of SCRIPT runs in order and prints one
@@ -121,7 +122,9 @@ static void load_script(const char *path)
 static void setup(int port)
 {
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+	const char *addr = getenv("DIFF_ADDR");
+	if (inet_pton(AF_INET, addr && *addr ? addr : "127.0.0.1", &a.sin_addr) != 1)
+		fatal("DIFF_ADDR");
 	char b = 'L';
 	if (D.is_server) {
 		int one = 1;

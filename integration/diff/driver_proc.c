@@ -205,13 +205,16 @@ static int upgrade_settled(void)
 }
 
 /* awaitup (both ends): one-byte round trips, 5 ms apart, until both ends
- * traced the end of their upgrade (at most 2 s): the handshake moves only
+ * traced the end of their upgrade (at most 2 s, or DIFF_AWAITUP_MS: an RDMA
+ * warm-up under a VM without KVM takes longer): the handshake moves only
  * in data calls, so waiting alone would not finish it. These bytes do not
  * advance the pattern offsets and nothing about them is recorded, so plain
  * TCP (no round trip at all) and the shim's runs give the same records. */
 void await_upgrade(void)
 {
-	for (int t = 0; t < 400; t++) {
+	const char *ms = getenv("DIFF_AWAITUP_MS");
+	long rounds = (ms && atol(ms) > 0 ? atol(ms) : 2000) / 5;
+	for (long t = 0; t < rounds; t++) {
 		char me = (char)('0' + upgrade_settled()), peer = 0, b = 'u';
 		if (write(D.sync_fd, &me, 1) != 1 || read(D.sync_fd, &peer, 1) != 1)
 			return;
@@ -219,10 +222,10 @@ void await_upgrade(void)
 			return;
 		if (D.is_server) {
 			if (recv(D.fd, &b, 1, 0) != 1 || send(D.fd, &b, 1, 0) != 1)
-				t = 400;
+				t = rounds;
 		} else {
 			if (send(D.fd, &b, 1, 0) != 1 || recv(D.fd, &b, 1, 0) != 1)
-				t = 400;
+				t = rounds;
 		}
 		usleep(5000);
 	}

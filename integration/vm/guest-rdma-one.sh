@@ -9,10 +9,12 @@
 #   workers warm up and upgrade by themselves (forkconn); then a plain
 #   client (no shim) against a shim server, which must stay on TCP byte for
 #   byte; then a hostile RDMA peer and a rendezvous squatter against a shim
-#   server (hostile, in guest-rdma-hostile.sh).
+#   server (hostile, in guest-rdma-hostile.sh); last, the differential
+#   harness over RDMA (diff, in guest-diff.sh: corpus subset plus
+#   DIFF_VM_BUDGET_S, default 60, seconds of random scenarios).
 # Prints TAP-like "ok - " / "not ok - " lines; exits 1 if any check failed.
 #
-# RDMA_ONLY=stress|failover|redis|iperf3|sockperf|wakeup|warm|forkconn|peerdeath|plain|hostile (space
+# RDMA_ONLY=stress|failover|redis|iperf3|sockperf|wakeup|warm|forkconn|peerdeath|plain|hostile|diff (space
 # or comma separated) runs a subset.
 # RDMA_TRACE=debug for the whole handshake in the dumped traces.
 set -uo pipefail
@@ -23,7 +25,7 @@ ROOT=$(cd "$here/../.." && pwd)
 LIB=$ROOT/build/lib/librdmashim.so
 PROGS=$ROOT/build/progs
 addr=192.168.77.1
-only=${RDMA_ONLY:-stress failover redis iperf3 sockperf wakeup warm forkconn peerdeath plain hostile}
+only=${RDMA_ONLY:-stress failover redis iperf3 sockperf wakeup warm forkconn peerdeath plain hostile diff}
 only=${only//,/ }
 T=/tmp/rdma-one
 n_ok=0 n_fail=0
@@ -380,6 +382,33 @@ fi
 if wanted hostile; then
   # shellcheck source=guest-rdma-hostile.sh
   . "$here/guest-rdma-hostile.sh"
+fi
+
+# diff: the differential harness with its upgraded run on RDMA, in this
+# boot (a second one would cost its 10 s). Its TAP lines ("ok - rdma: ...")
+# count as ours. It gets what is left of the VM's budget (RDMA_DEADLINE_S,
+# seconds from the script's start, from t_rdma_vm.sh), at most
+# DIFF_VM_TIMEOUT (300) s; with less than 90 s left it does not run (said
+# in a "#" line: a loaded host, not a finding).
+if wanted diff; then
+  t0=$SECONDS
+  left=$(( ${RDMA_DEADLINE_S:-100000} - SECONDS ))
+  lim=${DIFF_VM_TIMEOUT:-300}
+  (( left < lim )) && lim=$left
+  if (( lim < 90 )); then
+    echo "# rdma: differential step not run: only $left s left of the VM's budget"
+  else
+    st=0
+    DIFF_ADDR=$addr DIFF_VM_END=$(( $(date +%s) + lim - 5 )) timeout "$lim" "$here/guest-diff.sh" 2>&1 |
+      tee "$T/diff.out"
+    st=${PIPESTATUS[0]}
+    if [[ $st -eq 124 ]]; then
+      echo "not ok - rdma: the differential step timed out ($lim s)" | tee -a "$T/diff.out"
+    fi
+    n=$(grep -c '^ok - ' "$T/diff.out" || true); n_ok=$((n_ok + n))
+    n=$(grep -c '^not ok - ' "$T/diff.out" || true); n_fail=$((n_fail + n))
+    echo "   diff: $((SECONDS - t0)) s"
+  fi
 fi
 
 if [[ -n ${RDMA_EVENTS:-} ]]; then
