@@ -12,6 +12,11 @@
 # that registration over at connect (shim/epoll_early.c). Without that, an
 # 8 MB upstream answer stalled: the shim's epoll never held the item, nginx
 # never learned of the ring's data, and both sides slept.
+#
+# Known failure (intermittent, under load): some answers arrive truncated
+# (wget exit 4; 2 runs in 5 at load 8-10, none when the machine is quiet),
+# with and without a spill to TCP on the upstream leg. Not found yet.
+MX_KNOWN="intermittent under load: an answer through the proxy arrives truncated (wget exit 4)"
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 need_cmd nginx wget
 MX_SWITCHED_BY="wget nginx@upstream"
