@@ -6,9 +6,32 @@
 #include <sys/ioctl.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "real.h"
+
+/* tcpi_state's values (the kernel's include/net/tcp_states.h, ABI);
+ * netinet/tcp.h names them but can not be included with linux/tcp.h. */
+enum {
+	ST_FIN_WAIT1 = 4,
+	ST_FIN_WAIT2 = 5,
+	ST_TIME_WAIT = 6,
+	ST_CLOSE_WAIT = 8,
+	ST_LAST_ACK = 9,
+	ST_CLOSING = 11,
+};
+
+static bool fin_received(uint8_t state)
+{
+	return state == ST_CLOSE_WAIT || state == ST_LAST_ACK || state == ST_CLOSING || state == ST_TIME_WAIT;
+}
+
+static bool fin_sent(uint8_t state)
+{
+	return state == ST_FIN_WAIT1 || state == ST_FIN_WAIT2 || state == ST_CLOSING || state == ST_LAST_ACK ||
+	       state == ST_TIME_WAIT;
+}
 
 /*
  * written = bytes acked + bytes still queued to send (SIOCOUTQ: unacked and
@@ -32,5 +55,11 @@ int shim_stream_position(int fd, uint64_t *written, uint64_t *read)
 		return -EPROTO;
 	*written = ti.tcpi_bytes_acked + (uint64_t)outq;
 	*read = ti.tcpi_bytes_received - (uint64_t)inq;
+	/* A FIN takes a sequence number: the peer's counts in bytes_received
+	 * (SIOCINQ leaves it out), ours in what was queued to send. */
+	if (fin_received(ti.tcpi_state) && *read)
+		(*read)--;
+	if (fin_sent(ti.tcpi_state) && *written)
+		(*written)--;
 	return 0;
 }
