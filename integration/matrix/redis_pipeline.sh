@@ -11,7 +11,9 @@
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 need_cmd redis-server redis-benchmark redis-cli
 N=20000
-MX_SWITCHED_BY="benchmark pipe cli-mget server"
+# The MGET client is one short connection: whether it switches before it
+# ends depends on the load (its answer is still checked byte for byte).
+MX_SWITCHED_BY="benchmark pipe server"
 
 "$PY3" - "$WORK" "$N" <<'PY'
 import hashlib, random, sys
