@@ -53,7 +53,26 @@ struct shm_neg {
 	int rv_listen_fd, rv_fd;
 	struct shim_rv_owner rv_owner; /* the peer's TCP socket, asked once */
 	unsigned rv_refusals;          /* strangers refused on our rendezvous */
+	/* C: when it began to listen, and the bytes read by then (a peer
+	 * without the shim answers over TCP, never on the rendezvous). */
+	unsigned long long listen_ns;
+	uint64_t rx_at_listen;
 };
+
+/*
+ * A peer with the shim connects to our rendezvous from its first call
+ * after RDMASHIM_UPGRADE_AFTER_MS, before that call sends a byte. Bytes
+ * that came over TCP while we listened, this long after we began, say the
+ * peer has none: waiting out RDMASHIM_UPGRADE_TIMEOUT_MS would only slow
+ * the connection (each call looks at the rendezvous). A shim peer busy for
+ * longer than this between two calls loses the upgrade, not a byte.
+ */
+#define SHM_PLAIN_PEER_MS 50
+
+static bool peer_answers_plain(const struct shim_sock *s, const struct shm_neg *ng, unsigned long long now)
+{
+	return s->rx_tcp_bytes > ng->rx_at_listen && now - ng->listen_ns >= SHM_PLAIN_PEER_MS * 1000000ull;
+}
 
 static struct shm_neg *neg_of(const struct shim_sock *s)
 {
@@ -323,6 +342,8 @@ static void c_rv_listen(struct shim_sock *s, int fd)
 	}
 	ng->rv_listen_fd = rv;
 	ng->step = SHM_C_LISTENING;
+	ng->listen_ns = shim_now_ns();
+	ng->rx_at_listen = s->rx_tcp_bytes;
 }
 
 static void c_accept(struct shim_sock *s, int fd, unsigned long long now)
@@ -332,7 +353,7 @@ static void c_accept(struct shim_sock *s, int fd, unsigned long long now)
 		int rv = shim_rv_accept(ng->rv_listen_fd), rc;
 
 		if (rv == -EAGAIN) {
-			if (now >= s->deadline_ns)
+			if (now >= s->deadline_ns || peer_answers_plain(s, ng, now))
 				shim_upgrade_fail(s, fd, SHIM_REASON_PEER_NO_SHIM);
 			return;
 		}
