@@ -28,9 +28,15 @@ static bool one_wait(struct shim_spin_hist *h, bool hit)
 	return spun;
 }
 
+/* A hit must count as early (first half of the budget) however slow the
+ * build (ThreadSanitizer): these tests give the budget 20 ms. */
+#define ROOMY_SPIN_US 20000
+
 START_TEST(spins_that_pay_keep_spinning)
 {
 	struct shim_spin_hist h = { 0 };
+
+	shim_cfg.spin_us = ROOMY_SPIN_US;
 
 	for (int i = 0; i < 100; i++)
 		ck_assert(one_wait(&h, true));
@@ -43,6 +49,8 @@ START_TEST(misses_back_off_then_a_probe_resumes)
 {
 	struct shim_spin_hist h = { 0 };
 	unsigned long backoffs = shim_stats_spin[SHIM_SPIN_STAT_BACKOFF];
+
+	shim_cfg.spin_us = ROOMY_SPIN_US;
 
 	for (int i = 0; i < SHIM_SPIN_MISS_LIMIT; i++)
 		ck_assert(one_wait(&h, false));
