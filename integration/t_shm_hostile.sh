@@ -358,7 +358,9 @@ start_bg c-server plain "$PROGS/echo_server" --shape threads --bind 127.0.0.1 --
 cspid=$BG_PID
 if wait_ready c-server >/dev/null; then
   mkdir -p "$WORK/flood"
-  start_bg c-victim shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_TIMEOUT_MS=5000 \
+  # The plain echo server answers over TCP: without RDMASHIM_PLAIN_PEER_MS=0
+  # the victim would stop waiting after 50 ms, before the flood began.
+  start_bg c-victim shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_TIMEOUT_MS=5000 RDMASHIM_PLAIN_PEER_MS=0 \
     RDMASHIM_TRACE=info "RDMASHIM_TRACE_FILE=$WORK/flood/trace.%p.jsonl" \
     "$PYTHON" "$WORK/pending.py" "$port" 6
   cvpid=$BG_PID

@@ -253,7 +253,7 @@ END_TEST
 /* ---- shim_config_parse over a fake environment ----------------------------- */
 
 struct fake_env {
-	const char *vars[16][2]; /* name, value; ends at a NULL name */
+	const char *vars[24][2]; /* name, value; ends at a NULL name */
 	unsigned lookups;
 };
 
@@ -307,6 +307,7 @@ START_TEST(parse_defaults)
 	ck_assert_uint_eq(cfg.breaker_cooldown_ms, 30000);
 	ck_assert_uint_eq(cfg.cm_timeout_ms, 2000);
 	ck_assert_uint_eq(cfg.upgrade_timeout_ms, 3000);
+	ck_assert_uint_eq(cfg.plain_peer_ms, 50);
 	/* Every documented variable was asked for. */
 	ck_assert_uint_ge(env.lookups, shim_config_var_count);
 }
@@ -319,7 +320,7 @@ START_TEST(parse_documented_defaults_agree)
 	struct shim_config a, b;
 	char err[256];
 
-	ck_assert_uint_le(shim_config_var_count, 15);
+	ck_assert_uint_le(shim_config_var_count, 23);
 	for (size_t i = 0; i < shim_config_var_count; i++) {
 		spelled.vars[i][0] = shim_config_vars[i].name;
 		spelled.vars[i][1] = shim_config_vars[i].default_value;

@@ -30,6 +30,9 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_UPGRADE_TIMEOUT_MS", "3000", "bound on a whole upgrade attempt, ms" },
 	{ "RDMASHIM_UPGRADE_AFTER_MS", "2",
 	  "a connection starts its upgrade at its first data call once it is this old, ms (0: at once)" },
+	{ "RDMASHIM_PLAIN_PEER_MS", "50",
+	  "a client stops waiting for a peer that answered over TCP this long after it began to wait, ms "
+	  "(0: wait the whole RDMASHIM_UPGRADE_TIMEOUT_MS)" },
 	{ "RDMASHIM_HUGE_PAGES", "1",
 	  "1: back RDMA ring pools with 2 MiB huge pages when the system has them; 0: 4 KiB pages" },
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", "0",
@@ -209,6 +212,8 @@ static const struct uint_var uint_vars[] = {
 	{ "RDMASHIM_UPGRADE_TIMEOUT_MS", 1, 600000, offsetof(struct shim_config, upgrade_timeout_ms),
 	  "expected milliseconds 1-600000" },
 	{ "RDMASHIM_UPGRADE_AFTER_MS", 0, 600000, offsetof(struct shim_config, upgrade_after_ms),
+	  "expected milliseconds 0-600000" },
+	{ "RDMASHIM_PLAIN_PEER_MS", 0, 600000, offsetof(struct shim_config, plain_peer_ms),
 	  "expected milliseconds 0-600000" },
 	{ "RDMASHIM_HUGE_PAGES", 0, 1, offsetof(struct shim_config, huge_pages), "expected 0 or 1" },
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", 0, 4194304, offsetof(struct shim_config, test_fail_rdma_kb),

@@ -62,16 +62,16 @@ struct shm_neg {
 /*
  * A peer with the shim connects to our rendezvous from its first call
  * after RDMASHIM_UPGRADE_AFTER_MS, before that call sends a byte. Bytes
- * that came over TCP while we listened, this long after we began, say the
- * peer has none: waiting out RDMASHIM_UPGRADE_TIMEOUT_MS would only slow
- * the connection (each call looks at the rendezvous). A shim peer busy for
- * longer than this between two calls loses the upgrade, not a byte.
+ * that came over TCP while we listened, RDMASHIM_PLAIN_PEER_MS after we
+ * began, say the peer has none: waiting out RDMASHIM_UPGRADE_TIMEOUT_MS
+ * would only slow the connection (each call looks at the rendezvous). A
+ * shim peer busy for longer than that between two calls loses the upgrade,
+ * not a byte.
  */
-#define SHM_PLAIN_PEER_MS 50
-
 static bool peer_answers_plain(const struct shim_sock *s, const struct shm_neg *ng, unsigned long long now)
 {
-	return s->rx_tcp_bytes > ng->rx_at_listen && now - ng->listen_ns >= SHM_PLAIN_PEER_MS * 1000000ull;
+	return shim_cfg.plain_peer_ms && s->rx_tcp_bytes > ng->rx_at_listen &&
+	       now - ng->listen_ns >= shim_cfg.plain_peer_ms * 1000000ull;
 }
 
 static struct shm_neg *neg_of(const struct shim_sock *s)
