@@ -254,6 +254,11 @@ int shim_ep_translate(struct shim_ep *ep, struct epoll_event *ev, int n)
 				shim_sock_put(s);
 				continue;
 			}
+			/* Back on TCP with its one shot spent on the channel:
+			 * the program's registration came back armed, so its
+			 * first report is the kernel's one shot, not ours. */
+			if (it->oneshot_fired)
+				continue;
 			ev[i].data = it->data;
 		}
 		ev[kept++] = ev[i];
