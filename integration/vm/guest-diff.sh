@@ -54,6 +54,8 @@ else
 fi
 
 export DIFF_MODES=plain,tcp,rdma DIFF_ADDR=$addr
+# As on the host (t_diff.sh): random scenarios from seed 1, one verdict per commit.
+export DIFF_SEED=${DIFF_SEED:-1}
 # Each end is a fresh process: its RDMA warm-up (about 1 s here, more under
 # load) runs beside the first steps, so awaitup may wait longer than on shm.
 export DIFF_AWAITUP_MS=${DIFF_AWAITUP_MS:-10000} DIFF_RUN_TIMEOUT=${DIFF_RUN_TIMEOUT:-30}

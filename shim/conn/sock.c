@@ -437,22 +437,14 @@ void shim_sock_adopt_inherited(void)
 	shim_fd_each_open(adopt_one, &seen);
 }
 
+static void adopt_right(int fd)
+{
+	shim_sock_adopt(fd, "scm_rights");
+}
+
 void shim_sock_adopt_rights(const struct msghdr *msg)
 {
-	for (struct cmsghdr *c = CMSG_FIRSTHDR((struct msghdr *)msg); c;
-	     c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		const int *fds = (const int *)CMSG_DATA(c);
-
-		for (size_t i = 0; i < n; i++) {
-			int fd;
-
-			memcpy(&fd, fds + i, sizeof(fd));
-			shim_sock_adopt(fd, "scm_rights");
-		}
-	}
+	shim_sock_each_right(msg, adopt_right);
 }
 
 void shim_sock_before_exec(void)

@@ -251,6 +251,8 @@ void shim_sock_on_close(int fd);
 struct shim_sock *shim_sock_before_replace(int oldfd, int newfd);
 void shim_sock_after_replace(int newfd, struct shim_sock *old, int rc);
 void shim_sock_on_dup(int oldfd, int newfd);
+/* Calls fn with each fd an SCM_RIGHTS message of msg carries (sockfd.c). */
+void shim_sock_each_right(const struct msghdr *msg, void (*fn)(int fd));
 /* exec: switched connections that stay open go back to TCP (sockfd.c). */
 void shim_sock_hand_off_before_exec(void);
 /* sendmsg with SCM_RIGHTS: the tracked sockets it carries become shared. */

@@ -167,7 +167,7 @@ static void hand_off(struct shim_sock *sock, int fd, const char *how)
 	shim_frames_abort(sock, fd, SHIM_REASON_HANDED_OFF, how);
 }
 
-void shim_sock_note_rights_sent(const struct msghdr *msg)
+void shim_sock_each_right(const struct msghdr *msg, void (*fn)(int fd))
 {
 	for (struct cmsghdr *c = CMSG_FIRSTHDR((struct msghdr *)msg); c;
 	     c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
@@ -178,20 +178,31 @@ void shim_sock_note_rights_sent(const struct msghdr *msg)
 
 		for (size_t i = 0; i < n; i++) {
 			int fd;
-			struct shim_sock *sock;
 
+			/* CMSG_DATA need not be aligned for int. */
 			memcpy(&fd, fds + i, sizeof(fd));
-			sock = shim_sock_get(fd);
-			if (!sock)
-				continue;
-			pthread_mutex_lock(&sock->lock);
-			sock->shared = true;
-			if (!sock->closed && !sock->aborted && shim_sock_fd_locked(sock, fd) >= 0)
-				hand_off(sock, shim_sock_fd_locked(sock, fd), "scm_rights");
-			pthread_mutex_unlock(&sock->lock);
-			shim_sock_put(sock);
+			fn(fd);
 		}
 	}
+}
+
+static void note_right_sent(int fd)
+{
+	struct shim_sock *sock = shim_sock_get(fd);
+
+	if (!sock)
+		return;
+	pthread_mutex_lock(&sock->lock);
+	sock->shared = true;
+	if (!sock->closed && !sock->aborted && shim_sock_fd_locked(sock, fd) >= 0)
+		hand_off(sock, shim_sock_fd_locked(sock, fd), "scm_rights");
+	pthread_mutex_unlock(&sock->lock);
+	shim_sock_put(sock);
+}
+
+void shim_sock_note_rights_sent(const struct msghdr *msg)
+{
+	shim_sock_each_right(msg, note_right_sent);
 }
 
 /* exec: the new image adopts every fd that stays open as a TCP connection,

@@ -308,19 +308,23 @@ uint64_t shim_ring_received(struct shim_ring *ring)
 	return own_head(ring) + shim_ring_readable(ring);
 }
 
-int shim_ring_unreceived(const struct shim_ring *ring, uint64_t from, struct iovec out[2])
+int shim_ring_span(uint8_t *data, uint32_t mask, uint64_t from, uint64_t tail, struct iovec out[2])
 {
-	uint64_t tail = own_tail(ring);
 	size_t n, off, first;
 
-	if (from > tail || tail - from > (uint64_t)ring->mask + 1)
+	if (from > tail || tail - from > (uint64_t)mask + 1)
 		return -ERANGE;
 	n = (size_t)(tail - from);
-	off = (size_t)(from & ring->mask);
-	first = ring->mask + 1 - off < n ? ring->mask + 1 - off : n;
-	out[0] = (struct iovec){ .iov_base = ring->data + off, .iov_len = first };
-	out[1] = (struct iovec){ .iov_base = ring->data, .iov_len = n - first };
+	off = (size_t)(from & mask);
+	first = (size_t)mask + 1 - off < n ? (size_t)mask + 1 - off : n;
+	out[0] = (struct iovec){ .iov_base = data + off, .iov_len = first };
+	out[1] = (struct iovec){ .iov_base = data, .iov_len = n - first };
 	return n > first ? 2 : 1;
+}
+
+int shim_ring_unreceived(const struct shim_ring *ring, uint64_t from, struct iovec out[2])
+{
+	return shim_ring_span(ring->data, ring->mask, from, own_tail(ring), out);
 }
 
 void shim_ring_share_cursors(struct shim_ring *ring)

@@ -126,6 +126,12 @@ size_t shim_ring_writable(struct shim_ring *ring);
  * The ring below and the RDMA transport's staging copy both use it. */
 size_t shim_ring_copy_iov_in(uint8_t *data, uint32_t mask, uint64_t cursor, const struct iovec *iov,
 			     int iovcnt, size_t skip, size_t max);
+/* The bytes [from, tail) of a power-of-two circular buffer of mask + 1
+ * bytes, as at most two pieces into out (returns how many), or -ERANGE
+ * when from is past tail or more than one buffer behind it (a peer's
+ * offset that lies). The ring's failover replay and the RDMA transport's
+ * staging copy both use it. */
+int shim_ring_span(uint8_t *data, uint32_t mask, uint64_t from, uint64_t tail, struct iovec out[2]);
 /* Copies in as much of the iovec as fits (from byte skip on); publishes tail. */
 size_t shim_ring_write(struct shim_ring *ring, const struct iovec *iov, int iovcnt, size_t skip);
 bool shim_ring_producer_arm(struct shim_ring *ring);

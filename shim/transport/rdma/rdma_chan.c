@@ -358,6 +358,8 @@ static size_t rchan_readable(const struct shim_chan *ch)
 	 * from our CQ, which shim_rdma_reap_try() polls under cq_lock. */
 	struct rdma_conn *c = (struct rdma_conn *)conn_of(ch);
 
+	if (__atomic_load_n(&c->rx_dropped, __ATOMIC_RELAXED))
+		return 0;
 	shim_rdma_reap_try(c);
 	return (size_t)(__atomic_load_n(&c->rx_tail, __ATOMIC_ACQUIRE) - c->rx_head);
 }
@@ -516,25 +518,33 @@ static uint64_t rchan_rx_offset(const struct shim_chan *ch)
 
 	/* After ERR: what completed before it is in the CQ still. */
 	shim_rdma_reap(c);
+	if (__atomic_load_n(&c->rx_dropped, __ATOMIC_RELAXED))
+		return c->rx_head;
 	return __atomic_load_n(&c->rx_tail, __ATOMIC_ACQUIRE);
+}
+
+/* A hand-off (handback.c): the bytes received but not read go back to the
+ * peer's care. Our RESUME then names rx_head, which is never more than a
+ * ring behind what the peer sent, so its staging copy still holds them
+ * (rchan_tx_unreceived). Only after fail: nothing lands any more. */
+static void rchan_drop_unread(struct shim_chan *ch)
+{
+	struct rdma_conn *c = conn_of(ch);
+
+	if (!c->stopped)
+		return;
+	shim_rdma_reap(c);
+	__atomic_store_n(&c->rx_dropped, true, __ATOMIC_RELAXED);
 }
 
 static int rchan_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct iovec out[2])
 {
 	const struct rdma_conn *c = conn_of(ch);
-	size_t n, off, first;
 
 	/* The staging copy holds the last ring_bytes bytes we sent, and the
 	 * peer's offset is at least the head it credited us, so a true offset
 	 * is always inside. */
-	if (from > c->tx_tail || c->tx_tail - from > c->ring_bytes)
-		return -ERANGE;
-	n = (size_t)(c->tx_tail - from);
-	off = (size_t)(from & c->mask);
-	first = c->ring_bytes - off < n ? c->ring_bytes - off : n;
-	out[0] = (struct iovec){ .iov_base = c->tx_shadow + off, .iov_len = first };
-	out[1] = (struct iovec){ .iov_base = c->tx_shadow, .iov_len = n - first };
-	return n > first ? 2 : 1;
+	return shim_ring_span(c->tx_shadow, c->mask, from, c->tx_tail, out);
 }
 
 static void rchan_destroy(struct shim_chan *ch)
@@ -579,5 +589,6 @@ const struct shim_transport_ops shim_rdma_ops = {
 	.failed = rchan_failed,
 	.fail = rchan_fail,
 	.rx_offset = rchan_rx_offset,
+	.drop_unread = rchan_drop_unread,
 	.tx_unreceived = rchan_tx_unreceived,
 };
