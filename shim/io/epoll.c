@@ -448,8 +448,10 @@ struct shim_ep *shim_epoll_new(int epfd)
 void shim_epoll_atfork_prepare(void)
 {
 	pthread_mutex_lock(&all_lock);
-	for (struct shim_ep *ep = all_eps; ep; ep = ep->next)
+	for (struct shim_ep *ep = all_eps; ep; ep = ep->next) {
 		pthread_mutex_lock(&ep->lock);
+		ep->forked = true;
+	}
 }
 
 void shim_epoll_atfork_release(void)
@@ -491,13 +493,15 @@ static int other_fd(const struct shim_sock *sock, int closing)
  * kernel's registration (file, fd) stays, but nothing could change it once
  * the number is gone (a switch, a failover, the program's MOD after a dup2
  * back): while fd still names the file, it moves to our own copy of the
- * file, under the same tag. Without a copy (EMFILE) it stays as it was.
- * An edge-triggered item on TCP may report readiness there once more
- * (the kernel checks readiness at ADD); a switched one's are bells.
+ * file, under the same tag. Without a copy (EMFILE), or in a set another
+ * process may share since a fork (whose copy of the item would still name
+ * the number), it stays as it was. An edge-triggered item on TCP may
+ * report readiness there once more (the kernel checks readiness at ADD); a
+ * switched one's are bells.
  */
 static void item_orphan(struct shim_ep *ep, struct shim_epitem *it, int via)
 {
-	int k = shim_fd_own_checked(REAL(fcntl)(it->fd, F_DUPFD_CLOEXEC, 0));
+	int k = ep->forked ? -1 : shim_fd_own_checked(REAL(fcntl)(it->fd, F_DUPFD_CLOEXEC, 0));
 
 	if (k >= 0 && REAL(epoll_ctl)(ep->efd, EPOLL_CTL_DEL, it->fd, NULL) == 0) {
 		it->kfd = k;

@@ -63,6 +63,9 @@ struct shim_ep {
 	 * all_eps: what a wait and every registration change go through,
 	 * never the program's number, which may be reused. */
 	int efd;
+	/* A fork happened while the set existed: another process may share
+	 * it, whose items would still name a registration moved here. */
+	bool forked;
 	struct shim_ep *next; /* all sets, for shim_epoll_fd_closed() */
 	struct shim_spin_hist spin_hist; /* do this set's waits spin (spin.h) */
 };
