@@ -20,7 +20,7 @@ out=$(with_shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_TRACE=in
 rc=$?
 check "shim: $out (status $rc)" test "$rc" -eq 0 -a "${out%% *}" = OK
 done=$(cat "$WORK"/trace.*.jsonl 2>/dev/null | grep -c '"event":"upgrade.done"' || true)
-# Three connections, both ends in the one process.
-check "the connections upgraded ($done upgrade.done, want 6)" test "$done" -eq 6
+# Four connections, both ends in the one process.
+check "the connections upgraded ($done upgrade.done, want 8)" test "$done" -eq 8
 
 finish

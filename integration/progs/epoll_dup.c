@@ -16,6 +16,9 @@
  *   3. d closed (the file's last fd): nothing is reported for it any more,
  *      and a third connection at d's number, added with data C, is
  *      reported with C.
+ *   4. a thread sleeps in epoll_wait on a connection added with data D
+ *      while the main thread dups and closes its number; the peer's byte
+ *      then wakes it, reported with D.
  * Whether the connections upgraded is the caller's to check (the shim's
  * trace).
  *
@@ -23,6 +26,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -36,6 +40,7 @@
 #define DATA_A 0xa1a1a1a100000001ull
 #define DATA_B 0xb2b2b2b200000002ull
 #define DATA_C 0xc3c3c3c300000003ull
+#define DATA_D 0xd4d4d4d400000004ull
 
 static int port, lfd, step;
 
@@ -115,6 +120,19 @@ static void expect(int ep, int timeout_ms, int n, const uint64_t *data)
 	}
 }
 
+struct sleeper {
+	int ep, n;
+	struct epoll_event ev;
+};
+
+static void *sleep_in_wait(void *arg)
+{
+	struct sleeper *w = arg;
+
+	w->n = epoll_wait(w->ep, &w->ev, 1, 5000);
+	return NULL;
+}
+
 static void ctl(int ep, int op, int fd, uint64_t data, int want_errno)
 {
 	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = data };
@@ -128,7 +146,9 @@ static void ctl(int ep, int op, int fd, uint64_t data, int want_errno)
 int main(int argc, char **argv)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
-	int one = 1, c, s, d, c2, s2, c3, s3, ep, old;
+	int one = 1, c, s, d, c2, s2, c3, s3, c4, s4, ep, old;
+	struct sleeper w;
+	pthread_t t;
 
 	for (int i = 1; i < argc; i++)
 		if (!strcmp(argv[i], "--port") && i + 1 < argc)
@@ -209,6 +229,27 @@ int main(int argc, char **argv)
 	expect(ep, 0, 0, NULL);
 	put(s3, 'c');
 	expect(ep, 1000, 1, (uint64_t[]){ DATA_C });
+
+	step = 4;
+	if (get(old) != 'c')
+		fail("wrong byte");
+	ctl(ep, EPOLL_CTL_DEL, old, 0, 0);
+	pair(&c4, &s4);
+	warm(c4, s4);
+	ctl(ep, EPOLL_CTL_ADD, s4, DATA_D, 0);
+	w = (struct sleeper){ .ep = ep };
+	if (pthread_create(&t, NULL, sleep_in_wait, &w))
+		fail("pthread_create");
+	usleep(100 * 1000); /* the thread is asleep in the wait by now */
+	d = dup(s4);
+	close(s4);
+	usleep(20 * 1000);
+	put(c4, 'd');
+	pthread_join(t, NULL);
+	if (w.n != 1 || w.ev.data.u64 != DATA_D || !(w.ev.events & EPOLLIN))
+		fail("the sleeping wait gave %d events, data %#llx", w.n, (unsigned long long)w.ev.data.u64);
+	if (get(d) != 'd')
+		fail("wrong byte");
 	printf("OK epoll_dup\n");
 	return 0;
 }
