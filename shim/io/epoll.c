@@ -123,7 +123,7 @@ static uint32_t kernel_events(const struct shim_epitem *it)
 
 /* The registration is on it->kfd, our own copy of the file, once the
  * item's number closed; before that on the program's number. */
-static int kernel_ctl(int efd, int op, struct shim_epitem *it)
+int shim_ep_kernel_ctl(int efd, int op, struct shim_epitem *it)
 {
 	struct epoll_event ev = { .events = kernel_events(it), .data.u64 = tag_of(it->id) };
 
@@ -138,14 +138,14 @@ static int kernel_ctl(int efd, int op, struct shim_epitem *it)
 void shim_ep_item_ctl(int efd, struct shim_sock *s, struct shim_epitem *it)
 {
 	if (it->kfd >= 0) {
-		kernel_ctl(efd, EPOLL_CTL_MOD, it);
+		shim_ep_kernel_ctl(efd, EPOLL_CTL_MOD, it);
 		return;
 	}
 	if (it->orphan)
 		return;
 	pthread_mutex_lock(&s->lock);
 	if (shim_fd_get_acquire(it->fd) == s)
-		kernel_ctl(efd, EPOLL_CTL_MOD, it);
+		shim_ep_kernel_ctl(efd, EPOLL_CTL_MOD, it);
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -177,7 +177,7 @@ static void item_link(struct shim_ep *ep, struct shim_epitem *it)
 }
 
 /* Under ep->lock. The kernel registration is the caller's business. */
-static void item_drop(struct shim_ep *ep, struct shim_epitem *it)
+void shim_ep_item_drop(struct shim_ep *ep, struct shim_epitem *it)
 {
 	if (it->orphan) {
 		struct shim_epitem **pp = &ep->orphans;
@@ -294,7 +294,7 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 			rc = -ENOMEM;
 			break;
 		}
-		rc = kernel_ctl(epfd, EPOLL_CTL_ADD, it);
+		rc = shim_ep_kernel_ctl(epfd, EPOLL_CTL_ADD, it);
 		if (rc < 0) {
 			/* EEXIST: the fd is registered, and an item we hold for
 			 * it stays (programs try ADD, then MOD on EEXIST). */
@@ -305,7 +305,7 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		if (old) {
 			/* The kernel took it: the item we held was left from a
 			 * closed fd of the same number. */
-			item_drop(ep, old);
+			shim_ep_item_drop(ep, old);
 		}
 		item_link(ep, it);
 		break;
@@ -320,15 +320,15 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		it->oneshot_fired = false;
 		it->et_level = 0;
 		it->et_avail = 0;
-		rc = kernel_ctl(epfd, EPOLL_CTL_MOD, it);
+		rc = shim_ep_kernel_ctl(epfd, EPOLL_CTL_MOD, it);
 		break;
 	case EPOLL_CTL_DEL:
 		if (!it) {
 			rc = REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
 			break;
 		}
-		rc = kernel_ctl(epfd, op, it);
-		item_drop(ep, it);
+		rc = shim_ep_kernel_ctl(epfd, op, it);
+		shim_ep_item_drop(ep, it);
 		break;
 	default:
 		rc = -EINVAL;
@@ -412,7 +412,7 @@ void shim_epoll_free(struct shim_ep *ep)
 	}
 	pthread_mutex_unlock(&all_lock);
 	HASH_ITER(hh_id, ep->by_id, it, tmp) {
-		item_drop(ep, it);
+		shim_ep_item_drop(ep, it);
 	}
 	if (ep->efd >= 0)
 		REAL(close)(ep->efd);
@@ -461,106 +461,13 @@ void shim_epoll_atfork_release(void)
 	pthread_mutex_unlock(&all_lock);
 }
 
-struct other_fd {
-	const struct shim_sock *sock;
-	int closing, found;
-};
-
-static void other_fd_cb(int fd, void *ctx)
+/* Calls fn(ep, ctx) for every set, under all_lock and the set's lock. */
+void shim_ep_each(void (*fn)(struct shim_ep *ep, void *ctx), void *ctx)
 {
-	struct other_fd *o = ctx;
-
-	if (o->found < 0 && fd != o->closing && shim_fd_get_acquire(fd) == o->sock)
-		o->found = fd;
-}
-
-/* Another of the program's numbers for sock, or -1. Under all_lock: a
- * number found here stays sock's until its own close comes to
- * shim_epoll_fd_closed(), after this one (close clears the entry first). */
-static int other_fd(const struct shim_sock *sock, int closing)
-{
-	struct other_fd o = { .sock = sock, .closing = closing, .found = -1 };
-
-	/* fds still counts the closing entry. */
-	if (__atomic_load_n(&sock->fds, __ATOMIC_RELAXED) <= 1)
-		return -1;
-	shim_fd_each_open(other_fd_cb, &o);
-	return o.found;
-}
-
-/*
- * The item's number is closing while the file lives on through via. The
- * kernel's registration (file, fd) stays, but nothing could change it once
- * the number is gone (a switch, a failover, the program's MOD after a dup2
- * back): while fd still names the file, it moves to our own copy of the
- * file, under the same tag. Without a copy (EMFILE), or in a set another
- * process may share since a fork (whose copy of the item would still name
- * the number), it stays as it was. An edge-triggered item on TCP may
- * report readiness there once more (the kernel checks readiness at ADD); a
- * switched one's are bells.
- */
-static void item_orphan(struct shim_ep *ep, struct shim_epitem *it, int via)
-{
-	int k = ep->forked ? -1 : shim_fd_own_checked(REAL(fcntl)(it->fd, F_DUPFD_CLOEXEC, 0));
-
-	if (k >= 0 && REAL(epoll_ctl)(ep->efd, EPOLL_CTL_DEL, it->fd, NULL) == 0) {
-		it->kfd = k;
-		if (kernel_ctl(ep->efd, EPOLL_CTL_ADD, it) < 0) {
-			it->kfd = -1;
-			kernel_ctl(ep->efd, EPOLL_CTL_ADD, it);
-			REAL(close)(k);
-		}
-	} else if (k >= 0) {
-		REAL(close)(k);
-	}
-	HASH_DEL(ep->items, it);
-	it->orphan = true;
-	it->via = via;
-	it->orphan_next = ep->orphans;
-	ep->orphans = it;
-}
-
-/*
- * The program's fd for sock is about to close (its table entry is cleared,
- * the real close not done). The kernel keeps a registration while its file
- * lives: an item added under fd becomes an orphan reached through another
- * of the file's fds, and an orphan reached through fd moves to another;
- * with no other fd the file goes with this close, and so do they. Either
- * way no item is left reached through fd, which a new file may get next.
- */
-void shim_epoll_fd_closed(int fd, struct shim_sock *sock)
-{
-	int other = -2; /* not looked for yet */
-
 	pthread_mutex_lock(&all_lock);
 	for (struct shim_ep *ep = all_eps; ep; ep = ep->next) {
-		struct shim_epitem *it, *next;
-
 		pthread_mutex_lock(&ep->lock);
-		HASH_FIND_INT(ep->items, &fd, it);
-		if (it && it->sock != sock) {
-			item_drop(ep, it); /* left from an earlier file of this number */
-			it = NULL;
-		}
-		if (it) {
-			if (other == -2)
-				other = other_fd(sock, fd);
-			if (other >= 0)
-				item_orphan(ep, it, other);
-			else
-				item_drop(ep, it);
-		}
-		for (it = ep->orphans; it; it = next) {
-			next = it->orphan_next;
-			if (it->via != fd || it->sock != sock)
-				continue;
-			if (other == -2)
-				other = other_fd(sock, fd);
-			if (other >= 0)
-				it->via = other;
-			else
-				item_drop(ep, it);
-		}
+		fn(ep, ctx);
 		pthread_mutex_unlock(&ep->lock);
 	}
 	pthread_mutex_unlock(&all_lock);
@@ -588,11 +495,11 @@ int shim_epoll_adopt(int epfd, int fd, uint32_t events, uint64_t data)
 		if (it) {
 			/* The kernel holds the program's registration: ours
 			 * replaces it, as a MOD does. */
-			rc = kernel_ctl(epfd, EPOLL_CTL_MOD, it);
+			rc = shim_ep_kernel_ctl(epfd, EPOLL_CTL_MOD, it);
 			if (rc == 0) {
 				HASH_FIND_INT(es->ep->items, &fd, old);
 				if (old)
-					item_drop(es->ep, old);
+					shim_ep_item_drop(es->ep, old);
 				item_link(es->ep, it);
 			} else {
 				free(it);

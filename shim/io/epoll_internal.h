@@ -79,6 +79,14 @@ struct shim_sock *shim_ep_sock(int epfd);
 /* The shim's own copy of the set's fd (made at tracking, closed with the
  * last reference): never the program's number, which may be reused. */
 int shim_ep_fd(const struct shim_sock *es);
+/* Calls fn(ep, ctx) for every set, under the all-sets lock and the set's. */
+void shim_ep_each(void (*fn)(struct shim_ep *ep, void *ctx), void *ctx);
+/* The kernel registration of an item (op: EPOLL_CTL_*), through its kfd
+ * once it has one, else its number; returns 0 or -errno. */
+int shim_ep_kernel_ctl(int efd, int op, struct shim_epitem *it);
+/* Unlinks and frees an item (closing its kfd); under ep->lock. Its kernel
+ * registration is the caller's business. */
+void shim_ep_item_drop(struct shim_ep *ep, struct shim_epitem *it);
 /* The sock an item names (through it->via), held, or NULL. */
 struct shim_sock *shim_ep_item_sock(const struct shim_epitem *it);
 /* Changes an item's kernel registration while its fd still names s. */
