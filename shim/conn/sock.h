@@ -279,7 +279,7 @@ struct shim_sock_hooks {
 	/* An epoll sock's set goes (io/epoll.c). */
 	void (*ep_free)(struct shim_ep *ep);
 	/* A connection's fd is about to close, its entry cleared: the waits
-	 * let go of its number (io/epoll.c). */
+	 * let go of its number (io/epoll_close.c). */
 	void (*fd_closed)(int fd, struct shim_sock *s);
 	/* connect tracked a connection: this process will do its I/O, so the
 	 * transports warm up now (conn/transport.h). */

@@ -44,7 +44,7 @@ static void keep_for_callers(struct shim_sock *sock, int fd)
 		shim_close_prepare(sock, fd);
 	/* Items of ours may name fd, also of a connection whose upgrade
 	 * failed since: a new socket on that number is not this one, and
-	 * the file may live on through a dup (io/epoll.c). */
+	 * the file may live on through a dup (io/epoll_close.c). */
 	in_epoll = sock->role == SHIM_ROLE_CLIENT || sock->role == SHIM_ROLE_SERVER;
 	pthread_mutex_unlock(&sock->lock);
 	if (in_epoll && shim_sock_hooks.fd_closed)

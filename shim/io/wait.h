@@ -45,7 +45,7 @@ int shim_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long lo
 /* An epoll fd's set of intercepted items (the sock of an epoll fd owns
  * one, with its own copy of epfd); a connection's fd is about to close:
  * every set's items added under that number, or reached through it, follow
- * the file (epoll.c). */
+ * the file (epoll_close.c). */
 struct shim_ep *shim_epoll_new(int epfd);
 void shim_epoll_free(struct shim_ep *ep);
 struct shim_sock;
