@@ -28,11 +28,6 @@
 #include "stats.h"
 #include "trace.h"
 
-static void sock_put(struct shim_sock *sock)
-{
-	shim_sock_unref_fd(sock);
-}
-
 static struct shim_sock *sock_new(enum shim_role role, enum shim_sock_state state,
 				  const struct shim_tuple *tuple)
 {
@@ -248,16 +243,9 @@ struct shim_sock *shim_sock_track_epoll(int epfd, struct shim_ep *ep)
 			shim_sock_hooks.ep_free(ep);
 		return NULL;
 	}
+	/* The set keeps its own copy of epfd for the shim's waits and
+	 * registrations (io/epoll.c). */
 	sock->ep = ep;
-	/* The shim's own waits and registrations go through a copy of the
-	 * epoll fd, never the program's number: a wait in progress when the
-	 * program closes its fd (and the number is reused) goes on, as the
-	 * kernel's would, on the same set. */
-	sock->tcp_keep = REAL(fcntl)(epfd, F_DUPFD_CLOEXEC, 0);
-	if (!sock->ep || sock->tcp_keep < 0) {
-		sock_put(sock);
-		return NULL;
-	}
 	/* Held for the caller; the table's reference is the one made here. */
 	__atomic_add_fetch(&sock->refs, 1, __ATOMIC_RELAXED);
 	if (shim_sock_install(epfd, sock) < 0) {

@@ -280,8 +280,9 @@ struct shim_sock_hooks {
 	void (*release)(struct shim_sock *s);
 	/* An epoll sock's set goes (io/epoll.c). */
 	void (*ep_free)(struct shim_ep *ep);
-	/* An intercepted fd closed: the waits forget its number (io/epoll.c). */
-	void (*fd_closed)(int fd);
+	/* A connection's fd is about to close, its entry cleared: the waits
+	 * let go of its number (io/epoll_close.c). */
+	void (*fd_closed)(int fd, struct shim_sock *s);
 	/* connect tracked a connection: this process will do its I/O, so the
 	 * transports warm up now (conn/transport.h). */
 	void (*connected)(const struct shim_tuple *t);

@@ -42,11 +42,13 @@ static void keep_for_callers(struct shim_sock *sock, int fd)
 	    (sock->role == SHIM_ROLE_CLIENT || sock->role == SHIM_ROLE_SERVER) &&
 	    (!sock->io_pid || sock->io_pid == getpid()))
 		shim_close_prepare(sock, fd);
-	in_epoll = sock->intercept || sock->chan;
+	/* Items of ours may name fd, also of a connection whose upgrade
+	 * failed since: a new socket on that number is not this one, and
+	 * the file may live on through a dup (io/epoll_close.c). */
+	in_epoll = sock->role == SHIM_ROLE_CLIENT || sock->role == SHIM_ROLE_SERVER;
 	pthread_mutex_unlock(&sock->lock);
-	/* Our epoll items name fd: a new socket on that number is not this one. */
 	if (in_epoll && shim_sock_hooks.fd_closed)
-		shim_sock_hooks.fd_closed(fd);
+		shim_sock_hooks.fd_closed(fd, sock);
 }
 
 static void trace_close(int fd, struct shim_sock *sock)

@@ -13,7 +13,7 @@ void shim_layers_register(void)
 	shim_sock_hooks = (struct shim_sock_hooks){
 		.release = shim_upgrade_release,
 		.ep_free = shim_epoll_free,
-		.fd_closed = shim_epoll_forget_fd,
+		.fd_closed = shim_epoll_fd_closed,
 		.connected = shim_transport_warm,
 	};
 	shim_transport_register(&shim_shm_transport);

@@ -7,15 +7,20 @@
  * a shim_ep with a uthash table of its intercepted items.
  *
  * Intercepted fds are registered with the kernel under a tagged data word
- * (tag_hi << 32 | fd) so their kernel events can be told apart and mapped
- * back to the application's own data. Once a fd switched, its kernel
+ * (tag_hi << 32 | the item's id) so their kernel events can be told apart
+ * and mapped back to the application's own data. Once a fd switched, its kernel
  * registration asks for EPOLLIN only (bells) and its readiness comes from
  * its channel. EPOLLET on a switched fd reports rises of readiness, and
  * EPOLLIN again when bytes came since the last report (ep_channel_round);
  * EPOLLONESHOT is honoured. A fd back on TCP after a failover gets its
  * program's registration back.
+ *
+ * An item is the kernel's (file, number) registration: closing its number
+ * while a dup keeps the file open leaves it in the set, reported with the
+ * program's data, until the file's last fd goes (shim_epoll_fd_closed()).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -49,9 +54,9 @@ static void make_tag(void)
 	tag_hi = r | 0x80000000u;
 }
 
-static uint64_t tag_of(int fd)
+static uint64_t tag_of(uint32_t id)
 {
-	return ((uint64_t)tag_hi << 32) | (uint32_t)fd;
+	return ((uint64_t)tag_hi << 32) | id;
 }
 
 /* The intercepted sock at fd, held (shim_sock_put()), or NULL. */
@@ -90,31 +95,126 @@ struct shim_sock *shim_ep_sock(int epfd)
  * last reference): never the program's number, which may be reused. */
 int shim_ep_fd(const struct shim_sock *es)
 {
-	return es->tcp_keep;
+	return es->ep->efd;
+}
+
+/* The sock an item names (through it->via), held, or NULL. */
+struct shim_sock *shim_ep_item_sock(const struct shim_epitem *it)
+{
+	struct shim_sock *s = shim_ep_intercepted_sock(it->via);
+
+	if (s && s != it->sock) {
+		shim_sock_put(s);
+		return NULL;
+	}
+	return s;
 }
 
 static uint32_t kernel_events(const struct shim_epitem *it)
 {
-	return it->kernel_switched ? (EPOLLIN | EPOLLRDHUP) : it->events;
+	if (it->kernel_switched)
+		return EPOLLIN | EPOLLRDHUP;
+	/* A spent one shot stays spent, as the kernel's does until a MOD:
+	 * what it could still report (an error, a hang-up) once is dropped. */
+	if ((it->events & EPOLLONESHOT) && it->oneshot_fired)
+		return EPOLLONESHOT;
+	return it->events;
 }
 
-static int kernel_ctl(int efd, int op, struct shim_epitem *it)
+/* The registration is on it->kfd, our own copy of the file, once the
+ * item's number closed; before that on the program's number. */
+int shim_ep_kernel_ctl(int efd, int op, struct shim_epitem *it)
 {
-	struct epoll_event ev = { .events = kernel_events(it), .data.u64 = tag_of(it->fd) };
+	struct epoll_event ev = { .events = kernel_events(it), .data.u64 = tag_of(it->id) };
 
-	return REAL(epoll_ctl)(efd, op, it->fd, &ev) < 0 ? -errno : 0;
+	return REAL(epoll_ctl)(efd, op, it->kfd >= 0 ? it->kfd : it->fd, &ev) < 0 ? -errno : 0;
 }
 
 /* Changes an item's kernel registration, only while its fd still names s
  * (checked under s->lock: close clears the entry, then takes the lock,
  * before the real close), so that a reused number's registration, maybe
- * the program's own, is never touched. Lock order: ep->lock, then s->lock. */
+ * the program's own, is never touched; an orphan's through our copy of its
+ * file, or not at all without one. Lock order: ep->lock, then s->lock. */
 void shim_ep_item_ctl(int efd, struct shim_sock *s, struct shim_epitem *it)
 {
+	if (it->kfd >= 0) {
+		shim_ep_kernel_ctl(efd, EPOLL_CTL_MOD, it);
+		return;
+	}
+	if (it->orphan)
+		return;
 	pthread_mutex_lock(&s->lock);
 	if (shim_fd_get_acquire(it->fd) == s)
-		kernel_ctl(efd, EPOLL_CTL_MOD, it);
+		shim_ep_kernel_ctl(efd, EPOLL_CTL_MOD, it);
 	pthread_mutex_unlock(&s->lock);
+}
+
+static struct shim_epitem *item_new(struct shim_ep *ep, int fd, struct shim_sock *s, uint32_t events,
+				    epoll_data_t data)
+{
+	struct shim_epitem *it = calloc(1, sizeof(*it)), *taken;
+
+	if (!it)
+		return NULL;
+	it->fd = it->via = fd;
+	it->sock = s;
+	it->kfd = -1;
+	it->events = events;
+	it->data = data;
+	it->kernel_switched = shim_io_is_switched(s);
+	/* Ids wrap after 2^32 registrations: skip one still in use. */
+	do {
+		it->id = ep->next_id++;
+		HASH_FIND(hh_id, ep->by_id, &it->id, sizeof(it->id), taken);
+	} while (taken);
+	return it;
+}
+
+static void item_link(struct shim_ep *ep, struct shim_epitem *it)
+{
+	HASH_ADD_INT(ep->items, fd, it);
+	HASH_ADD(hh_id, ep->by_id, id, sizeof(it->id), it);
+}
+
+/* Under ep->lock. The kernel registration is the caller's business. */
+void shim_ep_item_drop(struct shim_ep *ep, struct shim_epitem *it)
+{
+	if (it->orphan) {
+		struct shim_epitem **pp = &ep->orphans;
+
+		while (*pp != it)
+			pp = &(*pp)->orphan_next;
+		*pp = it->orphan_next;
+	} else {
+		HASH_DEL(ep->items, it);
+	}
+	HASH_DELETE(hh_id, ep->by_id, it);
+	if (it->kfd >= 0)
+		REAL(close)(it->kfd);
+	free(it);
+}
+
+/*
+ * The item the kernel would find for (the file fd names, fd): the one added
+ * under fd while fd still names its file, or an orphan of fd's file added
+ * under this number (a dup2 back onto it). A live item whose file the
+ * number no longer names is left from a close that raced this call: not
+ * the program's registration of what fd is now.
+ */
+static struct shim_epitem *item_at(struct shim_ep *ep, int fd)
+{
+	struct shim_sock *cur = shim_fd_get_acquire(fd);
+	struct shim_epitem *it;
+
+	if (!cur)
+		return NULL;
+	HASH_FIND_INT(ep->items, &fd, it);
+	if (it)
+		return it->sock == cur ? it : NULL;
+	for (it = ep->orphans; it; it = it->orphan_next)
+		if (it->fd == fd && it->sock == cur)
+			return it;
+	return NULL;
 }
 
 /*
@@ -151,7 +251,7 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
 	pthread_once(&tag_once, make_tag);
 	if (!es) {
-		es = shim_sock_track_epoll(epfd, shim_epoll_new());
+		es = shim_sock_track_epoll(epfd, shim_epoll_new(epfd));
 		if (!es) {
 			shim_sock_put(s);
 			return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
@@ -159,7 +259,7 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 	}
 	ep = es->ep;
 	pthread_mutex_lock(&ep->lock);
-	HASH_FIND_INT(ep->items, &fd, it);
+	it = item_at(ep, fd);
 	if (!s && !it) {
 		pthread_mutex_unlock(&ep->lock);
 		shim_sock_put(es);
@@ -176,31 +276,38 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 	}
 	switch (op) {
 	case EPOLL_CTL_ADD: {
-		struct shim_epitem *old = it;
+		struct shim_epitem *old;
 
-		it = calloc(1, sizeof(*it));
+		if (it && it->orphan) {
+			/* Its registration was moved to our copy of the file,
+			 * where the kernel can not see it is this key's. */
+			rc = -EEXIST;
+			break;
+		}
+		if (!s) {
+			/* Left intercepting: the kernel's own registration. */
+			rc = REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
+			break;
+		}
+		it = item_new(ep, fd, s, event->events, event->data);
 		if (!it) {
 			rc = -ENOMEM;
 			break;
 		}
-		it->fd = fd;
-		it->events = event->events;
-		it->data = event->data;
-		it->kernel_switched = s ? shim_io_is_switched(s) : false;
-		rc = kernel_ctl(epfd, EPOLL_CTL_ADD, it);
+		rc = shim_ep_kernel_ctl(epfd, EPOLL_CTL_ADD, it);
 		if (rc < 0) {
 			/* EEXIST: the fd is registered, and an item we hold for
 			 * it stays (programs try ADD, then MOD on EEXIST). */
 			free(it);
 			break;
 		}
+		HASH_FIND_INT(ep->items, &fd, old);
 		if (old) {
 			/* The kernel took it: the item we held was left from a
 			 * closed fd of the same number. */
-			HASH_DEL(ep->items, old);
-			free(old);
+			shim_ep_item_drop(ep, old);
 		}
-		HASH_ADD_INT(ep->items, fd, it);
+		item_link(ep, it);
 		break;
 	}
 	case EPOLL_CTL_MOD:
@@ -213,14 +320,15 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		it->oneshot_fired = false;
 		it->et_level = 0;
 		it->et_rx_arrived = 0;
-		rc = kernel_ctl(epfd, EPOLL_CTL_MOD, it);
+		rc = shim_ep_kernel_ctl(epfd, EPOLL_CTL_MOD, it);
 		break;
 	case EPOLL_CTL_DEL:
-		rc = REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
-		if (it) {
-			HASH_DEL(ep->items, it);
-			free(it);
+		if (!it) {
+			rc = REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
+			break;
 		}
+		rc = shim_ep_kernel_ctl(epfd, op, it);
+		shim_ep_item_drop(ep, it);
 		break;
 	default:
 		rc = -EINVAL;
@@ -241,24 +349,31 @@ int shim_ep_translate(struct shim_ep *ep, struct epoll_event *ev, int n)
 		struct shim_epitem *it = NULL;
 
 		if ((uint32_t)(ev[i].data.u64 >> 32) == tag_hi) {
-			int fd = (int)(uint32_t)ev[i].data.u64;
+			uint32_t id = (uint32_t)ev[i].data.u64;
 
-			HASH_FIND_INT(ep->items, &fd, it);
-		}
-		if (it) {
+			HASH_FIND(hh_id, ep->by_id, &id, sizeof(id), it);
+			/* A registration whose item went while the file lived
+			 * on (our copy for a call in progress): not the
+			 * program's any more. */
+			if (!it)
+				continue;
 			if (it->kernel_switched) {
-				struct shim_sock *s = shim_ep_intercepted_sock(it->fd);
+				struct shim_sock *s = shim_ep_item_sock(it);
 
 				if (s)
-					shim_io_drain_bells(s, it->fd);
+					shim_io_drain_bells(s, it->via);
 				shim_sock_put(s);
 				continue;
 			}
 			/* Back on TCP with its one shot spent on the channel:
-			 * the program's registration came back armed, so its
-			 * first report is the kernel's one shot, not ours. */
+			 * the program's registration came back disabled, and
+			 * what it reports is not the program's. */
 			if (it->oneshot_fired)
 				continue;
+			/* The kernel disabled it; the item must know, should
+			 * it switch or its registration move. */
+			if (it->events & EPOLLONESHOT)
+				it->oneshot_fired = true;
 			ev[i].data = it->data;
 		}
 		ev[kept++] = ev[i];
@@ -296,20 +411,30 @@ void shim_epoll_free(struct shim_ep *ep)
 		}
 	}
 	pthread_mutex_unlock(&all_lock);
-	HASH_ITER(hh, ep->items, it, tmp) {
-		HASH_DEL(ep->items, it);
-		free(it);
+	HASH_ITER(hh_id, ep->by_id, it, tmp) {
+		shim_ep_item_drop(ep, it);
 	}
+	if (ep->efd >= 0)
+		REAL(close)(ep->efd);
 	pthread_mutex_destroy(&ep->lock);
 	free(ep);
 }
 
-struct shim_ep *shim_epoll_new(void)
+struct shim_ep *shim_epoll_new(int epfd)
 {
 	struct shim_ep *ep = calloc(1, sizeof(*ep));
 
 	if (!ep)
 		return NULL;
+	/* The shim's waits and registrations go through a copy of the epoll
+	 * fd, never the program's number: a wait in progress when the program
+	 * closes its fd (and the number is reused) goes on, as the kernel's
+	 * would, on the same set. */
+	ep->efd = REAL(fcntl)(epfd, F_DUPFD_CLOEXEC, 0);
+	if (ep->efd < 0) {
+		free(ep);
+		return NULL;
+	}
 	pthread_mutex_init(&ep->lock, NULL);
 	pthread_mutex_lock(&all_lock);
 	ep->next = all_eps;
@@ -323,8 +448,10 @@ struct shim_ep *shim_epoll_new(void)
 void shim_epoll_atfork_prepare(void)
 {
 	pthread_mutex_lock(&all_lock);
-	for (struct shim_ep *ep = all_eps; ep; ep = ep->next)
+	for (struct shim_ep *ep = all_eps; ep; ep = ep->next) {
 		pthread_mutex_lock(&ep->lock);
+		ep->forked = true;
+	}
 }
 
 void shim_epoll_atfork_release(void)
@@ -334,21 +461,13 @@ void shim_epoll_atfork_release(void)
 	pthread_mutex_unlock(&all_lock);
 }
 
-/* An intercepted fd closed: the kernel dropped it from its epoll sets (if it
- * was the last fd of its socket); drop our items, so that a new socket that
- * gets the same number is not mistaken for it. */
-void shim_epoll_forget_fd(int fd)
+/* Calls fn(ep, ctx) for every set, under all_lock and the set's lock. */
+void shim_ep_each(void (*fn)(struct shim_ep *ep, void *ctx), void *ctx)
 {
 	pthread_mutex_lock(&all_lock);
 	for (struct shim_ep *ep = all_eps; ep; ep = ep->next) {
-		struct shim_epitem *it;
-
 		pthread_mutex_lock(&ep->lock);
-		HASH_FIND_INT(ep->items, &fd, it);
-		if (it) {
-			HASH_DEL(ep->items, it);
-			free(it);
-		}
+		fn(ep, ctx);
 		pthread_mutex_unlock(&ep->lock);
 	}
 	pthread_mutex_unlock(&all_lock);
@@ -357,7 +476,7 @@ void shim_epoll_forget_fd(int fd)
 int shim_epoll_adopt(int epfd, int fd, uint32_t events, uint64_t data)
 {
 	struct shim_sock *s = shim_ep_intercepted_sock(fd), *es;
-	struct shim_epitem *it;
+	struct shim_epitem *it, *old;
 	int rc = 0;
 
 	if (!s)
@@ -365,27 +484,26 @@ int shim_epoll_adopt(int epfd, int fd, uint32_t events, uint64_t data)
 	pthread_once(&tag_once, make_tag);
 	es = shim_ep_sock(epfd);
 	if (!es)
-		es = shim_sock_track_epoll(epfd, shim_epoll_new());
+		es = shim_sock_track_epoll(epfd, shim_epoll_new(epfd));
 	if (!es) {
 		shim_sock_put(s);
 		return -ENOMEM;
 	}
 	pthread_mutex_lock(&es->ep->lock);
-	HASH_FIND_INT(es->ep->items, &fd, it);
-	if (!it) {
-		it = calloc(1, sizeof(*it));
+	if (!item_at(es->ep, fd)) {
+		it = item_new(es->ep, fd, s, events, (epoll_data_t){ .u64 = data });
 		if (it) {
-			it->fd = fd;
-			it->events = events;
-			it->data.u64 = data;
-			it->kernel_switched = shim_io_is_switched(s);
 			/* The kernel holds the program's registration: ours
 			 * replaces it, as a MOD does. */
-			rc = kernel_ctl(epfd, EPOLL_CTL_MOD, it);
-			if (rc == 0)
-				HASH_ADD_INT(es->ep->items, fd, it);
-			else
+			rc = shim_ep_kernel_ctl(epfd, EPOLL_CTL_MOD, it);
+			if (rc == 0) {
+				HASH_FIND_INT(es->ep->items, &fd, old);
+				if (old)
+					shim_ep_item_drop(es->ep, old);
+				item_link(es->ep, it);
+			} else {
 				free(it);
+			}
 		} else {
 			rc = -ENOMEM;
 		}

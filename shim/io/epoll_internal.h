@@ -15,8 +15,28 @@
 #include "spin.h"
 #include "wait.h"
 
+/*
+ * One registration of the program's, as the kernel keys it: the file (a
+ * tracked sock) and the number it was added under. The number may be
+ * closed while a dup keeps the file open; the kernel then keeps the
+ * registration until the file's last fd goes, and so does the item
+ * (an orphan, reached through another of the file's numbers).
+ */
 struct shim_epitem {
-	int fd;
+	int fd; /* the number it was added under */
+	/* Its file: compared, never used without a reference taken through a
+	 * number. Alive as long as the item, as every close of a tracked
+	 * connection's number comes to shim_epoll_fd_closed() first. */
+	struct shim_sock *sock;
+	/* A number of the program's that names sock now: fd, or for an
+	 * orphan another of the file's fds (kept current at every close). */
+	int via;
+	/* An orphan's kernel registration, moved to our own copy of the file
+	 * before its number closed, so that it can still be changed (-1:
+	 * none, its registration stays as it was). */
+	int kfd;
+	bool orphan;
+	uint32_t id;     /* the low half of the kernel registration's tag */
 	uint32_t events; /* the application's */
 	epoll_data_t data;
 	bool kernel_switched; /* kernel registration is the bell-only one */
@@ -28,13 +48,25 @@ struct shim_epitem {
 	uint32_t et_level;
 	uint64_t et_rx_arrived;
 	unsigned et_rx_starved, et_tx_starved; /* the sock's counts at the last report */
-	UT_hash_handle hh;
+	UT_hash_handle hh;    /* ep->items, by fd: the items whose number is open */
+	UT_hash_handle hh_id; /* ep->by_id: every item */
+	struct shim_epitem *orphan_next;
 };
 
 struct shim_ep {
 	pthread_mutex_t lock;
-	struct shim_epitem *items;
-	struct shim_ep *next; /* all sets, for shim_epoll_forget_fd() */
+	struct shim_epitem *items;   /* by fd, orphans left out */
+	struct shim_epitem *by_id;   /* every item, by id */
+	struct shim_epitem *orphans; /* the items whose number was closed */
+	uint32_t next_id;
+	/* The shim's own copy of the set's fd, closed after the set left
+	 * all_eps: what a wait and every registration change go through,
+	 * never the program's number, which may be reused. */
+	int efd;
+	/* A fork happened while the set existed: another process may share
+	 * it, whose items would still name a registration moved here. */
+	bool forked;
+	struct shim_ep *next; /* all sets, for shim_epoll_fd_closed() */
 	struct shim_spin_hist spin_hist; /* do this set's waits spin (spin.h) */
 };
 
@@ -47,6 +79,16 @@ struct shim_sock *shim_ep_sock(int epfd);
 /* The shim's own copy of the set's fd (made at tracking, closed with the
  * last reference): never the program's number, which may be reused. */
 int shim_ep_fd(const struct shim_sock *es);
+/* Calls fn(ep, ctx) for every set, under the all-sets lock and the set's. */
+void shim_ep_each(void (*fn)(struct shim_ep *ep, void *ctx), void *ctx);
+/* The kernel registration of an item (op: EPOLL_CTL_*), through its kfd
+ * once it has one, else its number; returns 0 or -errno. */
+int shim_ep_kernel_ctl(int efd, int op, struct shim_epitem *it);
+/* Unlinks and frees an item (closing its kfd); under ep->lock. Its kernel
+ * registration is the caller's business. */
+void shim_ep_item_drop(struct shim_ep *ep, struct shim_epitem *it);
+/* The sock an item names (through it->via), held, or NULL. */
+struct shim_sock *shim_ep_item_sock(const struct shim_epitem *it);
 /* Changes an item's kernel registration while its fd still names s. */
 void shim_ep_item_ctl(int efd, struct shim_sock *s, struct shim_epitem *it);
 /* Maps kernel events back (tagged ones to the item's data, bells of

@@ -37,13 +37,13 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 	struct shim_epitem *it, *tmp;
 	int n = 0;
 
-	HASH_ITER(hh, ep->items, it, tmp) {
-		struct shim_sock *s = shim_ep_intercepted_sock(it->fd);
+	HASH_ITER(hh_id, ep->by_id, it, tmp) {
+		struct shim_sock *s = shim_ep_item_sock(it);
 		int mask;
 
 		if (!s)
 			continue;
-		if (!shim_io_progress(s, it->fd)) {
+		if (!shim_io_progress(s, it->via)) {
 			if (it->kernel_switched) {
 				/* Back on TCP after a failover: the program's own
 				 * registration again. MOD re-checks readiness, so an
@@ -58,7 +58,7 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 			it->kernel_switched = true;
 			shim_ep_item_ctl(efd, s, it);
 		}
-		mask = n >= max || it->oneshot_fired ? -1 : shim_io_poll_mask(s, it->fd);
+		mask = n >= max || it->oneshot_fired ? -1 : shim_io_poll_mask(s, it->via);
 		uint64_t arrived = 0;
 		unsigned rx_starved = __atomic_load_n(&s->rx_starved, __ATOMIC_RELAXED);
 		unsigned tx_starved = __atomic_load_n(&s->tx_starved, __ATOMIC_RELAXED);
@@ -141,7 +141,7 @@ static bool arm_all(struct shim_ep *ep, struct arm *arms, unsigned cap, unsigned
 	bool sleep = true;
 
 	*n = 0;
-	HASH_ITER(hh, ep->items, it, tmp) {
+	HASH_ITER(hh_id, ep->by_id, it, tmp) {
 		struct shim_sock *s;
 		short want = 0;
 
@@ -149,7 +149,7 @@ static bool arm_all(struct shim_ep *ep, struct arm *arms, unsigned cap, unsigned
 			return false; /* more items than room: look again at once */
 		if (!it->kernel_switched || it->oneshot_fired)
 			continue;
-		s = shim_ep_intercepted_sock(it->fd);
+		s = shim_ep_item_sock(it);
 		if (!s)
 			continue;
 		if (it->events & EPOLLIN)
@@ -167,7 +167,7 @@ static bool arm_all(struct shim_ep *ep, struct arm *arms, unsigned cap, unsigned
 			    __atomic_load_n(&s->tx_starved, __ATOMIC_RELAXED) == it->et_tx_starved)
 				want &= (short)~POLLOUT;
 		}
-		arms[*n] = (struct arm){ .s = s, .fd = it->fd, .armed = shim_io_arm(s, it->fd, want) };
+		arms[*n] = (struct arm){ .s = s, .fd = it->via, .armed = shim_io_arm(s, it->via, want) };
 		if (arms[*n].armed & SHIM_ARM_READY)
 			sleep = false;
 		if (arms[*n].armed & SHIM_ARM_SHORT)
@@ -236,7 +236,7 @@ static int ep_arm(void *ctx, bool *short_sleep)
 	bool sleep;
 
 	pthread_mutex_lock(&w->ep->lock);
-	unsigned items = HASH_COUNT(w->ep->items);
+	unsigned items = HASH_CNT(hh_id, w->ep->by_id);
 
 	if (items > w->cap) {
 		struct arm *bigger = malloc(items * sizeof(*bigger));

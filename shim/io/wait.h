@@ -43,10 +43,13 @@ void shim_epoll_adopt_early(int fd);
 int shim_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long long timeout_ns,
 		    const sigset_t *sigmask, int *rc);
 /* An epoll fd's set of intercepted items (the sock of an epoll fd owns
- * one); an intercepted fd closed: every set forgets its number. */
-struct shim_ep *shim_epoll_new(void);
+ * one, with its own copy of epfd); a connection's fd is about to close:
+ * every set's items added under that number, or reached through it, follow
+ * the file (epoll_close.c). */
+struct shim_ep *shim_epoll_new(int epfd);
 void shim_epoll_free(struct shim_ep *ep);
-void shim_epoll_forget_fd(int fd);
+struct shim_sock;
+void shim_epoll_fd_closed(int fd, struct shim_sock *sock);
 /* fork: every set's lock (interpose/atfork.c). */
 void shim_epoll_atfork_prepare(void);
 void shim_epoll_atfork_release(void);
