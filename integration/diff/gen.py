@@ -166,7 +166,7 @@ class Gen:
                 self.add(o, "epwait 0")
             self.add(o, "rcvlowat 1")
         elif k < 0.97 or self.avoid:
-            self.add(o, r.choice(["nodelay 1", "cork 1", "cork 0"] + ([] if self.avoid else ["dupclose"])))
+            self.add(o, r.choice(["nodelay 1", "cork 1", "cork 0", "dupclose"]))
             if self.L[-1].endswith("cork 1"):
                 self.add(o, "cork 0")
         else:  # shapes of known differences (soak only)

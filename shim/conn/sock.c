@@ -27,6 +27,7 @@
 #include "real.h"
 #include "stats.h"
 #include "trace.h"
+#include "transport.h"
 
 static struct shim_sock *sock_new(enum shim_role role, enum shim_sock_state state,
 				  const struct shim_tuple *tuple)
@@ -352,9 +353,14 @@ void shim_sock_on_setsockopt(int fd, int level, int name, const void *val, sockl
 	else if (level == SOL_SOCKET && name == SO_RCVLOWAT && len >= sizeof(int)) {
 		sock->rcv_lowat = *(const int *)val;
 		/* Linux's tcp_set_rcvlowat() wakes the readers when enough is
-		 * queued for the new mark: an edge for EPOLLET, as a call that
-		 * ran out would make (epoll_wait.c). */
-		__atomic_add_fetch(&sock->rx_starved, 1, __ATOMIC_RELAXED);
+		 * queued for the new mark, or the peer's FIN came: an edge for
+		 * EPOLLET (epoll_wait.c). On TCP the kernel does it itself. */
+		if (sock->chan && sock->rx_dir == SHIM_DIR_CHAN) {
+			size_t lowat = sock->rcv_lowat > 1 ? (size_t)sock->rcv_lowat : 1;
+
+			if (sock->chan->ops->readable(sock->chan) >= lowat || sock->chan->ops->rx_eof(sock->chan))
+				__atomic_add_fetch(&sock->rx_wakes, 1, __ATOMIC_RELAXED);
+		}
 	}
 	pthread_mutex_unlock(&sock->lock);
 	shim_sock_put(sock);

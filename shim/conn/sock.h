@@ -89,6 +89,7 @@ struct shim_sock {
 	bool rd_shut, wr_shut;
 	bool rx_tcp_eof;
 	unsigned rx_starved, tx_starved; /* calls that found no bytes / no room (epoll.c's EPOLLET) */
+	unsigned rx_wakes; /* SO_RCVLOWAT set with enough queued: the kernel's wake-up (EPOLLET) */
 	bool rx_tcp_reset;   /* that end came as a reset (ECONNRESET), reported once */
 	bool rx_reset_seen;  /* ... and stays a reset: later sends fail EPIPE at once */
 	bool peer_gone_told; /* a write after the peer closed was taken (io.c) */

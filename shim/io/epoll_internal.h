@@ -47,7 +47,7 @@ struct shim_epitem {
 	 * start from none, as the kernel's MOD re-checks readiness. */
 	uint32_t et_level;
 	uint64_t et_rx_arrived;
-	unsigned et_rx_starved, et_tx_starved; /* the sock's counts at the last report */
+	unsigned et_rx_starved, et_tx_starved, et_rx_wakes; /* the sock's counts at the last report */
 	UT_hash_handle hh;    /* ep->items, by fd: the items whose number is open */
 	UT_hash_handle hh_id; /* ep->by_id: every item */
 	struct shim_epitem *orphan_next;

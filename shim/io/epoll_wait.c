@@ -61,6 +61,7 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 		mask = n >= max || it->oneshot_fired ? -1 : shim_io_poll_mask(s, it->via);
 		uint64_t arrived = 0;
 		unsigned rx_starved = __atomic_load_n(&s->rx_starved, __ATOMIC_RELAXED);
+		unsigned rx_wakes = __atomic_load_n(&s->rx_wakes, __ATOMIC_RELAXED);
 		unsigned tx_starved = __atomic_load_n(&s->tx_starved, __ATOMIC_RELAXED);
 
 		if (mask >= 0 && (it->events & EPOLLET) && (it->events & EPOLLIN))
@@ -82,7 +83,7 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 			/* Bytes that came since, even if another thread read
 			 * them already: the kernel's wake-up queued the item
 			 * then, and it reports what is still ready. */
-			if (arrived != it->et_rx_arrived)
+			if (arrived != it->et_rx_arrived || rx_wakes != it->et_rx_wakes)
 				edge = true;
 			/* A program that ran out (EAGAIN, a short call) since
 			 * the last report waits for the next edge: readiness
@@ -94,6 +95,7 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 			ev = edge ? level : 0;
 			it->et_level = level;
 			it->et_rx_arrived = arrived;
+			it->et_rx_wakes = rx_wakes;
 			if (ev & EPOLLIN)
 				it->et_rx_starved = rx_starved;
 			if (ev & EPOLLOUT)
