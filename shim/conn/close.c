@@ -131,6 +131,8 @@ static void abort_if_unread(struct shim_sock *s, int fd)
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "close.unread", fd, &s->tuple, SHIM_REASON_NONE, "\"bytes\":%zu",
 		   s->chan->ops->readable(s->chan));
 	REAL(setsockopt)(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
+	if (s->chan->ops->abortive)
+		s->chan->ops->abortive(s->chan);
 }
 
 void shim_close_prepare(struct shim_sock *s, int fd)

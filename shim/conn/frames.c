@@ -99,6 +99,23 @@ static void take_resume(struct shim_sock *s, int fd)
 		   "\"peer_rx\":%llu", (unsigned long long)s->fo_peer_rx_offset);
 }
 
+/*
+ * The peer's TCP ended while our direction still ran on the channel, with
+ * bytes of ours it never read, and it never closed its end of the channel:
+ * it died (kill -9, a crash) without a close of ours to run. Its kernel
+ * found no unread bytes in the socket (they were in the ring) and sent FIN;
+ * over TCP the bytes would have been in that socket, and the kernel would
+ * have reset the connection. A closing peer with bytes unread resets by
+ * itself (close.c), and one that read everything marks the channel closed.
+ */
+static bool peer_died_unread(const struct shim_sock *s)
+{
+	const struct shim_chan *ch = s->chan;
+
+	return ch && s->tx_dir == SHIM_DIR_CHAN && !s->fo_started && ch->ops->tx_unread &&
+	       !ch->ops->peer_rx_gone(ch) && ch->ops->tx_unread(ch) > 0;
+}
+
 void shim_frames_drain(struct shim_sock *s, int fd)
 {
 	uint8_t scratch[256];
@@ -107,6 +124,12 @@ void shim_frames_drain(struct shim_sock *s, int fd)
 		ssize_t n = REAL(recv)(fd, scratch, sizeof(scratch), MSG_DONTWAIT | MSG_PEEK), bells = 0;
 
 		if (n == 0) {
+			if (peer_died_unread(s)) {
+				SHIM_TRACE(SHIM_TRACE_WARN, "conn.peer_died_unread", fd, &s->tuple, SHIM_REASON_NONE,
+					   "\"unread\":%zu", s->chan->ops->tx_unread(s->chan));
+				s->rx_tcp_reset = true;
+				s->rx_reset_seen = true;
+			}
 			drain_eof(s);
 			return;
 		}

@@ -361,8 +361,13 @@ void shim_sock_on_setsockopt(int fd, int level, int name, const void *val, sockl
 		sock->rcv_timeout_ms = timeval_ms(val, len);
 	else if (level == SOL_SOCKET && name == SO_SNDTIMEO)
 		sock->snd_timeout_ms = timeval_ms(val, len);
-	else if (level == SOL_SOCKET && name == SO_RCVLOWAT && len >= sizeof(int))
+	else if (level == SOL_SOCKET && name == SO_RCVLOWAT && len >= sizeof(int)) {
 		sock->rcv_lowat = *(const int *)val;
+		/* Linux's tcp_set_rcvlowat() wakes the readers when enough is
+		 * queued for the new mark: an edge for EPOLLET, as a call that
+		 * ran out would make (epoll_wait.c). */
+		__atomic_add_fetch(&sock->rx_starved, 1, __ATOMIC_RELAXED);
+	}
 	pthread_mutex_unlock(&sock->lock);
 	shim_sock_put(sock);
 }

@@ -64,9 +64,13 @@ struct shim_transport_ops {
 	bool (*tx_arm)(struct shim_chan *ch);
 	bool (*tx_disarm)(struct shim_chan *ch);
 	void (*shutdown_tx)(struct shim_chan *ch);
-	void (*shutdown_rx)(struct shim_chan *ch);
 	/* Releases the channel; the peer sees both directions closed. */
 	void (*destroy)(struct shim_chan *ch);
+	/* The close about to come is abortive (bytes left unread): destroy
+	 * then closes only our receiving side, so the peer's sends fail at
+	 * once while its reads end at TCP's reset, not at a clean end of our
+	 * direction that could reach it first. Optional. */
+	void (*abortive)(struct shim_chan *ch);
 	/* Releases this process's view only; the peer sees nothing, and the
 	 * end of the connection reaches it as TCP's own FIN or reset, when the
 	 * last descriptor of the socket in any process goes (shim/LIFETIME.md).

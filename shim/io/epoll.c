@@ -212,7 +212,7 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		it->data = event->data;
 		it->oneshot_fired = false;
 		it->et_level = 0;
-		it->et_avail = 0;
+		it->et_rx_arrived = 0;
 		rc = kernel_ctl(epfd, EPOLL_CTL_MOD, it);
 		break;
 	case EPOLL_CTL_DEL:

@@ -22,11 +22,11 @@ struct shim_epitem {
 	bool kernel_switched; /* kernel registration is the bell-only one */
 	bool oneshot_fired;
 	/* EPOLLET on a switched fd: the readiness last seen, and the bytes
-	 * readable then; an event is a rise of readiness, or bytes that came
-	 * since (ep_channel_round). ADD and MOD start from none, as the kernel's
-	 * MOD re-checks readiness. */
+	 * received by then (shim_io_rx_arrived); an event is a rise of
+	 * readiness, or bytes that came since (ep_channel_round). ADD and MOD
+	 * start from none, as the kernel's MOD re-checks readiness. */
 	uint32_t et_level;
-	unsigned et_avail;
+	uint64_t et_rx_arrived;
 	unsigned et_rx_starved, et_tx_starved; /* the sock's counts at the last report */
 	UT_hash_handle hh;
 };

@@ -61,33 +61,41 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 			shim_ep_item_ctl(efd, s, it);
 		}
 		mask = n >= max || it->oneshot_fired ? -1 : shim_io_poll_mask(s, it->fd);
-		int avail = 0;
+		uint64_t arrived = 0;
 		unsigned rx_starved = __atomic_load_n(&s->rx_starved, __ATOMIC_RELAXED);
 		unsigned tx_starved = __atomic_load_n(&s->tx_starved, __ATOMIC_RELAXED);
 
-		if (mask >= 0 && (it->events & EPOLLET) && (mask & POLLIN))
-			shim_io_bytes_readable(s, it->fd, &avail);
+		if (mask >= 0 && (it->events & EPOLLET) && (it->events & EPOLLIN))
+			arrived = shim_io_rx_arrived(s);
 		shim_sock_put(s);
 		if (mask < 0)
 			continue;
 		uint32_t ev = poll_to_epoll(mask) & (it->events | EPOLLHUP | EPOLLERR);
 
 		if (it->events & EPOLLET) {
-			/* Edge-triggered: what rose since the last look, and
-			 * EPOLLIN again for bytes that came since. A ring with
-			 * room would otherwise wake the program on every wait. */
+			/* Edge-triggered: an edge is what rose since the last
+			 * look, or bytes that came since. A ring with room would
+			 * otherwise wake the program on every wait. As the
+			 * kernel's, an edge reports all that is ready then: its
+			 * wake-up queues the item, and epoll_wait polls it. */
 			uint32_t level = ev;
+			bool edge = (ev & ~it->et_level) != 0;
 
-			ev &= ~it->et_level;
+			/* Bytes that came since, even if another thread read
+			 * them already: the kernel's wake-up queued the item
+			 * then, and it reports what is still ready. */
+			if (arrived != it->et_rx_arrived)
+				edge = true;
 			/* A program that ran out (EAGAIN, a short call) since
 			 * the last report waits for the next edge: readiness
 			 * now is that edge, whether or not we saw it fall. */
-			if ((level & EPOLLIN) && ((unsigned)avail > it->et_avail || rx_starved != it->et_rx_starved))
-				ev |= EPOLLIN;
+			if ((level & EPOLLIN) && rx_starved != it->et_rx_starved)
+				edge = true;
 			if ((level & EPOLLOUT) && tx_starved != it->et_tx_starved)
-				ev |= EPOLLOUT;
+				edge = true;
+			ev = edge ? level : 0;
 			it->et_level = level;
-			it->et_avail = (level & EPOLLIN) ? (unsigned)avail : 0;
+			it->et_rx_arrived = arrived;
 			if (ev & EPOLLIN)
 				it->et_rx_starved = rx_starved;
 			if (ev & EPOLLOUT)

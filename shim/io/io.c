@@ -196,8 +196,6 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			rc = -ECONNRESET;
 			break;
 		}
-		if (s->rd_shut)
-			break;
 		if (s->rx_dir == SHIM_DIR_TCP) {
 			n = recv_tcp(s, fd, win, wincnt, flags);
 			if (n == -EINPROGRESS)
@@ -225,7 +223,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			if (rc < 0 || s->rx_tcp_eof)
 				break;
 			if (rc == 0) {
-				if (got)
+				if (got || s->rd_shut)
 					break; /* the frame is not all here: the TCP bytes go now */
 				if (nonblock) {
 					rc = -EAGAIN;
@@ -269,7 +267,9 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			rc = -ECONNRESET;
 			break;
 		}
-		if (ch->ops->rx_eof(ch) || s->rx_tcp_eof)
+		/* After shutdown(SHUT_RD), as Linux's TCP: what is queued, or
+		 * comes later, is still read; an empty queue reads as EOF. */
+		if (ch->ops->rx_eof(ch) || s->rx_tcp_eof || s->rd_shut)
 			break;
 		if (nonblock) {
 			rc = -EAGAIN;
@@ -397,7 +397,10 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			break;
 		}
 		if (s->rx_tcp_reset && !s->wr_shut) {
-			/* The peer's reset, not yet reported: this send's error. */
+			/* The peer's reset, not yet reported: this send's error,
+			 * or, once bytes moved, the next call's. */
+			if (done)
+				break;
 			s->rx_tcp_reset = false;
 			s->peer_gone_told = true;
 			rc = -ECONNRESET;

@@ -70,6 +70,17 @@ int shim_io_atmark(struct shim_sock *s, int fd, int *out)
 	return rc;
 }
 
+uint64_t shim_io_rx_arrived(struct shim_sock *s)
+{
+	uint64_t arrived = 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (s->chan && s->rx_dir == SHIM_DIR_CHAN && !s->closed)
+		arrived = s->chan->ops->rx_offset(s->chan);
+	pthread_mutex_unlock(&s->lock);
+	return arrived;
+}
+
 int shim_io_bytes_readable(struct shim_sock *s, int fd, int *out)
 {
 	int rc = 0;
@@ -141,9 +152,9 @@ int shim_io_shutdown(struct shim_sock *s, int fd, int how)
 		/* No direction starts towards a reader that is gone: the peer's
 		 * SWITCH frame would reach a socket that reads nothing more. */
 		shim_upgrade_stop_for_close(s, fd);
+		/* The channel stays open: Linux's TCP still takes, and counts,
+		 * what the peer sends after SHUT_RD, and reads return it. */
 		s->rd_shut = true;
-		if (s->rx_dir != SHIM_DIR_TCP && s->chan)
-			s->chan->ops->shutdown_rx(s->chan);
 	}
 	if (rc == 0 && wr) {
 		s->wr_shut = true;

@@ -472,13 +472,6 @@ static bool rchan_rx_disarm(struct shim_chan *ch)
 	return true; /* see rchan_tx_disarm() */
 }
 
-static void rchan_shutdown_rx(struct shim_chan *ch)
-{
-	struct rdma_conn *c = conn_of(ch);
-
-	shim_rdma_post_word(c, CTL_OFF(tx_consumer_closed), 1, true);
-}
-
 /* ---- failure ---- */
 
 /* A channel the peer broke the rules of is not resumed: the caller resets
@@ -580,7 +573,6 @@ const struct shim_transport_ops shim_rdma_ops = {
 	.tx_arm = rchan_tx_arm,
 	.tx_disarm = rchan_tx_disarm,
 	.shutdown_tx = rchan_shutdown_tx,
-	.shutdown_rx = rchan_shutdown_rx,
 	.destroy = rchan_destroy,
 	.arm_grace = true,
 	.violated = rchan_violated,

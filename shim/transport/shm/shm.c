@@ -21,6 +21,7 @@ struct shm_chan {
 	 * the peer learns it from our RESUME on TCP, never from the shared
 	 * pages, which it could write. */
 	uint32_t failed;
+	bool abortive; /* our close resets the connection (transport.h) */
 };
 
 /*
@@ -221,9 +222,9 @@ static void shm_shutdown_tx(struct shim_chan *ch)
 	shim_ring_producer_close(&shm_of(ch)->tx);
 }
 
-static void shm_shutdown_rx(struct shim_chan *ch)
+static void shm_abortive(struct shim_chan *ch)
 {
-	shim_ring_consumer_close(&shm_of(ch)->rx);
+	shm_of(ch)->abortive = true;
 }
 
 static void shm_destroy(struct shim_chan *ch)
@@ -234,7 +235,8 @@ static void shm_destroy(struct shim_chan *ch)
 	 * on over TCP behind our RESUME, and ends there with TCP's FIN. A
 	 * closed flag here would end the peer's stream at the ring's end. */
 	if (!shm_failed(ch)) {
-		shim_ring_producer_close(&sc->tx);
+		if (!sc->abortive)
+			shim_ring_producer_close(&sc->tx);
 		shim_ring_consumer_close(&sc->rx);
 	}
 	munmap(sc->map, sc->map_len);
@@ -317,8 +319,8 @@ const struct shim_transport_ops shim_shm_ops = {
 	.tx_arm = shm_tx_arm,
 	.tx_disarm = shm_tx_disarm,
 	.shutdown_tx = shm_shutdown_tx,
-	.shutdown_rx = shm_shutdown_rx,
 	.destroy = shm_destroy,
+	.abortive = shm_abortive,
 	.forget = shm_forget,
 	.share = shm_share,
 	.failed = shm_failed,
