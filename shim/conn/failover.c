@@ -193,16 +193,29 @@ int shim_failover_flush(struct shim_sock *s, int fd)
 	return s->fo_replay ? -EAGAIN : 0;
 }
 
-int shim_failover_spill(struct shim_sock *s, int fd)
+/* Our direction goes to TCP at once, the peer's when it reads our RESUME
+ * (a lossless channel only: the peer's RESUME can only name our tail). */
+static int leave(struct shim_sock *s, int fd, const char *event, enum shim_reason why)
 {
 	struct shim_chan *ch = s->chan;
 
 	if (!ch || !ch->ops->fail || !ch->ops->tx_offset || s->fo_started || s->aborted ||
 	    s->tx_dir != SHIM_DIR_CHAN || (ch->ops->violated && ch->ops->violated(ch)))
 		return -EOPNOTSUPP;
-	SHIM_TRACE(SHIM_TRACE_WARN, "failover.spill", fd, &s->tuple, SHIM_REASON_RING_FULL,
-		   "\"sent\":%llu", (unsigned long long)ch->ops->tx_offset(ch));
+	shim_stats_count(why);
+	SHIM_TRACE(SHIM_TRACE_WARN, event, fd, &s->tuple, why, "\"sent\":%llu",
+		   (unsigned long long)ch->ops->tx_offset(ch));
 	ch->ops->fail(ch);
 	shim_failover_progress(s, fd);
 	return 0;
+}
+
+int shim_failover_spill(struct shim_sock *s, int fd)
+{
+	return leave(s, fd, "failover.spill", SHIM_REASON_RING_FULL);
+}
+
+int shim_failover_oob(struct shim_sock *s, int fd)
+{
+	return leave(s, fd, "failover.oob", SHIM_REASON_OOB);
 }

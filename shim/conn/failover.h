@@ -27,6 +27,14 @@ void shim_failover_progress(struct shim_sock *s, int fd);
  */
 int shim_failover_spill(struct shim_sock *s, int fd);
 
+/*
+ * The program sends urgent data (MSG_OOB): only TCP carries the urgent
+ * mark the receiver's kernel reports (POLLPRI, SIOCATMARK, recv(MSG_OOB)),
+ * so the connection returns to TCP as by a spill, before the real send.
+ * 0, or -EOPNOTSUPP when the channel can not (the byte then goes inline).
+ */
+int shim_failover_oob(struct shim_sock *s, int fd);
+
 /* Sends what it can of a pending replay: 0 when none is left, -EAGAIN. */
 int shim_failover_flush(struct shim_sock *s, int fd);
 

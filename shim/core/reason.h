@@ -52,7 +52,9 @@
 	X(RING_FULL, "ring_full",                                                               \
 	  "the ring stayed full with the peer not reading: back to TCP, whose buffers are larger") \
 	X(ADOPTED_MID_STREAM, "adopted_mid_stream",                                             \
-	  "inherited or received with bytes already moved: the ends may not agree on offsets, stays on TCP")
+	  "inherited or received with bytes already moved: the ends may not agree on offsets, stays on TCP") \
+	X(OOB, "oob",                                                                           \
+	  "urgent data (MSG_OOB) sent after the switch: back to TCP, which alone carries the urgent mark")
 
 enum shim_reason {
 #define SHIM_REASON_ENUM(id, name, text) SHIM_REASON_##id,

@@ -21,6 +21,8 @@ static uint32_t poll_to_epoll(int mask)
 		ev |= EPOLLIN;
 	if (mask & POLLOUT)
 		ev |= EPOLLOUT;
+	if (mask & POLLPRI)
+		ev |= EPOLLPRI;
 	if (mask & POLLRDHUP)
 		ev |= EPOLLRDHUP;
 	if (mask & POLLHUP)

@@ -310,11 +310,9 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	fd = io_enter(s, fd, &rc);
 	/* Urgent data: the receiver keeps its byte out of the stream (or, with
 	 * SO_OOBINLINE, in it), which our byte counts can not know; such a
-	 * connection stays on TCP. Once moved, the bytes go as plain data. */
+	 * connection stays on TCP. One that moved goes back (below). */
 	if (unlikely(flags & MSG_OOB) && fd >= 0 && !s->pinned && !s->closed)
 		shim_upgrade_pin_tcp(s, fd, SHIM_REASON_BYPASS);
-	if (s->tx_dir != SHIM_DIR_TCP)
-		flags &= ~MSG_OOB;
 	nonblock |= s->nonblocking;
 	deadline = shim_deadline_ms(s->snd_timeout_ms);
 	if (fd >= 0) do {
@@ -336,8 +334,10 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			struct msghdr mh = { .msg_iov = win };
 			ssize_t n;
 
-			if (shim_failover_replaying(s)) {
-				/* Our bytes the peer never got go first. */
+			if (shim_failover_replaying(s) ||
+			    (s->fo_started && s->tcp_out_len && shim_frames_flush(s, fd) == -EAGAIN)) {
+				/* Our bytes the peer never got go first, and
+				 * before them our RESUME. */
 				rc = shim_io_wait_for_peer(s, fd, POLLOUT, nonblock, deadline);
 				if (rc < 0)
 					break;
@@ -418,6 +418,16 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			if (rc < 0)
 				break;
 			continue;
+		}
+		if (unlikely(flags & MSG_OOB)) {
+			/* Only TCP carries the urgent mark: back to it first.
+			 * Where the channel can not (RDMA: no tx_offset), the
+			 * bytes go as plain data. */
+			if (shim_failover_oob(s, fd) == 0)
+				continue;
+			SHIM_TRACE(SHIM_TRACE_WARN, "io.oob_inline", fd, &s->tuple, SHIM_REASON_OOB,
+				   "\"transport\":%d", (int)ch->ops->kind);
+			flags &= ~MSG_OOB;
 		}
 		size_t n = ch->ops->send(ch, iov, iovcnt, done);
 

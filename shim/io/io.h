@@ -39,6 +39,8 @@ uint64_t shim_io_rx_arrived(struct shim_sock *s);
 /* ioctl on a tracked fd: FIONREAD answered from the data path when it is
  * intercepted, the rest as shim_sock_ioctl(). (io_ready.c) */
 int shim_io_ioctl(int fd, unsigned long request, void *arg);
+/* SIOCATMARK on an intercepted fd: the mark is on TCP only. */
+int shim_io_atmark(struct shim_sock *s, int fd, int *out);
 int shim_io_shutdown(struct shim_sock *s, int fd, int how);
 
 /* Readiness of an intercepted fd, for the hooked waits: a mask of

@@ -25,13 +25,48 @@ int shim_io_ioctl(int fd, unsigned long request, void *arg)
 	struct shim_sock *s;
 	int rc;
 
-	if (request != FIONREAD || !arg)
+	if ((request != FIONREAD && request != SIOCATMARK) || !arg)
 		return shim_sock_ioctl(fd, request, arg);
 	s = shim_sock_get_intercepted(fd);
 	if (!s)
 		return shim_sock_ioctl(fd, request, arg);
-	rc = shim_io_bytes_readable(s, fd, arg);
+	rc = request == FIONREAD ? shim_io_bytes_readable(s, fd, arg) : shim_io_atmark(s, fd, arg);
 	shim_sock_put(s);
+	return rc;
+}
+
+/*
+ * rx on the channel with its ring empty: TCP may hold the peer's RESUME
+ * (a spill, or urgent data it sent: failover.c), behind which the stream
+ * goes on plainly. Reading it now lets the answer be the kernel's, as a
+ * program that only looks (FIONREAD, SIOCATMARK) expects.
+ */
+static void notice_resume(struct shim_sock *s, int fd)
+{
+	if (s->rx_dir == SHIM_DIR_CHAN && s->chan->ops->fail && !s->fo_peer_known &&
+	    !s->chan->ops->readable(s->chan))
+		shim_frames_drain(s, fd);
+	shim_failover_progress(s, fd);
+}
+
+int shim_io_atmark(struct shim_sock *s, int fd, int *out)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (s->closed || (fd = shim_sock_fd_locked(s, fd)) < 0) {
+		rc = -EBADF;
+	} else {
+		notice_resume(s, fd);
+		/* On the channel the mark is never next: it is only on TCP
+		 * (an urgent send leaves the channel first), behind what the
+		 * ring still holds. */
+		if (s->rx_dir == SHIM_DIR_CHAN)
+			*out = 0;
+		else
+			rc = REAL(ioctl)(fd, SIOCATMARK, out) < 0 ? -errno : 0;
+	}
+	pthread_mutex_unlock(&s->lock);
 	return rc;
 }
 
@@ -52,10 +87,17 @@ int shim_io_bytes_readable(struct shim_sock *s, int fd, int *out)
 
 	pthread_mutex_lock(&s->lock);
 	if (s->closed || (fd = shim_sock_fd_locked(s, fd)) < 0) {
-		rc = -EBADF;
-	} else if (s->rx_dir == SHIM_DIR_CHAN) {
+		pthread_mutex_unlock(&s->lock);
+		return -EBADF;
+	}
+	notice_resume(s, fd);
+	if (s->rx_dir == SHIM_DIR_CHAN) {
 		size_t n = s->chan->ops->readable(s->chan);
+		int kernel = 0;
 
+		/* Behind the peer's RESUME, TCP holds plain bytes. */
+		if (s->fo_peer_known && REAL(ioctl)(fd, FIONREAD, &kernel) == 0 && kernel > 0)
+			n += (size_t)kernel;
 		*out = n > 0x7fffffff ? 0x7fffffff : (int)n;
 	} else {
 		int kernel = 0;
@@ -167,7 +209,7 @@ void shim_io_drain_bells(struct shim_sock *s, int fd)
 
 int shim_io_poll_mask(struct shim_sock *s, int fd)
 {
-	struct pollfd p = { .fd = fd, .events = POLLIN | POLLOUT | POLLRDHUP };
+	struct pollfd p = { .fd = fd, .events = POLLIN | POLLOUT | POLLRDHUP | POLLPRI };
 	int mask = 0;
 
 	if (!__atomic_load_n(&s->intercept, __ATOMIC_RELAXED))
@@ -231,6 +273,8 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 	} else if (s->rx_tcp_eof) {
 		mask |= POLLIN | POLLRDHUP;
 	}
+	/* Urgent data comes on TCP only (failover.h, shim_failover_oob). */
+	mask |= p.revents & POLLPRI;
 	if (s->tx_dir == SHIM_DIR_TCP) {
 		if (!shim_failover_replaying(s))
 			mask |= p.revents & POLLOUT;

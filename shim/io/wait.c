@@ -125,8 +125,18 @@ static int kernel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock **ours
 				fds[i].revents = 0;
 				int mask = shim_io_poll_mask(ours[i], fds[i].fd);
 
-				if (mask >= 0)
+				if (mask >= 0) {
 					fds[i].revents = (short)(mask & (fds[i].events | POLLHUP | POLLERR | POLLNVAL));
+				} else {
+					/* Back on TCP both ways (those bytes were
+					 * the peer's RESUME): the readiness is the
+					 * kernel's, POLLPRI too, and due now (a
+					 * poll with no time left ends this round). */
+					struct pollfd k = { .fd = fds[i].fd, .events = fds[i].events };
+
+					if (REAL(poll)(&k, 1, 0) > 0)
+						fds[i].revents = k.revents;
+				}
 				if (fds[i].revents)
 					ready++;
 			}
