@@ -341,17 +341,21 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 
 /* Maps kernel events back: tagged ones to the item's data; events of
  * switched items are bells and are dropped (their readiness is ours). */
-int shim_ep_translate(struct shim_ep *ep, struct epoll_event *ev, int n)
+int shim_ep_translate(struct shim_ep *ep, struct epoll_event *ev, int n, bool moved_only)
 {
 	int kept = 0;
 
 	for (int i = 0; i < n; i++) {
 		struct shim_epitem *it = NULL;
 
+		if ((uint32_t)(ev[i].data.u64 >> 32) != tag_hi && moved_only)
+			continue;
 		if ((uint32_t)(ev[i].data.u64 >> 32) == tag_hi) {
 			uint32_t id = (uint32_t)ev[i].data.u64;
 
 			HASH_FIND(hh_id, ep->by_id, &id, sizeof(id), it);
+			if (it && moved_only && it->moved_gen != ep->look_gen)
+				continue;
 			/* A registration whose item went while the file lived
 			 * on (our copy for a call in progress): not the
 			 * program's any more. */
@@ -360,8 +364,11 @@ int shim_ep_translate(struct shim_ep *ep, struct epoll_event *ev, int n)
 			if (it->kernel_switched) {
 				struct shim_sock *s = shim_ep_item_sock(it);
 
-				if (s)
-					shim_io_drain_bells(s, it->via);
+				/* The drain may read the peer's RESUME: the
+				 * connection is back on TCP, and this event was
+				 * the program's to see. */
+				if (s && shim_io_drain_bells(s, it->via))
+					ep->moved_back = true;
 				shim_sock_put(s);
 				continue;
 			}
@@ -392,7 +399,7 @@ int shim_epoll_fixup(int epfd, struct epoll_event *events, int n)
 	if (n > 0) {
 		pthread_once(&tag_once, make_tag);
 		pthread_mutex_lock(&ep->lock);
-		n = shim_ep_translate(ep, events, n);
+		n = shim_ep_translate(ep, events, n, false);
 		pthread_mutex_unlock(&ep->lock);
 	}
 	shim_sock_put(es);

@@ -40,6 +40,7 @@ struct shim_epitem {
 	uint32_t events; /* the application's */
 	epoll_data_t data;
 	bool kernel_switched; /* kernel registration is the bell-only one */
+	unsigned moved_gen; /* the look that gave the program's registration back (epoll_wait.c) */
 	bool oneshot_fired;
 	/* EPOLLET on a switched fd: the readiness last seen, and the bytes
 	 * received by then (shim_io_rx_arrived); an event is a rise of
@@ -66,6 +67,11 @@ struct shim_ep {
 	/* A fork happened while the set existed: another process may share
 	 * it, whose items would still name a registration moved here. */
 	bool forked;
+	/* A look found an item back on TCP while its kernel registration
+	 * still asked for bells: the program's registration must return, and
+	 * the kernel be asked again, within the same wait (epoll_wait.c). */
+	bool moved_back;
+	unsigned look_gen; /* counts looks, for moved_gen */
 	struct shim_ep *next; /* all sets, for shim_epoll_fd_closed() */
 	struct shim_spin_hist spin_hist; /* do this set's waits spin (spin.h) */
 };
@@ -92,8 +98,10 @@ struct shim_sock *shim_ep_item_sock(const struct shim_epitem *it);
 /* Changes an item's kernel registration while its fd still names s. */
 void shim_ep_item_ctl(int efd, struct shim_sock *s, struct shim_epitem *it);
 /* Maps kernel events back (tagged ones to the item's data, bells of
- * switched items dropped); returns how many are kept. Under ep->lock. */
-int shim_ep_translate(struct shim_ep *ep, struct epoll_event *ev, int n);
+ * switched items dropped); returns how many are kept. moved_only: only the
+ * items whose registration came back in this look (moved_gen is look_gen),
+ * the others' events were taken already. Under ep->lock. */
+int shim_ep_translate(struct shim_ep *ep, struct epoll_event *ev, int n, bool moved_only);
 
 /* epoll_early.c: the sets an untracked fd went into, taken once (0: none
  * noted), and the kernel's registration of fd in epfd. */

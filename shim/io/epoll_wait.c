@@ -32,9 +32,11 @@ static uint32_t poll_to_epoll(int mask)
 	return ev;
 }
 
-/* Readiness of the switched items, into out[]; switches kernel
- * registrations of items that switched since. Called with ep->lock. */
-static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out, int max)
+/* Readiness of the switched items, into out[] (report: false, none: a
+ * second round of one look, which only gives registrations back); switches
+ * kernel registrations of items that switched, or came back, since.
+ * Called with ep->lock. */
+static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out, int max, bool report)
 {
 	struct shim_epitem *it, *tmp;
 	int n = 0;
@@ -52,6 +54,8 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 				 * edge-triggered item is told what is already there. */
 				it->kernel_switched = false;
 				shim_ep_item_ctl(efd, s, it);
+				it->moved_gen = ep->look_gen;
+				ep->moved_back = true;
 			}
 			shim_sock_put(s);
 			continue;
@@ -60,7 +64,18 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 			it->kernel_switched = true;
 			shim_ep_item_ctl(efd, s, it);
 		}
-		mask = n >= max || it->oneshot_fired ? -1 : shim_io_poll_mask(s, it->via);
+		mask = (report && n >= max) || it->oneshot_fired ? -1 : shim_io_poll_mask(s, it->via);
+		if (mask < 0 && (!report || n < max) && !it->oneshot_fired && !shim_io_progress(s, it->via)) {
+			/* The look itself ended a failover (the peer's RESUME
+			 * read, the ring empty): the program's registration
+			 * again, and the kernel asked again in this wait. */
+			it->kernel_switched = false;
+			shim_ep_item_ctl(efd, s, it);
+			it->moved_gen = ep->look_gen;
+			ep->moved_back = true;
+		}
+		if (!report)
+			mask = -1; /* reported by this look's first round already */
 		uint64_t arrived = 0;
 		unsigned rx_starved = __atomic_load_n(&s->rx_starved, __ATOMIC_RELAXED);
 		unsigned rx_wakes = __atomic_load_n(&s->rx_wakes, __ATOMIC_RELAXED);
@@ -217,21 +232,64 @@ static void ep_spin_end(void *ctx, int rc)
 	shim_spin_end(&w->spin, &w->ep->spin_hist, rc > 0, w->efd);
 }
 
+/* The kernel's ready events into events[0, max), translated (moved_only:
+ * see shim_ep_translate). */
+static int kernel_look(struct ep_wait *w, struct epoll_event *events, int max, bool moved_only)
+{
+	int theirs = max > 0 ? kernel_wait(w->efd, events, max, 0, NULL) : 0;
+
+	if (theirs > 0) {
+		pthread_mutex_lock(&w->ep->lock);
+		theirs = shim_ep_translate(w->ep, events, theirs, moved_only);
+		pthread_mutex_unlock(&w->ep->lock);
+	}
+	return theirs;
+}
+
+/* A new look: registrations given back from here on are its own. */
+static void look_begin(struct shim_ep *ep)
+{
+	ep->look_gen++;
+	ep->moved_back = false;
+}
+
+/*
+ * A connection found back on TCP after this look's kernel round (its
+ * RESUME read by the round's drain, or the ring's last bytes read since)
+ * still had the bells' registration then: its program's registration comes
+ * back now (a channel round), and the kernel is asked once more, for those
+ * items alone (the others' events were taken already), so that a zero
+ * timeout sees what TCP shows. Adds to events[got..].
+ */
+static int look_again_if_moved(struct ep_wait *w, int got)
+{
+	int theirs;
+
+	pthread_mutex_lock(&w->ep->lock);
+	if (!w->ep->moved_back || got >= w->maxevents) {
+		pthread_mutex_unlock(&w->ep->lock);
+		return got;
+	}
+	w->ep->moved_back = false;
+	ep_channel_round(w->efd, w->ep, NULL, 0, false);
+	pthread_mutex_unlock(&w->ep->lock);
+	theirs = kernel_look(w, w->events + got, w->maxevents - got, true);
+	return theirs < 0 ? got : got + theirs;
+}
+
 static int ep_look(void *ctx)
 {
 	struct ep_wait *w = ctx;
 	int mine, theirs;
 
 	pthread_mutex_lock(&w->ep->lock);
-	mine = ep_channel_round(w->efd, w->ep, w->events, w->maxevents);
+	look_begin(w->ep);
+	mine = ep_channel_round(w->efd, w->ep, w->events, w->maxevents, true);
+	/* The kernel round below sees what this round gave back. */
+	look_begin(w->ep);
 	pthread_mutex_unlock(&w->ep->lock);
-	theirs = mine < w->maxevents ? kernel_wait(w->efd, w->events + mine, w->maxevents - mine, 0, NULL) : 0;
-	if (theirs > 0) {
-		pthread_mutex_lock(&w->ep->lock);
-		theirs = shim_ep_translate(w->ep, w->events + mine, theirs);
-		pthread_mutex_unlock(&w->ep->lock);
-	}
-	return theirs < 0 ? theirs : mine + theirs;
+	theirs = kernel_look(w, w->events + mine, w->maxevents - mine, false);
+	return theirs < 0 ? theirs : look_again_if_moved(w, mine + theirs);
 }
 
 static int ep_arm(void *ctx, bool *short_sleep)
@@ -278,13 +336,14 @@ static int ep_after(void *ctx, int theirs)
 	int mine;
 
 	pthread_mutex_lock(&w->ep->lock);
+	look_begin(w->ep);
 	if (theirs > 0)
-		theirs = shim_ep_translate(w->ep, w->events, theirs);
+		theirs = shim_ep_translate(w->ep, w->events, theirs, false);
 	mine = theirs >= 0 && theirs < w->maxevents
-		       ? ep_channel_round(w->efd, w->ep, w->events + theirs, w->maxevents - theirs)
+		       ? ep_channel_round(w->efd, w->ep, w->events + theirs, w->maxevents - theirs, true)
 		       : 0;
 	pthread_mutex_unlock(&w->ep->lock);
-	return theirs < 0 ? theirs : mine + theirs;
+	return theirs < 0 ? theirs : look_again_if_moved(w, mine + theirs);
 }
 
 static const struct shim_waitloop_ops ep_ops = {

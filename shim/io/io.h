@@ -52,8 +52,10 @@ int shim_io_poll_mask(struct shim_sock *s, int fd);
  * shim_io_switched() as it is then, read under the lock. */
 bool shim_io_progress(struct shim_sock *s, int fd);
 /* The kernel saw the switched fd readable: those are bells (or EOF) only;
- * take them off TCP so a level-triggered wait does not spin on them. */
-void shim_io_drain_bells(struct shim_sock *s, int fd);
+ * take them off TCP so a level-triggered wait does not spin on them.
+ * true: the drain found the peer's RESUME, and the connection is on its way
+ * back to TCP (the next look at it finishes that). */
+bool shim_io_drain_bells(struct shim_sock *s, int fd);
 /* Prepares to sleep on fd's TCP readability for the given POLLIN/POLLOUT:
  * returns what was armed, with SHIM_ARM_READY when sleeping is no longer
  * needed. Every arm is followed by one disarm with its result. */

@@ -199,12 +199,16 @@ bool shim_io_progress(struct shim_sock *s, int fd)
 	return sw;
 }
 
-void shim_io_drain_bells(struct shim_sock *s, int fd)
+bool shim_io_drain_bells(struct shim_sock *s, int fd)
 {
+	bool resume;
+
 	pthread_mutex_lock(&s->lock);
 	if (s->rx_dir == SHIM_DIR_CHAN && !s->closed && (fd = shim_sock_fd_locked(s, fd)) >= 0)
 		shim_frames_drain(s, fd);
+	resume = s->fo_peer_known && s->rx_dir == SHIM_DIR_CHAN;
 	pthread_mutex_unlock(&s->lock);
+	return resume;
 }
 
 int shim_io_poll_mask(struct shim_sock *s, int fd)
