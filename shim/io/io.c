@@ -157,6 +157,21 @@ static ssize_t recv_tcp(struct shim_sock *s, int fd, const struct iovec *iov, in
 }
 
 
+/* The start of each round of a data call: the fd to use now, our queued
+ * frames out, the upgrade and a failover moved on. -EBADF when the fd is
+ * gone, -ECONNRESET once the connection was ended. */
+static int io_round(struct shim_sock *s, int *fd)
+{
+	*fd = shim_io_fd(s, *fd);
+	if (*fd < 0)
+		return -EBADF;
+	if (s->tcp_out_len)
+		shim_frames_flush(s, *fd);
+	shim_upgrade_progress(s, *fd);
+	shim_failover_progress(s, *fd);
+	return s->aborted ? -ECONNRESET : 0;
+}
+
 ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	bool peek = flags & MSG_PEEK;
@@ -183,19 +198,9 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		struct iovec win[IO_MAX_IOV];
 		int wincnt = iov_window(iov, iovcnt, got, (size_t)-1, win);
 
-		fd = shim_io_fd(s, fd);
-		if (fd < 0) {
-			rc = -EBADF;
+		rc = io_round(s, &fd);
+		if (rc < 0)
 			break;
-		}
-		if (s->tcp_out_len)
-			shim_frames_flush(s, fd);
-		shim_upgrade_progress(s, fd);
-		shim_failover_progress(s, fd);
-		if (s->aborted) {
-			rc = -ECONNRESET;
-			break;
-		}
 		if (s->rx_dir == SHIM_DIR_TCP) {
 			n = recv_tcp(s, fd, win, wincnt, flags);
 			if (n == -EINPROGRESS)
@@ -316,19 +321,9 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	nonblock |= s->nonblocking;
 	deadline = shim_deadline_ms(s->snd_timeout_ms);
 	if (fd >= 0) do {
-		fd = shim_io_fd(s, fd);
-		if (fd < 0) {
-			rc = -EBADF;
+		rc = io_round(s, &fd);
+		if (rc < 0)
 			break;
-		}
-		if (s->tcp_out_len)
-			shim_frames_flush(s, fd);
-		shim_upgrade_progress(s, fd);
-		shim_failover_progress(s, fd);
-		if (s->aborted) {
-			rc = -ECONNRESET;
-			break;
-		}
 		if (s->tx_dir == SHIM_DIR_TCP) {
 			struct iovec win[IO_MAX_IOV];
 			struct msghdr mh = { .msg_iov = win };
