@@ -12,8 +12,9 @@
 # It brings rxe up on dummy0 itself when no rxe0 exists yet.
 #
 # DIFF_VM_CORPUS   which corpus scenarios: "vm" (the default: VM_SET below),
-#                  "all" (corpus/*.scn and known/*.scn), or a shell glob over
-#                  paths relative to integration/diff/corpus (e.g. 'known/*')
+#                  "all" (corpus/*.scn and known/*.scn), or shell globs (space
+#                  separated) over paths relative to integration/diff/corpus
+#                  (e.g. 'known/* exec_*')
 # DIFF_VM_BUDGET_S random scenarios afterwards, for that many seconds
 #                  (default 60; 0 for none)
 # DIFF_SEED        repeats a random run; DIFF_RUN_TIMEOUT per run (default 30)
@@ -48,8 +49,13 @@ if [[ $sel == vm ]]; then
   for n in $VM_SET; do files+=("$CORPUS/$n.scn"); done
 else
   for f in "$CORPUS"/*.scn "$CORPUS"/known/*.scn; do
-    # shellcheck disable=SC2053 # a glob on purpose
-    [[ $sel == all || ${f#"$CORPUS"/} == $sel ]] && files+=("$f")
+    for pat in $sel; do
+      # shellcheck disable=SC2053 # a glob on purpose
+      if [[ $pat == all || ${f#"$CORPUS"/} == $pat ]]; then
+        files+=("$f")
+        break
+      fi
+    done
   done
 fi
 

@@ -115,6 +115,7 @@ struct rdma_conn {
 	bool violated;      /* the peer broke the protocol (shim_rdma_violation) */
 	bool stopped;       /* we moved it to ERR and disconnected (rdma_fail) */
 	bool rx_dropped;    /* after stopped: unread bytes given up (drop_unread); atomic */
+	bool abortive;      /* our close resets the connection: no CLOSED for the peer (transport.h) */
 	bool done;          /* handshake over: CM events are the channel's now */
 	bool peer_disconnected;
 	bool torn_down;

@@ -547,6 +547,11 @@ static int rchan_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct
 	return shim_ring_span(c->tx_shadow, c->mask, from, c->tx_tail, out);
 }
 
+static void rchan_abortive(struct shim_chan *ch)
+{
+	conn_of(ch)->abortive = true;
+}
+
 static void rchan_destroy(struct shim_chan *ch)
 {
 	shim_rdma_teardown(conn_of(ch));
@@ -584,6 +589,7 @@ const struct shim_transport_ops shim_rdma_ops = {
 	.tx_disarm = rchan_tx_disarm,
 	.shutdown_tx = rchan_shutdown_tx,
 	.destroy = rchan_destroy,
+	.abortive = rchan_abortive,
 	.arm_grace = true,
 	.violated = rchan_violated,
 	.failed = rchan_failed,

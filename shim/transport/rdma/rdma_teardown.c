@@ -53,8 +53,10 @@ void shim_rdma_teardown(struct rdma_conn *c)
 				   (unsigned long long)(c->last_signaled - c->completed));
 		if (!c->broken && !peer_gone) {
 			/* The peer sees both directions closed, as with shm
-			 * (CLOSED only to a proved peer, after our last byte). */
-			c->chan.ops->shutdown_tx(&c->chan);
+			 * (CLOSED only to a proved peer, after our last byte);
+			 * an abortive close's end is TCP's reset alone. */
+			if (!c->abortive)
+				c->chan.ops->shutdown_tx(&c->chan);
 			teardown_wait(c, shim_rdma_post_word(c, CTL_OFF(tx_consumer_closed), 1, true), TEARDOWN_WAIT_NS,
 				      &peer_gone);
 		}
