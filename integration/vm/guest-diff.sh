@@ -12,9 +12,9 @@
 # It brings rxe up on dummy0 itself when no rxe0 exists yet.
 #
 # DIFF_VM_CORPUS   which corpus scenarios: "vm" (the default: VM_SET below),
-#                  "all" (corpus/*.scn and known/*.scn), or shell globs (space
+#                  "all" (corpus/*.scn and known/*.scn), or shell globs (comma
 #                  separated) over paths relative to integration/diff/corpus
-#                  (e.g. 'known/* exec_*')
+#                  (e.g. 'known/*,exec_*')
 # DIFF_VM_BUDGET_S random scenarios afterwards, for that many seconds
 #                  (default 60; 0 for none)
 # DIFF_SEED        repeats a random run; DIFF_RUN_TIMEOUT per run (default 30)
@@ -49,7 +49,7 @@ if [[ $sel == vm ]]; then
   for n in $VM_SET; do files+=("$CORPUS/$n.scn"); done
 else
   for f in "$CORPUS"/*.scn "$CORPUS"/known/*.scn; do
-    for pat in $sel; do
+    for pat in ${sel//,/ }; do
       # shellcheck disable=SC2053 # a glob on purpose
       if [[ $pat == all || ${f#"$CORPUS"/} == $pat ]]; then
         files+=("$f")
