@@ -48,8 +48,9 @@ sel=${DIFF_VM_CORPUS:-vm}
 if [[ $sel == vm ]]; then
   for n in $VM_SET; do files+=("$CORPUS/$n.scn"); done
 else
+  IFS=, read -ra pats <<<"$sel"
   for f in "$CORPUS"/*.scn "$CORPUS"/known/*.scn; do
-    for pat in ${sel//,/ }; do
+    for pat in "${pats[@]}"; do
       # shellcheck disable=SC2053 # a glob on purpose
       if [[ $pat == all || ${f#"$CORPUS"/} == $pat ]]; then
         files+=("$f")
