@@ -64,7 +64,7 @@ mx_result() {
 # mx_vars WHO: VARS = the shim configuration of one process (its trace file
 # is trace.WHO-PID.jsonl).
 mx_vars() {
-  VARS=(RDMASHIM_PORTS="$MX_WHITELIST" RDMASHIM_TRANSPORTS="$MX_TRANSPORTS" RDMASHIM_TRACE=info
+  VARS=(RDMASHIM_PORTS="$MX_WHITELIST" RDMASHIM_TRANSPORTS="$MX_TRANSPORTS" RDMASHIM_TRACE=${MX_TRACE:-info}
         "RDMASHIM_TRACE_FILE=$TRACE_DIR/trace.$1-%p.jsonl")
 }
 

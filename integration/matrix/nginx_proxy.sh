@@ -13,10 +13,14 @@
 # 8 MB upstream answer stalled: the shim's epoll never held the item, nginx
 # never learned of the ring's data, and both sides slept.
 #
-# Known failure (intermittent, under load): some answers arrive truncated
-# (wget exit 4; 2 runs in 5 at load 8-10, none when the machine is quiet),
-# with and without a spill to TCP on the upstream leg. Not found yet.
-MX_KNOWN="intermittent under load: an answer through the proxy arrives truncated (wget exit 4)"
+#
+# It was a known failure (intermittent, under load: answers truncated, wget
+# exit 4). The cause: an upstream connection whose direction towards the
+# peer had switched while its receiving direction was still on TCP (the
+# server's switch offset 4 MB ahead) asked the kernel for bells only, and
+# the shim's EPOLLET took a new edge from new ring bytes alone; nginx,
+# having read a full buffer, waited for an edge the TCP bytes never gave
+# (epoll_wait.c, shim_io_rx_arrived counts TCP arrivals too).
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 need_cmd nginx wget
 MX_SWITCHED_BY="wget nginx@upstream"

@@ -82,7 +82,7 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 		unsigned tx_starved = __atomic_load_n(&s->tx_starved, __ATOMIC_RELAXED);
 
 		if (mask >= 0 && (it->events & EPOLLET) && (it->events & EPOLLIN))
-			arrived = shim_io_rx_arrived(s);
+			arrived = shim_io_rx_arrived(s, it->via);
 		shim_sock_put(s);
 		if (mask < 0)
 			continue;

@@ -33,9 +33,10 @@ ssize_t shim_io_splice_from(struct shim_sock *s, int sock_fd, int pipe_fd, size_
 ssize_t shim_io_splice_to(struct shim_sock *s, int sock_fd, int pipe_fd, size_t len, unsigned flags);
 /* FIONREAD on an intercepted fd. */
 int shim_io_bytes_readable(struct shim_sock *s, int fd, int *out);
-/* Bytes received on the channel so far, read or not (0 while it receives
- * on TCP): a count that moves when bytes come, for EPOLLET's edges. */
-uint64_t shim_io_rx_arrived(struct shim_sock *s);
+/* Bytes received so far, read or not (on the channel: its count; on TCP:
+ * those read plus those queued): a count that moves when bytes come, for
+ * EPOLLET's edges. */
+uint64_t shim_io_rx_arrived(struct shim_sock *s, int fd);
 /* ioctl on a tracked fd: FIONREAD answered from the data path when it is
  * intercepted, the rest as shim_sock_ioctl(). (io_ready.c) */
 int shim_io_ioctl(int fd, unsigned long request, void *arg);

@@ -70,13 +70,23 @@ int shim_io_atmark(struct shim_sock *s, int fd, int *out)
 	return rc;
 }
 
-uint64_t shim_io_rx_arrived(struct shim_sock *s)
+uint64_t shim_io_rx_arrived(struct shim_sock *s, int fd)
 {
 	uint64_t arrived = 0;
+	int queued = 0;
 
 	pthread_mutex_lock(&s->lock);
-	if (s->chan && s->rx_dir == SHIM_DIR_CHAN && !s->closed)
+	if (s->closed || (fd = shim_sock_fd_locked(s, fd)) < 0) {
+		/* nothing: the item goes with its fd */
+	} else if (s->chan && s->rx_dir == SHIM_DIR_CHAN) {
 		arrived = s->chan->ops->rx_offset(s->chan);
+	} else if (REAL(ioctl)(fd, FIONREAD, &queued) == 0 && queued > 0) {
+		/* Receiving on TCP (our direction alone switched, or a
+		 * failover): what the program read plus what is queued. */
+		arrived = s->rx_tcp_bytes + (uint64_t)queued;
+	} else {
+		arrived = s->rx_tcp_bytes;
+	}
 	pthread_mutex_unlock(&s->lock);
 	return arrived;
 }
