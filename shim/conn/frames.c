@@ -100,6 +100,7 @@ static void take_resume(struct shim_sock *s, int fd)
 }
 
 /*
+ * How many bytes of ours the peer left unread, 0 unless it died with them.
  * The peer's TCP ended while our direction still ran on the channel, with
  * bytes of ours it never read, and it never closed its end of the channel:
  * it died (kill -9, a crash) without a close of ours to run. Its kernel
@@ -108,12 +109,13 @@ static void take_resume(struct shim_sock *s, int fd)
  * have reset the connection. A closing peer with bytes unread resets by
  * itself (close.c), and one that read everything marks the channel closed.
  */
-static bool peer_died_unread(const struct shim_sock *s)
+static size_t peer_died_unread(const struct shim_sock *s)
 {
 	const struct shim_chan *ch = s->chan;
 
-	return ch && s->tx_dir == SHIM_DIR_CHAN && !s->fo_started && ch->ops->tx_unread &&
-	       !ch->ops->peer_rx_gone(ch) && ch->ops->tx_unread(ch) > 0;
+	if (!ch || s->tx_dir != SHIM_DIR_CHAN || s->fo_started || !ch->ops->tx_unread || ch->ops->peer_rx_gone(ch))
+		return 0;
+	return ch->ops->tx_unread(ch);
 }
 
 void shim_frames_drain(struct shim_sock *s, int fd)
@@ -124,9 +126,11 @@ void shim_frames_drain(struct shim_sock *s, int fd)
 		ssize_t n = REAL(recv)(fd, scratch, sizeof(scratch), MSG_DONTWAIT | MSG_PEEK), bells = 0;
 
 		if (n == 0) {
-			if (peer_died_unread(s)) {
+			size_t unread = peer_died_unread(s);
+
+			if (unread) {
 				SHIM_TRACE(SHIM_TRACE_WARN, "conn.peer_died_unread", fd, &s->tuple, SHIM_REASON_NONE,
-					   "\"unread\":%zu", s->chan->ops->tx_unread(s->chan));
+					   "\"unread\":%zu", unread);
 				s->rx_tcp_reset = true;
 				s->rx_reset_seen = true;
 			}

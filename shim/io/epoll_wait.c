@@ -32,6 +32,18 @@ static uint32_t poll_to_epoll(int mask)
 	return ev;
 }
 
+/* An item back on TCP after a failover: the program's own registration
+ * again. MOD re-checks readiness, so an edge-triggered item is told what
+ * is already there; the kernel is asked again within this look
+ * (look_again_if_moved). Called with ep->lock. */
+static void give_back(int efd, struct shim_ep *ep, struct shim_sock *s, struct shim_epitem *it)
+{
+	it->kernel_switched = false;
+	shim_ep_item_ctl(efd, s, it);
+	it->moved_gen = ep->look_gen;
+	ep->moved_back = true;
+}
+
 /* Readiness of the switched items, into out[] (report: false, none: a
  * second round of one look, which only gives registrations back); switches
  * kernel registrations of items that switched, or came back, since.
@@ -48,15 +60,8 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 		if (!s)
 			continue;
 		if (!shim_io_progress(s, it->via)) {
-			if (it->kernel_switched) {
-				/* Back on TCP after a failover: the program's own
-				 * registration again. MOD re-checks readiness, so an
-				 * edge-triggered item is told what is already there. */
-				it->kernel_switched = false;
-				shim_ep_item_ctl(efd, s, it);
-				it->moved_gen = ep->look_gen;
-				ep->moved_back = true;
-			}
+			if (it->kernel_switched)
+				give_back(efd, ep, s, it);
 			shim_sock_put(s);
 			continue;
 		}
@@ -65,15 +70,10 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 			shim_ep_item_ctl(efd, s, it);
 		}
 		mask = (report && n >= max) || it->oneshot_fired ? -1 : shim_io_poll_mask(s, it->via);
-		if (mask < 0 && (!report || n < max) && !it->oneshot_fired && !shim_io_progress(s, it->via)) {
-			/* The look itself ended a failover (the peer's RESUME
-			 * read, the ring empty): the program's registration
-			 * again, and the kernel asked again in this wait. */
-			it->kernel_switched = false;
-			shim_ep_item_ctl(efd, s, it);
-			it->moved_gen = ep->look_gen;
-			ep->moved_back = true;
-		}
+		/* The look itself may have ended a failover (the peer's RESUME
+		 * read, the ring empty). */
+		if (mask < 0 && (!report || n < max) && !it->oneshot_fired && !shim_io_progress(s, it->via))
+			give_back(efd, ep, s, it);
 		if (!report)
 			mask = -1; /* reported by this look's first round already */
 		uint64_t arrived = 0;

@@ -80,12 +80,12 @@ uint64_t shim_io_rx_arrived(struct shim_sock *s, int fd)
 		/* nothing: the item goes with its fd */
 	} else if (s->chan && s->rx_dir == SHIM_DIR_CHAN) {
 		arrived = s->chan->ops->rx_offset(s->chan);
-	} else if (REAL(ioctl)(fd, FIONREAD, &queued) == 0 && queued > 0) {
+	} else {
 		/* Receiving on TCP (our direction alone switched, or a
 		 * failover): what the program read plus what is queued. */
+		if (REAL(ioctl)(fd, FIONREAD, &queued) < 0 || queued < 0)
+			queued = 0;
 		arrived = s->rx_tcp_bytes + (uint64_t)queued;
-	} else {
-		arrived = s->rx_tcp_bytes;
 	}
 	pthread_mutex_unlock(&s->lock);
 	return arrived;
