@@ -143,7 +143,10 @@ struct shim_sock {
 	void *neg; /* its negotiation state; freed by its release */
 	unsigned long long deadline_ns, next_try_ns, retry_delay_ns;
 	pid_t io_pid; /* the process that started the upgrade */
+	int neg_fd;   /* the fd it started from (a fork settles it: socklife.c) */
 	bool await_bytes_used; /* the one retry of an idle start was granted (upgrade.c) */
+	bool forked_idle; /* a fork found it idle: another process may have moved its
+			   * stream, so its counts are checked before an upgrade */
 
 	struct shim_ep *ep; /* SHIM_ROLE_EPOLL only */
 };
@@ -287,6 +290,9 @@ struct shim_sock_hooks {
 	/* connect tracked a connection: this process will do its I/O, so the
 	 * transports warm up now (conn/transport.h). */
 	void (*connected)(const struct shim_tuple *t);
+	/* A fork is coming, under s->lock: a handshake under way settles so
+	 * that no two processes inherit it half-way (conn/upgrade.c). */
+	void (*fork_settle)(struct shim_sock *s, int fd);
 };
 extern struct shim_sock_hooks shim_sock_hooks;
 

@@ -79,6 +79,7 @@ struct shim_sock *shim_sock_alloc(void)
 	s->fds = 1;
 	/* The fds a sock may own: none yet (0 is a valid fd). */
 	s->tcp_keep = -1;
+	s->neg_fd = -1;
 	/* Release: the cleared fields are in place before a stale lookup's
 	 * increment can succeed; pairs with the acquire CAS in shim_sock_get(). */
 	__atomic_store_n(&s->refs, 1, __ATOMIC_RELEASE);
@@ -140,11 +141,29 @@ void shim_sock_ref_becomes_fd(struct shim_sock *s)
  * blocking wait, so this ends. Lock order: epoll set locks, then sock
  * locks, then the pool lock is never taken with a sock lock held.
  */
+/* Under s->lock, before the fork (the hook's comment says why). Under
+ * every sock's lock no handshake can start or move meanwhile. */
+static void settle_handshake(struct shim_sock *s)
+{
+	int fd;
+
+	if (!__atomic_load_n(&s->refs, __ATOMIC_RELAXED) || !shim_sock_hooks.fork_settle ||
+	    (s->phase != SHIM_PHASE_NEGOTIATING && s->phase != SHIM_PHASE_COMMITTING) || s->closed ||
+	    s->aborted)
+		return;
+	fd = shim_sock_fd_locked(s, s->neg_fd);
+	if (fd >= 0)
+		shim_sock_hooks.fork_settle(s, fd);
+}
+
 void shim_sock_atfork_prepare(void)
 {
 	pthread_mutex_lock(&pool_lock);
 	for (struct shim_sock *s = all_socks; s; s = s->all_next) {
 		pthread_mutex_lock(&s->lock);
+		settle_handshake(s);
+		if (s->phase == SHIM_PHASE_IDLE)
+			s->forked_idle = true;
 		/* The child holds a copy of every fd now. What matters is a
 		 * side channel (or a handshake towards one) that both could
 		 * reach: a connection still idle is upgraded later by one of

@@ -17,6 +17,7 @@
 #include "frames.h"
 #include "real.h"
 #include "stats.h"
+#include "streampos.h"
 #include "trace.h"
 #include "transport.h"
 #include "wire.h"
@@ -195,16 +196,37 @@ int shim_upgrade_learn_rx_switch(struct shim_sock *s, int fd, uint64_t offset)
 	return 0;
 }
 
+/*
+ * After a fork found the connection idle, both processes hold it, and the
+ * other may have carried bytes this one never counted: a SWITCH offset from
+ * our counts would then name the wrong byte. The kernel's counts (whichever
+ * process did the I/O) must match ours.
+ */
+static bool counts_are_ours(const struct shim_sock *s, int fd)
+{
+	uint64_t written, read;
+
+	return shim_stream_position(fd, &written, &read) == 0 && written == s->tx_tcp_bytes &&
+	       read == s->rx_tcp_bytes;
+}
+
 static void upgrade_start(struct shim_sock *s, int fd, unsigned long long now)
 {
 	enum shim_reason why = SHIM_REASON_NONE;
-	const struct shim_transport_type *x = shim_transport_pick(&s->tuple, &why);
+	const struct shim_transport_type *x;
 
+	if (s->forked_idle && !counts_are_ours(s, fd)) {
+		s->await_bytes_used = true;
+		shim_upgrade_fail(s, fd, SHIM_REASON_FORKED);
+		return;
+	}
+	x = shim_transport_pick(&s->tuple, &why);
 	if (!x) {
 		shim_upgrade_fail(s, fd, why);
 		return;
 	}
 	s->xport = x;
+	s->neg_fd = fd;
 	x->start(s, fd, now);
 }
 
@@ -254,6 +276,28 @@ int shim_upgrade_pin_tcp(struct shim_sock *s, int fd, enum shim_reason reason)
 		return -EBUSY;
 	}
 	return 0;
+}
+
+/*
+ * After a fork both processes would hold the handshake's state and its
+ * rendezvous; the one that drives it on switches the connection under the
+ * other, which then reads the peer's SWITCH frame as data. So before the
+ * fork: a handshake nobody committed to ends (both copies stay on TCP, the
+ * peer sees the rendezvous close), and one the peer may be committing is
+ * stopped, which settles it in this step (the peer's offset is read now or
+ * never comes; PROTOCOL.md). A transport that can not stop its peer's
+ * commit leaves it to its own fork rules (rdma.h: a child never uses it).
+ */
+void shim_upgrade_settle_for_fork(struct shim_sock *s, int fd)
+{
+	if (s->phase == SHIM_PHASE_NEGOTIATING) {
+		s->await_bytes_used = true; /* no second attempt: either copy could make it */
+		shim_upgrade_fail(s, fd, SHIM_REASON_FORKED);
+	} else if (peer_stoppable(s)) {
+		SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.settle_fork", fd, &s->tuple, SHIM_REASON_FORKED,
+			   "\"role\":\"%s\"", shim_role_name(s->role));
+		s->xport->stop_peer(s, fd);
+	}
 }
 
 void shim_upgrade_stop_commit(struct shim_sock *s, int fd)

@@ -38,6 +38,10 @@ bool shim_upgrade_holds_chan(const struct shim_sock *s);
 /* A fd a sleeping data call also waits on (the negotiation's), or -1. */
 int shim_upgrade_wait_fd(const struct shim_sock *s);
 
+/* A fork is coming: leaves no handshake that both processes would inherit
+ * half-way (upgrade.c). */
+void shim_upgrade_settle_for_fork(struct shim_sock *s, int fd);
+
 /* Gives up on the upgrade (if not past the point of no return). */
 void shim_upgrade_fail(struct shim_sock *s, int fd, enum shim_reason reason);
 

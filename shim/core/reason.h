@@ -54,7 +54,9 @@
 	X(ADOPTED_MID_STREAM, "adopted_mid_stream",                                             \
 	  "inherited or received with bytes already moved: the ends may not agree on offsets, stays on TCP") \
 	X(OOB, "oob",                                                                           \
-	  "urgent data (MSG_OOB) sent after the switch: back to TCP, which alone carries the urgent mark")
+	  "urgent data (MSG_OOB) sent after the switch: back to TCP, which alone carries the urgent mark") \
+	X(FORKED, "forked",                                                                     \
+	  "a fork while the upgrade was being negotiated, or one after which another process moved the stream: stays on TCP")
 
 enum shim_reason {
 #define SHIM_REASON_ENUM(id, name, text) SHIM_REASON_##id,

@@ -388,6 +388,11 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 				break;
 			}
 			s->peer_gone_told = true;
+			/* Over TCP that write reached the closed peer, whose
+			 * kernel answered with a reset: SO_ERROR says EPIPE
+			 * and later sends fail. One bell draws the same answer
+			 * from it (a peer still there takes it as a bell). */
+			shim_frames_queue(s, fd, &data_bell, 1);
 			done = total;
 			break;
 		}
