@@ -12,6 +12,10 @@ static void setup(void)
 	shim_cfg.spin_us = 1; /* a miss costs a microsecond */
 	shim_cfg.spin_adapt = 1;
 	shim_spin_set_cpus(4);
+	shim_spin_reset_prior();
+	/* A loaded machine stalls these loops: only the test of that rule
+	 * watches for it. */
+	shim_spin_watch_preemption(false);
 }
 
 /* One wait: polls until the budget ends (nothing ever gets ready) unless
@@ -161,6 +165,53 @@ START_TEST(adapt_off_always_spins)
 }
 END_TEST
 
+/* A new waiter (a connection per request) starts from the process's last
+ * verdict: backed off after another waiter backed off, spinning again once
+ * one resumed. */
+START_TEST(new_waiters_start_from_the_process_prior)
+{
+	struct shim_spin_hist first = { 0 }, fresh = { 0 }, later = { 0 };
+
+	shim_cfg.spin_us = ROOMY_SPIN_US;
+	ck_assert(one_wait(&fresh, true)); /* no verdict yet: it spins */
+	for (int i = 0; i < SHIM_SPIN_MISS_LIMIT; i++)
+		ck_assert(one_wait(&first, false));
+	struct shim_spin_hist next = { 0 };
+
+	ck_assert(!one_wait(&next, false)); /* starts backed off: level 1 */
+	ck_assert(!one_wait(&next, false));
+	ck_assert(one_wait(&next, true)); /* its probe pays: the process resumes */
+	ck_assert_uint_eq(next.level, 0);
+	ck_assert(one_wait(&later, true));
+	ck_assert_uint_eq(shim_spin_spinners(), 0);
+}
+END_TEST
+
+/* A spin that lost its core (here: a sleep between two looks) ends, and
+ * holds the spins of every waiter of the process for a while. */
+START_TEST(a_spin_that_loses_its_core_holds_the_spins)
+{
+	struct shim_spin_hist h = { 0 }, other = { 0 };
+	struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
+	unsigned long preempted = shim_stats_spin[SHIM_SPIN_STAT_PREEMPTED];
+	struct timespec pause = { 0, 2 * 1000 * 1000 };
+
+	shim_cfg.spin_us = 1000 * 1000; /* a second: only the gap ends it */
+	shim_spin_watch_preemption(true);
+	ck_assert(shim_spin_more(&run, &h, -1));
+	for (int i = 0; i < 3; i++)
+		ck_assert(shim_spin_more(&run, &h, -1));
+	nanosleep(&pause, NULL);
+	ck_assert(!shim_spin_more(&run, &h, -1));
+	shim_spin_end(&run, &h, false, -1);
+	ck_assert_uint_eq(shim_stats_spin[SHIM_SPIN_STAT_PREEMPTED], preempted + 1);
+	ck_assert(!one_wait(&other, true)); /* held: another waiter does not spin */
+	ck_assert_uint_eq(shim_spin_spinners(), 0);
+	shim_spin_reset_prior();
+	ck_assert(one_wait(&other, true));
+}
+END_TEST
+
 START_TEST(spin_us_zero_never_spins)
 {
 	struct shim_spin_hist h = { 0 };
@@ -186,6 +237,8 @@ static Suite *spin_suite(void)
 	tcase_add_test(tc, no_spin_when_every_cpu_has_a_spinner);
 	tcase_add_test(tc, adapt_off_always_spins);
 	tcase_add_test(tc, spin_us_zero_never_spins);
+	tcase_add_test(tc, new_waiters_start_from_the_process_prior);
+	tcase_add_test(tc, a_spin_that_loses_its_core_holds_the_spins);
 	suite_add_tcase(s, tc);
 	return s;
 }

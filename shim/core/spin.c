@@ -5,12 +5,33 @@
 
 #include "config.h"
 #include "clock.h"
+#include "compiler.h"
 #include "stats.h"
 #include "trace.h"
 
 static unsigned spinners;     /* threads in a spin now */
 static unsigned spin_cpus;    /* 0: not read yet */
 static unsigned crowded_seen; /* 1 after a crowded wait, until a spin starts */
+static uint8_t prior_level;   /* the back-off level a new waiter starts at */
+/* Contention (spin.h): no spin before contended_until; the hold that set
+ * it, doubled while spins keep losing their core. */
+static unsigned long long contended_until, contended_hold;
+static bool watch_preemption = true;
+
+#define CONTENDED_FIRST_NS (10ull * 1000 * 1000)
+#define CONTENDED_MAX_NS (1000ull * 1000 * 1000)
+
+void shim_spin_reset_prior(void)
+{
+	__atomic_store_n(&prior_level, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&contended_until, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&contended_hold, 0, __ATOMIC_RELAXED);
+}
+
+void shim_spin_watch_preemption(bool on)
+{
+	__atomic_store_n(&watch_preemption, on, __ATOMIC_RELAXED);
+}
 
 void shim_spin_set_cpus(unsigned cpus)
 {
@@ -56,6 +77,7 @@ static void spin_finish(struct shim_spin_run *run, struct shim_spin_hist *h, boo
 		if (level) {
 			STORE(h->level, 0);
 			STORE(h->skip, 0);
+			STORE(prior_level, 0);
 			shim_stats_spin_count(SHIM_SPIN_STAT_RESUME);
 			SHIM_TRACE(SHIM_TRACE_DEBUG, "spin.resume", fd, NULL, SHIM_REASON_NONE, "\"level\":%u", level);
 		}
@@ -67,6 +89,7 @@ static void spin_finish(struct shim_spin_run *run, struct shim_spin_hist *h, boo
 			level++;
 		STORE(h->level, level);
 		STORE(h->skip, 1u << level);
+		STORE(prior_level, level);
 		return;
 	}
 	if (LOAD(h->misses) + 1 < SHIM_SPIN_MISS_LIMIT) {
@@ -76,9 +99,43 @@ static void spin_finish(struct shim_spin_run *run, struct shim_spin_hist *h, boo
 	STORE(h->misses, 0);
 	STORE(h->level, 1);
 	STORE(h->skip, 2);
+	STORE(prior_level, 1);
 	shim_stats_spin_count(SHIM_SPIN_STAT_BACKOFF);
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "spin.backoff", fd, NULL, SHIM_REASON_NONE, "\"misses\":%u,\"spin_us\":%u",
 		   SHIM_SPIN_MISS_LIMIT, shim_cfg.spin_us);
+}
+
+/* A new waiter starts where the process's last verdict stands (spin.h). */
+static void seed(struct shim_spin_hist *h)
+{
+	unsigned level = LOAD(prior_level);
+
+	STORE(h->seeded, 1);
+	if (level && !LOAD(h->level)) {
+		STORE(h->level, level);
+		STORE(h->skip, 1u << level);
+	}
+}
+
+/*
+ * The spin lost its core: hold every spin of the process. A hold that ends
+ * and is followed by another within four holds' time doubles; one long
+ * after starts again at the first. Threads race on these relaxed words:
+ * the worst outcome is a hold a little shorter or longer.
+ */
+static void spin_preempted(unsigned long long now, unsigned long long gap_ns, int fd)
+{
+	unsigned long long hold = LOAD(contended_hold), until = LOAD(contended_until);
+
+	if (!hold || now > until + 4 * hold)
+		hold = CONTENDED_FIRST_NS;
+	else if (hold < CONTENDED_MAX_NS)
+		hold *= 2;
+	STORE(contended_hold, hold);
+	STORE(contended_until, now + hold);
+	shim_stats_spin_count(SHIM_SPIN_STAT_PREEMPTED);
+	SHIM_TRACE(SHIM_TRACE_DEBUG, "spin.preempted", fd, NULL, SHIM_REASON_NONE,
+		   "\"gap_us\":%llu,\"hold_ms\":%llu", gap_ns / 1000, hold / 1000000);
 }
 
 /* Backed off, and this wait is not the probe: skip the spin. */
@@ -86,6 +143,8 @@ static bool backed_off(struct shim_spin_hist *h)
 {
 	unsigned skip;
 
+	if (unlikely(!LOAD(h->seeded)))
+		seed(h);
 	if (!LOAD(h->level))
 		return false;
 	skip = LOAD(h->skip);
@@ -100,7 +159,20 @@ bool shim_spin_more(struct shim_spin_run *run, struct shim_spin_hist *h, int fd)
 	unsigned long long now;
 
 	if (run->state == SHIM_SPIN_ON) {
-		if (shim_now_ns() < run->end_ns)
+		unsigned long long gap;
+
+		now = shim_now_ns();
+		gap = now - run->last_ns;
+		if (unlikely(gap > SHIM_SPIN_PREEMPTED_US * 1000ull) && run->min_gap_ns && gap > 4 * run->min_gap_ns &&
+		    shim_cfg.spin_adapt && LOAD(watch_preemption)) {
+			spin_preempted(now, gap, fd);
+			spin_finish(run, h, false, fd);
+			return false;
+		}
+		if (!run->min_gap_ns || gap < run->min_gap_ns)
+			run->min_gap_ns = gap ? gap : 1;
+		run->last_ns = now;
+		if (now < run->end_ns)
 			return true;
 		spin_finish(run, h, false, fd);
 		return false;
@@ -110,6 +182,11 @@ bool shim_spin_more(struct shim_spin_run *run, struct shim_spin_hist *h, int fd)
 		return false;
 	}
 	now = shim_now_ns();
+	if (shim_cfg.spin_adapt && now < LOAD(contended_until)) {
+		run->state = SHIM_SPIN_DONE;
+		shim_stats_spin_count(SHIM_SPIN_STAT_SKIP_CONTENDED);
+		return false;
+	}
 	if (shim_cfg.spin_adapt && backed_off(h)) {
 		run->state = SHIM_SPIN_SKIPPED;
 		run->start_ns = now;
@@ -131,6 +208,7 @@ bool shim_spin_more(struct shim_spin_run *run, struct shim_spin_hist *h, int fd)
 		SHIM_TRACE(SHIM_TRACE_DEBUG, "spin.uncrowded", fd, NULL, SHIM_REASON_NONE, "\"cpus\":%u", cpus());
 	run->state = SHIM_SPIN_ON;
 	run->start_ns = now;
+	run->last_ns = now;
 	run->end_ns = now + (unsigned long long)shim_cfg.spin_us * 1000ull;
 	shim_stats_spin_count(SHIM_SPIN_STAT_RUN);
 	return true;

@@ -25,6 +25,24 @@
  *             what helps a multi-process server: pgbench -S, 8 clients on
  *             2 cores, under outside load: 0.63x TCP with every wait
  *             spinning, 0.84x with none, 0.92x adaptive.
+ *   contention  a spin that lost its core (two looks at the clock more
+ *             than SHIM_SPIN_PREEMPTED_US apart, and four times its
+ *             shortest round: the thread was switched out) shows more runnable threads than cores, counted
+ *             machine-wide as the kernel sees them. Its peer's answer then
+ *             waits for the spinner's next turn on a core, a scheduler
+ *             slice (milliseconds), where a sleeper is woken at once. No
+ *             wait of the process spins for a hold of 10 ms after that,
+ *             doubled while it recurs (at most 1 s), and the first spin
+ *             after a hold probes again. 100 ping-pongs per connection with
+ *             2 CPU hogs on 2 cores: 50x TCP's time without this rule.
+ *   prior     a waiter's history starts from the process's latest verdict:
+ *             the back-off level the last waiter to change its own reached
+ *             (0 once one resumed). A connection per request otherwise
+ *             pays SHIM_SPIN_MISS_LIMIT misses on each new socket, and
+ *             under load a miss costs far more than its spin: the core it
+ *             burnt counts against the thread's share, so its wake-up no
+ *             longer preempts the load (100 ping-pongs per connection, 2
+ *             CPU hogs on 2 cores: 7.8x TCP's time without the prior).
  *
  * Counted in shim_stats_spin (stats.h); each back-off and each return to
  * spinning is traced at debug level ("spin.backoff", "spin.resume"), as is
@@ -46,18 +64,26 @@ struct shim_spin_hist {
 	uint8_t misses; /* spins in a row that found nothing */
 	uint8_t level;  /* back-off level, 0: not backed off */
 	uint16_t skip;  /* waits left to skip before the next probe */
+	uint8_t seeded; /* taken the process's prior (zero: a new waiter) */
 };
 
 /* One wait's spin, on the stack of the waiting thread. */
 struct shim_spin_run {
 	unsigned long long end_ns; /* 0: not started */
 	unsigned long long start_ns;
+	unsigned long long last_ns; /* the spin's last look at the clock */
+	unsigned long long min_gap_ns; /* its shortest round so far (0: none yet) */
 	uint8_t state; /* SHIM_SPIN_* below */
 };
 
 enum { SHIM_SPIN_IDLE = 0, SHIM_SPIN_ON, SHIM_SPIN_SKIPPED, SHIM_SPIN_DONE };
 
-#define SHIM_SPIN_RUN_INIT { 0, 0, SHIM_SPIN_IDLE }
+#define SHIM_SPIN_RUN_INIT { 0, 0, 0, 0, SHIM_SPIN_IDLE }
+
+/* A gap between two looks of one spin this long, and four times its
+ * shortest round (a round over many fds may take long by itself): the
+ * thread lost its core. */
+#define SHIM_SPIN_PREEMPTED_US 30
 
 /*
  * The wait found nothing ready: true while it should go on polling, false
@@ -74,6 +100,12 @@ bool shim_spin_more(struct shim_spin_run *run, struct shim_spin_hist *h, int fd)
  */
 void shim_spin_end(struct shim_spin_run *run, struct shim_spin_hist *h, bool hit, int fd);
 
+/* Test hook: forget the process's prior (new waiters start spinning) and
+ * any contention hold. */
+void shim_spin_reset_prior(void);
+/* Test hook: whether a spin that lost its core holds the spins (default
+ * true; unit tests under sanitizers turn it off, as their loops stall). */
+void shim_spin_watch_preemption(bool on);
 /* Test hook: the CPU count the crowding rule uses (0: sysconf again). */
 void shim_spin_set_cpus(unsigned cpus);
 /* Threads spinning right now in this process. */
