@@ -39,7 +39,6 @@ static struct shim_sock *sock_new(enum shim_role role, enum shim_sock_state stat
 	sock->role = role;
 	sock->state = state;
 	sock->tuple = *tuple;
-	sock->owner_pid = getpid();
 	sock->born_ns = shim_now_ns();
 	sock->rcv_timeout_ms = -1;
 	sock->snd_timeout_ms = -1;
@@ -47,17 +46,14 @@ static struct shim_sock *sock_new(enum shim_role role, enum shim_sock_state stat
 }
 
 
-static bool is_inet_stream(int fd)
+/* The socket's protocol is TCP. Its family need not be asked: every caller
+ * got an AF_INET or AF_INET6 address from it or for it first. */
+static bool is_tcp(int fd)
 {
-	int domain = 0, protocol = 0;
-	socklen_t len = sizeof(domain);
+	int protocol = 0;
+	socklen_t len = sizeof(protocol);
 
-	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0)
-		return false;
-	len = sizeof(protocol);
-	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) < 0)
-		return false;
-	return (domain == AF_INET || domain == AF_INET6) && protocol == IPPROTO_TCP;
+	return REAL(getsockopt)(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) == 0 && protocol == IPPROTO_TCP;
 }
 
 static int endpoint_of(int fd, bool peer, struct shim_endpoint *ep)
@@ -110,9 +106,11 @@ static bool moved_before(int fd)
 	return shim_stream_position(fd, &written, &read) < 0 || written || read;
 }
 
-/* Returns whether the connection is tracked and may upgrade. */
+/* Returns whether the connection is tracked and may upgrade. nonblocking:
+ * the file's O_NONBLOCK when the caller knows it (accept4's flags), else
+ * -1 (asked of the kernel). */
 static bool track_connection(int fd, enum shim_role role, enum shim_sock_state state,
-			     const struct shim_tuple *tuple, const char *how)
+			     const struct shim_tuple *tuple, const char *how, int nonblocking)
 {
 	struct shim_sock *sock = sock_new(role, state, tuple);
 	bool eligible;
@@ -129,9 +127,12 @@ static bool track_connection(int fd, enum shim_role role, enum shim_sock_state s
 		shim_stats_count(sock->reason);
 	}
 	if (sock->eligible) {
-		int fl = REAL(fcntl)(fd, F_GETFL);
+		if (nonblocking < 0) {
+			int fl = REAL(fcntl)(fd, F_GETFL);
 
-		sock->nonblocking = fl >= 0 && (fl & O_NONBLOCK);
+			nonblocking = fl >= 0 && (fl & O_NONBLOCK);
+		}
+		sock->nonblocking = nonblocking;
 		/* From here on every data call on this fd goes through io.c. */
 		sock->intercept = true;
 	}
@@ -151,7 +152,7 @@ void shim_sock_on_listen(int fd)
 
 	if (!shim_cfg.enabled || shim_fd_get(fd))
 		return;
-	if (endpoint_of(fd, false, &tuple.local) < 0 || !is_inet_stream(fd))
+	if (endpoint_of(fd, false, &tuple.local) < 0 || !is_tcp(fd))
 		return;
 	if (!shim_config_port_listed(&shim_cfg, tuple.local.port)) {
 		SHIM_TRACE(SHIM_TRACE_TRACE, "listen.skip", fd, &tuple, SHIM_REASON_NOT_WHITELISTED, NULL);
@@ -166,7 +167,7 @@ void shim_sock_on_listen(int fd)
 	shim_sock_install(fd, sock);
 }
 
-void shim_sock_on_accept(int listen_fd, int fd)
+static void on_accept(int listen_fd, int fd, const struct sockaddr *peer, socklen_t peer_len, int flags)
 {
 	struct shim_sock *listener = shim_sock_get(listen_fd);
 	struct shim_tuple tuple;
@@ -175,9 +176,36 @@ void shim_sock_on_accept(int listen_fd, int fd)
 	shim_sock_put(listener);
 	if (!is_listener)
 		return;
-	if (endpoint_of(fd, false, &tuple.local) < 0 || endpoint_of(fd, true, &tuple.peer) < 0)
+	if (endpoint_of(fd, false, &tuple.local) < 0)
 		return;
-	track_connection(fd, SHIM_ROLE_SERVER, SHIM_STATE_TCP, &tuple, "accept");
+	if ((!peer || shim_endpoint_from_sockaddr(peer, peer_len, &tuple.peer) < 0) &&
+	    endpoint_of(fd, true, &tuple.peer) < 0)
+		return;
+	/* An accepted socket's O_NONBLOCK is accept4's flag, never the
+	 * listener's (accept(2)). */
+	track_connection(fd, SHIM_ROLE_SERVER, SHIM_STATE_TCP, &tuple, "accept", !!(flags & SOCK_NONBLOCK));
+}
+
+/*
+ * accept on a tracked listener. The call brings the peer's address, which
+ * tracking needs: into a buffer of ours when the program asks for none (a
+ * getpeername saved per connection); the program's own when it holds the
+ * whole address. The program's buffer is never written by us.
+ */
+int shim_sock_accept(int listen_fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	struct sockaddr_storage ss;
+	socklen_t ss_len = sizeof(ss), asked = len ? *len : 0;
+	bool ours = !addr;
+	int fd = REAL(accept4)(listen_fd, ours ? (struct sockaddr *)&ss : addr, ours ? &ss_len : len, flags);
+
+	if (fd < 0)
+		return -errno;
+	if (ours)
+		on_accept(listen_fd, fd, (struct sockaddr *)&ss, ss_len, flags);
+	else
+		on_accept(listen_fd, fd, *len <= asked ? addr : NULL, *len, flags);
+	return fd;
 }
 
 void shim_sock_on_connect(int fd, const struct sockaddr *addr, socklen_t len, int rc, int err)
@@ -207,12 +235,13 @@ void shim_sock_on_connect(int fd, const struct sockaddr *addr, socklen_t len, in
 			   "\"port\":%u", tuple.peer.port);
 		return;
 	}
-	if (!is_inet_stream(fd) || endpoint_of(fd, false, &tuple.local) < 0)
+	if (!is_tcp(fd) || endpoint_of(fd, false, &tuple.local) < 0)
 		return;
 	/* An IPv6 socket connected to a v4-mapped address reports a v4-mapped
 	 * local address too: both sides of the tuple compare the same. */
+	/* A connect still in progress is a nonblocking one. */
 	if (track_connection(fd, SHIM_ROLE_CLIENT, rc == 0 ? SHIM_STATE_TCP : SHIM_STATE_CONNECTING, &tuple,
-			     "connect"))
+			     "connect", rc == 0 ? -1 : 1))
 		/* The process that connects is the one that will do the I/O:
 		 * start the RDMA warm-up now (a thread; this call does not wait),
 		 * so that it is done or nearly by the first send. Not at listen
@@ -372,9 +401,9 @@ void shim_sock_adopt(int fd, const char *how)
 	int listening = 0;
 	socklen_t len = sizeof(listening);
 
-	if (!shim_cfg.enabled || shim_fd_get(fd) || !is_inet_stream(fd))
+	if (!shim_cfg.enabled || shim_fd_get(fd))
 		return;
-	if (endpoint_of(fd, false, &tuple.local) < 0)
+	if (endpoint_of(fd, false, &tuple.local) < 0 || !is_tcp(fd))
 		return;
 	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening) {
 		shim_sock_on_listen(fd);
@@ -384,9 +413,9 @@ void shim_sock_adopt(int fd, const char *how)
 		return;
 	/* The whitelisted port names the server: if ours is listed we accepted. */
 	if (shim_config_port_listed(&shim_cfg, tuple.local.port))
-		track_connection(fd, SHIM_ROLE_SERVER, SHIM_STATE_TCP, &tuple, how);
+		track_connection(fd, SHIM_ROLE_SERVER, SHIM_STATE_TCP, &tuple, how, -1);
 	else if (shim_config_port_listed(&shim_cfg, tuple.peer.port))
-		track_connection(fd, SHIM_ROLE_CLIENT, SHIM_STATE_TCP, &tuple, how);
+		track_connection(fd, SHIM_ROLE_CLIENT, SHIM_STATE_TCP, &tuple, how, -1);
 }
 
 /* Inherited fds seen so far, by socket inode: several fds of one socket

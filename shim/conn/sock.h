@@ -78,7 +78,6 @@ struct shim_sock {
 	bool eligible;
 	enum shim_reason reason;
 	struct shim_tuple tuple;
-	pid_t owner_pid; /* process that created this entry */
 	unsigned long long born_ns; /* when it was tracked (shim_now_ns) */
 
 	/* Data path (io.c). intercept is read without the lock by the wrappers:
@@ -245,7 +244,9 @@ const char *shim_state_name(enum shim_sock_state state);
 
 /* Policy entry points, called by the exported wrappers after the real call. */
 void shim_sock_on_listen(int fd);
-void shim_sock_on_accept(int listen_fd, int fd);
+/* accept4 on a tracked listener, the new connection tracked; the fd or a
+ * negative errno. */
+int shim_sock_accept(int listen_fd, struct sockaddr *addr, socklen_t *len, int flags);
 void shim_sock_on_connect(int fd, const struct sockaddr *addr, socklen_t len, int rc, int err);
 /* Called before the real close. */
 void shim_sock_on_close(int fd);

@@ -320,7 +320,13 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 {
 	unsigned long long now;
 
-	if (shim_upgrade_settled(s) || !connected(s, fd))
+	if (shim_upgrade_settled(s))
+		return;
+	/* A young idle connection has nothing to do yet (see IDLE below), and
+	 * nothing to ask the kernel: a short one never pays a system call here. */
+	if (s->phase == SHIM_PHASE_IDLE && shim_now_ns() - s->born_ns < shim_cfg.upgrade_after_ms * 1000000ull)
+		return;
+	if (!connected(s, fd))
 		return;
 	enum shim_reason barred = __atomic_load_n(&upgrades_barred, __ATOMIC_RELAXED);
 

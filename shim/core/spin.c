@@ -163,7 +163,7 @@ bool shim_spin_more(struct shim_spin_run *run, struct shim_spin_hist *h, int fd)
 
 		now = shim_now_ns();
 		gap = now - run->last_ns;
-		if (unlikely(gap > SHIM_SPIN_PREEMPTED_US * 1000ull) && run->min_gap_ns && gap > 4 * run->min_gap_ns &&
+		if (unlikely(gap > SHIM_SPIN_PREEMPTED_US * 1000ull) && (!run->min_gap_ns || gap > 4 * run->min_gap_ns) &&
 		    shim_cfg.spin_adapt && LOAD(watch_preemption)) {
 			spin_preempted(now, gap, fd);
 			spin_finish(run, h, false, fd);

@@ -81,8 +81,8 @@ enum { SHIM_SPIN_IDLE = 0, SHIM_SPIN_ON, SHIM_SPIN_SKIPPED, SHIM_SPIN_DONE };
 #define SHIM_SPIN_RUN_INIT { 0, 0, 0, 0, SHIM_SPIN_IDLE }
 
 /* A gap between two looks of one spin this long, and four times its
- * shortest round (a round over many fds may take long by itself): the
- * thread lost its core. */
+ * shortest round if it had one (a round over many fds may take long by
+ * itself): the thread lost its core. */
 #define SHIM_SPIN_PREEMPTED_US 30
 
 /*

@@ -38,20 +38,16 @@ SHIM_EXPORT int listen(int fd, int backlog)
 
 SHIM_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
-	int nfd = REAL(accept)(fd, addr, len);
-
-	if (nfd >= 0 && unlikely(shim_fd_get(fd) != NULL))
-		shim_sock_on_accept(fd, nfd);
-	return nfd;
+	if (likely(shim_fd_get(fd) == NULL))
+		return REAL(accept)(fd, addr, len);
+	return (int)shim_ret(shim_sock_accept(fd, addr, len, 0));
 }
 
 SHIM_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
-	int nfd = REAL(accept4)(fd, addr, len, flags);
-
-	if (nfd >= 0 && unlikely(shim_fd_get(fd) != NULL))
-		shim_sock_on_accept(fd, nfd);
-	return nfd;
+	if (likely(shim_fd_get(fd) == NULL))
+		return REAL(accept4)(fd, addr, len, flags);
+	return (int)shim_ret(shim_sock_accept(fd, addr, len, flags));
 }
 
 SHIM_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)

@@ -72,6 +72,10 @@ struct shim_ep {
 	 * the kernel be asked again, within the same wait (epoll_wait.c). */
 	bool moved_back;
 	unsigned look_gen; /* counts looks, for moved_gen */
+	/* Items the last channel round found in the shim's hands (a channel
+	 * or a handshake): with none, the set is the kernel's alone, and a
+	 * wait is one epoll_wait (epoll_wait.c). */
+	unsigned shim_items;
 	struct shim_ep *next; /* all sets, for shim_epoll_fd_closed() */
 	struct shim_spin_hist spin_hist; /* do this set's waits spin (spin.h) */
 };

@@ -53,6 +53,7 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 	struct shim_epitem *it, *tmp;
 	int n = 0;
 
+	ep->shim_items = 0;
 	HASH_ITER(hh_id, ep->by_id, it, tmp) {
 		struct shim_sock *s = shim_ep_item_sock(it);
 		int mask;
@@ -65,6 +66,7 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 			shim_sock_put(s);
 			continue;
 		}
+		ep->shim_items++;
 		if (!it->kernel_switched) {
 			it->kernel_switched = true;
 			shim_ep_item_ctl(efd, s, it);
@@ -209,6 +211,7 @@ static void disarm_all(struct arm *arms, unsigned n)
 struct ep_wait {
 	struct shim_ep *ep;
 	int efd;
+	long long timeout_ns;
 	struct epoll_event *events;
 	int maxevents;
 	const sigset_t *sigmask;
@@ -217,12 +220,23 @@ struct ep_wait {
 	struct shim_spin_run spin;
 };
 
-/* Busy-poll while spin.h allows (at most RDMASHIM_SPIN_US). */
+/* The last look found no item in the shim's hands: the kernel's own wait
+ * sees everything. Read without the lock: a round of this thread set it,
+ * and another thread's round only changes which of two correct paths the
+ * next step takes. */
+static bool kernel_only(const struct ep_wait *w)
+{
+	return __atomic_load_n(&w->ep->shim_items, __ATOMIC_RELAXED) == 0;
+}
+
+/* Busy-poll while spin.h allows (at most RDMASHIM_SPIN_US), and only for a
+ * set with items on a channel: a kernel-only set is woken by the kernel as
+ * without the shim, and polling it would take a core from its peers. */
 static bool ep_spin_more(void *ctx)
 {
 	struct ep_wait *w = ctx;
 
-	return shim_spin_more(&w->spin, &w->ep->spin_hist, w->efd);
+	return !kernel_only(w) && shim_spin_more(&w->spin, &w->ep->spin_hist, w->efd);
 }
 
 static void ep_spin_end(void *ctx, int rc)
@@ -288,6 +302,11 @@ static int ep_look(void *ctx)
 	/* The kernel round below sees what this round gave back. */
 	look_begin(w->ep);
 	pthread_mutex_unlock(&w->ep->lock);
+	/* A kernel-only set that may sleep: its sleep is the kernel's look
+	 * (epoll_wait returns at once when something is ready), one system
+	 * call per wait as without the shim. */
+	if (!mine && w->timeout_ns != 0 && kernel_only(w))
+		return 0;
 	theirs = kernel_look(w, w->events + mine, w->maxevents - mine, false);
 	return theirs < 0 ? theirs : look_again_if_moved(w, mine + theirs);
 }
@@ -360,7 +379,8 @@ static int wait_loop(struct shim_sock *es, struct epoll_event *events, int maxev
 		     const sigset_t *sigmask)
 {
 	struct ep_wait w = {
-		.ep = es->ep, .efd = shim_ep_fd(es), .events = events, .maxevents = maxevents, .sigmask = sigmask,
+		.ep = es->ep, .efd = shim_ep_fd(es), .timeout_ns = timeout_ns, .events = events,
+		.maxevents = maxevents, .sigmask = sigmask,
 		.cap = ARMS_ON_STACK, .spin = SHIM_SPIN_RUN_INIT,
 	};
 	int rc;
