@@ -203,6 +203,48 @@ START_TEST(idle_progress_starts_the_fitting_transport)
 }
 END_TEST
 
+/* Another thread in the kernel's own read of the connection (io.c,
+ * recv_raw) would take a frame as data: no handshake starts meanwhile. */
+START_TEST(no_start_while_a_raw_read_runs)
+{
+	struct shim_sock *s = new_sock();
+
+	fake.on_start = ACT_NEGOTIATE;
+	s->raw_reads = 1;
+	shim_upgrade_progress(s, 5);
+	ck_assert_int_eq(fake.starts, 0);
+	ck_assert_int_eq(s->phase, SHIM_PHASE_IDLE);
+	s->raw_reads = 0;
+	shim_upgrade_progress(s, 5);
+	ck_assert_int_eq(fake.starts, 1);
+	free(s);
+}
+END_TEST
+
+/* A fork settles a handshake first: one nobody committed to ends (no
+ * second attempt), one the peer may be committing is stopped. */
+START_TEST(fork_settles_the_handshake)
+{
+	struct shim_sock *s = new_sock();
+
+	fake.on_start = ACT_NEGOTIATE;
+	shim_upgrade_progress(s, 5);
+	shim_upgrade_settle_for_fork(s, 5);
+	ck_assert_int_eq(s->phase, SHIM_PHASE_FAILED);
+	ck_assert_int_eq(s->reason, SHIM_REASON_FORKED);
+	ck_assert_int_eq(fake.abandons, 1);
+	ck_assert(s->await_bytes_used);
+	free(s);
+
+	s = new_sock();
+	shim_upgrade_progress(s, 5);
+	shim_upgrade_committing(s);
+	shim_upgrade_settle_for_fork(s, 5);
+	ck_assert_int_eq(fake.stops, 1);
+	free(s);
+}
+END_TEST
+
 START_TEST(first_configured_that_fits_wins)
 {
 	struct shim_sock *s = new_sock();
@@ -502,6 +544,8 @@ int main(void)
 	tcase_add_test(tc, release_and_wait_fd_are_the_transports);
 	tcase_add_test(tc, retry_later_backs_off_until_the_deadline);
 	tcase_add_test(tc, nonces_differ);
+	tcase_add_test(tc, no_start_while_a_raw_read_runs);
+	tcase_add_test(tc, fork_settles_the_handshake);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

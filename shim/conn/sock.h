@@ -101,6 +101,8 @@ struct shim_sock {
 			      * a fd while a call was in progress on it (-1: none) */
 	bool fd_lost;        /* such a close could not make tcp_keep (EMFILE) */
 	unsigned active;     /* data calls in progress (io.c), spinning or sleeping */
+	unsigned raw_reads;  /* of them, in the kernel's own blocking read (io.c,
+			      * recv_raw): no handshake starts meanwhile */
 	bool shared;         /* another process may reach its channel or stream: a
 			      * fork while it had one, an SCM_RIGHTS send */
 	bool app_nodelay; /* TCP_NODELAY as the program set it */

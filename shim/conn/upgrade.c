@@ -346,6 +346,11 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 		 * attempt waits for the first byte (retry_when_bytes_move()). */
 		if (now - s->born_ns < shim_cfg.upgrade_after_ms * 1000000ull)
 			break;
+		/* Another thread is in the kernel's own read of this
+		 * connection (io.c, recv_raw), which would take a frame as
+		 * data: the next call starts it. */
+		if (s->raw_reads)
+			break;
 		if (!s->await_bytes_used || s->rx_tcp_bytes || s->tx_tcp_bytes)
 			upgrade_start(s, fd, now);
 		break;

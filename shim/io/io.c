@@ -157,6 +157,44 @@ static ssize_t recv_tcp(struct shim_sock *s, int fd, const struct iovec *iov, in
 }
 
 
+/*
+ * A young idle connection: no handshake begun, none due yet
+ * (RDMASHIM_UPGRADE_AFTER_MS), nothing off TCP. Nothing in-band can reach
+ * it (the peer writes a shim byte only after our side's handshake began,
+ * PROTOCOL.md), so a blocking read may be the kernel's own: one system
+ * call where the shim's would be a try, a poll and a retry, with the
+ * kernel's SO_RCVLOWAT, SO_RCVTIMEO, MSG_WAITALL and restart rules. While
+ * it runs, no handshake starts in this process (raw_reads, upgrade.c), so
+ * nothing in-band can come for it either.
+ */
+static bool recv_may_go_raw(const struct shim_sock *s)
+{
+	return s->phase == SHIM_PHASE_IDLE && !s->chan && !s->neg && s->rx_dir == SHIM_DIR_TCP &&
+	       s->tx_dir == SHIM_DIR_TCP && !s->tcp_out_len && !s->aborted && !s->rx_tcp_reset &&
+	       shim_now_ns() - s->born_ns < shim_cfg.upgrade_after_ms * 1000000ull;
+}
+
+/* The kernel's blocking read (recv_may_go_raw() said so), without the lock;
+ * bytes or -errno. */
+static ssize_t recv_raw(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
+{
+	struct msghdr mh = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
+	ssize_t n;
+
+	s->raw_reads++;
+	pthread_mutex_unlock(&s->lock);
+	n = REAL(recvmsg)(fd, &mh, flags);
+	if (n < 0)
+		n = errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	pthread_mutex_lock(&s->lock);
+	s->raw_reads--;
+	if (n > 0 && !(flags & MSG_PEEK)) {
+		s->rx_tcp_bytes += (size_t)n;
+		shim_upgrade_progress(s, fd); /* the first byte moved: a deferred attempt may start */
+	}
+	return n;
+}
+
 /* The start of each round of a data call: the fd to use now, our queued
  * frames out, the upgrade and a failover moved on. -EBADF when the fd is
  * gone, -ECONNRESET once the connection was ended. */
@@ -194,7 +232,17 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	size_t lowat = s->rcv_lowat > 1 ? (size_t)s->rcv_lowat : 1;
 	size_t enough = waitall || lowat > want ? want : lowat;
 
-	while (fd >= 0 && want && !(got >= enough && !crossing)) {
+	/* The kernel's own read answers the whole call. */
+	bool raw = fd >= 0 && want && !nonblock && recv_may_go_raw(s);
+
+	if (raw) {
+		n = recv_raw(s, fd, iov, iovcnt, flags);
+		if (n > 0)
+			got = (size_t)n;
+		else
+			rc = (int)n;
+	}
+	while (!raw && fd >= 0 && want && !(got >= enough && !crossing)) {
 		struct iovec win[IO_MAX_IOV];
 		int wincnt = iov_window(iov, iovcnt, got, (size_t)-1, win);
 
