@@ -22,8 +22,8 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_RING_KB", "1024", "side-channel ring size per direction, KiB (power of two, 4-65536)" },
 	{ "RDMASHIM_SPIN_US", "50", "busy-poll time before sleeping, microseconds (0-1000000)" },
 	{ "RDMASHIM_SPIN_ADAPT", "1",
-	  "1: skip the busy poll when every CPU has a spinner or a waiter's spins keep finding nothing; "
-	  "0: every wait spins RDMASHIM_SPIN_US" },
+	  "1: skip the busy poll when every CPU has a spinner, a waiter's spins keep finding nothing, "
+	  "or a spin lost its core; 0: every wait with a channel to watch spins RDMASHIM_SPIN_US" },
 	{ "RDMASHIM_BREAKER_FAILURES", "3", "consecutive failed RDMA attempts that open a peer's breaker" },
 	{ "RDMASHIM_BREAKER_COOLDOWN_MS", "30000", "how long an open breaker skips attempts, ms" },
 	{ "RDMASHIM_CM_TIMEOUT_MS", "2000", "bound on each RDMA connection-manager wait, ms" },
