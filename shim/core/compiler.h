@@ -10,19 +10,6 @@
  * initial-exec model is both legal and the cheapest access. */
 #define SHIM_TLS __thread __attribute__((tls_model("initial-exec")))
 
-/* One round of a busy-poll loop: tells the core we spin (it eases the
- * sibling hyper-thread and the memory bus), and keeps the core. */
-static inline void shim_cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield" ::: "memory");
-#else
-	__asm__ __volatile__("" ::: "memory");
-#endif
-}
-
 #endif
 
 #ifndef RDMASHIM_COMPILER_RET

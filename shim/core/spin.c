@@ -138,6 +138,17 @@ static void spin_preempted(unsigned long long now, unsigned long long gap_ns, in
 		   "\"gap_us\":%llu,\"hold_ms\":%llu", gap_ns / 1000, hold / 1000000);
 }
 
+/* Did the spin lose its core since its last look? Then the spins hold. */
+static bool lost_core(const struct shim_spin_run *run, unsigned long long now, int fd)
+{
+	unsigned long long gap = now - run->last_ns;
+
+	if (gap < SHIM_SPIN_PREEMPTED_US * 1000ull || !shim_cfg.spin_adapt || !LOAD(watch_preemption))
+		return false;
+	spin_preempted(now, gap, fd);
+	return true;
+}
+
 /* Backed off, and this wait is not the probe: skip the spin. */
 static bool backed_off(struct shim_spin_hist *h)
 {
@@ -159,18 +170,11 @@ bool shim_spin_more(struct shim_spin_run *run, struct shim_spin_hist *h, int fd)
 	unsigned long long now;
 
 	if (run->state == SHIM_SPIN_ON) {
-		unsigned long long gap;
-
 		now = shim_now_ns();
-		gap = now - run->last_ns;
-		if (unlikely(gap > SHIM_SPIN_PREEMPTED_US * 1000ull) && (!run->min_gap_ns || gap > 4 * run->min_gap_ns) &&
-		    shim_cfg.spin_adapt && LOAD(watch_preemption)) {
-			spin_preempted(now, gap, fd);
+		if (unlikely(lost_core(run, now, fd))) {
 			spin_finish(run, h, false, fd);
 			return false;
 		}
-		if (!run->min_gap_ns || gap < run->min_gap_ns)
-			run->min_gap_ns = gap ? gap : 1;
 		run->last_ns = now;
 		if (now < run->end_ns)
 			return true;
@@ -217,6 +221,10 @@ bool shim_spin_more(struct shim_spin_run *run, struct shim_spin_hist *h, int fd)
 void shim_spin_end(struct shim_spin_run *run, struct shim_spin_hist *h, bool hit, int fd)
 {
 	if (run->state == SHIM_SPIN_ON) {
+		/* Data that came while another thread held our core paid for
+		 * nothing: the answer waited a slice. */
+		if (lost_core(run, shim_now_ns(), fd))
+			hit = false;
 		spin_finish(run, h, hit, fd);
 	} else if (run->state == SHIM_SPIN_SKIPPED && hit &&
 		   shim_now_ns() - run->start_ns <= (unsigned long long)shim_cfg.spin_us * 1000ull) {

@@ -25,16 +25,19 @@
  *             what helps a multi-process server: pgbench -S, 8 clients on
  *             2 cores, under outside load: 0.63x TCP with every wait
  *             spinning, 0.84x with none, 0.92x adaptive.
- *   contention  a spin that lost its core (two looks at the clock more
- *             than SHIM_SPIN_PREEMPTED_US apart, and four times its
- *             shortest round: the thread was switched out) shows more runnable threads than cores, counted
- *             machine-wide as the kernel sees them. Its peer's answer then
- *             waits for the spinner's next turn on a core, a scheduler
- *             slice (milliseconds), where a sleeper is woken at once. No
- *             wait of the process spins for a hold of 10 ms after that,
- *             doubled while it recurs (at most 1 s), and the first spin
- *             after a hold probes again. 100 ping-pongs per connection with
- *             2 CPU hogs on 2 cores: 50x TCP's time without this rule.
+ *   contention  a spin that lost its core for a scheduler slice (two
+ *             looks at the clock SHIM_SPIN_PREEMPTED_US apart, whether the
+ *             data came meanwhile or not) shows runnable threads other than
+ *             its peer competing for the cores: its yield handed the core
+ *             to one of them, or the kernel switched it out. The peer's
+ *             answer then waits for the spinner's next turn, milliseconds,
+ *             where a sleeper is woken at once. No wait of the process
+ *             spins for a hold of 10 ms after that, doubled while it recurs
+ *             (at most 1 s), and the first spin after a hold probes again.
+ *             (A yield to a peer on the same core costs the peer's work,
+ *             tens of microseconds, and pays.) 100 ping-pongs per
+ *             connection with 2 CPU hogs on 2 cores: 50x TCP's time
+ *             without this rule.
  *   prior     a waiter's history starts from the process's latest verdict:
  *             the back-off level the last waiter to change its own reached
  *             (0 once one resumed). A connection per request otherwise
@@ -72,18 +75,17 @@ struct shim_spin_run {
 	unsigned long long end_ns; /* 0: not started */
 	unsigned long long start_ns;
 	unsigned long long last_ns; /* the spin's last look at the clock */
-	unsigned long long min_gap_ns; /* its shortest round so far (0: none yet) */
 	uint8_t state; /* SHIM_SPIN_* below */
 };
 
 enum { SHIM_SPIN_IDLE = 0, SHIM_SPIN_ON, SHIM_SPIN_SKIPPED, SHIM_SPIN_DONE };
 
-#define SHIM_SPIN_RUN_INIT { 0, 0, 0, 0, SHIM_SPIN_IDLE }
+#define SHIM_SPIN_RUN_INIT { 0, 0, 0, SHIM_SPIN_IDLE }
 
-/* A gap between two looks of one spin this long, and four times its
- * shortest round if it had one (a round over many fds may take long by
- * itself): the thread lost its core. */
-#define SHIM_SPIN_PREEMPTED_US 30
+/* A gap between two looks of one spin this long: the thread lost its core
+ * for a scheduler slice (a yield to the peer, or a round over many fds,
+ * takes far less). */
+#define SHIM_SPIN_PREEMPTED_US 1000
 
 /*
  * The wait found nothing ready: true while it should go on polling, false

@@ -1,9 +1,9 @@
 /* The wait engine; see waitloop.h. */
 #include "waitloop.h"
 
+#include <sched.h>
 
 #include "clock.h"
-#include "compiler.h"
 #include "config.h"
 
 static int run(const struct shim_waitloop_ops *ops, void *ctx, long long timeout_ns)
@@ -18,12 +18,12 @@ static int run(const struct shim_waitloop_ops *ops, void *ctx, long long timeout
 		if (rc != 0 || timeout_ns == 0)
 			return rc;
 		if (ops->spin_more ? ops->spin_more(ctx) : shim_now_ns() < spin_end) {
-			/* Not sched_yield(): it hands the core to any other
-			 * runnable thread for the rest of its slice, which on a
-			 * full machine is milliseconds. A peer that shares our
-			 * core preempts us when it wakes, and a spin that loses
-			 * its core stops the spins (spin.h, contention). */
-			shim_cpu_relax();
+			/* The peer may share our core: it runs now and makes
+			 * the data we wait for. On a full machine the yield may
+			 * hand the core to some other thread for a whole slice
+			 * instead; the spin notices and stops (spin.h,
+			 * contention). */
+			sched_yield();
 			continue;
 		}
 		/* Arm, then sleep only if no arm found the fd ready meanwhile:
