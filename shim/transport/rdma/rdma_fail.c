@@ -54,8 +54,10 @@ void shim_rdma_fail(struct shim_chan *ch)
 	/* A channel stopped on purpose, while it worked: settle our last
 	 * immediate first (see the top), so that we know where the peer will
 	 * resume without its RESUME. Bounded: a peer that went breaks the
-	 * channel (DREQ, completion timeout), and the RESUME decides. */
-	if (!c->broken) {
+	 * channel (DREQ, completion timeout), and the RESUME decides. Not when
+	 * that RESUME is here already: the peer's QP is in ERR, and nothing
+	 * in flight will be acknowledged. */
+	if (!c->broken && !(c->sock && c->sock->fo_peer_known)) {
 		if (c->tx_imm_seq > __atomic_load_n(&c->completed_ok, __ATOMIC_RELAXED))
 			shim_rdma_wait_seq(c, c->tx_imm_seq);
 		c->settled = !c->broken;
