@@ -154,7 +154,6 @@ static bool post_staged(struct rdma_conn *c, size_t add)
 	 * pulled cable would leave it: the program was told these bytes went
 	 * out, and the peer never learns of them (no immediate announces them). */
 	bool die = shim_cfg.test_fail_rdma_kb && to >= (uint64_t)shim_cfg.test_fail_rdma_kb * 1024u;
-
 	uint64_t seq;
 
 	if (!die)
@@ -165,10 +164,11 @@ static bool post_staged(struct rdma_conn *c, size_t add)
 	c->tx_posted = to;
 	c->peer_recvs_used += !die;
 	if (!die) {
+		/* What the peer's RESUME will name once seq completes
+		 * (rdma_fail.c, shim_rdma_tx_offset). */
 		c->tx_announced = to;
 		c->tx_imm_seq = seq;
-	}
-	if (die) {
+	} else {
 		shim_rdma_qp_error(c);
 		shim_rdma_mark_broken(c, "injected", (int)shim_cfg.test_fail_rdma_kb);
 	}
@@ -427,7 +427,7 @@ static void chain_credits(struct rdma_conn *c, struct wr_chain *wrs, bool signal
  * The read emptied our ring and the producer's view of our head lags:
  * write it, exact, without waiting. The producer's tail minus our head is
  * then the bytes we truly left unread, should our end go without a close
- * of ours (rchan_tx_unread over there): 0 if we read everything before,
+ * of ours (shim_rdma_tx_unread over there): 0 if we read everything before,
  * more if bytes came after. One unsignaled 8-byte WRITE per read that
  * empties the ring, none while bytes remain (the head then lags, and the
  * unread bytes make the count non-zero anyway).
