@@ -157,12 +157,12 @@ void shim_failover_progress(struct shim_sock *s, int fd)
 		reset(s, fd, "peer_offset_behind");
 		return;
 	}
-	if (!s->fo_peer_known && !s->fo_offset_implied && s->tx_dir == SHIM_DIR_CHAN && ch->ops->tx_offset) {
+	if (!s->fo_peer_known && !s->fo_offset_implied && s->tx_dir == SHIM_DIR_CHAN && ch->ops->tx_offset &&
+	    ch->ops->tx_offset(ch, &s->fo_implied_at)) {
 		/* A lossless channel: the peer's RESUME can only name our own
 		 * count, so our direction need not wait for it (the frame is
 		 * still read, and checked, above). */
 		s->fo_offset_implied = true;
-		s->fo_implied_at = ch->ops->tx_offset(ch);
 		s->fo_peer_rx_offset = s->fo_implied_at;
 		take_peer_offset(s, fd);
 	}
@@ -202,10 +202,16 @@ static int leave(struct shim_sock *s, int fd, const char *event, enum shim_reaso
 	if (!ch || !ch->ops->fail || !ch->ops->tx_offset || s->fo_started || s->aborted ||
 	    s->tx_dir != SHIM_DIR_CHAN || (ch->ops->violated && ch->ops->violated(ch)))
 		return -EOPNOTSUPP;
+	uint64_t sent = 0;
+	bool known;
+
 	shim_stats_count(why);
-	SHIM_TRACE(SHIM_TRACE_WARN, event, fd, &s->tuple, why, "\"sent\":%llu",
-		   (unsigned long long)ch->ops->tx_offset(ch));
+	/* fail settles what is in flight, so the count is known after it
+	 * (unless the channel broke meanwhile: the peer's RESUME then says). */
 	ch->ops->fail(ch);
+	known = ch->ops->tx_offset(ch, &sent);
+	SHIM_TRACE(SHIM_TRACE_WARN, event, fd, &s->tuple, why, "\"sent\":%llu,\"known\":%s",
+		   (unsigned long long)sent, known ? "true" : "false");
 	shim_failover_progress(s, fd);
 	return 0;
 }

@@ -51,7 +51,10 @@ struct shim_transport_ops {
 	bool (*peer_rx_gone)(const struct shim_chan *ch);
 	/* Bytes we sent that the peer has not read yet (optional: NULL when
 	 * the transport can not tell). A peer that goes with some unread is
-	 * one whose kernel would have reset the connection. */
+	 * one whose kernel would have reset the connection. Exact at least as
+	 * to zero: never 0 while some are unread, never more than 0 for a peer
+	 * that read everything (rdma: its head is exact once its ring is
+	 * empty). */
 	size_t (*tx_unread)(const struct shim_chan *ch);
 	/* The peer broke the channel's rules (a cursor, length or credit out
 	 * of bounds): sticky, lock-free. send/recv move nothing from then on. */
@@ -104,11 +107,15 @@ struct shim_transport_ops {
 	 * reach this channel). Optional. */
 	void (*drop_unread)(struct shim_chan *ch);
 	/* A channel that loses nothing (shm: the peer reads every byte we
-	 * put in it, unless it hands the socket on): the bytes we sent on it,
-	 * which is where the peer's RESUME will say it stands. Optional: with
+	 * put in it, unless it hands the socket on): true and *offset, the
+	 * bytes we sent on it, which is where the peer's RESUME will say it
+	 * stands. false: this end can not tell (rdma: a write was still in
+	 * flight when the channel stopped), the RESUME decides. Optional: with
 	 * it, our direction may return to TCP without waiting for that RESUME
-	 * (failover.c), which a peer not in any call would never send. */
-	uint64_t (*tx_offset)(const struct shim_chan *ch);
+	 * (failover.c), which a peer not in any call would never send; a
+	 * failover on purpose (fail) settles what is in flight first, so that
+	 * the answer is then known. */
+	bool (*tx_offset)(const struct shim_chan *ch, uint64_t *offset);
 	/* Bytes received so far, read or not: where the peer must resume. */
 	uint64_t (*rx_offset)(const struct shim_chan *ch);
 	/* Our bytes from offset `from` on, which the peer never received: at

@@ -469,8 +469,8 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		}
 		if (unlikely(flags & MSG_OOB)) {
 			/* Only TCP carries the urgent mark: back to it first.
-			 * Where the channel can not (RDMA: no tx_offset), the
-			 * bytes go as plain data. */
+			 * Where the channel can not (no tx_offset), the bytes
+			 * go as plain data. */
 			if (shim_failover_oob(s, fd) == 0)
 				continue;
 			SHIM_TRACE(SHIM_TRACE_WARN, "io.oob_inline", fd, &s->tuple, SHIM_REASON_OOB,

@@ -114,6 +114,7 @@ struct rdma_conn {
 	bool broken;        /* the QP failed: the channel carries nothing more */
 	bool violated;      /* the peer broke the protocol (shim_rdma_violation) */
 	bool stopped;       /* we moved it to ERR and disconnected (rdma_fail) */
+	bool settled;       /* ... on purpose, with every immediate acknowledged first */
 	bool rx_dropped;    /* after stopped: unread bytes given up (drop_unread); atomic */
 	bool abortive;      /* our close resets the connection: no CLOSED for the peer (transport.h) */
 	bool done;          /* handshake over: CM events are the channel's now */
@@ -123,6 +124,15 @@ struct rdma_conn {
 	 * completes them in order, so one signaled completion retires all
 	 * earlier ones. */
 	uint64_t posted, completed, last_signaled;
+	/* The highest WR that completed successfully (atomic: reaped from
+	 * the lock-free readable() too). RC completes in order, so every
+	 * earlier WR was placed at the peer as well. */
+	uint64_t completed_ok;
+	/* tx_announced: the bytes our immediates announced (tx_posted but for
+	 * a test's injected break); tx_imm_seq: the WR that carried the last
+	 * of them. Once it completed successfully, the peer's RESUME can only
+	 * name tx_announced (rchan_tx_offset). */
+	uint64_t tx_announced, tx_imm_seq;
 	/* Cursors: ours live here, the peer's in ctl (written remotely).
 	 * tx_tail: bytes the program gave us (staged); tx_posted: those
 	 * posted to the peer, which lag while the peer is unproven. */
@@ -160,6 +170,22 @@ void shim_rdma_chan_init(struct rdma_conn *c);
 void shim_rdma_reap(struct rdma_conn *c);
 /* Posts our SWITCH_AT and waits (bounded) for it; 0 or -errno. */
 int shim_rdma_send_switch_at(struct rdma_conn *c, uint64_t offset, bool no_switch);
+/* The peer's credits (head, receives) read once from our page and checked
+ * against what this end knows; false and *why when it lied (the caller
+ * makes that a violation, or just reports no room when lock-free). */
+bool shim_rdma_peer_credits(const struct rdma_conn *c, uint64_t *head, uint64_t *recvs, const char **why);
+
+/* rdma_fail.c: the channel's failure and resume operations (transport.h),
+ * and tx_unread. */
+bool shim_rdma_failed(const struct shim_chan *ch);
+bool shim_rdma_violated(const struct shim_chan *ch);
+void shim_rdma_fail(struct shim_chan *ch);
+uint64_t shim_rdma_rx_offset(const struct shim_chan *ch);
+bool shim_rdma_tx_offset(const struct shim_chan *ch, uint64_t *offset);
+void shim_rdma_drop_unread(struct shim_chan *ch);
+int shim_rdma_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct iovec out[2]);
+size_t shim_rdma_tx_unread(const struct shim_chan *ch);
+
 /* rdma_teardown.c: releases every verbs/cm resource and the slot, then frees c. */
 void shim_rdma_teardown(struct rdma_conn *c);
 /* Moves the QP to ERR (traced), if there is one. */

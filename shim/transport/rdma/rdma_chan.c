@@ -7,7 +7,8 @@
  * the new tail into the consumer's control page. The consumer reads its
  * local ring and WRITEs its head back into the producer's control page
  * (credits), at least every eighth of the ring and whenever the producer
- * asked for space.
+ * asked for space, and, exact, on a read that empties the ring (the
+ * producer's unread count, rdma_fail.c's tx_unread).
  *
  * Ordering: one RC QP places WRITEs in the order they were posted (the IB
  * ordering rules for RDMA WRITE on one QP, which rxe and mlx5 keep and FaRM
@@ -67,7 +68,7 @@ static struct rdma_conn *conn_of(const struct shim_chan *ch)
  * use. false: the peer lied (the caller ends the channel, or, lock-free,
  * just reports no room). told == 0: not told yet, the initial depth holds.
  */
-static bool peer_credits(const struct rdma_conn *c, uint64_t *head, uint64_t *recvs, const char **why)
+bool shim_rdma_peer_credits(const struct rdma_conn *c, uint64_t *head, uint64_t *recvs, const char **why)
 {
 	uint64_t h = shim_rdma_load_acq(&c->ctl->tx_head);
 	uint64_t told = shim_rdma_load_acq(&c->ctl->tx_peer_recvs);
@@ -94,7 +95,7 @@ static bool take_credits(struct rdma_conn *c, uint64_t *head, uint64_t *recvs)
 {
 	const char *why = NULL;
 
-	if (!peer_credits(c, head, recvs, &why)) {
+	if (!shim_rdma_peer_credits(c, head, recvs, &why)) {
 		shim_rdma_violation(c, why, 0);
 		return false;
 	}
@@ -126,7 +127,7 @@ static size_t rchan_writable(const struct shim_chan *ch)
 	uint64_t head, recvs;
 	const char *why;
 
-	if (!peer_credits(c, &head, &recvs, &why))
+	if (!shim_rdma_peer_credits(c, &head, &recvs, &why))
 		return 0;
 	return room(c, head, recvs);
 }
@@ -153,14 +154,21 @@ static bool post_staged(struct rdma_conn *c, size_t add)
 	 * pulled cable would leave it: the program was told these bytes went
 	 * out, and the peer never learns of them (no immediate announces them). */
 	bool die = shim_cfg.test_fail_rdma_kb && to >= (uint64_t)shim_cfg.test_fail_rdma_kb * 1024u;
+	uint64_t seq;
 
 	if (!die)
 		shim_rdma_chain_imm(&wrs, (uint32_t)n);
-	if (!shim_rdma_chain_post(c, &wrs))
+	seq = shim_rdma_chain_post(c, &wrs);
+	if (!seq)
 		return false;
 	c->tx_posted = to;
 	c->peer_recvs_used += !die;
-	if (die) {
+	if (!die) {
+		/* What the peer's RESUME will name once seq completes
+		 * (rdma_fail.c, shim_rdma_tx_offset). */
+		c->tx_announced = to;
+		c->tx_imm_seq = seq;
+	} else {
 		shim_rdma_qp_error(c);
 		shim_rdma_mark_broken(c, "injected", (int)shim_cfg.test_fail_rdma_kb);
 	}
@@ -395,18 +403,45 @@ static bool rchan_rx_eof(const struct shim_chan *ch)
 	return __atomic_load_n(&c->rx_closed, __ATOMIC_ACQUIRE) && rchan_readable(ch) == 0;
 }
 
+void shim_rdma_chain_head(struct rdma_conn *c, struct wr_chain *wrs, bool signal)
+{
+	/* Release, before the WRITE is posted: pairs with the acquire in
+	 * take_imm(), which bounds the producer's immediates by what we
+	 * credited. */
+	__atomic_store_n(&c->rx_head_sent, c->rx_head, __ATOMIC_RELEASE);
+	shim_rdma_chain_word(c, wrs, CTL_OFF(tx_head), c->rx_head, signal);
+}
+
 /* Appends our credits for the producer: the head (ring space) and how many
  * receives we posted (room for its immediates). */
 static void chain_credits(struct rdma_conn *c, struct wr_chain *wrs, bool signal)
 {
 	uint64_t posted = __atomic_load_n(&c->recv_posted, __ATOMIC_RELAXED);
 
-	shim_rdma_chain_word(c, wrs, CTL_OFF(tx_head), c->rx_head, false);
+	shim_rdma_chain_head(c, wrs, false);
 	shim_rdma_chain_word(c, wrs, CTL_OFF(tx_peer_recvs), posted, signal);
-	/* Release: pairs with the acquire in take_imm(), which bounds the
-	 * producer's immediates by what we credited. */
-	__atomic_store_n(&c->rx_head_sent, c->rx_head, __ATOMIC_RELEASE);
 	c->recv_reported = posted;
+}
+
+/*
+ * The read emptied our ring and the producer's view of our head lags:
+ * write it, exact, without waiting. The producer's tail minus our head is
+ * then the bytes we truly left unread, should our end go without a close
+ * of ours (shim_rdma_tx_unread over there): 0 if we read everything before,
+ * more if bytes came after. One unsignaled 8-byte WRITE per read that
+ * empties the ring, none while bytes remain (the head then lags, and the
+ * unread bytes make the count non-zero anyway).
+ */
+static void publish_drained_head(struct rdma_conn *c)
+{
+	struct wr_chain wrs = { .n = 0 };
+
+	/* Acquire: pairs with the release in take_imm(); a tail that moved
+	 * since our read only means bytes are unread, which the lag shows. */
+	if (c->rx_head == c->rx_head_sent || __atomic_load_n(&c->rx_tail, __ATOMIC_ACQUIRE) != c->rx_head)
+		return;
+	shim_rdma_chain_head(c, &wrs, false);
+	shim_rdma_chain_post(c, &wrs);
 }
 
 /* Sends our credits to the producer and waits until they are there. */
@@ -432,8 +467,10 @@ static bool rchan_rx_should_bell(struct shim_chan *ch)
 	 * and never waits on us while we sleep.
 	 */
 	if (!wants && c->rx_head - c->rx_head_sent < c->ring_bytes / 8 &&
-	    __atomic_load_n(&c->recv_posted, __ATOMIC_RELAXED) - c->recv_reported < SHIM_RDMA_RQ_DEPTH / 4)
+	    __atomic_load_n(&c->recv_posted, __ATOMIC_RELAXED) - c->recv_reported < SHIM_RDMA_RQ_DEPTH / 4) {
+		publish_drained_head(c);
 		return false;
+	}
 	/* Fence: the head is in the producer's memory before we read
 	 * wants_space (again); pairs with the wait in rchan_tx_arm(). */
 	if (!flush_head(c))
@@ -472,79 +509,6 @@ static bool rchan_rx_disarm(struct shim_chan *ch)
 
 	shim_rdma_post_word(c, CTL_OFF(tx_consumer_armed), 0, false);
 	return true; /* see rchan_tx_disarm() */
-}
-
-/* ---- failure ---- */
-
-/* A channel the peer broke the rules of is not resumed: the caller resets
- * the connection (rchan_violated). */
-static bool rchan_failed(const struct shim_chan *ch)
-{
-	const struct rdma_conn *c = conn_of(ch);
-
-	return __atomic_load_n(&c->broken, __ATOMIC_RELAXED) && !__atomic_load_n(&c->violated, __ATOMIC_RELAXED) &&
-	       !shim_rdma_peer_finished(c);
-}
-
-static bool rchan_violated(const struct shim_chan *ch)
-{
-	return __atomic_load_n(&conn_of(ch)->violated, __ATOMIC_RELAXED);
-}
-
-static void rchan_fail(struct shim_chan *ch)
-{
-	struct rdma_conn *c = conn_of(ch);
-
-	if (c->stopped)
-		return;
-	c->stopped = true;
-	shim_rdma_mark_broken(c, "stopped", 0);
-	/* ERR first: from here on nothing the peer posted lands in our ring,
-	 * so the offset our RESUME announces is final. The DREQ then tells a
-	 * peer spinning on a completion at once rather than after its retries. */
-	shim_rdma_qp_error(c);
-	if (c->id)
-		rdma_disconnect(c->id);
-	/* We never posted a byte (the peer was unproven): it received nothing
-	 * on the channel, so our replay starts at 0 without its RESUME, which
-	 * may never come (its direction may never switch). */
-	if (c->tx_posted == 0 && c->sock)
-		c->sock->fo_peer_rx_nothing = true;
-}
-
-static uint64_t rchan_rx_offset(const struct shim_chan *ch)
-{
-	struct rdma_conn *c = (struct rdma_conn *)conn_of(ch);
-
-	/* After ERR: what completed before it is in the CQ still. */
-	shim_rdma_reap(c);
-	if (__atomic_load_n(&c->rx_dropped, __ATOMIC_RELAXED))
-		return c->rx_head;
-	return __atomic_load_n(&c->rx_tail, __ATOMIC_ACQUIRE);
-}
-
-/* A hand-off (handback.c): the bytes received but not read go back to the
- * peer's care. Our RESUME then names rx_head, which is never more than a
- * ring behind what the peer sent, so its staging copy still holds them
- * (rchan_tx_unreceived). Only after fail: nothing lands any more. */
-static void rchan_drop_unread(struct shim_chan *ch)
-{
-	struct rdma_conn *c = conn_of(ch);
-
-	if (!c->stopped)
-		return;
-	shim_rdma_reap(c);
-	__atomic_store_n(&c->rx_dropped, true, __ATOMIC_RELAXED);
-}
-
-static int rchan_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct iovec out[2])
-{
-	const struct rdma_conn *c = conn_of(ch);
-
-	/* The staging copy holds the last ring_bytes bytes we sent, and the
-	 * peer's offset is at least the head it credited us, so a true offset
-	 * is always inside. */
-	return shim_ring_span(c->tx_shadow, c->mask, from, c->tx_tail, out);
 }
 
 static void rchan_abortive(struct shim_chan *ch)
@@ -591,10 +555,12 @@ const struct shim_transport_ops shim_rdma_ops = {
 	.destroy = rchan_destroy,
 	.abortive = rchan_abortive,
 	.arm_grace = true,
-	.violated = rchan_violated,
-	.failed = rchan_failed,
-	.fail = rchan_fail,
-	.rx_offset = rchan_rx_offset,
-	.drop_unread = rchan_drop_unread,
-	.tx_unreceived = rchan_tx_unreceived,
+	.tx_unread = shim_rdma_tx_unread,
+	.violated = shim_rdma_violated,
+	.failed = shim_rdma_failed,
+	.fail = shim_rdma_fail,
+	.rx_offset = shim_rdma_rx_offset,
+	.drop_unread = shim_rdma_drop_unread,
+	.tx_offset = shim_rdma_tx_offset,
+	.tx_unreceived = shim_rdma_tx_unreceived,
 };

@@ -146,6 +146,8 @@ static void reap_locked(struct rdma_conn *c)
 			}
 			if (wc[i].wr_id > c->completed)
 				__atomic_store_n(&c->completed, wc[i].wr_id, __ATOMIC_RELAXED);
+			if (wc[i].wr_id > c->completed_ok)
+				__atomic_store_n(&c->completed_ok, wc[i].wr_id, __ATOMIC_RELAXED);
 		}
 	}
 	if (n < 0)

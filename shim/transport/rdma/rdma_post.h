@@ -39,6 +39,9 @@ void shim_rdma_chain_word(struct rdma_conn *c, struct wr_chain *ch, size_t ctl_o
 void shim_rdma_chain_imm(struct wr_chain *ch, uint32_t imm);
 /* Posts the chain: the last WR's sequence number, or 0 (nothing posted). */
 uint64_t shim_rdma_chain_post(struct rdma_conn *c, struct wr_chain *ch);
+/* rdma_chan.c: appends our exact head (rx_head) for the producer, and
+ * makes it the credit take_imm() bounds immediates by. */
+void shim_rdma_chain_head(struct rdma_conn *c, struct wr_chain *wrs, bool signal);
 /* One control word, posted at once. */
 uint64_t shim_rdma_post_word(struct rdma_conn *c, size_t ctl_off, uint64_t value, bool signal);
 /* Spins (bounded) until WR seq completed; false when the channel broke. */

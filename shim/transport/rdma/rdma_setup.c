@@ -268,6 +268,8 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 		shim_rdma_reap(c);
 		if (!c->peer_at_known)
 			shim_rdma_give_up(s, fd, reason_of(e));
+		else if (e == RDMA_CM_EVENT_DISCONNECTED || e == RDMA_CM_EVENT_TIMEWAIT_EXIT)
+			c->peer_disconnected = true; /* see RDMA_CONNECTED */
 		return;
 	case RDMA_S_ADDR:
 		if (e == RDMA_CM_EVENT_ADDR_RESOLVED) {
@@ -295,11 +297,17 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 		else
 			shim_rdma_give_up(s, fd, reason_of(e));
 		return;
+	case RDMA_CONNECTED:
+		/* The peer stopped its channel (a failover, a close) while ours
+		 * still settles: the data path notices on its own (completion
+		 * errors, TCP EOF), but a wait for a completion (our SWITCH_AT's)
+		 * looks for this event, which this loop took: keep it, or that
+		 * wait lasts until its timeout (rdma_post.c, cm_disconnected). */
+		if (e == RDMA_CM_EVENT_DISCONNECTED || e == RDMA_CM_EVENT_TIMEWAIT_EXIT)
+			c->peer_disconnected = true;
+		return;
 	case RDMA_WARMING:
 	case RDMA_S_RETRY:
-	case RDMA_CONNECTED:
-		/* DISCONNECTED and the like: the data path notices on its own
-		 * (completion errors, TCP EOF). */
 		return;
 	}
 }

@@ -57,8 +57,14 @@ void shim_rdma_teardown(struct rdma_conn *c)
 			 * an abortive close's end is TCP's reset alone. */
 			if (!c->abortive)
 				c->chan.ops->shutdown_tx(&c->chan);
-			teardown_wait(c, shim_rdma_post_word(c, CTL_OFF(tx_consumer_closed), 1, true), TEARDOWN_WAIT_NS,
-				      &peer_gone);
+			/* Our exact head before "closed" (same QP, placed in
+			 * order): the peer's count of bytes we left unread
+			 * (tx_unread) is then exact. */
+			struct wr_chain wrs = { .n = 0 };
+
+			shim_rdma_chain_head(c, &wrs, false);
+			shim_rdma_chain_word(c, &wrs, CTL_OFF(tx_consumer_closed), 1, true);
+			teardown_wait(c, shim_rdma_chain_post(c, &wrs), TEARDOWN_WAIT_NS, &peer_gone);
 		}
 	}
 	c->torn_down = true;

@@ -20,7 +20,7 @@
 #include "wire.h"
 
 #define SHIM_RDMA_MAGIC 0x52534852u /* "RSHR" */
-#define SHIM_RDMA_VERSION 3 /* 2: ring tails by WRITE WITH IMMEDIATE; 3: the proof before any byte */
+#define SHIM_RDMA_VERSION 4 /* 2: ring tails by WRITE WITH IMMEDIATE; 3: the proof before any byte; 4: the head exact once the ring is empty */
 #define SHIM_RDMA_REQ_PRIVATE_MAX 56
 #define SHIM_RDMA_REP_PRIVATE_MAX 196
 

@@ -282,9 +282,10 @@ static uint64_t shm_rx_offset(const struct shim_chan *ch)
 
 /* Shared memory loses nothing: the peer reads every byte we wrote, so the
  * offset its RESUME will name is our tail, known without it. */
-static uint64_t shm_tx_offset(const struct shim_chan *ch)
+static bool shm_tx_offset(const struct shim_chan *ch, uint64_t *offset)
 {
-	return shim_ring_sent(&shm_of(ch)->tx);
+	*offset = shim_ring_sent(&shm_of(ch)->tx);
+	return true;
 }
 
 /* Our ring still holds every byte the peer did not read: it can not have
