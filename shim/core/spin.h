@@ -27,9 +27,12 @@
  *             spinning, 0.84x with none, 0.92x adaptive.
  *   contention  a spin that lost its core for a scheduler slice (two
  *             looks at the clock SHIM_SPIN_PREEMPTED_US apart, whether the
- *             data came meanwhile or not) shows runnable threads other than
- *             its peer competing for the cores: its yield handed the core
- *             to one of them, or the kernel switched it out. The peer's
+ *             data came meanwhile or not), a second time within
+ *             SHIM_SPIN_STEAL_WINDOW spins of the process, shows runnable
+ *             threads other than its peers competing for the cores: its
+ *             yield handed the core to one of them, or the kernel switched
+ *             it out. (A slice lost now and then, among many spins that
+ *             pay, is a machine busy with our own peers.) The peer's
  *             answer then waits for the spinner's next turn, milliseconds,
  *             where a sleeper is woken at once. No wait of the process
  *             spins for a hold of 10 ms after that, doubled while it recurs
@@ -86,6 +89,8 @@ enum { SHIM_SPIN_IDLE = 0, SHIM_SPIN_ON, SHIM_SPIN_SKIPPED, SHIM_SPIN_DONE };
  * for a scheduler slice (a yield to the peer, or a round over many fds,
  * takes far less). */
 #define SHIM_SPIN_PREEMPTED_US 1000
+/* Two lost slices within this many spins of the process: contention. */
+#define SHIM_SPIN_STEAL_WINDOW 8
 
 /*
  * The wait found nothing ready: true while it should go on polling, false
