@@ -156,6 +156,13 @@ struct rdma_conn {
 	pid_t pid; /* the process that made it: only it may touch its objects */
 };
 
+/* A channel's conn: the channel is its first member. The const data ops
+ * reap the CQ through it, as readable() does. */
+static inline struct rdma_conn *shim_rdma_conn_of(const struct shim_chan *ch)
+{
+	return (struct rdma_conn *)ch;
+}
+
 /* rdma_close.c: gives up before any direction moved (TCP stays). */
 void shim_rdma_give_up(struct shim_sock *s, int fd, enum shim_reason reason);
 /* rdma_switch.c: RDMA_CONNECTED, offsets both ways, then the proof. */
@@ -170,10 +177,6 @@ void shim_rdma_chan_init(struct rdma_conn *c);
 void shim_rdma_reap(struct rdma_conn *c);
 /* Posts our SWITCH_AT and waits (bounded) for it; 0 or -errno. */
 int shim_rdma_send_switch_at(struct rdma_conn *c, uint64_t offset, bool no_switch);
-/* The peer's credits (head, receives) read once from our page and checked
- * against what this end knows; false and *why when it lied (the caller
- * makes that a violation, or just reports no room when lock-free). */
-bool shim_rdma_peer_credits(const struct rdma_conn *c, uint64_t *head, uint64_t *recvs, const char **why);
 
 /* rdma_fail.c: the channel's failure and resume operations (transport.h),
  * and tx_unread. */

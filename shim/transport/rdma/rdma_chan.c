@@ -52,43 +52,8 @@
 #include "stats.h"
 #include "trace.h"
 
-static struct rdma_conn *conn_of(const struct shim_chan *ch)
-{
-	return (struct rdma_conn *)ch;
-}
-
 /* ---- producer side ---- */
 
-
-/*
- * The peer's credits, each word read once and checked against what this
- * end knows: the head never passes our tail, never leaves more than the
- * ring in flight and never moves back; the receive count never moves back
- * and never claims more receives outstanding than the RQ depth both ends
- * use. false: the peer lied (the caller ends the channel, or, lock-free,
- * just reports no room). told == 0: not told yet, the initial depth holds.
- */
-bool shim_rdma_peer_credits(const struct rdma_conn *c, uint64_t *head, uint64_t *recvs, const char **why)
-{
-	uint64_t h = shim_rdma_load_acq(&c->ctl->tx_head);
-	uint64_t told = shim_rdma_load_acq(&c->ctl->tx_peer_recvs);
-	uint64_t tail = c->tx_tail;
-
-	if (h > tail || tail - h > c->ring_bytes || h < c->peer_head_seen) {
-		*why = "head_out_of_range";
-		return false;
-	}
-	if (!told)
-		told = SHIM_RDMA_RQ_DEPTH;
-	if (told < c->peer_recvs_seen || told < c->peer_recvs_used ||
-	    told - c->peer_recvs_used > SHIM_RDMA_RQ_DEPTH) {
-		*why = "receive_credit_out_of_range";
-		return false;
-	}
-	*head = h;
-	*recvs = told;
-	return true;
-}
 
 /* Under the lock: takes the peer's credits, or ends the channel. */
 static bool take_credits(struct rdma_conn *c, uint64_t *head, uint64_t *recvs)
@@ -123,7 +88,7 @@ static size_t room(const struct rdma_conn *c, uint64_t head, uint64_t recvs)
  * the lock ends the channel. */
 static size_t rchan_writable(const struct shim_chan *ch)
 {
-	const struct rdma_conn *c = conn_of(ch);
+	const struct rdma_conn *c = shim_rdma_conn_of(ch);
 	uint64_t head, recvs;
 	const char *why;
 
@@ -221,7 +186,7 @@ int shim_rdma_tx_release(struct rdma_conn *c)
 
 static size_t rchan_send(struct shim_chan *ch, const struct iovec *iov, int iovcnt, size_t skip)
 {
-	struct rdma_conn *c = conn_of(ch);
+	struct rdma_conn *c = shim_rdma_conn_of(ch);
 	uint64_t head, recvs;
 	size_t done;
 
@@ -250,7 +215,7 @@ static size_t rchan_send(struct shim_chan *ch, const struct iovec *iov, int iovc
 
 static bool rchan_tx_should_bell(struct shim_chan *ch)
 {
-	struct rdma_conn *c = conn_of(ch);
+	struct rdma_conn *c = shim_rdma_conn_of(ch);
 
 	/*
 	 * A consumer that is not armed yet is spinning on its ring and needs
@@ -276,12 +241,12 @@ static bool rchan_tx_should_bell(struct shim_chan *ch)
 
 static size_t rchan_space_lowat(const struct shim_chan *ch)
 {
-	return conn_of(ch)->ring_bytes / 4;
+	return shim_rdma_conn_of(ch)->ring_bytes / 4;
 }
 
 static bool rchan_peer_rx_gone(const struct shim_chan *ch)
 {
-	const struct rdma_conn *c = conn_of(ch);
+	const struct rdma_conn *c = shim_rdma_conn_of(ch);
 
 	/* A broken channel is not a closed peer: the stream resumes on TCP.
 	 * Only a proved peer may end our stream (EPIPE); relaxed: proved is
@@ -291,7 +256,7 @@ static bool rchan_peer_rx_gone(const struct shim_chan *ch)
 
 static bool rchan_tx_arm(struct shim_chan *ch)
 {
-	struct rdma_conn *c = conn_of(ch);
+	struct rdma_conn *c = shim_rdma_conn_of(ch);
 	uint64_t seq;
 
 	/* Broken: what wakes us now is the peer's RESUME (or EOF) on TCP. */
@@ -316,7 +281,7 @@ static bool rchan_tx_arm(struct shim_chan *ch)
  * is drained as a stray one, which the frame layer allows. */
 static bool rchan_tx_disarm(struct shim_chan *ch)
 {
-	struct rdma_conn *c = conn_of(ch);
+	struct rdma_conn *c = shim_rdma_conn_of(ch);
 
 	shim_rdma_post_word(c, CTL_OFF(rx_wants_space), 0, false);
 	return true;
@@ -347,7 +312,7 @@ static uint64_t post_closed(struct rdma_conn *c)
 
 static void rchan_shutdown_tx(struct shim_chan *ch)
 {
-	struct rdma_conn *c = conn_of(ch);
+	struct rdma_conn *c = shim_rdma_conn_of(ch);
 
 	/* CLOSED follows the last byte: while bytes wait for the proof, it
 	 * waits with them (shim_rdma_tx_release). */
@@ -364,7 +329,7 @@ static size_t rchan_readable(const struct shim_chan *ch)
 {
 	/* Busy polling calls this without the sock's lock: the tail comes
 	 * from our CQ, which shim_rdma_reap_try() polls under cq_lock. */
-	struct rdma_conn *c = (struct rdma_conn *)conn_of(ch);
+	struct rdma_conn *c = (struct rdma_conn *)shim_rdma_conn_of(ch);
 
 	if (__atomic_load_n(&c->rx_dropped, __ATOMIC_RELAXED))
 		return 0;
@@ -374,7 +339,7 @@ static size_t rchan_readable(const struct shim_chan *ch)
 
 static size_t rchan_recv(struct shim_chan *ch, const struct iovec *iov, int iovcnt, bool peek)
 {
-	struct rdma_conn *c = conn_of(ch);
+	struct rdma_conn *c = shim_rdma_conn_of(ch);
 	size_t avail = rchan_readable(ch), done = 0;
 
 	for (int i = 0; i < iovcnt && done < avail; i++) {
@@ -395,21 +360,12 @@ static size_t rchan_recv(struct shim_chan *ch, const struct iovec *iov, int iovc
 
 static bool rchan_rx_eof(const struct shim_chan *ch)
 {
-	const struct rdma_conn *c = conn_of(ch);
+	const struct rdma_conn *c = shim_rdma_conn_of(ch);
 
 	/* CLOSED completes after the last data (same QP, completions in
 	 * order): acquire it first. A broken channel is no EOF: the rest
 	 * comes on TCP (failover.c). */
 	return __atomic_load_n(&c->rx_closed, __ATOMIC_ACQUIRE) && rchan_readable(ch) == 0;
-}
-
-void shim_rdma_chain_head(struct rdma_conn *c, struct wr_chain *wrs, bool signal)
-{
-	/* Release, before the WRITE is posted: pairs with the acquire in
-	 * take_imm(), which bounds the producer's immediates by what we
-	 * credited. */
-	__atomic_store_n(&c->rx_head_sent, c->rx_head, __ATOMIC_RELEASE);
-	shim_rdma_chain_word(c, wrs, CTL_OFF(tx_head), c->rx_head, signal);
 }
 
 /* Appends our credits for the producer: the head (ring space) and how many
@@ -457,7 +413,7 @@ static bool flush_head(struct rdma_conn *c)
 
 static bool rchan_rx_should_bell(struct shim_chan *ch)
 {
-	struct rdma_conn *c = conn_of(ch);
+	struct rdma_conn *c = shim_rdma_conn_of(ch);
 	bool wants = shim_rdma_load_acq(&c->ctl->rx_wants_space) != 0;
 
 	/*
@@ -485,7 +441,7 @@ static bool rchan_rx_should_bell(struct shim_chan *ch)
 
 static bool rchan_rx_arm(struct shim_chan *ch)
 {
-	struct rdma_conn *c = conn_of(ch);
+	struct rdma_conn *c = shim_rdma_conn_of(ch);
 	uint64_t seq;
 
 	if (c->broken)
@@ -505,7 +461,7 @@ static bool rchan_rx_arm(struct shim_chan *ch)
 
 static bool rchan_rx_disarm(struct shim_chan *ch)
 {
-	struct rdma_conn *c = conn_of(ch);
+	struct rdma_conn *c = shim_rdma_conn_of(ch);
 
 	shim_rdma_post_word(c, CTL_OFF(tx_consumer_armed), 0, false);
 	return true; /* see rchan_tx_disarm() */
@@ -513,12 +469,12 @@ static bool rchan_rx_disarm(struct shim_chan *ch)
 
 static void rchan_abortive(struct shim_chan *ch)
 {
-	conn_of(ch)->abortive = true;
+	shim_rdma_conn_of(ch)->abortive = true;
 }
 
 static void rchan_destroy(struct shim_chan *ch)
 {
-	shim_rdma_teardown(conn_of(ch));
+	shim_rdma_teardown(shim_rdma_conn_of(ch));
 }
 
 

@@ -23,18 +23,11 @@
 
 #include <rdma/rdma_cma.h>
 
-static struct rdma_conn *conn_of(const struct shim_chan *ch)
-{
-	/* The channel is the first member of the conn (rdma.h); the const
-	 * ops reap the CQ, as readable() does. */
-	return (struct rdma_conn *)ch;
-}
-
 /* A channel the peer broke the rules of is not resumed: the caller resets
  * the connection (shim_rdma_violated). */
 bool shim_rdma_failed(const struct shim_chan *ch)
 {
-	const struct rdma_conn *c = conn_of(ch);
+	const struct rdma_conn *c = shim_rdma_conn_of(ch);
 
 	return __atomic_load_n(&c->broken, __ATOMIC_RELAXED) && !__atomic_load_n(&c->violated, __ATOMIC_RELAXED) &&
 	       !shim_rdma_peer_finished(c);
@@ -42,12 +35,12 @@ bool shim_rdma_failed(const struct shim_chan *ch)
 
 bool shim_rdma_violated(const struct shim_chan *ch)
 {
-	return __atomic_load_n(&conn_of(ch)->violated, __ATOMIC_RELAXED);
+	return __atomic_load_n(&shim_rdma_conn_of(ch)->violated, __ATOMIC_RELAXED);
 }
 
 void shim_rdma_fail(struct shim_chan *ch)
 {
-	struct rdma_conn *c = conn_of(ch);
+	struct rdma_conn *c = shim_rdma_conn_of(ch);
 
 	if (c->stopped)
 		return;
@@ -79,7 +72,7 @@ void shim_rdma_fail(struct shim_chan *ch)
 
 uint64_t shim_rdma_rx_offset(const struct shim_chan *ch)
 {
-	struct rdma_conn *c = conn_of(ch);
+	struct rdma_conn *c = shim_rdma_conn_of(ch);
 
 	/* After ERR: what completed before it is in the CQ still. */
 	shim_rdma_reap(c);
@@ -90,7 +83,7 @@ uint64_t shim_rdma_rx_offset(const struct shim_chan *ch)
 
 bool shim_rdma_tx_offset(const struct shim_chan *ch, uint64_t *offset)
 {
-	struct rdma_conn *c = conn_of(ch);
+	struct rdma_conn *c = shim_rdma_conn_of(ch);
 
 	/* Only a channel we stopped on purpose: one that broke by itself may
 	 * have broken because the peer stopped it for a hand-off, whose RESUME
@@ -108,7 +101,7 @@ bool shim_rdma_tx_offset(const struct shim_chan *ch, uint64_t *offset)
  * (shim_rdma_tx_unreceived). Only after fail: nothing lands any more. */
 void shim_rdma_drop_unread(struct shim_chan *ch)
 {
-	struct rdma_conn *c = conn_of(ch);
+	struct rdma_conn *c = shim_rdma_conn_of(ch);
 
 	if (!c->stopped)
 		return;
@@ -118,7 +111,7 @@ void shim_rdma_drop_unread(struct shim_chan *ch)
 
 int shim_rdma_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct iovec out[2])
 {
-	const struct rdma_conn *c = conn_of(ch);
+	const struct rdma_conn *c = shim_rdma_conn_of(ch);
 
 	/* The staging copy holds the last ring_bytes bytes we sent, and the
 	 * peer's offset is at least the head it credited us, so a true offset
@@ -138,7 +131,7 @@ int shim_rdma_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct io
  */
 size_t shim_rdma_tx_unread(const struct shim_chan *ch)
 {
-	struct rdma_conn *c = conn_of(ch);
+	struct rdma_conn *c = shim_rdma_conn_of(ch);
 	uint64_t head, recvs;
 	const char *why = NULL;
 

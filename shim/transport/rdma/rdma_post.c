@@ -363,3 +363,44 @@ bool shim_rdma_drain_cm_events(struct rdma_conn *c)
 	}
 	return gone;
 }
+
+/*
+ * The peer's credits, each word read once and checked against what this
+ * end knows: the head never passes our tail, never leaves more than the
+ * ring in flight and never moves back; the receive count never moves back
+ * and never claims more receives outstanding than the RQ depth both ends
+ * use. false: the peer lied (the caller ends the channel, or, lock-free,
+ * just reports no room). told == 0: not told yet, the initial depth holds.
+ */
+bool shim_rdma_peer_credits(const struct rdma_conn *c, uint64_t *head, uint64_t *recvs, const char **why)
+{
+	uint64_t h = shim_rdma_load_acq(&c->ctl->tx_head);
+	uint64_t told = shim_rdma_load_acq(&c->ctl->tx_peer_recvs);
+	uint64_t tail = c->tx_tail;
+
+	if (h > tail || tail - h > c->ring_bytes || h < c->peer_head_seen) {
+		*why = "head_out_of_range";
+		return false;
+	}
+	if (!told)
+		told = SHIM_RDMA_RQ_DEPTH;
+	if (told < c->peer_recvs_seen || told < c->peer_recvs_used ||
+	    told - c->peer_recvs_used > SHIM_RDMA_RQ_DEPTH) {
+		*why = "receive_credit_out_of_range";
+		return false;
+	}
+	*head = h;
+	*recvs = told;
+	return true;
+}
+
+/* Appends our exact head: the producer's ring space (and, at a read that
+ * empties the ring or at close, its count of what we left unread). */
+void shim_rdma_chain_head(struct rdma_conn *c, struct wr_chain *wrs, bool signal)
+{
+	/* Release, before the WRITE is posted: pairs with the acquire in
+	 * take_imm(), which bounds the producer's immediates by what we
+	 * credited. */
+	__atomic_store_n(&c->rx_head_sent, c->rx_head, __ATOMIC_RELEASE);
+	shim_rdma_chain_word(c, wrs, CTL_OFF(tx_head), c->rx_head, signal);
+}

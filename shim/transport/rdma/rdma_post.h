@@ -42,6 +42,10 @@ uint64_t shim_rdma_chain_post(struct rdma_conn *c, struct wr_chain *ch);
 /* rdma_chan.c: appends our exact head (rx_head) for the producer, and
  * makes it the credit take_imm() bounds immediates by. */
 void shim_rdma_chain_head(struct rdma_conn *c, struct wr_chain *wrs, bool signal);
+/* The peer's credits (head, receives) read once from our page and checked
+ * against what this end knows; false and *why when it lied (the caller
+ * makes that a violation, or just reports no room when lock-free). */
+bool shim_rdma_peer_credits(const struct rdma_conn *c, uint64_t *head, uint64_t *recvs, const char **why);
 /* One control word, posted at once. */
 uint64_t shim_rdma_post_word(struct rdma_conn *c, size_t ctl_off, uint64_t value, bool signal);
 /* Spins (bounded) until WR seq completed; false when the channel broke. */
