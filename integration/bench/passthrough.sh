@@ -66,7 +66,7 @@ if [[ -z "${_PASSTHROUGH_DEADLINE_SET:-}" ]]; then
 fi
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-LIB=$ROOT/build/lib/librdmashim.so
+LIB=${BENCH_LIB:-$ROOT/build/lib/librdmashim.so}
 CALLS=$ROOT/build/progs/bench_calls
 
 CALL_ROUNDS=${BENCH_CALL_ROUNDS:-11}
