@@ -343,8 +343,9 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		   "\"want\":%zu,\"got\":%zu,\"rc\":%d,\"flags\":%d,\"rx\":%d,\"tcp\":%llu",
 		   want, got, rc, flags, s->rx_dir, (unsigned long long)s->rx_tcp_bytes);
 	/* The program found nothing more to read: its next edge-triggered
-	 * EPOLLIN is due at the next bytes (epoll.c). */
-	if ((rc == -EAGAIN && !got) || (got && got < want && nonblock))
+	 * EPOLLIN is due at the next bytes (epoll.c). A short peek leaves
+	 * them all there, and the kernel sees no edge in it. */
+	if ((rc == -EAGAIN && !got) || (got && got < want && nonblock && !peek))
 		__atomic_add_fetch(&s->rx_starved, 1, __ATOMIC_RELAXED);
 	io_leave(s);
 	pthread_mutex_unlock(&s->lock);
