@@ -100,6 +100,25 @@ order() {
 	echo
 }
 
+# alternate FN [MODE...]: ROUNDS rounds of `FN MODE` for each mode (shim and
+# tcp by default) in the order `order` gives, each value appended to
+# VALS[MODE] (space-separated, for median and paired_ratio), each round said
+# on one line.
+declare -A VALS=()
+alternate() {
+	local fn=$1 r mode v line
+	shift
+	for ((r = 0; r < ROUNDS; r++)); do
+		line="round $((r + 1)):"
+		for mode in $(order "$r" "$@"); do
+			v=$("$fn" "$mode")
+			VALS[$mode]+="$v "
+			line+=" $mode $v"
+		done
+		say "$line"
+	done
+}
+
 median() {
 	printf '%s\n' "$@" | grep -v '^$' | sort -g | awk '{ v[NR] = $1 }
 	  END { if (NR == 0) { print "nan"; exit }

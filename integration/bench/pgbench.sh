@@ -92,17 +92,8 @@ pg_tps() {
 	echo "${v:-nan}"
 }
 
-declare -A VALS=()
 say "pgbench -S -c $CLIENTS -j 2 -T $SECS ($(basename "$(dirname "$PGBIN")")), $ROUNDS rounds per side, alternated"
-for ((r = 0; r < ROUNDS; r++)); do
-	line="round $((r + 1)):"
-	for mode in $(order "$r" "${MODES[@]}"); do
-		v=$(pg_tps "$mode")
-		VALS[$mode]+="$v "
-		line+=" $mode $v"
-	done
-	say "$line"
-done
+alternate pg_tps "${MODES[@]}"
 # shellcheck disable=SC2086
 S=$(median ${VALS[shim]}) T=$(median ${VALS[tcp]})
 R=$(paired_ratio "${VALS[shim]}" "${VALS[tcp]}")

@@ -43,17 +43,9 @@ k0_rps() {
 	echo "${v:-nan}"
 }
 
-declare -A VALS=([shim]="" [tcp]="")
 say "redis-benchmark -k 0 -t ping_mbulk -c 10 -n $REQS, $ROUNDS rounds per side, alternated"
-for ((r = 0; r < ROUNDS; r++)); do
-	line="round $((r + 1)):"
-	for mode in $(order "$r"); do
-		v=$(k0_rps "$mode" "$REQS")
-		VALS[$mode]+="$v "
-		line+=" $mode $v"
-	done
-	say "$line"
-done
+k0_round() { k0_rps "$1" "$REQS"; }
+alternate k0_round
 # shellcheck disable=SC2086
 S=$(median ${VALS[shim]}) T=$(median ${VALS[tcp]})
 R=$(paired_ratio "${VALS[shim]}" "${VALS[tcp]}")

@@ -46,16 +46,7 @@ one() {
 	sed -n 's/^DONE ms=\([0-9.]*\).*/\1/p' "$WORK/client.log"
 }
 
-declare -A T=()
-for ((r = 0; r < ROUNDS; r++)); do
-	line="round $((r + 1)):"
-	for mode in $(order "$r"); do
-		t=$(one "$mode")
-		T[$mode]+="$t "
-		line+=" $mode $t"
-	done
-	say "$line"
-done
+alternate one
 # shellcheck disable=SC2086
-shim=$(median ${T[shim]}) tcp=$(median ${T[tcp]})
-echo "bench spin_load: shim $shim ms tcp $tcp ms ratio $(paired_ratio "${T[shim]}" "${T[tcp]}") (time: lower is better; $HOGS hogs)"
+shim=$(median ${VALS[shim]}) tcp=$(median ${VALS[tcp]})
+echo "bench spin_load: shim $shim ms tcp $tcp ms ratio $(paired_ratio "${VALS[shim]}" "${VALS[tcp]}") (time: lower is better; $HOGS hogs)"
