@@ -134,13 +134,6 @@ void shim_sock_ref_becomes_fd(struct shim_sock *s)
 	__atomic_add_fetch(&s->fds, 1, __ATOMIC_RELAXED);
 }
 
-/*
- * fork: the child must not inherit a sock lock held by a thread that does
- * not exist there. prepare takes the pool lock (no sock is made or cleared
- * meanwhile), then every sock's lock; a sock lock is never held across a
- * blocking wait, so this ends. Lock order: epoll set locks, then sock
- * locks, then the pool lock is never taken with a sock lock held.
- */
 /* Under s->lock, before the fork (the hook's comment says why). Under
  * every sock's lock no handshake can start or move meanwhile. */
 static void settle_handshake(struct shim_sock *s)
@@ -156,6 +149,13 @@ static void settle_handshake(struct shim_sock *s)
 		shim_sock_hooks.fork_settle(s, fd);
 }
 
+/*
+ * fork: the child must not inherit a sock lock held by a thread that does
+ * not exist there. prepare takes the pool lock (no sock is made or cleared
+ * meanwhile), then every sock's lock; a sock lock is never held across a
+ * blocking wait, so this ends. Lock order: epoll set locks, then sock
+ * locks, then the pool lock is never taken with a sock lock held.
+ */
 void shim_sock_atfork_prepare(void)
 {
 	pthread_mutex_lock(&pool_lock);

@@ -322,9 +322,11 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 
 	if (shim_upgrade_settled(s))
 		return;
-	/* A young idle connection has nothing to do yet (see IDLE below), and
-	 * nothing to ask the kernel: a short one never pays a system call here. */
-	if (s->phase == SHIM_PHASE_IDLE && shim_now_ns() - s->born_ns < shim_cfg.upgrade_after_ms * 1000000ull)
+	now = shim_now_ns();
+	/* A short connection never pays for a handshake, nor for a system call
+	 * here: an idle one starts once it is RDMASHIM_UPGRADE_AFTER_MS old
+	 * (both ends use the same rule, so they start close together). */
+	if (s->phase == SHIM_PHASE_IDLE && !shim_upgrade_due(s, now))
 		return;
 	if (!connected(s, fd))
 		return;
@@ -337,18 +339,12 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 		shim_upgrade_fail(s, fd, barred);
 		return;
 	}
-	now = shim_now_ns();
 	switch (s->phase) {
 	case SHIM_PHASE_IDLE:
-		/* A short connection never pays for a handshake: it starts once
-		 * the connection is RDMASHIM_UPGRADE_AFTER_MS old (both ends use
-		 * the same rule, so they start close together). A second
-		 * attempt waits for the first byte (retry_when_bytes_move()). */
-		if (now - s->born_ns < shim_cfg.upgrade_after_ms * 1000000ull)
-			break;
 		/* Another thread is in the kernel's own read of this
 		 * connection (io.c, recv_raw), which would take a frame as
-		 * data: the next call starts it. */
+		 * data: the next call starts it. A second attempt waits for
+		 * the first byte (retry_when_bytes_move()). */
 		if (s->raw_reads)
 			break;
 		if (!s->await_bytes_used || s->rx_tcp_bytes || s->tx_tcp_bytes)

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "sock.h"
 
 /* Advances the handshake as far as it goes without waiting. */
@@ -19,6 +20,13 @@ void shim_upgrade_progress(struct shim_sock *s, int fd);
 static inline bool shim_upgrade_rx_pending(const struct shim_sock *s)
 {
 	return s->rx_dir == SHIM_DIR_TCP && !s->rx_switch_known && s->phase == SHIM_PHASE_COMMITTING;
+}
+
+/* The connection is RDMASHIM_UPGRADE_AFTER_MS old: an idle one may start
+ * its handshake now (a shorter-lived one never pays for it). */
+static inline bool shim_upgrade_due(const struct shim_sock *s, unsigned long long now)
+{
+	return now - s->born_ns >= shim_cfg.upgrade_after_ms * 1000000ull;
 }
 
 static inline bool shim_upgrade_settled(const struct shim_sock *s)

@@ -51,9 +51,9 @@ static void give_back(int efd, struct shim_ep *ep, struct shim_sock *s, struct s
 static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out, int max, bool report)
 {
 	struct shim_epitem *it, *tmp;
+	unsigned shim_items = 0;
 	int n = 0;
 
-	ep->shim_items = 0;
 	HASH_ITER(hh_id, ep->by_id, it, tmp) {
 		struct shim_sock *s = shim_ep_item_sock(it);
 		int mask;
@@ -66,7 +66,7 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 			shim_sock_put(s);
 			continue;
 		}
-		ep->shim_items++;
+		shim_items++;
 		if (!it->kernel_switched) {
 			it->kernel_switched = true;
 			shim_ep_item_ctl(efd, s, it);
@@ -128,6 +128,9 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 		if (it->events & EPOLLONESHOT)
 			it->oneshot_fired = true;
 	}
+	/* Once, at the end: a wait of another thread reads it without the
+	 * lock (kernel_only) and never sees a round half-counted. */
+	__atomic_store_n(&ep->shim_items, shim_items, __ATOMIC_RELAXED);
 	return n;
 }
 

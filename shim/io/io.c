@@ -171,7 +171,7 @@ static bool recv_may_go_raw(const struct shim_sock *s)
 {
 	return s->phase == SHIM_PHASE_IDLE && !s->chan && !s->neg && s->rx_dir == SHIM_DIR_TCP &&
 	       s->tx_dir == SHIM_DIR_TCP && !s->tcp_out_len && !s->aborted && !s->rx_tcp_reset &&
-	       shim_now_ns() - s->born_ns < shim_cfg.upgrade_after_ms * 1000000ull;
+	       !shim_upgrade_due(s, shim_now_ns());
 }
 
 /* The kernel's blocking read (recv_may_go_raw() said so), without the lock;
