@@ -2,8 +2,8 @@
  * conn_hold: many 1-byte ping-pong connections between two processes, for
  * the benchmarks (integration/bench/upgrade_time.sh, many_conns.sh).
  *
- *   conn_hold server --port P --conns N [--rounds R] [--hold FILE]
- *   conn_hold client --port P --conns N [--rounds R] [--seq] [--go FILE] [--hold FILE]
+ *   conn_hold server --port P --conns N [--rounds R] [--host A] [--hold FILE]
+ *   conn_hold client --port P --conns N [--rounds R] [--host A] [--seq [--times]] [--go FILE] [--hold FILE]
  *
  * Both ends use blocking I/O in one thread, in connection order: the client
  * writes one byte, the server reads it and writes it back, the client reads
@@ -17,6 +17,12 @@
  *           wait for FILE (--hold) to exist before closing them all.
  *   --go FILE  the client waits for FILE before its first connect (so its
  *           memory can be read before any connection).
+ *   --host A   the IPv4 address the server binds and the client connects to
+ *           (default 127.0.0.1; the Soft-RoCE VMs use their rxe address).
+ *   --times with --seq, the client prints one line per connection:
+ *           "CONN <i> first_us=<F> total_us=<T>", F from the start of its
+ *           connect() to the end of the read of the first answer, T to the
+ *           end of its close().
  *
  * Prints "READY <port> pid=<pid>" first (the server once it listens); with
  * --seq, "DONE ms=<wall> cpu_us=<this process's CPU>" at the end. Exits
@@ -83,12 +89,11 @@ fail:
 	exit(1);
 }
 
-static int connect_to(int port)
+static int connect_to(struct in_addr host, int port)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = host };
 	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
 
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
 		fprintf(stderr, "conn_hold: connect: %s\n", strerror(errno));
 		exit(1);
@@ -99,18 +104,22 @@ static int connect_to(int port)
 
 int main(int argc, char **argv)
 {
-	int port = 0, n = 0, rounds = 10, seq = 0, *fds, lfd = -1;
+	int port = 0, n = 0, rounds = 10, seq = 0, times = 0, *fds, lfd = -1;
+	struct in_addr host = { .s_addr = htonl(INADDR_LOOPBACK) };
 	const char *go = NULL, *hold = NULL;
 	bool server;
 
 	if (argc < 2 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
-		fprintf(stderr, "usage: conn_hold server|client --port P --conns N [--rounds R] [--seq] [--go F] [--hold F]\n");
+		fprintf(stderr, "usage: conn_hold server|client --port P --conns N [--rounds R] [--host A] [--seq [--times]] "
+				"[--go F] [--hold F]\n");
 		return 2;
 	}
 	server = !strcmp(argv[1], "server");
 	for (int i = 2; i < argc; i++) {
 		if (!strcmp(argv[i], "--seq"))
 			seq = 1;
+		else if (!strcmp(argv[i], "--times"))
+			times = 1;
 		else if (i + 1 >= argc)
 			return 2;
 		else if (!strcmp(argv[i], "--port"))
@@ -123,6 +132,10 @@ int main(int argc, char **argv)
 			go = argv[++i];
 		else if (!strcmp(argv[i], "--hold"))
 			hold = argv[++i];
+		else if (!strcmp(argv[i], "--host")) {
+			if (inet_pton(AF_INET, argv[++i], &host) != 1)
+				return 2;
+		}
 		else
 			return 2;
 	}
@@ -132,10 +145,9 @@ int main(int argc, char **argv)
 	if (!fds)
 		return 1;
 	if (server) {
-		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = host };
 		int one = 1;
 
-		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 		lfd = socket(AF_INET, SOCK_STREAM, 0);
 		setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 		if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 4096) < 0) {
@@ -150,15 +162,21 @@ int main(int argc, char **argv)
 	double t0 = now_ms(), cpu0 = cpu_us();
 
 	for (int i = 0; i < n; i++) {
-		fds[i] = server ? accept(lfd, NULL, NULL) : connect_to(port);
+		double c0 = now_ms(), first = 0;
+
+		fds[i] = server ? accept(lfd, NULL, NULL) : connect_to(host, port);
 		if (fds[i] < 0) {
 			fprintf(stderr, "conn_hold: accept: %s\n", strerror(errno));
 			return 1;
 		}
 		if (!seq)
 			continue;
-		for (int r = 0; r < rounds; r++)
+		first = now_ms(); /* with no rounds: the connect */
+		for (int r = 0; r < rounds; r++) {
 			one_byte(fds[i], !server, i);
+			if (r == 0)
+				first = now_ms();
+		}
 		if (server) {
 			char c;
 
@@ -168,6 +186,8 @@ int main(int argc, char **argv)
 			}
 		}
 		close(fds[i]);
+		if (times && !server)
+			printf("CONN %d first_us=%.0f total_us=%.0f\n", i, (first - c0) * 1e3, (now_ms() - c0) * 1e3);
 	}
 	if (seq) {
 		printf("DONE ms=%.1f cpu_us=%.0f\n", now_ms() - t0, cpu_us() - cpu0);
