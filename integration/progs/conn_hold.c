@@ -2,8 +2,9 @@
  * conn_hold: many 1-byte ping-pong connections between two processes, for
  * the benchmarks (integration/bench/upgrade_time.sh, many_conns.sh).
  *
- *   conn_hold server --port P --conns N [--rounds R] [--host A] [--hold FILE]
- *   conn_hold client --port P --conns N [--rounds R] [--host A] [--seq [--times]] [--go FILE] [--hold FILE]
+ *   conn_hold server --port P --conns N [--rounds R] [--host A] [--warm MS] [--hold FILE]
+ *   conn_hold client --port P --conns N [--rounds R] [--host A] [--seq [--times]] [--warm MS] [--go FILE]
+ *                    [--hold FILE]
  *
  * Both ends use blocking I/O in one thread, in connection order: the client
  * writes one byte, the server reads it and writes it back, the client reads
@@ -19,6 +20,13 @@
  *           memory can be read before any connection).
  *   --host A   the IPv4 address the server binds and the client connects to
  *           (default 127.0.0.1; the Soft-RoCE VMs use their rxe address).
+ *   --warm MS  before the counted connections, one more (both ends given
+ *           --warm): the client does 1-byte request/answers over it for MS
+ *           milliseconds, then closes it; both then print "WARMED". Under
+ *           the shim this runs each process's RDMA warm-up (device probe,
+ *           first pool chunk: a second and more in a TCG VM), which is not
+ *           what the counted connections are for. The client waits for
+ *           --go after it, so memory read before "go" includes it.
  *   --times with --seq, the client prints one line per connection:
  *           "CONN <i> first_us=<F> total_us=<T>", F from the start of its
  *           connect() to the end of the read of the first answer, T to the
@@ -73,6 +81,16 @@ static void wait_file(const char *path)
 	}
 }
 
+static int connect_to(struct in_addr host, int port);
+
+static void one_byte_back(int fd, char c)
+{
+	if (write(fd, &c, 1) != 1) {
+		fprintf(stderr, "conn_hold: warm connection: write: %s\n", strerror(errno));
+		exit(1);
+	}
+}
+
 static void one_byte(int fd, bool send_first, int conn)
 {
 	char c = 'x';
@@ -87,6 +105,30 @@ static void one_byte(int fd, bool send_first, int conn)
 fail:
 	fprintf(stderr, "conn_hold: connection %d: ping-pong failed: %s\n", conn, strerror(errno));
 	exit(1);
+}
+
+/* The --warm connection; see the header. */
+static void warm(int lfd, struct in_addr host, int port, double ms)
+{
+	double end = now_ms() + ms;
+	int fd = lfd >= 0 ? accept(lfd, NULL, NULL) : connect_to(host, port);
+	char c;
+
+	if (fd < 0) {
+		fprintf(stderr, "conn_hold: accept: %s\n", strerror(errno));
+		exit(1);
+	}
+	if (lfd >= 0) {
+		while (read(fd, &c, 1) == 1)
+			one_byte_back(fd, c);
+	} else {
+		do
+			one_byte(fd, true, -1);
+		while (now_ms() < end);
+	}
+	close(fd);
+	printf("WARMED\n");
+	fflush(stdout);
 }
 
 static int connect_to(struct in_addr host, int port)
@@ -105,13 +147,14 @@ static int connect_to(struct in_addr host, int port)
 int main(int argc, char **argv)
 {
 	int port = 0, n = 0, rounds = 10, seq = 0, times = 0, *fds, lfd = -1;
+	double warm_ms = -1;
 	struct in_addr host = { .s_addr = htonl(INADDR_LOOPBACK) };
 	const char *go = NULL, *hold = NULL;
 	bool server;
 
 	if (argc < 2 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
 		fprintf(stderr, "usage: conn_hold server|client --port P --conns N [--rounds R] [--host A] [--seq [--times]] "
-				"[--go F] [--hold F]\n");
+				"[--warm MS] [--go F] [--hold F]\n");
 		return 2;
 	}
 	server = !strcmp(argv[1], "server");
@@ -132,6 +175,8 @@ int main(int argc, char **argv)
 			go = argv[++i];
 		else if (!strcmp(argv[i], "--hold"))
 			hold = argv[++i];
+		else if (!strcmp(argv[i], "--warm"))
+			warm_ms = atof(argv[++i]);
 		else if (!strcmp(argv[i], "--host")) {
 			if (inet_pton(AF_INET, argv[++i], &host) != 1)
 				return 2;
@@ -157,6 +202,8 @@ int main(int argc, char **argv)
 	}
 	printf("READY %d pid=%d\n", port, (int)getpid());
 	fflush(stdout);
+	if (warm_ms >= 0)
+		warm(lfd, host, port, warm_ms);
 	if (!server)
 		wait_file(go);
 	double t0 = now_ms(), cpu0 = cpu_us();
