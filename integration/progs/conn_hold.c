@@ -227,8 +227,11 @@ int main(int argc, char **argv)
 		if (server) {
 			char c;
 
-			if (read(fds[i], &c, 1) != 0) {
-				fprintf(stderr, "conn_hold: connection %d: expected EOF\n", i);
+			ssize_t got = read(fds[i], &c, 1);
+
+			if (got != 0) {
+				fprintf(stderr, "conn_hold: connection %d: expected EOF, read returned %zd (%s)\n", i, got,
+					got < 0 ? strerror(errno) : "a byte");
 				return 1;
 			}
 		}
