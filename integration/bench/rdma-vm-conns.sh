@@ -9,7 +9,8 @@
 #          after the other (CONNS_ALT alternated rounds): median time from
 #          connect() to the answer read, and to close() returned, shim vs
 #          TCP. The first byte always goes over TCP (the upgrade runs beside
-#          it). Then CONNS_UPG connections doing CONNS_UPG_ROUNDS
+#          it).
+#   upg    CONNS_UPG connections doing CONNS_UPG_ROUNDS
 #          request/answers each: time from connect (the client's conn.track)
 #          to the client's upgrade.done, i.e. both directions on RDMA as the
 #          client sees them (its own clock; in one VM also to the later of
@@ -26,7 +27,9 @@
 # Settings (environment):
 #   RDMA_CONNS_VMS     2 (default: two-hosts.sh, A servers, B clients) or 1
 #                      (one VM, rxe on dummy0, client and server in it)
-#   RDMA_CONNS_PARTS   first,many (default both)
+#   RDMA_CONNS_PARTS   first,upg,many (default all three)
+#   RDMA_CONNS_TRACE   the shim's trace level (default info; the figures
+#                      need info or more)
 #   RDMA_CONNS_SEQ, RDMA_CONNS_ALT, RDMA_CONNS_UPG, RDMA_CONNS_UPG_ROUNDS,
 #   RDMA_CONNS_MANY, RDMA_CONNS_MANY_ROUNDS   counts (see the guest script)
 #   RDMA_CONNS_SHIM_ENV  comma separated VAR=value words for the shim, e.g.
@@ -53,9 +56,10 @@ procs=$((vms == 1 ? 2 : 1))
 mem=${RXEVM_MEM:-$((1024 + procs * many * (2 * ring_kb + 4) * 11 / 10 / 1024))}
 X=$(mktemp -d "$ROOT/build/rdma-vm-conns.XXXXXX") || exit 1
 trap 'rm -rf "$X"' EXIT
-envs="CONNS_X=$X CONNS_PARTS=${RDMA_CONNS_PARTS:-first,many} CONNS_SEQ=${RDMA_CONNS_SEQ:-100}"
+envs="CONNS_X=$X CONNS_PARTS=${RDMA_CONNS_PARTS:-first,upg,many} CONNS_SEQ=${RDMA_CONNS_SEQ:-100}"
 envs+=" CONNS_ALT=${RDMA_CONNS_ALT:-2} CONNS_UPG=${RDMA_CONNS_UPG:-50} CONNS_UPG_ROUNDS=${RDMA_CONNS_UPG_ROUNDS:-200}"
 envs+=" CONNS_MANY=$many CONNS_MANY_ROUNDS=${RDMA_CONNS_MANY_ROUNDS:-10} CONNS_SHIM_ENV=$shim_env"
+envs+=" CONNS_TRACE=${RDMA_CONNS_TRACE:-info}"
 to=${RXEVM_TIMEOUT:-1500}
 echo "rdma-vm-conns: $vms VM(s), ${mem} MiB each, timeout ${to} s, $envs"
 rc=0

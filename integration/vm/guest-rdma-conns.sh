@@ -15,14 +15,16 @@
 #           connections one after the other, each connect, one 1-byte
 #           request/answer, close; plain TCP, the shim, and the shim with
 #           RDMASHIM_UPGRADE_AFTER_MS=60000 (no upgrade starts: tracking
-#           alone) (fb-plain-R, fb-shim-R, fb-shim-late-R); then CONNS_UPG (default 50) such connections doing
-#           CONNS_UPG_ROUNDS (default 200) request/answers each, under the
-#           shim (upg): how long until a connection is on RDMA;
+#           alone) (fb-plain-R, fb-shim-R, fb-shim-late-R);
+#   upg     CONNS_UPG (default 50) such connections doing CONNS_UPG_ROUNDS
+#           (default 200) request/answers each, under the shim: how long
+#           until a connection is on RDMA;
 #   many    CONNS_MANY (default 1000) connections from one client process to
 #           one server process, all open at once, CONNS_MANY_ROUNDS (default
 #           10) request/answer rounds over each in turn, then held idle:
 #           plain TCP (many-plain), then the shim (many-shim).
-# CONNS_PARTS (comma separated, default first,many) picks parts;
+# CONNS_PARTS (comma separated, default first,upg,many) picks parts;
+# CONNS_TRACE is the shim's trace level (default info);
 # CONNS_SHIM_ENV (comma separated VAR=value words) is added to the shim's
 # environment. Each program pair first runs one connection for CONNS_WARM_MS
 # (default 3000; conn_hold --warm): the processes' RDMA warm-up is not what
@@ -50,7 +52,7 @@ UPG=${CONNS_UPG:-50} UPG_ROUNDS=${CONNS_UPG_ROUNDS:-200}
 MANY=${CONNS_MANY:-1000} MANY_ROUNDS=${CONNS_MANY_ROUNDS:-10}
 LIMIT=${CONNS_PHASE_S:-600} # bound on one phase's programs, seconds
 WARM=${CONNS_WARM_MS:-3000}
-parts=" ${CONNS_PARTS:-first,many} "; parts=${parts//,/ }
+parts=" ${CONNS_PARTS:-first,upg,many} "; parts=${parts//,/ }
 want() { [[ $parts == *" $1 "* ]]; }
 extra=()
 IFS=, read -ra extra <<< "${CONNS_SHIM_ENV:-}"
@@ -74,7 +76,7 @@ wait_for() {
 # upgrade (what tracking alone costs).
 penv() {
   [[ $1 == shim* ]] || return 0
-  echo LD_PRELOAD="$LIB" RDMASHIM_PORTS="$2" RDMASHIM_TRANSPORTS=rdma RDMASHIM_TRACE=info \
+  echo LD_PRELOAD="$LIB" RDMASHIM_PORTS="$2" RDMASHIM_TRANSPORTS=rdma RDMASHIM_TRACE="${CONNS_TRACE:-info}" \
     RDMASHIM_TRACE_FILE="$3/trace.$ROLE.%p.jsonl" "${extra[@]}"
   [[ $1 == shim-late ]] && echo RDMASHIM_UPGRADE_AFTER_MS=60000
   return 0
@@ -242,6 +244,8 @@ if want first; then
     if ((r % 2)); then order="plain shim shim-late"; else order="shim-late shim plain"; fi
     for m in $order; do phase seq "fb-$m-$r" "$m" "$SEQ" 1; done
   done
+fi
+if want upg; then
   phase seq upg shim "$UPG" "$UPG_ROUNDS"
 fi
 if want many; then
