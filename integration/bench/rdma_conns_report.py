@@ -115,7 +115,11 @@ def params(d):
 
 
 def status(d):
-    return "client %s server %s" % (read(os.path.join(d, "client.rc"), "?"), read(os.path.join(d, "server.rc"), "?"))
+    """The programs' exit statuses, and their complaints."""
+    st = "status client %s server %s" % (read(os.path.join(d, "client.rc"), "?"), read(os.path.join(d, "server.rc"), "?"))
+    err = [ln for side in ("client", "server") for ln in read(os.path.join(d, side + ".log")).splitlines()
+           if ln.startswith("conn_hold:")]
+    return st + ("; " + " | ".join("%s" % e for e in err[:2]) if err else "")
 
 
 def first_part(root, vms):
@@ -181,10 +185,10 @@ def upg_part(root, vms):
     f, t = conn_times(d)
     done, fails = outcomes(evs)
     n, rounds = params(d)
-    line = ("bench rdma_conns to_rdma: %d connections one after the other (%s), %d 1-byte request/answers "
-            "each: on RDMA (client's upgrade.done) %d of %d, connect to the client's upgrade.done median "
+    line = ("bench rdma_conns to_rdma: %d connections one after the other (%d made; %s), %d 1-byte request/answers "
+            "each: on RDMA (client's upgrade.done) %d of %d made, connect to the client's upgrade.done median "
             "%.1f ms p90 %.1f ms (min %.1f max %.1f)"
-            % (n, status(d), rounds, len(to_client), n, median(to_client) / 1e3,
+            % (n, len(track), status(d), rounds, len(to_client), len(track), median(to_client) / 1e3,
                pct(to_client, 0.9) / 1e3, min(to_client, default=float("nan")) / 1e3,
                max(to_client, default=float("nan")) / 1e3))
     if vms == 1 and both:
@@ -250,9 +254,8 @@ def many_part(root, vms):
         log = read(os.path.join(d, "client.log"))
         m = re.search(r"^UP ms=([0-9.]+)", log, re.M)
         up = float(m.group(1)) if m else float("nan")
-        err = [ln for ln in (log + "\n" + read(os.path.join(d, "server.log"))).splitlines() if "conn_hold:" in ln]
         cm, sm = mem_pair(d, "client"), mem_pair(d, "server")
-        got[mode] = dict(d=d, up=up, err=err, cm=cm, sm=sm)
+        got[mode] = dict(d=d, up=up, cm=cm, sm=sm)
     if not got:
         return
     nconns = params(got[next(iter(got))]["d"])[0]
@@ -266,8 +269,6 @@ def many_part(root, vms):
                        (g["cm"][0] + g["sm"][0]) / n, (g["cm"][1] + g["sm"][1]) / n))
         line = "bench rdma_conns many %s: %d connections (%s): connects + rounds %.0f ms; %s" % (
             mode, n, status(g["d"]), g["up"], per or "memory not measured")
-        if g["err"]:
-            line += "; errors: " + " | ".join(g["err"][:3])
         print(line)
     g = got.get("shim")
     if not g:
