@@ -194,6 +194,10 @@ def upg_part(root, vms):
     if vms == 1 and both:
         line += ", to both ends' upgrade.done median %.1f ms p90 %.1f ms" % (median(both) / 1e3,
                                                                           pct(both, 0.9) / 1e3)
+    pf, pt = conn_times(os.path.join(root, "upg-plain"))
+    if pt:
+        line += ("; connect to close returned (%d request/answers) median %.1f ms vs %.1f ms over plain TCP "
+                 "(%d connections)" % (rounds, median(t) / 1e3, median(pt) / 1e3, len(pt)))
     line += ("; connect to first answer (over TCP) median %.0f us; upgrade.done client %d server %d; "
              "upgrade.fail: %s; rdma.warm ms %s" % (median(f), done["client"], done["server"], fmt_counter(fails),
                                                     warmups(d)))

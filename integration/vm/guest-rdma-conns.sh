@@ -17,8 +17,9 @@
 #           RDMASHIM_UPGRADE_AFTER_MS=60000 (no upgrade starts: tracking
 #           alone) (fb-plain-R, fb-shim-R, fb-shim-late-R);
 #   upg     CONNS_UPG (default 50) such connections doing CONNS_UPG_ROUNDS
-#           (default 200) request/answers each, under the shim: how long
-#           until a connection is on RDMA;
+#           (default 200) request/answers each, under the shim (upg): how
+#           long until a connection is on RDMA, and its whole life against
+#           the same over plain TCP (upg-plain);
 #   many    CONNS_MANY (default 1000) connections from one client process to
 #           one server process, all open at once, CONNS_MANY_ROUNDS (default
 #           10) request/answer rounds over each in turn, then held idle:
@@ -247,6 +248,7 @@ if want first; then
 fi
 if want upg; then
   phase seq upg shim "$UPG" "$UPG_ROUNDS"
+  phase seq upg-plain plain "$UPG" "$UPG_ROUNDS"
 fi
 if want many; then
   phase many many-plain plain "$MANY" "$MANY_ROUNDS"
