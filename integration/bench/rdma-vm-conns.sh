@@ -38,6 +38,11 @@
 #   RXEVM_TIMEOUT (default 1500 s), RXEVM_MEM (default: enough for the
 #   pinned rings of CONNS_MANY connections per process, see below).
 # Prints "bench rdma_conns ...:" lines; exits 0 unless the VM(s) could not run.
+# The defaults take about 6 minutes here (`make bench` gives each script 400 s).
+# 1000 connections with bounds long enough that all of them upgrade:
+#   RDMA_CONNS_PARTS=many RDMA_CONNS_MANY_ROUNDS=20 \
+#   RDMA_CONNS_SHIM_ENV=RDMASHIM_CM_TIMEOUT_MS=300000,RDMASHIM_UPGRADE_TIMEOUT_MS=600000 \
+#   integration/bench/rdma-vm-conns.sh
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 command -v qemu-system-x86_64 >/dev/null || { echo "rdma-vm-conns: qemu-system-x86_64 missing: skipped"; exit 0; }
@@ -50,10 +55,11 @@ shim_env=${RDMA_CONNS_SHIM_ENV:-}
 ring_kb=$(sed -n 's/.*RDMASHIM_RING_KB=\([0-9]*\).*/\1/p' <<< "$shim_env")
 ring_kb=${ring_kb:-1024}
 # Each upgraded connection pins a pool slot of two rings and a 4 KiB page in
-# each process (the pool rounds chunks up to 2 MiB: count 10% more), and the
-# guest needs about 1 GiB beside that. One VM holds both processes.
+# each process (the pool rounds chunks up to 2 MiB: count 10% more), its QP
+# and CQ queues take about 110 KiB more, and the guest needs about 1 GiB
+# beside that. One VM holds both processes.
 procs=$((vms == 1 ? 2 : 1))
-mem=${RXEVM_MEM:-$((1024 + procs * many * (2 * ring_kb + 4) * 11 / 10 / 1024))}
+mem=${RXEVM_MEM:-$((1024 + procs * many * (2 * ring_kb + 4 + 128) * 11 / 10 / 1024))}
 X=$(mktemp -d "$ROOT/build/rdma-vm-conns.XXXXXX") || exit 1
 trap 'rm -rf "$X"' EXIT
 envs="CONNS_X=$X CONNS_PARTS=${RDMA_CONNS_PARTS:-first,upg,many} CONNS_SEQ=${RDMA_CONNS_SEQ:-100}"

@@ -319,12 +319,39 @@ def limits(root):
             return
 
 
+def aborts(root):
+    """Resets the kernels sent during each phase (TCPAbortOnClose: closed
+    with unread bytes; TCPAbortOnData: bytes after close or SO_LINGER 0),
+    per host: the counts since boot after each phase, differenced."""
+    phases = sorted((d for d in os.listdir(root) if os.path.isfile(os.path.join(root, d, "params"))),
+                    key=lambda d: os.path.getmtime(os.path.join(root, d, "params")))
+    last = {}
+    out = []
+    for ph in phases:
+        parts = []
+        for side in ("client", "server"):
+            v = dict(re.findall(r"TcpExtTCPAbortOn(\w+) (\d+)", read(os.path.join(root, ph, side + ".aborts"))))
+            if not v:
+                continue
+            prev = last.get(side, {})
+            delta = {k: int(n) - int(prev.get(k, 0)) for k, n in v.items()}
+            last[side] = v
+            if any(delta.values()):
+                parts.append("%s host %s" % (side, " ".join("on_%s +%d" % kv for kv in sorted(delta.items()))))
+        if parts:
+            out.append("%s: %s" % (ph, ", ".join(parts)))
+    if last:
+        print("bench rdma_conns resets sent by the kernels (TCPAbortOnClose/OnData), per phase: %s"
+              % ("; ".join(out) or "none"))
+
+
 def main():
     root, vms = sys.argv[1], int(sys.argv[2])
     limits(root)
     first_part(root, vms)
     upg_part(root, vms)
     many_part(root, vms)
+    aborts(root)
 
 
 if __name__ == "__main__":

@@ -109,8 +109,13 @@ finish() {
   local rc=0
   wait "$1" || rc=$?
   echo "$rc" > "$2/$3.rc"
+  tcp_aborts > "$2/$3.aborts"
   cp "$T/$(basename "$2")"/trace.*.jsonl "$2"/ 2>/dev/null
 }
+# tcp_aborts: this host's counts of connections the kernel ended with a
+# reset, since boot: TCPAbortOnClose (closed with unread bytes),
+# TCPAbortOnData (bytes after close, or SO_LINGER 0).
+tcp_aborts() { timeout 10 nstat -asz 2>/dev/null | awk '$1 ~ /^TcpExtTCPAbortOn(Close|Data)$/ { printf "%s %s ", $1, $2 }'; echo; }
 # settle TRACEDIR N PID: the last handshakes may end after the last round:
 # wait until this host's traces hold an outcome (upgrade.done or .fail) for
 # each of the N connections and the --warm one, at both ends in one VM, or
@@ -157,6 +162,7 @@ client_seq() { # NAME MODE PORT N ROUNDS
   env $(penv "$2" "$3" "$T/$1") timeout -k 5 "$LIMIT" "$PROGS/conn_hold" client --host "$SRV" --port "$3" \
     --conns "$4" --rounds "$5" --seq --times --warm "$WARM" > "$d/client.log" 2>&1 || rc=$?
   echo "$rc" > "$d/client.rc"
+  tcp_aborts > "$d/client.aborts"
   cp "$T/$1"/trace.*.jsonl "$d"/ 2>/dev/null
 }
 
