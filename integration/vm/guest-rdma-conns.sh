@@ -1,7 +1,8 @@
 #!/bin/bash
 # guest-rdma-conns.sh — guest script for integration/bench/rdma-vm-conns.sh:
 # short and many connections over RDMA (build/progs/conn_hold, the shim with
-# RDMASHIM_TRANSPORTS=rdma, trace at info level), against plain TCP.
+# RDMASHIM_TRANSPORTS=rdma, trace at CONNS_TRACE, default info), against
+# plain TCP.
 #
 # Two hosts (two-hosts.sh: ROLE=a runs the servers on ADDR, ROLE=b the
 # clients against PEER) or one VM (ROLE unset: both on dummy0,
