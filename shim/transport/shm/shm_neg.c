@@ -57,6 +57,10 @@ struct shm_neg {
 	 * without the shim answers over TCP, never on the rendezvous). */
 	unsigned long long listen_ns;
 	uint64_t rx_at_listen;
+	/* S: the bytes read when C's rendezvous was not there, and whether the
+	 * one early retry that new bytes allow was taken (s_retry_due()). */
+	uint64_t rx_at_retry;
+	bool early_retry_used;
 };
 
 /*
@@ -140,6 +144,7 @@ static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 			return;
 		}
 		ng->step = SHM_S_RETRY;
+		ng->rx_at_retry = s->rx_tcp_bytes;
 		return;
 	}
 	if (rv < 0) {
@@ -175,6 +180,24 @@ static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 	}
 	ng->step = SHM_S_OFFERED;
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.offer", fd, &s->tuple, SHIM_REASON_NONE, NULL);
+}
+
+/*
+ * S tries C's rendezvous again after the back-off, or once at once when
+ * bytes came since the last try: a C with the shim opens its rendezvous in
+ * its first data call once due, before that call sends, so bytes that
+ * arrive after our miss were most likely sent by such a call (a C older
+ * than us is due no later than we are). Once only: a peer without the
+ * shim sends on and must not cost a connect per read.
+ */
+static bool s_retry_due(struct shim_sock *s, struct shm_neg *ng, unsigned long long now)
+{
+	if (now >= s->next_try_ns)
+		return true;
+	if (ng->early_retry_used || s->rx_tcp_bytes == ng->rx_at_retry)
+		return false;
+	ng->early_retry_used = true;
+	return true;
 }
 
 /* Our direction's offset for the peer: where our SWITCH frame will sit, or
@@ -550,7 +573,7 @@ static void shm_progress(struct shim_sock *s, int fd, unsigned long long now)
 		c_read_switch_at(s, fd);
 		break;
 	case SHM_S_RETRY:
-		if (now >= s->next_try_ns)
+		if (s_retry_due(s, ng, now))
 			s_connect(s, fd, now);
 		break;
 	case SHM_S_OFFERED:
