@@ -15,6 +15,9 @@
  *           turn, and they stay open: the client prints "UP ms=T" (T: from
  *           the first connect to the last byte of the last round) and both
  *           wait for FILE (--hold) to exist before closing them all.
+ *   --each E  E rounds over each connection as soon as it is made, before
+ *           the next (default 0; not with --seq): with the upgrade at the
+ *           first data call, each handshake ends before the next begins.
  *   --go FILE  the client waits for FILE before its first connect (so its
  *           memory can be read before any connection).
  *
@@ -99,12 +102,12 @@ static int connect_to(int port)
 
 int main(int argc, char **argv)
 {
-	int port = 0, n = 0, rounds = 10, seq = 0, *fds, lfd = -1;
+	int port = 0, n = 0, rounds = 10, each = 0, seq = 0, *fds, lfd = -1;
 	const char *go = NULL, *hold = NULL;
 	bool server;
 
 	if (argc < 2 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
-		fprintf(stderr, "usage: conn_hold server|client --port P --conns N [--rounds R] [--seq] [--go F] [--hold F]\n");
+		fprintf(stderr, "usage: conn_hold server|client --port P --conns N [--rounds R] [--each E] [--seq] [--go F] [--hold F]\n");
 		return 2;
 	}
 	server = !strcmp(argv[1], "server");
@@ -119,6 +122,8 @@ int main(int argc, char **argv)
 			n = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--rounds"))
 			rounds = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--each"))
+			each = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--go"))
 			go = argv[++i];
 		else if (!strcmp(argv[i], "--hold"))
@@ -126,7 +131,7 @@ int main(int argc, char **argv)
 		else
 			return 2;
 	}
-	if (port <= 0 || n <= 0 || rounds < 0)
+	if (port <= 0 || n <= 0 || rounds < 0 || each < 0 || (each && seq))
 		return 2;
 	fds = calloc((size_t)n, sizeof(*fds));
 	if (!fds)
@@ -155,6 +160,8 @@ int main(int argc, char **argv)
 			fprintf(stderr, "conn_hold: accept: %s\n", strerror(errno));
 			return 1;
 		}
+		for (int r = 0; r < each; r++)
+			one_byte(fds[i], !server, i);
 		if (!seq)
 			continue;
 		for (int r = 0; r < rounds; r++)

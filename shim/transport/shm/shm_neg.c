@@ -78,6 +78,13 @@ static bool peer_answers_plain(const struct shim_sock *s, const struct shm_neg *
 	       now - ng->listen_ns >= shim_cfg.plain_peer_ms * 1000000ull;
 }
 
+/* Why a rendezvous socket could not be had: the fd limit the shim keeps
+ * clear of (fdtable.h), or something unexpected. */
+static enum shim_reason local_failure(int rc)
+{
+	return rc == -EMFILE || rc == -ENFILE ? SHIM_REASON_FD_LIMIT : SHIM_REASON_INTERNAL_ERROR;
+}
+
 static struct shm_neg *neg_of(const struct shim_sock *s)
 {
 	return s->neg;
@@ -148,7 +155,7 @@ static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 		return;
 	}
 	if (rv < 0) {
-		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
+		shim_upgrade_fail(s, fd, local_failure(rv));
 		return;
 	}
 	ng->rv_fd = rv;
@@ -360,7 +367,7 @@ static void c_rv_listen(struct shim_sock *s, int fd)
 		return;
 	}
 	if (rv < 0) {
-		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
+		shim_upgrade_fail(s, fd, local_failure(rv));
 		return;
 	}
 	ng->rv_listen_fd = rv;
@@ -381,7 +388,7 @@ static void c_accept(struct shim_sock *s, int fd, unsigned long long now)
 			return;
 		}
 		if (rv < 0) {
-			shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
+			shim_upgrade_fail(s, fd, local_failure(rv));
 			return;
 		}
 		rc = shim_rv_verify_peer(rv, server_ep(s), client_ep(s), SHIM_RV_USER_ONLY, &ng->rv_owner);
