@@ -18,6 +18,10 @@
  *   --each E  E rounds over each connection as soon as it is made, before
  *           the next (default 0; not with --seq): with the upgrade at the
  *           first data call, each handshake ends before the next begins.
+ *   --fork W  (server, with --seq) W processes forked after listen accept
+ *           on the one listener, each serving connections one at a time
+ *           until it is killed (a prefork server: which process takes a
+ *           connection is the kernel's choice).
  *   --go FILE  the client waits for FILE before its first connect (so its
  *           memory can be read before any connection).
  *
@@ -36,6 +40,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -86,6 +91,24 @@ fail:
 	exit(1);
 }
 
+/* A prefork worker's connection: the rounds, the client's EOF, close. */
+static void serve_one(int fd, int rounds, int conn)
+{
+	char c;
+
+	if (fd < 0) {
+		fprintf(stderr, "conn_hold: accept: %s\n", strerror(errno));
+		exit(1);
+	}
+	for (int r = 0; r < rounds; r++)
+		one_byte(fd, false, conn);
+	if (read(fd, &c, 1) != 0) {
+		fprintf(stderr, "conn_hold: connection %d: expected EOF\n", conn);
+		exit(1);
+	}
+	close(fd);
+}
+
 static int connect_to(int port)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
@@ -102,12 +125,12 @@ static int connect_to(int port)
 
 int main(int argc, char **argv)
 {
-	int port = 0, n = 0, rounds = 10, each = 0, seq = 0, *fds, lfd = -1;
+	int port = 0, n = 0, rounds = 10, each = 0, seq = 0, workers = 0, *fds, lfd = -1;
 	const char *go = NULL, *hold = NULL;
 	bool server;
 
 	if (argc < 2 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
-		fprintf(stderr, "usage: conn_hold server|client --port P --conns N [--rounds R] [--each E] [--seq] [--go F] [--hold F]\n");
+		fprintf(stderr, "usage: conn_hold server|client --port P --conns N [--rounds R] [--each E] [--seq] [--fork W] [--go F] [--hold F]\n");
 		return 2;
 	}
 	server = !strcmp(argv[1], "server");
@@ -124,6 +147,8 @@ int main(int argc, char **argv)
 			rounds = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--each"))
 			each = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--fork"))
+			workers = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--go"))
 			go = argv[++i];
 		else if (!strcmp(argv[i], "--hold"))
@@ -131,7 +156,8 @@ int main(int argc, char **argv)
 		else
 			return 2;
 	}
-	if (port <= 0 || n <= 0 || rounds < 0 || each < 0 || (each && seq))
+	if (port <= 0 || n <= 0 || rounds < 0 || each < 0 || (each && seq) || workers < 0 ||
+	    (workers && (!server || !seq)))
 		return 2;
 	fds = calloc((size_t)n, sizeof(*fds));
 	if (!fds)
@@ -150,6 +176,15 @@ int main(int argc, char **argv)
 	}
 	printf("READY %d pid=%d\n", port, (int)getpid());
 	fflush(stdout);
+	if (workers) {
+		for (int w = 0; w < workers; w++)
+			if (fork() == 0)
+				for (int i = 0;; i++)
+					serve_one(accept(lfd, NULL, NULL), rounds, i);
+		for (int w = 0; w < workers; w++)
+			wait(NULL);
+		return 0;
+	}
 	if (!server)
 		wait_file(go);
 	double t0 = now_ms(), cpu0 = cpu_us();
