@@ -22,6 +22,8 @@
  *           on the one listener, each serving connections one at a time
  *           until it is killed (a prefork server: which process takes a
  *           connection is the kernel's choice).
+ *   --pause FILE  (client) after its first connect, prints "CONNECTED
+ *           <local port>" and waits for FILE before its first byte.
  *   --go FILE  the client waits for FILE before its first connect (so its
  *           memory can be read before any connection).
  *
@@ -126,11 +128,11 @@ static int connect_to(int port)
 int main(int argc, char **argv)
 {
 	int port = 0, n = 0, rounds = 10, each = 0, seq = 0, workers = 0, *fds, lfd = -1;
-	const char *go = NULL, *hold = NULL;
+	const char *go = NULL, *hold = NULL, *pause = NULL;
 	bool server;
 
 	if (argc < 2 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
-		fprintf(stderr, "usage: conn_hold server|client --port P --conns N [--rounds R] [--each E] [--seq] [--fork W] [--go F] [--hold F]\n");
+		fprintf(stderr, "usage: conn_hold server|client --port P --conns N [--rounds R] [--each E] [--seq] [--fork W] [--pause F] [--go F] [--hold F]\n");
 		return 2;
 	}
 	server = !strcmp(argv[1], "server");
@@ -151,6 +153,8 @@ int main(int argc, char **argv)
 			workers = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--go"))
 			go = argv[++i];
+		else if (!strcmp(argv[i], "--pause"))
+			pause = argv[++i];
 		else if (!strcmp(argv[i], "--hold"))
 			hold = argv[++i];
 		else
@@ -194,6 +198,15 @@ int main(int argc, char **argv)
 		if (fds[i] < 0) {
 			fprintf(stderr, "conn_hold: accept: %s\n", strerror(errno));
 			return 1;
+		}
+		if (pause && i == 0 && !server) {
+			struct sockaddr_in me;
+			socklen_t len = sizeof(me);
+
+			getsockname(fds[i], (struct sockaddr *)&me, &len);
+			printf("CONNECTED %d\n", ntohs(me.sin_port));
+			fflush(stdout);
+			wait_file(pause);
 		}
 		for (int r = 0; r < each; r++)
 			one_byte(fds[i], !server, i);
