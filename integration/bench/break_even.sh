@@ -30,17 +30,8 @@ field() { sed -n "s/^DONE .*$2=\([0-9.]*\).*/\1/p" "$1"; }
 declare -A WALL=() CPU=()
 # one MODE K CONNS: appends us per connection to WALL[MODE] and CPU[MODE]
 one() {
-	local mode=$1 k=$2 n=$3 P srv
-	P=$(free_port)
-	# shellcheck disable=SC2046
-	start_bg "$WORK/server.log" $(mode_env "$mode" "$P") timeout -k 5 300 \
-		"$PROGS/conn_hold" server --port "$P" --conns "$n" --rounds "$k" --seq
-	srv=$LAST_BG
-	wait_listen "$P"
-	# shellcheck disable=SC2046
-	$(mode_env "$mode" "$P") timeout -k 5 300 "$PROGS/conn_hold" client --port "$P" --conns "$n" \
-		--rounds "$k" --seq >"$WORK/client.log" 2>&1 || die "$mode K=$k: the client failed: $(tail -n 2 "$WORK/client.log")"
-	wait "$srv" || die "$mode K=$k: the server failed: $(tail -n 2 "$WORK/server.log")"
+	local mode=$1 k=$2 n=$3
+	seq_pair "$mode" "$n" "$k"
 	WALL[$mode]+="$(calc %.2f "$(field "$WORK/client.log" ms) * 1000 / $n") "
 	CPU[$mode]+="$(calc %.2f "($(field "$WORK/client.log" cpu_us) + $(field "$WORK/server.log" cpu_us)) / $n") "
 }

@@ -19,7 +19,8 @@
 #
 # Prints
 #   bench upgrade_shm: N upgrades, first data call to both directions switched: median X us p90 Y us
-# Environment: BENCH_UPG_CONNS (default 200), BENCH_UPG_ROUNDS.
+# Environment: BENCH_UPG_CONNS (default 200), BENCH_UPG_ROUNDS, BENCH_SHIM_ENV
+# (more words for both ends, e.g. RDMASHIM_SHM_PAIRS=0).
 . "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 need python3 ss
 CONNS=${BENCH_UPG_CONNS:-200}
@@ -28,7 +29,7 @@ ROUNDS=${BENCH_UPG_ROUNDS:-100}
 
 P=$(free_port)
 vars=(LD_PRELOAD="$LIB" RDMASHIM_PORTS="$P" RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_AFTER_MS=0
-	RDMASHIM_TRACE=info RDMASHIM_TRACE_FILE="$WORK/trace.%p.jsonl")
+	RDMASHIM_TRACE=info RDMASHIM_TRACE_FILE="$WORK/trace.%p.jsonl" ${BENCH_SHIM_ENV:-})
 start_bg "$WORK/server.log" env "${vars[@]}" timeout -k 5 300 "$PROGS/conn_hold" server --port "$P" --conns "$CONNS" --rounds "$ROUNDS" --seq
 srv=$LAST_BG
 wait_listen "$P"

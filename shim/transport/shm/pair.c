@@ -162,29 +162,31 @@ void shim_pair_miss(const struct shim_endpoint *server, unsigned long long now)
  * Only with a process of our own user: another user's process could
  * otherwise make us hold fds that outlive its connections (a pair per
  * process it runs, up to the bound). Its connections take the named way.
+ * true: rv_fd may be kept, *pid is its peer, and pair_lock is held; false:
+ * rv_fd was closed.
  */
-static bool same_user(int rv_fd, pid_t *pid)
+static bool keep_begin(int rv_fd, pid_t *pid)
 {
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
 
-	if (REAL(getsockopt)(rv_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.uid != geteuid())
+	if (REAL(getsockopt)(rv_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.uid != geteuid()) {
+		REAL(close)(rv_fd);
 		return false;
+	}
 	*pid = cred.pid;
+	pthread_mutex_lock(&pair_lock);
+	tables_init();
 	return true;
 }
 
 void shim_pair_keep_client(int rv_fd, const struct shim_endpoint *server)
 {
-	struct client_pair *c = NULL;
+	struct client_pair *c;
 	pid_t pid;
 
-	if (!same_user(rv_fd, &pid)) {
-		REAL(close)(rv_fd);
+	if (!keep_begin(rv_fd, &pid))
 		return;
-	}
-	pthread_mutex_lock(&pair_lock);
-	tables_init();
 	c = client_of(server);
 	if (c && owned_still(&c->fd)) {
 		c = NULL; /* one per server endpoint is enough */
@@ -224,12 +226,8 @@ void shim_pair_keep_server(int rv_fd)
 	struct owned_fd *slot = NULL;
 	pid_t pid;
 
-	if (!same_user(rv_fd, &pid)) {
-		REAL(close)(rv_fd);
+	if (!keep_begin(rv_fd, &pid))
 		return;
-	}
-	pthread_mutex_lock(&pair_lock);
-	tables_init();
 	if (hub.fd < 0 || !owned_still(&hub)) {
 		int ep = REAL(epoll_create1)(EPOLL_CLOEXEC);
 
