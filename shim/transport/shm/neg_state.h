@@ -38,8 +38,6 @@ struct shm_neg {
 	 * one early retry that new bytes allow was taken (s_retry_due()). */
 	uint64_t rx_at_retry;
 	bool early_retry_used;
-	/* S: the bytes read when it last looked for a HINT (shm_neg.c). */
-	uint64_t rx_at_claim;
 	/* The rendezvous came from a pair (a socketpair end): it is never kept
 	 * as a pair itself. C: the process at the pair's other end. */
 	bool via_pair;

@@ -376,6 +376,17 @@ bool shim_pair_claim(const struct shim_tuple *t, struct shim_pair_hint *out, uns
 	return found;
 }
 
+int shim_pair_hub_fd(void)
+{
+	int fd;
+
+	pthread_mutex_lock(&pair_lock);
+	tables_init();
+	fd = hub.fd;
+	pthread_mutex_unlock(&pair_lock);
+	return fd;
+}
+
 /* ---- fork ---- */
 
 void shim_pair_atfork_prepare(void)

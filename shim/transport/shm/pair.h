@@ -51,6 +51,10 @@ struct shim_pair_hint {
  * view: local the server endpoint, peer the client's). false: none. */
 bool shim_pair_claim(const struct shim_tuple *t, struct shim_pair_hint *out, unsigned long long now);
 
+/* S: the fd that turns readable when a pair brings something (an epoll
+ * set), for a handshake that waits for a HINT to wait on too; -1: none. */
+int shim_pair_hub_fd(void);
+
 /* Fork handlers (atfork.c): the child keeps no pair (its parent's are the
  * parent's; a child's own connections make their own). */
 void shim_pair_atfork_prepare(void);

@@ -404,7 +404,6 @@ static void shm_start(struct shim_sock *s, int fd, unsigned long long now)
 		if (!shm_c_hint(s, fd, now))
 			c_rv_listen(s, fd);
 	} else {
-		ng->rx_at_claim = s->rx_tcp_bytes;
 		if (!shm_s_claim(s, fd, now))
 			s_connect(s, fd, now);
 	}
@@ -436,13 +435,9 @@ static void shm_progress(struct shim_sock *s, int fd, unsigned long long now)
 			c_rv_listen(s, fd);
 		break;
 	case SHM_S_RETRY:
-		/* C's HINT goes out before the bytes of the call that sent it:
-		 * only new bytes (or the back-off's time) can bring one. */
-		if (s->rx_tcp_bytes != ng->rx_at_claim || now >= s->next_try_ns) {
-			ng->rx_at_claim = s->rx_tcp_bytes;
-			if (shm_s_claim(s, fd, now))
-				break;
-		}
+		/* A HINT may have come (a sleeping call waits on the pairs too). */
+		if (shm_s_claim(s, fd, now))
+			break;
 		if (s_retry_due(s, ng, now))
 			s_connect(s, fd, now);
 		break;
@@ -482,6 +477,10 @@ static int shm_wait_fd(const struct shim_sock *s)
 {
 	const struct shm_neg *ng = shm_neg_of(s);
 
+	/* S between tries: C's HINT wakes it, so S commits while C's first
+	 * bytes are still on their way. */
+	if (ng->step == SHM_S_RETRY)
+		return shim_pair_hub_fd();
 	return ng->rv_fd >= 0 ? ng->rv_fd : ng->rv_listen_fd;
 }
 
