@@ -87,7 +87,7 @@ void shm_trace_done(struct shim_sock *s, int fd, uint32_t ring)
  */
 bool shm_peer_answers_plain(const struct shim_sock *s, const struct shm_neg *ng, unsigned long long now)
 {
-	return shim_cfg.plain_peer_ms && s->rx_tcp_bytes > ng->rx_at_listen &&
+	return shim_cfg.plain_peer_ms && !ng->server_has_shim && s->rx_tcp_bytes > ng->rx_at_listen &&
 	       now - ng->listen_ns >= shim_cfg.plain_peer_ms * 1000000ull;
 }
 

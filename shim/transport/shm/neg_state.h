@@ -44,6 +44,11 @@ struct shm_neg {
 	pid_t pair_pid;
 	/* The transport's stop_peer ran: what it stopped ends the upgrade. */
 	bool stopped;
+	/* C: a HINT for this server went unanswered and C went the named way:
+	 * the server runs the shim (its pair did), and its process that holds
+	 * the connection comes once its back-off lets it, however long the
+	 * bytes flow meanwhile. */
+	bool server_has_shim;
 };
 
 static inline struct shm_neg *shm_neg_of(const struct shim_sock *s)

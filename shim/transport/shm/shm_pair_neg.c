@@ -121,6 +121,7 @@ static enum shm_hint_result c_hint_fell_through(struct shim_sock *s, int fd, uns
 	s->chan = NULL;
 	shm_close_fd(&ng->rv_fd);
 	ng->via_pair = false;
+	ng->server_has_shim = true;
 	if (now >= s->deadline_ns) {
 		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_NO_SHIM);
 		return SHM_HINT_ENDED;
