@@ -1,7 +1,10 @@
 /*
- * The shared-memory transport's negotiation, over a unix-socket rendezvous
- * beside TCP (shim/PROTOCOL.md, "Upgrade handshake"): C listens, S connects
- * and OFFERs, C ACCEPTs with the memfd, S maps it and commits first.
+ * The shared-memory transport's table and its named way of negotiating,
+ * over a unix-socket rendezvous named by the 4-tuple (shim/PROTOCOL.md,
+ * "Same-host handshake"): C listens, S connects and OFFERs, C ACCEPTs with
+ * the memfd, S maps it and commits first. Between two processes that kept
+ * a pair, the pair way (shm_pair_neg.c) is tried first; what both ways
+ * share is neg_state.c.
  *
  * Point of no return: C switches its direction only after its ACCEPT went
  * out, and S never abandons the handshake once it has sent its OFFER except
