@@ -10,20 +10,20 @@
  * past the message is an AddressSanitizer report. When the parser accepts a
  * message, the harness re-checks what acceptance promises and aborts (a
  * crash for libFuzzer) on any violation:
- *   - the returned type is one of OFFER, ACCEPT, SWITCH_AT, DECLINE and is
- *     the type in the header;
+ *   - the returned type is one of OFFER, ACCEPT, SWITCH_AT, DECLINE, HINT,
+ *     COMMIT and is the type in the header;
  *   - magic and version are ours and the reserved word is zero;
  *   - the length field, the input size and the struct size of that type are
  *     all equal (no trailing or missing byte is tolerated), so one byte less
  *     or one byte more is rejected;
- *   - OFFER and ACCEPT carry a ring size that is a power of two in
+ *   - OFFER, ACCEPT and HINT carry a ring size that is a power of two in
  *     [4 KiB, 64 MiB];
  *   - the verdict is a pure function of the bytes (a second call agrees).
  * A rejection must be exactly -EPROTO.
  *
  * Built with -DFUZZ_WIRE_GEN instead (no sanitizers needed) it is the seed
- * generator: `fuzz_wire_gen DIR` writes the valid OFFER, ACCEPT, SWITCH_AT
- * and DECLINE made with the shim's own shim_msg_init(), plus malformed
+ * generator: `fuzz_wire_gen DIR` writes the valid OFFER, ACCEPT, SWITCH_AT,
+ * DECLINE, HINT and COMMIT made with the shim's own shim_msg_init(), plus malformed
  * variants, into DIR (tests/corpus/wire holds its output), checking each
  * file's verdict as it goes.
  */
@@ -48,6 +48,10 @@ static size_t expected_size(int type)
 		return sizeof(struct shim_msg_switch_at);
 	case SHIM_MSG_DECLINE:
 		return sizeof(struct shim_msg_decline);
+	case SHIM_MSG_HINT:
+		return sizeof(struct shim_msg_hint);
+	case SHIM_MSG_COMMIT:
+		return sizeof(struct shim_msg_commit);
 	default:
 		return 0;
 	}
@@ -56,8 +60,9 @@ static size_t expected_size(int type)
 static uint32_t ring_of(const uint8_t *buf, int type)
 {
 	uint32_t ring;
-	size_t off = type == SHIM_MSG_OFFER ? offsetof(struct shim_msg_offer, ring_bytes)
-					    : offsetof(struct shim_msg_accept, ring_bytes);
+	size_t off = type == SHIM_MSG_OFFER    ? offsetof(struct shim_msg_offer, ring_bytes)
+		     : type == SHIM_MSG_ACCEPT ? offsetof(struct shim_msg_accept, ring_bytes)
+					       : offsetof(struct shim_msg_hint, ring_bytes);
 
 	memcpy(&ring, buf + off, sizeof(ring));
 	return ring;
@@ -84,7 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	memcpy(buf, data, size);
 	type = shim_msg_check(buf, size);
-	REQUIRE(type == -EPROTO || (type >= SHIM_MSG_OFFER && type <= SHIM_MSG_DECLINE));
+	REQUIRE(type == -EPROTO || (type >= SHIM_MSG_OFFER && type <= SHIM_MSG_COMMIT));
 	REQUIRE(shim_msg_check(buf, size) == type);
 	if (type > 0) {
 		struct shim_msg_hdr hdr;
@@ -95,7 +100,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		REQUIRE(hdr.magic == SHIM_WIRE_MAGIC && hdr.version == SHIM_WIRE_VERSION && hdr.reserved == 0);
 		REQUIRE(hdr.length == size && size == expected_size(type));
 		REQUIRE(size <= SHIM_MSG_MAX);
-		if (type == SHIM_MSG_OFFER || type == SHIM_MSG_ACCEPT) {
+		if (type == SHIM_MSG_OFFER || type == SHIM_MSG_ACCEPT || type == SHIM_MSG_HINT) {
 			uint32_t ring = ring_of(buf, type);
 
 			REQUIRE(ring >= 4096 && ring <= (64u << 20) && (ring & (ring - 1)) == 0);
@@ -156,6 +161,8 @@ int main(int argc, char **argv)
 	struct shim_msg_accept accept;
 	struct shim_msg_switch_at at;
 	struct shim_msg_decline decline;
+	struct shim_msg_hint hint;
+	struct shim_msg_commit commit;
 	uint8_t raw[SHIM_MSG_MAX + 8];
 	const char *dir;
 
@@ -190,6 +197,22 @@ int main(int argc, char **argv)
 	shim_msg_init(&decline.hdr, SHIM_MSG_DECLINE, sizeof(decline));
 	decline.reason = 7;
 	put(dir, "decline", &decline, sizeof(decline), SHIM_MSG_DECLINE);
+
+	memset(&hint, 0, sizeof(hint));
+	shim_msg_init(&hint.hdr, SHIM_MSG_HINT, sizeof(hint));
+	hint.client_addr[15] = 1;
+	hint.server_addr[15] = 1;
+	hint.client_port = 40000;
+	hint.server_port = 6379;
+	hint.ring_bytes = 1024 * 1024;
+	hint.tcp_fd = 7;
+	put(dir, "hint", &hint, sizeof(hint), SHIM_MSG_HINT);
+
+	memset(&commit, 0, sizeof(commit));
+	shim_msg_init(&commit.hdr, SHIM_MSG_COMMIT, sizeof(commit));
+	commit.switch_offset = 5;
+	commit.tcp_fd = 9;
+	put(dir, "commit", &commit, sizeof(commit), SHIM_MSG_COMMIT);
 
 	/* Ring sizes at the edges. */
 	offer.ring_bytes = 4096;
@@ -234,8 +257,14 @@ int main(int argc, char **argv)
 	((struct shim_msg_switch_at *)raw)->hdr.type = 0;
 	put(dir, "type_zero", raw, sizeof(at), -EPROTO);
 	memcpy(raw, &at, sizeof(at));
-	((struct shim_msg_switch_at *)raw)->hdr.type = 5;
+	((struct shim_msg_switch_at *)raw)->hdr.type = 7;
 	put(dir, "type_unknown", raw, sizeof(at), -EPROTO);
+	memcpy(raw, &hint, sizeof(hint));
+	((struct shim_msg_hint *)raw)->ring_bytes = 3 << 20;
+	put(dir, "hint_ring_not_pow2", raw, sizeof(hint), -EPROTO);
+	memcpy(raw, &commit, sizeof(commit));
+	((struct shim_msg_commit *)raw)->hdr.type = SHIM_MSG_HINT;
+	put(dir, "commit_as_hint", raw, sizeof(commit), -EPROTO);
 	memcpy(raw, &at, sizeof(at));
 	((struct shim_msg_switch_at *)raw)->hdr.type = 0xffff;
 	put(dir, "type_ffff", raw, sizeof(at), -EPROTO);

@@ -90,6 +90,24 @@ start_bg() {
 }
 stop_bg() { kill -TERM "$1" 2>/dev/null; wait "$1" 2>/dev/null; return 0; }
 
+# seq_pair MODE CONNS ROUNDS: build/progs/conn_hold --seq (CONNS
+# connections one after the other, ROUNDS one-byte ping-pongs each), both
+# ends as MODE says (mode_env); their output in $WORK/server.log and
+# $WORK/client.log ("DONE ms=... cpu_us=...").
+seq_pair() {
+	local mode=$1 n=$2 k=$3 P srv
+	P=$(free_port)
+	# shellcheck disable=SC2046
+	start_bg "$WORK/server.log" $(mode_env "$mode" "$P") timeout -k 5 300 \
+		"$PROGS/conn_hold" server --port "$P" --conns "$n" --rounds "$k" --seq
+	srv=$LAST_BG
+	wait_listen "$P"
+	# shellcheck disable=SC2046
+	$(mode_env "$mode" "$P") timeout -k 5 300 "$PROGS/conn_hold" client --port "$P" --conns "$n" \
+		--rounds "$k" --seq >"$WORK/client.log" 2>&1 || die "$mode: the client failed: $(tail -n 2 "$WORK/client.log")"
+	wait "$srv" || die "$mode: the server failed: $(tail -n 2 "$WORK/server.log")"
+}
+
 # Even rounds shim first, odd rounds TCP first. order ROUND MODE...: more
 # than two modes rotate, one step a round.
 order() {

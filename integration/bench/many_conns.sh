@@ -4,11 +4,12 @@
 # setting them all up takes.
 #
 # build/progs/conn_hold: the client makes N connections one after the
-# other, then runs BENCH_MANY_ROUNDS (default 10) rounds of a 1-byte
-# ping-pong over each in turn (the upgrades progress inside those calls);
-# both then hold every connection open, idle. Both ends under the shim
-# (RDMASHIM_TRANSPORTS=shm, default ring size unless BENCH_MANY_RING_KB),
-# trace at info level.
+# other, each with BENCH_MANY_EACH (default 3) rounds of a 1-byte ping-pong
+# as it is made (its upgrade starts at the first and ends within them), then
+# runs BENCH_MANY_ROUNDS (default 10) rounds over each in turn; both then
+# hold every connection open, idle. Both ends under the shim
+# (RDMASHIM_TRANSPORTS=shm, RDMASHIM_UPGRADE_AFTER_MS=0, default ring size
+# unless BENCH_MANY_RING_KB), trace at info level.
 #
 #   memory   /proc/PID/smaps_rollup Rss and Pss of each process, read before
 #            the first connection (client waiting, server listening) and
@@ -21,11 +22,11 @@
 #            either trace (all N on shm); and the time the client took for
 #            the connects and the rounds, shim and TCP.
 #
-# The fd limit is raised to what N needs (1.5 per connection and side, the
-# handshakes' rendezvous sockets included, plus 1024) when allowed; N
+# The fd limit is raised to what N needs (1 per connection and side, plus
+# the 1/32 the shim leaves to the program and 1024) when allowed; N
 # shrinks to what the limit allows otherwise. Prints
 #   bench many_conns: N upgraded: per idle connection rss X KiB pss Y KiB (client+server); setup Z ms (tcp W ms)
-# Environment: BENCH_MANY_CONNS (default 10000), BENCH_MANY_ROUNDS,
+# Environment: BENCH_MANY_CONNS (default 10000), BENCH_MANY_EACH, BENCH_MANY_ROUNDS,
 # BENCH_MANY_RING_KB.
 . "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 need python3 ss
@@ -34,14 +35,21 @@ N=${BENCH_MANY_CONNS:-10000}
 ROUNDS=${BENCH_MANY_ROUNDS:-10}
 
 # An upgraded connection holds one fd (its socket); a handshake under way
-# holds rendezvous sockets for a while too, so leave room for half of them.
-want=$((3 * N / 2 + 1024))
+# holds a rendezvous socket too, until the peer's next call on it. Each
+# connection makes BENCH_MANY_EACH (default 3) rounds as it is made, with
+# the upgrade at the first data call, so its handshake ends before the next
+# connection's begins. The shim leaves the last 1/32 of the limit to the
+# program (reason fd_limit).
+EACH=${BENCH_MANY_EACH:-3}
+want=$((9 * N / 8 + 1024))
 if (($(ulimit -n) < want)); then
+	# root may raise the hard limit too (up to fs.nr_open)
+	(($(ulimit -Hn) < want)) && ulimit -Hn "$want" 2>/dev/null
 	ulimit -n "$want" 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null
 fi
 lim=$(ulimit -n)
 if ((lim < want)); then
-	N=$(((lim - 1024) * 2 / 3))
+	N=$(((lim - 1024) * 8 / 9))
 	say "fd limit $lim: N lowered to $N"
 fi
 ((N > 0)) || die "fd limit $lim is too low"
@@ -65,16 +73,16 @@ one() {
 	P=$(free_port)
 	rm -f "$WORK/go" "$WORK/hold"
 	if [[ $mode == shim ]]; then
-		vars=(LD_PRELOAD="$LIB" RDMASHIM_PORTS="$P" RDMASHIM_TRANSPORTS=shm RDMASHIM_TRACE=info
+		vars=(LD_PRELOAD="$LIB" RDMASHIM_PORTS="$P" RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_AFTER_MS=0 RDMASHIM_TRACE=info
 			RDMASHIM_TRACE_FILE="$WORK/trace-$mode.%p.jsonl")
 		[[ -n ${BENCH_MANY_RING_KB:-} ]] && vars+=(RDMASHIM_RING_KB="$BENCH_MANY_RING_KB")
 	fi
 	start_bg "$WORK/$mode-server.log" env "${vars[@]}" timeout -k 5 600 "$PROGS/conn_hold" server \
-		--port "$P" --conns "$N" --rounds "$ROUNDS" --hold "$WORK/hold"
+		--port "$P" --conns "$N" --rounds "$ROUNDS" --each "$EACH" --hold "$WORK/hold"
 	local sbg=$LAST_BG
 	spid=$(pid_of "$WORK/$mode-server.log")
 	start_bg "$WORK/$mode-client.log" env "${vars[@]}" timeout -k 5 600 "$PROGS/conn_hold" client \
-		--port "$P" --conns "$N" --rounds "$ROUNDS" --go "$WORK/go" --hold "$WORK/hold"
+		--port "$P" --conns "$N" --rounds "$ROUNDS" --each "$EACH" --go "$WORK/go" --hold "$WORK/hold"
 	local cbg=$LAST_BG
 	cpid=$(pid_of "$WORK/$mode-client.log")
 	wait_listen "$P"
@@ -108,7 +116,7 @@ one() {
 	RES_detail="client rss $(calc %.1f "($cr1 - $cr0) / $N") pss $(calc %.1f "($cp1 - $cp0) / $N"), server rss $(calc %.1f "($sr1 - $sr0) / $N") pss $(calc %.1f "($sp1 - $sp0) / $N") KiB"
 }
 
-say "$N connections, $ROUNDS ping-pong rounds each, fd limit $(ulimit -n)"
+say "$N connections, $EACH ping-pong rounds each as made, then $ROUNDS over all, fd limit $(ulimit -n)"
 one tcp
 T_UP=$RES_up T_RSS=$RES_rss T_PSS=$RES_pss
 say "tcp: connected and $ROUNDS rounds in $T_UP ms; per connection: $RES_detail"

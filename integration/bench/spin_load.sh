@@ -32,17 +32,7 @@ done
 
 # one MODE -> the client's time in ms
 one() {
-	local mode=$1 P srv
-	P=$(free_port)
-	# shellcheck disable=SC2046
-	start_bg "$WORK/server.log" $(mode_env "$mode" "$P") timeout -k 5 300 \
-		"$PROGS/conn_hold" server --port "$P" --conns "$CONNS" --rounds "$PINGS" --seq
-	srv=$LAST_BG
-	wait_listen "$P"
-	# shellcheck disable=SC2046
-	$(mode_env "$mode" "$P") timeout -k 5 300 "$PROGS/conn_hold" client --port "$P" --conns "$CONNS" \
-		--rounds "$PINGS" --seq >"$WORK/client.log" 2>&1 || die "$mode: the client failed: $(tail -n 2 "$WORK/client.log")"
-	wait "$srv" || die "$mode: the server failed: $(tail -n 2 "$WORK/server.log")"
+	seq_pair "$1" "$CONNS" "$PINGS"
 	sed -n 's/^DONE ms=\([0-9.]*\).*/\1/p' "$WORK/client.log"
 }
 

@@ -31,21 +31,10 @@ VARIANT_ENV[shim_short]=""
 declare -A CPU=() WALL=()
 cpu_of() { sed -n 's/^DONE .*cpu_us=\([0-9.]*\).*/\1/p' "$1"; }
 one() {
-	local mode=$1 P srv t0 t1
-	P=$(free_port)
-	# shellcheck disable=SC2046
-	start_bg "$WORK/server.log" $(mode_env "$mode" "$P") timeout -k 5 300 \
-		"$PROGS/conn_hold" server --port "$P" --conns "$CONNS" --rounds 1 --seq
-	srv=$LAST_BG
-	wait_listen "$P"
-	t0=$(date +%s%N)
-	# shellcheck disable=SC2046
-	$(mode_env "$mode" "$P") timeout -k 5 300 "$PROGS/conn_hold" client --port "$P" --conns "$CONNS" \
-		--rounds 1 --seq >"$WORK/client.log" 2>&1 || die "$mode: the client failed: $(tail -n 2 "$WORK/client.log")"
-	t1=$(date +%s%N)
-	wait "$srv" || die "$mode: the server failed: $(tail -n 2 "$WORK/server.log")"
+	local mode=$1
+	seq_pair "$mode" "$CONNS" 1
 	CPU[$mode]+="$(calc %.3f "($(cpu_of "$WORK/client.log") + $(cpu_of "$WORK/server.log")) / $CONNS") "
-	WALL[$mode]+="$(calc %.3f "($t1 - $t0) / 1000 / $CONNS") "
+	WALL[$mode]+="$(calc %.3f "$(sed -n 's/^DONE ms=\([0-9.]*\).*/\1/p' "$WORK/client.log") * 1000 / $CONNS") "
 }
 
 for ((r = 0; r < ROUNDS; r++)); do

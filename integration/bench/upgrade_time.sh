@@ -3,7 +3,7 @@
 # call to both directions switched.
 #
 # build/progs/conn_hold (client and server, both under the shim, trace at
-# debug level, RDMASHIM_UPGRADE_AFTER_MS=0 so the upgrade starts at the
+# info level (no line per data call), RDMASHIM_UPGRADE_AFTER_MS=0 so the upgrade starts at the
 # first data call) makes BENCH_UPG_CONNS connections one after the other,
 # each doing BENCH_UPG_ROUNDS (default 100) one-byte ping-pong rounds, then
 # closing (the traffic goes on over TCP meanwhile; a connection that closes
@@ -19,7 +19,8 @@
 #
 # Prints
 #   bench upgrade_shm: N upgrades, first data call to both directions switched: median X us p90 Y us
-# Environment: BENCH_UPG_CONNS (default 200), BENCH_UPG_ROUNDS.
+# Environment: BENCH_UPG_CONNS (default 200), BENCH_UPG_ROUNDS, BENCH_SHIM_ENV
+# (more words for both ends, e.g. RDMASHIM_SHM_PAIRS=0).
 . "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 need python3 ss
 CONNS=${BENCH_UPG_CONNS:-200}
@@ -28,7 +29,7 @@ ROUNDS=${BENCH_UPG_ROUNDS:-100}
 
 P=$(free_port)
 vars=(LD_PRELOAD="$LIB" RDMASHIM_PORTS="$P" RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_AFTER_MS=0
-	RDMASHIM_TRACE=debug RDMASHIM_TRACE_FILE="$WORK/trace.%p.jsonl")
+	RDMASHIM_TRACE=info RDMASHIM_TRACE_FILE="$WORK/trace.%p.jsonl" ${BENCH_SHIM_ENV:-})
 start_bg "$WORK/server.log" env "${vars[@]}" timeout -k 5 300 "$PROGS/conn_hold" server --port "$P" --conns "$CONNS" --rounds "$ROUNDS" --seq
 srv=$LAST_BG
 wait_listen "$P"

@@ -157,6 +157,8 @@ void run_client(void)
 		sw.nonce[0] ^= 0xff;
 	tcp_send(&sw, sizeof(sw));
 	say("%s", "both directions switched");
+	if (is_mode("pair_decoy"))
+		pair_decoy(&srv);
 	if (is_mode("offset_huge"))
 		tcp_becomes_data();
 	if (lie_in_ring() || is_mode("honest") || is_mode("tiny") || is_mode("extra_fds") ||

@@ -15,7 +15,7 @@
 
 #define WIRE_MAGIC 0x52534831u
 #define WIRE_VERSION 2
-enum { MSG_OFFER = 1, MSG_ACCEPT = 2, MSG_SWITCH_AT = 3 };
+enum { MSG_OFFER = 1, MSG_ACCEPT = 2, MSG_SWITCH_AT = 3, MSG_HINT = 5 };
 
 struct hdr {
 	uint32_t magic;
@@ -42,6 +42,17 @@ struct switch_at {
 _Static_assert(sizeof(struct offer) == 40, "offer is 40 bytes");
 _Static_assert(sizeof(struct accept) == 48, "accept is 48 bytes");
 _Static_assert(sizeof(struct switch_at) == 24, "switch_at is 24 bytes");
+/* On a pair channel, with [socketpair end, ring memfd] (PROTOCOL.md). */
+struct hint {
+	struct hdr hdr;
+	uint8_t client_addr[16], server_addr[16]; /* IPv4 as ::ffff:a.b.c.d */
+	uint16_t client_port, server_port;
+	uint32_t ring_bytes;
+	uint8_t nonce[16];
+	int32_t tcp_fd;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct hint) == 80, "hint is 80 bytes");
 
 struct sw_frame {
 	uint8_t type, reserved[7], nonce[16];
@@ -83,6 +94,7 @@ struct opts {
 	uint32_t ring;
 	size_t payload;
 	int seconds, wait_ms, procs, resp;
+	int decoy; /* pair_decoy: the client port of the connection to claim */
 };
 extern struct opts o;
 
@@ -132,6 +144,9 @@ int tcp_send(const void *data, size_t len);
 void tcp_becomes_data(void);
 void classify(const uint8_t *b, size_t n);
 int recv_exact(void *buf, size_t len);
+
+/* decoy.c: a HINT over the kept rendezvous for a connection not ours */
+void pair_decoy(const struct sockaddr_in *srv) __attribute__((noreturn));
 
 /* ring.c: the rings, the lies made after the switch, the data phase */
 void map_rings(int memfd, size_t len, uint32_t size, int we_are_client);

@@ -53,6 +53,14 @@
  *   garbage       a byte that starts no frame ('X') after the switch
  *   badnonce      the in-band SWITCH frame carries a wrong nonce
  *   offset_huge   switch offset 2^62 in its SWITCH_AT
+ *   pair_decoy    honest switch (the server keeps the rendezvous as a pair
+ *                 when this side runs as its user), then a HINT on it for
+ *                 the connection from 127.0.0.1:--decoy, which this side
+ *                 does not hold, with a socketpair and ring of its own;
+ *                 prints "DECOY_SENT", then "DECOY decoy=refused" (S
+ *                 closed the socketpair), "committed" (S sent a COMMIT: a
+ *                 connection given to a process that does not hold it) or
+ *                 "none" (no answer in --wait-ms), and exits
  *
  * The bytes this side sends are letters ('a'..'z', a known stream); every
  * byte of its rings that it did not write holds FILLER (0xEE). Each byte
@@ -113,6 +121,8 @@ int main(int argc, char **argv)
 			o.procs = atoi(v);
 		else if (!strcmp(a, "--resp"))
 			o.resp = atoi(v);
+		else if (!strcmp(a, "--decoy"))
+			o.decoy = atoi(v);
 		else
 			usage();
 	}

@@ -2,9 +2,9 @@
  * conn_hold: many 1-byte ping-pong connections between two processes, for
  * the benchmarks (integration/bench/upgrade_time.sh, many_conns.sh).
  *
- *   conn_hold server --port P --conns N [--rounds R] [--host A] [--warm MS] [--hold FILE]
- *   conn_hold client --port P --conns N [--rounds R] [--host A] [--seq [--times]] [--warm MS] [--go FILE]
- *                    [--hold FILE]
+ *   conn_hold server --port P --conns N [--rounds R] [--host A] [--seq [--fork W]] [--warm MS] [--hold FILE]
+ *   conn_hold client --port P --conns N [--rounds R] [--each E] [--host A] [--seq [--times]] [--warm MS]
+ *                    [--pause FILE] [--go FILE] [--hold FILE]
  *
  * Both ends use blocking I/O in one thread, in connection order: the client
  * writes one byte, the server reads it and writes it back, the client reads
@@ -16,6 +16,15 @@
  *           turn, and they stay open: the client prints "UP ms=T" (T: from
  *           the first connect to the last byte of the last round) and both
  *           wait for FILE (--hold) to exist before closing them all.
+ *   --each E  E rounds over each connection as soon as it is made, before
+ *           the next (default 0; not with --seq): with the upgrade at the
+ *           first data call, each handshake ends before the next begins.
+ *   --fork W  (server, with --seq) W processes forked after listen accept
+ *           on the one listener, each serving connections one at a time
+ *           until it is killed (a prefork server: which process takes a
+ *           connection is the kernel's choice).
+ *   --pause FILE  (client) after its first connect, prints "CONNECTED
+ *           <local port>" and waits for FILE before its first byte.
  *   --go FILE  the client waits for FILE before its first connect (so its
  *           memory can be read before any connection).
  *   --host A   the IPv4 address the server binds and the client connects to
@@ -47,6 +56,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -107,6 +117,27 @@ fail:
 	exit(1);
 }
 
+/* A prefork worker's connection: the rounds, the client's EOF, close. */
+static void serve_one(int fd, int rounds, int conn)
+{
+	char c;
+	ssize_t got;
+
+	if (fd < 0) {
+		fprintf(stderr, "conn_hold: accept: %s\n", strerror(errno));
+		exit(1);
+	}
+	for (int r = 0; r < rounds; r++)
+		one_byte(fd, false, conn);
+	got = read(fd, &c, 1);
+	if (got != 0) {
+		fprintf(stderr, "conn_hold: connection %d: expected EOF, read returned %zd (%s)\n", conn, got,
+			got < 0 ? strerror(errno) : "a byte");
+		exit(1);
+	}
+	close(fd);
+}
+
 /* The --warm connection; see the header. */
 static void warm(int lfd, struct in_addr host, int port, double ms)
 {
@@ -146,15 +177,15 @@ static int connect_to(struct in_addr host, int port)
 
 int main(int argc, char **argv)
 {
-	int port = 0, n = 0, rounds = 10, seq = 0, times = 0, *fds, lfd = -1;
+	int port = 0, n = 0, rounds = 10, each = 0, seq = 0, times = 0, workers = 0, *fds, lfd = -1;
 	double warm_ms = -1;
 	struct in_addr host = { .s_addr = htonl(INADDR_LOOPBACK) };
-	const char *go = NULL, *hold = NULL;
+	const char *go = NULL, *hold = NULL, *pause = NULL;
 	bool server;
 
 	if (argc < 2 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
-		fprintf(stderr, "usage: conn_hold server|client --port P --conns N [--rounds R] [--host A] [--seq [--times]] "
-				"[--warm MS] [--go F] [--hold F]\n");
+		fprintf(stderr, "usage: conn_hold server|client --port P --conns N [--rounds R] [--each E] [--host A] "
+				"[--seq [--times]] [--fork W] [--warm MS] [--pause F] [--go F] [--hold F]\n");
 		return 2;
 	}
 	server = !strcmp(argv[1], "server");
@@ -171,8 +202,14 @@ int main(int argc, char **argv)
 			n = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--rounds"))
 			rounds = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--each"))
+			each = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--fork"))
+			workers = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--go"))
 			go = argv[++i];
+		else if (!strcmp(argv[i], "--pause"))
+			pause = argv[++i];
 		else if (!strcmp(argv[i], "--hold"))
 			hold = argv[++i];
 		else if (!strcmp(argv[i], "--warm"))
@@ -184,7 +221,8 @@ int main(int argc, char **argv)
 		else
 			return 2;
 	}
-	if (port <= 0 || n <= 0 || rounds < 0)
+	if (port <= 0 || n <= 0 || rounds < 0 || each < 0 || (each && seq) || workers < 0 ||
+	    (workers && (!server || !seq)))
 		return 2;
 	fds = calloc((size_t)n, sizeof(*fds));
 	if (!fds)
@@ -202,6 +240,15 @@ int main(int argc, char **argv)
 	}
 	printf("READY %d pid=%d\n", port, (int)getpid());
 	fflush(stdout);
+	if (workers) {
+		for (int w = 0; w < workers; w++)
+			if (fork() == 0)
+				for (int i = 0;; i++)
+					serve_one(accept(lfd, NULL, NULL), rounds, i);
+		for (int w = 0; w < workers; w++)
+			wait(NULL);
+		return 0;
+	}
 	if (warm_ms >= 0)
 		warm(lfd, host, port, warm_ms);
 	if (!server)
@@ -216,6 +263,17 @@ int main(int argc, char **argv)
 			fprintf(stderr, "conn_hold: accept: %s\n", strerror(errno));
 			return 1;
 		}
+		if (pause && i == 0 && !server) {
+			struct sockaddr_in me;
+			socklen_t len = sizeof(me);
+
+			getsockname(fds[i], (struct sockaddr *)&me, &len);
+			printf("CONNECTED %d\n", ntohs(me.sin_port));
+			fflush(stdout);
+			wait_file(pause);
+		}
+		for (int r = 0; r < each; r++)
+			one_byte(fds[i], !server, i);
 		if (!seq)
 			continue;
 		first = now_ms(); /* with no rounds: the connect */
@@ -227,7 +285,9 @@ int main(int argc, char **argv)
 		if (server) {
 			char c;
 
-			ssize_t got = read(fds[i], &c, 1);
+			ssize_t got;
+
+			got = read(fds[i], &c, 1);
 
 			if (got != 0) {
 				fprintf(stderr, "conn_hold: connection %d: expected EOF, read returned %zd (%s)\n", i, got,

@@ -33,6 +33,9 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_PLAIN_PEER_MS", "50",
 	  "a client stops waiting for a peer that answered over TCP this long after it began to wait, ms "
 	  "(0: wait the whole RDMASHIM_UPGRADE_TIMEOUT_MS)" },
+	{ "RDMASHIM_SHM_PAIRS", "1",
+	  "1: two processes that upgraded a connection keep its rendezvous and upgrade the next ones over it "
+	  "(one message each way); 0: every connection takes its own named rendezvous" },
 	{ "RDMASHIM_HUGE_PAGES", "1",
 	  "1: back RDMA ring pools with 2 MiB huge pages when the system has them; 0: 4 KiB pages" },
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", "0",
@@ -203,6 +206,7 @@ static const struct uint_var uint_vars[] = {
 	{ "RDMASHIM_SPIN_US", 0, 1000000, offsetof(struct shim_config, spin_us),
 	  "expected microseconds 0-1000000" },
 	{ "RDMASHIM_SPIN_ADAPT", 0, 1, offsetof(struct shim_config, spin_adapt), "expected 0 or 1" },
+	{ "RDMASHIM_SHM_PAIRS", 0, 1, offsetof(struct shim_config, shm_pairs), "expected 0 or 1" },
 	{ "RDMASHIM_BREAKER_FAILURES", 1, 1000, offsetof(struct shim_config, breaker_failures),
 	  "expected an integer 1-1000" },
 	{ "RDMASHIM_BREAKER_COOLDOWN_MS", 0, 86400000, offsetof(struct shim_config, breaker_cooldown_ms),

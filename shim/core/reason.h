@@ -32,6 +32,8 @@
 	X(NO_TRANSPORT, "no_transport", "no configured transport fits this peer")                \
 	X(RENDEZVOUS_BUSY, "rendezvous_busy", "the rendezvous name was taken by another socket") \
 	X(INTERNAL_ERROR, "internal_error", "an unexpected local failure: stays on TCP")        \
+	X(FD_LIMIT, "fd_limit",                                                                 \
+	  "the process is near its fd limit (the shim leaves the last 1/32 of RLIMIT_NOFILE to the program): stays on TCP") \
 	X(CONFIG_INVALID, "config_invalid", "a configuration value is invalid: shim inert")      \
 	X(RDMA_WARMING, "rdma_warming",                                                         \
 	  "the RDMA warm-up did not end in 10x RDMASHIM_UPGRADE_TIMEOUT_MS (30 s at least)")  \

@@ -10,7 +10,24 @@ static const uint32_t expected_length[] = {
 	[SHIM_MSG_ACCEPT] = sizeof(struct shim_msg_accept),
 	[SHIM_MSG_SWITCH_AT] = sizeof(struct shim_msg_switch_at),
 	[SHIM_MSG_DECLINE] = sizeof(struct shim_msg_decline),
+	[SHIM_MSG_HINT] = sizeof(struct shim_msg_hint),
+	[SHIM_MSG_COMMIT] = sizeof(struct shim_msg_commit),
 };
+
+/* Where a message of this type holds a ring size, or 0: none. */
+static size_t ring_bytes_offset(int type)
+{
+	switch (type) {
+	case SHIM_MSG_OFFER:
+		return offsetof(struct shim_msg_offer, ring_bytes);
+	case SHIM_MSG_ACCEPT:
+		return offsetof(struct shim_msg_accept, ring_bytes);
+	case SHIM_MSG_HINT:
+		return offsetof(struct shim_msg_hint, ring_bytes);
+	default:
+		return 0;
+	}
+}
 
 void shim_msg_init(struct shim_msg_hdr *hdr, enum shim_msg_type type, uint32_t length)
 {
@@ -34,10 +51,10 @@ int shim_msg_check(const void *buf, size_t n)
 		return -EPROTO;
 	if (hdr.length != expected_length[hdr.type] || n != hdr.length)
 		return -EPROTO;
-	if (hdr.type == SHIM_MSG_OFFER || hdr.type == SHIM_MSG_ACCEPT) {
+	size_t off = ring_bytes_offset(hdr.type);
+
+	if (off) {
 		uint32_t ring_bytes;
-		size_t off = hdr.type == SHIM_MSG_OFFER ? offsetof(struct shim_msg_offer, ring_bytes)
-							  : offsetof(struct shim_msg_accept, ring_bytes);
 
 		memcpy(&ring_bytes, (const char *)buf + off, sizeof(ring_bytes));
 		/* A power of two between 4 KiB and 64 MiB, as RDMASHIM_RING_KB allows. */

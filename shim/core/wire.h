@@ -26,6 +26,9 @@ enum shim_msg_type {
 	SHIM_MSG_ACCEPT = 2,    /* C -> S: ring memfd attached; nothing switched yet */
 	SHIM_MSG_SWITCH_AT = 3, /* S -> C, then C -> S: I switch at offset */
 	SHIM_MSG_DECLINE = 4,   /* either way: stay on TCP, with a reason code */
+	SHIM_MSG_HINT = 5,      /* C -> S on a kept pair channel: a new connection's
+				 * rendezvous and ring (PROTOCOL.md, "Pair channel") */
+	SHIM_MSG_COMMIT = 6,    /* S -> C on that rendezvous: verified, mapped, switching */
 };
 
 struct shim_msg_hdr {
@@ -71,7 +74,38 @@ struct shim_msg_decline {
 };
 _Static_assert(sizeof(struct shim_msg_decline) == 24, "decline is 24 bytes");
 
-#define SHIM_MSG_MAX sizeof(struct shim_msg_accept)
+/*
+ * HINT carries two fds as SCM_RIGHTS, in this order: S's end of a fresh
+ * socketpair (the connection's own rendezvous from here on) and the ring
+ * memfd. The endpoints name the connection as C sees it.
+ */
+struct shim_msg_hint {
+	struct shim_msg_hdr hdr;
+	uint8_t client_addr[16]; /* network order; IPv4 as v4-mapped */
+	uint8_t server_addr[16];
+	uint16_t client_port, server_port; /* host order */
+	uint32_t ring_bytes;           /* the size C chose, per direction */
+	uint8_t nonce[SHIM_NONCE_LEN]; /* S writes it back in-band at its switch */
+	int32_t tcp_fd;                /* C's fd of the TCP socket, for S to check */
+	uint32_t reserved;             /* 0 */
+};
+_Static_assert(sizeof(struct shim_msg_hint) == 80, "hint is 80 bytes");
+
+/*
+ * COMMIT carries S's TCP socket itself as SCM_RIGHTS: C compares its inode
+ * with what sock_diag says of C's peer, then closes it at once. S has
+ * switched (or keeps its direction on TCP: switch_offset NEVER).
+ */
+struct shim_msg_commit {
+	struct shim_msg_hdr hdr;
+	uint8_t nonce[SHIM_NONCE_LEN]; /* C writes it back in-band at its switch */
+	uint64_t switch_offset;        /* as in SWITCH_AT */
+	int32_t tcp_fd;                /* S's fd of that socket (C's check when no fd came) */
+	uint32_t reserved;             /* 0 */
+};
+_Static_assert(sizeof(struct shim_msg_commit) == 48, "commit is 48 bytes");
+
+#define SHIM_MSG_MAX sizeof(struct shim_msg_hint)
 
 /*
  * In-band frames on a switched TCP direction. A frame starts with one type

@@ -3,7 +3,7 @@
  * order they are taken in, which is the shim's lock order:
  *
  *   epoll all_lock > each epoll set's lock > sock pool lock > each sock's
- *   lock > global breaker > RDMA PD table > MR pool
+ *   lock > shm pairs > global breaker > RDMA PD table > MR pool
  *
  * A thread that holds one of them never waits for one earlier in the list.
  * The per-connection CQ spinlocks of RDMA are left out: a child never
@@ -16,6 +16,7 @@
 
 #include "breaker.h"
 #include "mrpool.h"
+#include "pair.h"
 #include "rdma.h"
 #include "sock.h"
 #include "wait.h"
@@ -24,6 +25,7 @@ static void prepare(void)
 {
 	shim_epoll_atfork_prepare();
 	shim_sock_atfork_prepare();
+	shim_pair_atfork_prepare();
 	shim_breaker_atfork(true);
 	shim_rdma_dev_atfork(true);
 	shim_mrpool_atfork(true);
@@ -34,6 +36,7 @@ static void parent(void)
 	shim_mrpool_atfork(false);
 	shim_rdma_dev_atfork(false);
 	shim_breaker_atfork(false);
+	shim_pair_atfork_parent();
 	shim_sock_atfork_parent();
 	shim_epoll_atfork_release();
 }
@@ -43,6 +46,8 @@ static void child(void)
 	shim_mrpool_atfork(false);
 	shim_rdma_dev_atfork(false);
 	shim_breaker_atfork(false);
+	/* The child keeps none of its parent's pairs (pair.h). */
+	shim_pair_atfork_child();
 	shim_sock_atfork_child();
 	shim_epoll_atfork_release();
 	/* With every lock free again: what only the parent's other threads

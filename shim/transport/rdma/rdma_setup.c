@@ -472,7 +472,7 @@ void shim_rdma_start(struct shim_sock *s, int fd, unsigned long long now)
 	shim_upgrade_committing(s);
 	s->io_pid = getpid();
 	shim_upgrade_arm_deadline(s, now);
-	SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.start", fd, &s->tuple, SHIM_REASON_NONE,
+	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.start", fd, &s->tuple, SHIM_REASON_NONE,
 		   "\"role\":\"%s\",\"transport\":\"rdma\"", shim_role_name(s->role));
 	if (st == WARM_READY)
 		begin(s, fd, c);

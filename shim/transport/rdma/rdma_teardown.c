@@ -15,15 +15,19 @@
 
 #include "trace.h"
 
-/* How long close waits for its "closed" WRITEs: a courtesy (TCP's FIN tells
- * the peer too), so a short bound; a peer that is gone must not stall a
- * single-threaded server once per connection. */
-#define TEARDOWN_WAIT_NS (20ull * 1000 * 1000)
-/* How long close waits for the program's last bytes to land: the kernel
+/*
+ * How long close waits for the program's last bytes to land (the kernel
  * keeps sending after close too, and destroying the QP would drop WRITEs
- * still queued. A live peer's HCA answers within round trips; this bounds
- * the wait for one that died. */
+ * still queued), and then for its exact head and "closed" WRITEs. Those
+ * are no courtesy: the peer, seeing our FIN, tells a clean end from a
+ * reset by them (frames.c, peer_died_unread), and the FIN must not overtake
+ * them. A live peer's HCA answers within round trips (under emulation,
+ * tens of ms: a 20 ms bound here let FINs overtake and made clean closes
+ * look like resets); this bounds the wait for one that died (its CM
+ * events or a broken QP end it sooner).
+ */
 #define TEARDOWN_DATA_WAIT_NS (2000ull * 1000 * 1000)
+#define TEARDOWN_WAIT_NS TEARDOWN_DATA_WAIT_NS
 
 /* Waits (bounded) until WR seq completed, the channel broke or the peer
  * disconnected; true if seq completed. */

@@ -113,6 +113,21 @@ static int process_holds_socket(pid_t pid, uid_t uid, int fd, ino_t inode)
 	return S_ISSOCK(st.st_mode) && st.st_ino == inode ? 0 : -EPERM;
 }
 
+/* What sock_diag says of the peer's TCP socket, asked once (rendezvous.h). */
+static int owner_known(const struct shim_endpoint *peer_local, const struct shim_endpoint *peer_remote,
+		       struct shim_rv_owner *owner)
+{
+	int rc;
+
+	if (owner->known)
+		return 0;
+	rc = shim_diag_tcp_owner(peer_local, peer_remote, &owner->uid, &owner->inode);
+	if (rc < 0)
+		return rc;
+	owner->known = true;
+	return 0;
+}
+
 int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
 			const struct shim_endpoint *peer_remote, int peer_tcp_fd, struct shim_rv_owner *owner)
 {
@@ -122,12 +137,9 @@ int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
 
 	if (REAL(getsockopt)(rv_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
 		return -errno;
-	if (!owner->known) {
-		rc = shim_diag_tcp_owner(peer_local, peer_remote, &owner->uid, &owner->inode);
-		if (rc < 0)
-			return rc;
-		owner->known = true;
-	}
+	rc = owner_known(peer_local, peer_remote, owner);
+	if (rc < 0)
+		return rc;
 	if (cred.uid != owner->uid)
 		return -EPERM;
 	if (peer_tcp_fd == SHIM_RV_USER_ONLY)
@@ -135,26 +147,43 @@ int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
 	return process_holds_socket(cred.pid, cred.uid, peer_tcp_fd, owner->inode);
 }
 
-int shim_rv_send(int rv_fd, const void *msg, size_t len, int pass_fd)
+int shim_rv_verify_socket(int sock_fd, pid_t pid, int peer_tcp_fd, const struct shim_endpoint *peer_local,
+			  const struct shim_endpoint *peer_remote, struct shim_rv_owner *owner)
+{
+	struct stat st;
+	int rc = owner_known(peer_local, peer_remote, owner);
+
+	if (rc < 0)
+		return rc;
+	if (sock_fd < 0)
+		return process_holds_socket(pid, (uid_t)-1, peer_tcp_fd, owner->inode);
+	if (fstat(sock_fd, &st) < 0)
+		return -errno;
+	return S_ISSOCK(st.st_mode) && st.st_ino == owner->inode ? 0 : -EPERM;
+}
+
+int shim_rv_send_fds(int rv_fd, const void *msg, size_t len, const int *fds, unsigned nfds)
 {
 	struct iovec iov = { (void *)msg, len };
 	union {
 		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(SHIM_RV_MAX_FDS * sizeof(int))];
 	} control;
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 	ssize_t n;
 
-	if (pass_fd >= 0) {
+	if (nfds > SHIM_RV_MAX_FDS)
+		return -EINVAL;
+	if (nfds) {
 		memset(&control, 0, sizeof(control));
 		mh.msg_control = control.buf;
-		mh.msg_controllen = sizeof(control.buf);
+		mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
 		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
 
 		c->cmsg_level = SOL_SOCKET;
 		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+		c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
 	}
 	n = REAL(sendmsg)(rv_fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 	if (n < 0)
@@ -162,7 +191,12 @@ int shim_rv_send(int rv_fd, const void *msg, size_t len, int pass_fd)
 	return (size_t)n == len ? 0 : -EPROTO;
 }
 
-ssize_t shim_rv_recv(int rv_fd, void *buf, size_t len, int *fd_out)
+int shim_rv_send(int rv_fd, const void *msg, size_t len, int pass_fd)
+{
+	return shim_rv_send_fds(rv_fd, msg, len, &pass_fd, pass_fd >= 0 ? 1 : 0);
+}
+
+ssize_t shim_rv_recv_fds(int rv_fd, void *buf, size_t len, int *fds_out, unsigned max_fds)
 {
 	struct iovec iov = { buf, len };
 	union {
@@ -172,10 +206,10 @@ ssize_t shim_rv_recv(int rv_fd, void *buf, size_t len, int *fd_out)
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
 			     .msg_controllen = sizeof(control.buf) };
 	ssize_t n = REAL(recvmsg)(rv_fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-	int got = -1;
+	unsigned got = 0;
 
-	if (fd_out)
-		*fd_out = -1;
+	for (unsigned i = 0; i < max_fds; i++)
+		fds_out[i] = -1;
 	if (n < 0)
 		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
@@ -187,9 +221,9 @@ ssize_t shim_rv_recv(int rv_fd, void *buf, size_t len, int *fd_out)
 			int fd;
 
 			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			/* Keep the first fd only; extra ones are an attack or a bug. */
-			if (got < 0 && fd_out)
-				got = fd;
+			/* Keep the ones asked for; extra ones are an attack or a bug. */
+			if (got < max_fds)
+				fds_out[got++] = fd;
 			else
 				REAL(close)(fd);
 		}
@@ -198,13 +232,26 @@ ssize_t shim_rv_recv(int rv_fd, void *buf, size_t len, int *fd_out)
 	 * one: close it here, or every such message would leak one of our fds
 	 * (any local user can send them). */
 	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
-		if (got >= 0)
-			REAL(close)(got);
+		for (unsigned i = 0; i < got; i++) {
+			REAL(close)(fds_out[i]);
+			fds_out[i] = -1;
+		}
 		return -EPROTO;
 	}
-	if (fd_out)
-		*fd_out = got >= 0 ? shim_fd_own_checked(got) : -1;
-	if (fd_out && *fd_out == -EMFILE) {
+	for (unsigned i = 0; i < got; i++)
+		fds_out[i] = shim_fd_own_checked(fds_out[i]);
+	return n;
+}
+
+ssize_t shim_rv_recv(int rv_fd, void *buf, size_t len, int *fd_out)
+{
+	int fd;
+	ssize_t n = shim_rv_recv_fds(rv_fd, buf, len, &fd, fd_out ? 1 : 0);
+
+	if (!fd_out)
+		return n;
+	*fd_out = fd;
+	if (fd == -EMFILE) {
 		*fd_out = -1;
 		return -EMFILE;
 	}

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "real.h"
 #include "tuple.h"
 
 /* C: listens on the name of (client endpoint, server endpoint). */
@@ -46,13 +47,35 @@ struct shim_rv_owner {
 int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
 			const struct shim_endpoint *peer_remote, int peer_tcp_fd, struct shim_rv_owner *owner);
 
+/*
+ * The same check of a socket the peer passed us (SCM_RIGHTS): sock_fd must
+ * be the TCP socket bound to peer_local and connected to peer_remote (same
+ * inode). With no sock_fd (none came: we are near our fd limit), process
+ * pid's fd peer_tcp_fd must be. 0, -EPERM, or -errno as above.
+ */
+int shim_rv_verify_socket(int sock_fd, pid_t pid, int peer_tcp_fd, const struct shim_endpoint *peer_local,
+			  const struct shim_endpoint *peer_remote, struct shim_rv_owner *owner);
+
+/* Closes fd unless it is negative (none, or an error in its place). */
+static inline void shim_rv_close_if(int fd)
+{
+	if (fd >= 0)
+		REAL(close)(fd);
+}
+
 /* One message out, with an optional fd (-1: none). Nonblocking. */
 int shim_rv_send(int rv_fd, const void *msg, size_t len, int pass_fd);
+/* The same with up to SHIM_RV_MAX_FDS fds, in order. */
+#define SHIM_RV_MAX_FDS 2
+int shim_rv_send_fds(int rv_fd, const void *msg, size_t len, const int *fds, unsigned nfds);
 /*
  * One message in, nonblocking. Returns its length, 0 on EOF, -EAGAIN, or
  * -errno; a received fd goes to *fd_out (-1 if none; closed if fd_out NULL).
  */
 ssize_t shim_rv_recv(int rv_fd, void *buf, size_t len, int *fd_out);
+/* The same keeping up to max_fds fds, in order (-1 where none came, -EMFILE
+ * where one came but the process is near its fd limit: closed). */
+ssize_t shim_rv_recv_fds(int rv_fd, void *buf, size_t len, int *fds_out, unsigned max_fds);
 
 /* Whether the peer on rv_fd gave the handshake up (closed its end). rc:
  * the verification's result; after -ENOENT (the TCP fd it named is gone)

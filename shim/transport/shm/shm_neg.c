@@ -1,7 +1,10 @@
 /*
- * The shared-memory transport's negotiation, over a unix-socket rendezvous
- * beside TCP (shim/PROTOCOL.md, "Upgrade handshake"): C listens, S connects
- * and OFFERs, C ACCEPTs with the memfd, S maps it and commits first.
+ * The shared-memory transport's table and its named way of negotiating,
+ * over a unix-socket rendezvous named by the 4-tuple (shim/PROTOCOL.md,
+ * "Same-host handshake"): C listens, S connects and OFFERs, C ACCEPTs with
+ * the memfd, S maps it and commits first. Between two processes that kept
+ * a pair, the pair way (shm_pair_neg.c) is tried first; what both ways
+ * share is neg_state.c.
  *
  * Point of no return: C switches its direction only after its ACCEPT went
  * out, and S never abandons the handshake once it has sent its OFFER except
@@ -21,6 +24,9 @@
 #include <unistd.h>
 
 #include "frames.h"
+#include "neg_state.h"
+#include "pair.h"
+#include "shm_pair_neg.h"
 #include "real.h"
 #include "rendezvous.h"
 #include "stats.h"
@@ -35,134 +41,43 @@
  * check, so the work one connection can be made to do stays bounded. */
 #define RV_MAX_REFUSALS 16
 
-/* rv.refused lines, per process: 20 at once, then 10 a second. */
-static struct shim_trace_budget refused_lines = { .burst = 20, .per_sec = 10 };
-
-
-enum shm_step {
-	SHM_C_LISTENING, /* C: rendezvous open, waiting for S */
-	SHM_C_CONNECTED, /* C: S connected and verified, OFFER awaited */
-	SHM_C_ACCEPTED,  /* C: ACCEPT and ring sent, S's SWITCH_AT awaited; nothing switched */
-	SHM_S_RETRY,     /* S: C had no rendezvous yet; retry later */
-	SHM_S_OFFERED,   /* S: OFFER sent, ACCEPT awaited */
-	SHM_S_AWAIT_C,   /* S: ring mapped, SWITCH_AT sent (switched); C's awaited */
-};
-
-struct shm_neg {
-	enum shm_step step;
-	int rv_listen_fd, rv_fd;
-	struct shim_rv_owner rv_owner; /* the peer's TCP socket, asked once */
-	unsigned rv_refusals;          /* strangers refused on our rendezvous */
-	/* C: when it began to listen, and the bytes read by then (a peer
-	 * without the shim answers over TCP, never on the rendezvous). */
-	unsigned long long listen_ns;
-	uint64_t rx_at_listen;
-};
-
-/*
- * A peer with the shim connects to our rendezvous from its first call
- * after RDMASHIM_UPGRADE_AFTER_MS, before that call sends a byte. Bytes
- * that came over TCP while we listened, RDMASHIM_PLAIN_PEER_MS after we
- * began, say the peer has none: waiting out RDMASHIM_UPGRADE_TIMEOUT_MS
- * would only slow the connection (each call looks at the rendezvous). A
- * shim peer busy for longer than that between two calls loses the upgrade,
- * not a byte.
- */
-static bool peer_answers_plain(const struct shim_sock *s, const struct shm_neg *ng, unsigned long long now)
-{
-	return shim_cfg.plain_peer_ms && s->rx_tcp_bytes > ng->rx_at_listen &&
-	       now - ng->listen_ns >= shim_cfg.plain_peer_ms * 1000000ull;
-}
-
-static struct shm_neg *neg_of(const struct shim_sock *s)
-{
-	return s->neg;
-}
-
-static void close_fd(int *fd)
-{
-	if (*fd >= 0) {
-		REAL(close)(*fd);
-		*fd = -1;
-	}
-}
-
-/* The negotiation ends (failed, done or released): its fds and state go. */
-static void neg_end(struct shim_sock *s)
-{
-	struct shm_neg *ng = neg_of(s);
-
-	if (!ng)
-		return;
-	close_fd(&ng->rv_listen_fd);
-	close_fd(&ng->rv_fd);
-	free(ng);
-	s->neg = NULL;
-}
-
-static uint32_t ring_bytes(void)
-{
-	return shim_cfg.ring_kb * 1024u;
-}
-
-/* The endpoints as C sees them: C's own first. */
-static const struct shim_endpoint *client_ep(const struct shim_sock *s)
-{
-	return s->role == SHIM_ROLE_CLIENT ? &s->tuple.local : &s->tuple.peer;
-}
-
-static const struct shim_endpoint *server_ep(const struct shim_sock *s)
-{
-	return s->role == SHIM_ROLE_CLIENT ? &s->tuple.peer : &s->tuple.local;
-}
-
-/* A refused rendezvous peer, traced within the budget (any local user can
- * make these lines; the stats still count every refusal). */
-static void trace_refused(struct shim_sock *s, int fd, const char *side, int err)
-{
-	unsigned held = 0;
-
-	if (shim_trace_enabled(SHIM_TRACE_WARN) && shim_trace_budget_take(&refused_lines, shim_now_ns(), &held))
-		shim_trace_emit(SHIM_TRACE_WARN, "rv.refused", fd, &s->tuple, SHIM_REASON_VERIFY_FAILED,
-				"\"side\":\"%s\",\"errno\":%d,\"held_back\":%u", side, err, held);
-}
-
 static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 {
-	struct shm_neg *ng = neg_of(s);
+	struct shm_neg *ng = shm_neg_of(s);
 	struct shim_msg_offer offer;
 	int rv, rc;
 
-	rv = shim_rv_connect(client_ep(s), server_ep(s));
+	rv = shim_rv_connect(shm_client_ep(s), shm_server_ep(s));
 	if (rv == -ENOENT || rv == -ECONNREFUSED) {
 		if (!shim_upgrade_retry_later(s, now)) {
 			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_NO_SHIM);
 			return;
 		}
 		ng->step = SHM_S_RETRY;
+		ng->rx_at_retry = s->rx_tcp_bytes;
 		return;
 	}
 	if (rv < 0) {
-		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
+		shim_upgrade_fail(s, fd, shm_local_failure(rv));
 		return;
 	}
 	ng->rv_fd = rv;
 	/* The listener must belong to the user who owns C's end of the TCP
 	 * connection; anything else is a squatter on the name. */
-	rc = shim_rv_verify_peer(rv, client_ep(s), server_ep(s), SHIM_RV_USER_ONLY, &ng->rv_owner);
+	rc = shim_rv_verify_peer(rv, shm_client_ep(s), shm_server_ep(s), SHIM_RV_USER_ONLY, &ng->rv_owner);
 	if (rc == -ENOENT) {
 		/* C's TCP socket is gone (sock_diag): nothing left to join. */
 		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
 		return;
 	}
 	if (rc < 0) {
-		trace_refused(s, fd, "server", -rc);
+		shm_trace_refused(s, fd, "server", -rc);
 		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
 		return;
 	}
 	memset(&offer, 0, sizeof(offer));
 	shim_msg_init(&offer.hdr, SHIM_MSG_OFFER, sizeof(offer));
-	offer.ring_bytes = ring_bytes();
+	offer.ring_bytes = shm_ring_bytes();
 	offer.tcp_fd = fd;
 	if (shim_upgrade_new_nonce(s->rx_nonce) < 0) {
 		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
@@ -177,49 +92,22 @@ static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.offer", fd, &s->tuple, SHIM_REASON_NONE, NULL);
 }
 
-/* Our direction's offset for the peer: where our SWITCH frame will sit, or
- * SHIM_SWITCH_NEVER when our direction stays on TCP. -errno if it could
- * not go out (then we must not switch: the peer would not know where). */
-static int send_switch_at(struct shim_sock *s, bool switching)
-{
-	struct shm_neg *ng = neg_of(s);
-	struct shim_msg_switch_at at;
-
-	memset(&at, 0, sizeof(at));
-	shim_msg_init(&at.hdr, SHIM_MSG_SWITCH_AT, sizeof(at));
-	at.switch_offset = switching ? s->tx_tcp_bytes : SHIM_SWITCH_NEVER;
-	return shim_rv_send(ng->rv_fd, &at, sizeof(at), -1);
-}
-
-/* May our direction move? Not with our write side shut (no SWITCH frame,
- * no bells can follow), nor while the program closes the connection. */
-static bool tx_may_switch(const struct shim_sock *s)
-{
-	return !s->wr_shut && !s->closing && !s->pinned;
-}
-
 /*
- * The peer's SWITCH_AT: its direction moves at that offset (or stays on
- * TCP). Returns false when the offset lies behind what we already read as
- * plain bytes: a peer that breaks the protocol (the connection is reset).
+ * S tries C's rendezvous again after the back-off, or once at once when
+ * bytes came since the last try: a C with the shim opens its rendezvous in
+ * its first data call once due, before that call sends, so bytes that
+ * arrive after our miss were most likely sent by such a call (a C older
+ * than us is due no later than we are). Once only: a peer without the
+ * shim sends on and must not cost a connect per read.
  */
-static bool take_peer_switch_at(struct shim_sock *s, int fd, const struct shim_msg_switch_at *at)
+static bool s_retry_due(struct shim_sock *s, struct shm_neg *ng, unsigned long long now)
 {
-	if (at->switch_offset == SHIM_SWITCH_NEVER)
+	if (now >= s->next_try_ns)
 		return true;
-	if (shim_upgrade_learn_rx_switch(s, fd, at->switch_offset) == 0)
-		return true;
-	shim_frames_abort(s, fd, SHIM_REASON_PEER_VIOLATION, "switch_offset");
-	return false;
-}
-
-static void trace_done(struct shim_sock *s, int fd, uint32_t ring)
-{
-	shim_stats_count(SHIM_REASON_UPGRADED);
-	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.done", fd, &s->tuple, SHIM_REASON_UPGRADED,
-		   "\"role\":\"%s\",\"transport\":\"shm\",\"ring_bytes\":%u,\"tx\":%d,\"rx\":%s",
-		   s->role == SHIM_ROLE_CLIENT ? "client" : "server", ring, s->tx_dir,
-		   s->rx_switch_known ? "true" : "false");
+	if (ng->early_retry_used || s->rx_tcp_bytes == ng->rx_at_retry)
+		return false;
+	ng->early_retry_used = true;
+	return true;
 }
 
 /*
@@ -228,7 +116,7 @@ static void trace_done(struct shim_sock *s, int fd, uint32_t ring)
  */
 static void s_read_accept(struct shim_sock *s, int fd)
 {
-	struct shm_neg *ng = neg_of(s);
+	struct shm_neg *ng = shm_neg_of(s);
 	union {
 		struct shim_msg_accept accept;
 		uint8_t raw[SHIM_MSG_MAX + 1];
@@ -257,7 +145,7 @@ static void s_read_accept(struct shim_sock *s, int fd)
 	 * first. A C that closed its socket already (a short connection)
 	 * fails it too and stays on TCP, which costs it nothing.
 	 */
-	rc = shim_rv_verify_peer(ng->rv_fd, client_ep(s), server_ep(s), msg.accept.tcp_fd, &ng->rv_owner);
+	rc = shim_rv_verify_peer(ng->rv_fd, shm_client_ep(s), shm_server_ep(s), msg.accept.tcp_fd, &ng->rv_owner);
 	if (rc < 0) {
 		REAL(close)(memfd);
 		/* A C that closes its connection closes the rendezvous first:
@@ -266,16 +154,16 @@ static void s_read_accept(struct shim_sock *s, int fd)
 			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
 			return;
 		}
-		trace_refused(s, fd, "server", -rc);
+		shm_trace_refused(s, fd, "server", -rc);
 		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
 		return;
 	}
 	/* The ring size is C's choice only up to ours: a larger one would let
 	 * the peer park more of our memory than a TCP peer can. */
-	if (msg.accept.ring_bytes > ring_bytes()) {
+	if (msg.accept.ring_bytes > shm_ring_bytes()) {
 		REAL(close)(memfd);
 		SHIM_TRACE(SHIM_TRACE_WARN, "upgrade.ring_refused", fd, &s->tuple, SHIM_REASON_RING_ALLOC_FAILED,
-			   "\"ring_bytes\":%u,\"ours\":%u", msg.accept.ring_bytes, ring_bytes());
+			   "\"ring_bytes\":%u,\"ours\":%u", msg.accept.ring_bytes, shm_ring_bytes());
 		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);
 		return;
 	}
@@ -289,9 +177,9 @@ static void s_read_accept(struct shim_sock *s, int fd)
 	memcpy(s->tx_nonce, msg.accept.nonce, SHIM_NONCE_LEN);
 	/* Our offset first, then the frame, so that C learns it no later than
 	 * the frame's bytes can reach it. */
-	bool switching = tx_may_switch(s);
+	bool switching = shm_tx_may_switch(s);
 
-	if (send_switch_at(s, switching) < 0) {
+	if (shm_send_switch_at(s, switching) < 0) {
 		chan->ops->destroy(chan);
 		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
 		return;
@@ -301,14 +189,14 @@ static void s_read_accept(struct shim_sock *s, int fd)
 		shim_upgrade_switch_tx(s, fd);
 	ng->step = SHM_S_AWAIT_C;
 	shim_upgrade_committing(s);
-	trace_done(s, fd, msg.accept.ring_bytes);
+	shm_trace_done(s, fd, msg.accept.ring_bytes);
 }
 
 /* C's SWITCH_AT (its direction moves), or the rendezvous' end (it stays on
  * TCP: C's write side was shut, or it closed). */
 static void s_read_c_switch_at(struct shim_sock *s, int fd)
 {
-	struct shm_neg *ng = neg_of(s);
+	struct shm_neg *ng = shm_neg_of(s);
 	union {
 		struct shim_msg_switch_at at;
 		uint8_t raw[SHIM_MSG_MAX + 1];
@@ -317,10 +205,18 @@ static void s_read_c_switch_at(struct shim_sock *s, int fd)
 
 	if (n == -EAGAIN)
 		return;
-	neg_end(s);
+	bool got = n > 0 && shim_msg_check(&msg, (size_t)n) == SHIM_MSG_SWITCH_AT;
+
+	/* C saw the exchange through on a named rendezvous verified both
+	 * ways: it carries C's next HINTs (pair.h). */
+	if (got && !ng->via_pair && shim_cfg.shm_pairs) {
+		shim_pair_keep_server(ng->rv_fd);
+		ng->rv_fd = -1;
+	}
+	shm_neg_end(s);
 	shim_upgrade_done(s);
-	if (n > 0 && shim_msg_check(&msg, (size_t)n) == SHIM_MSG_SWITCH_AT)
-		take_peer_switch_at(s, fd, &msg.at);
+	if (got)
+		shm_take_peer_switch_at(s, fd, msg.at.switch_offset);
 	else
 		SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.half", fd, &s->tuple, SHIM_REASON_NONE,
 			   "\"read\":%zd", n);
@@ -328,8 +224,8 @@ static void s_read_c_switch_at(struct shim_sock *s, int fd)
 
 static void c_rv_listen(struct shim_sock *s, int fd)
 {
-	struct shm_neg *ng = neg_of(s);
-	int rv = shim_rv_listen(client_ep(s), server_ep(s));
+	struct shm_neg *ng = shm_neg_of(s);
+	int rv = shim_rv_listen(shm_client_ep(s), shm_server_ep(s));
 
 	if (rv == -EADDRINUSE) {
 		SHIM_TRACE(SHIM_TRACE_WARN, "rv.name_taken", fd, &s->tuple, SHIM_REASON_RENDEZVOUS_BUSY, NULL);
@@ -337,7 +233,7 @@ static void c_rv_listen(struct shim_sock *s, int fd)
 		return;
 	}
 	if (rv < 0) {
-		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
+		shim_upgrade_fail(s, fd, shm_local_failure(rv));
 		return;
 	}
 	ng->rv_listen_fd = rv;
@@ -348,23 +244,23 @@ static void c_rv_listen(struct shim_sock *s, int fd)
 
 static void c_accept(struct shim_sock *s, int fd, unsigned long long now)
 {
-	struct shm_neg *ng = neg_of(s);
+	struct shm_neg *ng = shm_neg_of(s);
 	for (;;) {
 		int rv = shim_rv_accept(ng->rv_listen_fd), rc;
 
 		if (rv == -EAGAIN) {
-			if (now >= s->deadline_ns || peer_answers_plain(s, ng, now))
+			if (now >= s->deadline_ns || shm_peer_answers_plain(s, ng, now))
 				shim_upgrade_fail(s, fd, SHIM_REASON_PEER_NO_SHIM);
 			return;
 		}
 		if (rv < 0) {
-			shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
+			shim_upgrade_fail(s, fd, shm_local_failure(rv));
 			return;
 		}
-		rc = shim_rv_verify_peer(rv, server_ep(s), client_ep(s), SHIM_RV_USER_ONLY, &ng->rv_owner);
+		rc = shim_rv_verify_peer(rv, shm_server_ep(s), shm_client_ep(s), SHIM_RV_USER_ONLY, &ng->rv_owner);
 		if (rc == 0) {
 			ng->rv_fd = rv;
-			close_fd(&ng->rv_listen_fd);
+			shm_close_fd(&ng->rv_listen_fd);
 			ng->step = SHM_C_CONNECTED;
 			return;
 		}
@@ -377,7 +273,7 @@ static void c_accept(struct shim_sock *s, int fd, unsigned long long now)
 		}
 		/* A stranger: refuse it and keep waiting for the real S, up
 		 * to a bound. */
-		trace_refused(s, fd, "client", -rc);
+		shm_trace_refused(s, fd, "client", -rc);
 		shim_stats_count(SHIM_REASON_VERIFY_FAILED);
 		REAL(close)(rv);
 		if (++ng->rv_refusals >= RV_MAX_REFUSALS) {
@@ -389,7 +285,7 @@ static void c_accept(struct shim_sock *s, int fd, unsigned long long now)
 
 static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 {
-	struct shm_neg *ng = neg_of(s);
+	struct shm_neg *ng = shm_neg_of(s);
 	union {
 		struct shim_msg_offer offer;
 		uint8_t raw[SHIM_MSG_MAX + 1];
@@ -418,7 +314,7 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 		shim_upgrade_fail(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
 		return;
 	}
-	rc = shim_rv_verify_peer(ng->rv_fd, server_ep(s), client_ep(s), msg.offer.tcp_fd, &ng->rv_owner);
+	rc = shim_rv_verify_peer(ng->rv_fd, shm_server_ep(s), shm_client_ep(s), msg.offer.tcp_fd, &ng->rv_owner);
 	if (rc < 0) {
 		/* An S that answered and closed (a short connection) closed its
 		 * rendezvous before its socket: that is no spoofing. */
@@ -426,11 +322,11 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
 			return;
 		}
-		trace_refused(s, fd, "client", -rc);
+		shm_trace_refused(s, fd, "client", -rc);
 		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
 		return;
 	}
-	rc = shim_shm_create(ring_bytes(), &chan, &memfd);
+	rc = shim_shm_create(shm_ring_bytes(), &chan, &memfd);
 	if (rc < 0) {
 		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);
 		return;
@@ -438,7 +334,7 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 	memset(&accept, 0, sizeof(accept));
 	shim_msg_init(&accept.hdr, SHIM_MSG_ACCEPT, sizeof(accept));
 	accept.tcp_fd = fd;
-	accept.ring_bytes = ring_bytes();
+	accept.ring_bytes = shm_ring_bytes();
 	memcpy(s->tx_nonce, msg.offer.nonce, SHIM_NONCE_LEN);
 	if (shim_upgrade_new_nonce(s->rx_nonce) < 0) {
 		chan->ops->destroy(chan);
@@ -460,20 +356,11 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 	shim_upgrade_committing(s);
 }
 
-/* C without S's answer: S did not map the ring (it failed, refused us,
- * or never came back). Nothing switched: both ends stay on TCP. */
-static void c_give_up(struct shim_sock *s, int fd, enum shim_reason reason)
-{
-	s->chan->ops->destroy(s->chan);
-	s->chan = NULL;
-	shim_upgrade_fail(s, fd, reason);
-}
-
 /* S's SWITCH_AT: S committed (its direction moves at that offset, or
  * stays on TCP); ours follows the same way. */
 static void c_read_switch_at(struct shim_sock *s, int fd)
 {
-	struct shm_neg *ng = neg_of(s);
+	struct shm_neg *ng = shm_neg_of(s);
 	union {
 		struct shim_msg_switch_at at;
 		uint8_t raw[SHIM_MSG_MAX + 1];
@@ -486,17 +373,10 @@ static void c_read_switch_at(struct shim_sock *s, int fd)
 	if (n == -EAGAIN)
 		return;
 	if (n <= 0 || shim_msg_check(&msg, (size_t)n) != SHIM_MSG_SWITCH_AT) {
-		c_give_up(s, fd, n <= 0 ? SHIM_REASON_PEER_CLOSED : SHIM_REASON_HANDSHAKE_MALFORMED);
+		shm_c_give_up(s, fd, n <= 0 ? SHIM_REASON_PEER_CLOSED : SHIM_REASON_HANDSHAKE_MALFORMED);
 		return;
 	}
-	if (!take_peer_switch_at(s, fd, &msg.at))
-		return;
-	/* Our offset first, then our frame. */
-	if (tx_may_switch(s) && send_switch_at(s, true) == 0)
-		shim_upgrade_switch_tx(s, fd);
-	neg_end(s);
-	shim_upgrade_done(s);
-	trace_done(s, fd, ring_bytes());
+	shm_c_follow(s, fd, msg.at.switch_offset);
 }
 
 
@@ -520,17 +400,21 @@ static void shm_start(struct shim_sock *s, int fd, unsigned long long now)
 	shim_upgrade_negotiating(s, ng);
 	s->io_pid = getpid();
 	shim_upgrade_arm_deadline(s, now);
-	SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.start", fd, &s->tuple, SHIM_REASON_NONE, "\"role\":\"%s\"",
+	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.start", fd, &s->tuple, SHIM_REASON_NONE, "\"role\":\"%s\"",
 		   shim_role_name(s->role));
-	if (s->role == SHIM_ROLE_CLIENT)
-		c_rv_listen(s, fd);
-	else
-		s_connect(s, fd, now);
+	/* The pair way first: when it fits, it costs no name and no retry. */
+	if (s->role == SHIM_ROLE_CLIENT) {
+		if (!shm_c_hint(s, fd, now))
+			c_rv_listen(s, fd);
+	} else {
+		if (!shm_s_claim(s, fd, now))
+			s_connect(s, fd, now);
+	}
 }
 
 static void shm_progress(struct shim_sock *s, int fd, unsigned long long now)
 {
-	struct shm_neg *ng = neg_of(s);
+	struct shm_neg *ng = shm_neg_of(s);
 
 	if (!ng) {
 		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
@@ -549,8 +433,15 @@ static void shm_progress(struct shim_sock *s, int fd, unsigned long long now)
 	case SHM_C_ACCEPTED:
 		c_read_switch_at(s, fd);
 		break;
+	case SHM_C_HINTED:
+		if (shm_c_read_commit(s, fd, now) == SHM_HINT_FALLBACK)
+			c_rv_listen(s, fd);
+		break;
 	case SHM_S_RETRY:
-		if (now >= s->next_try_ns)
+		/* A HINT may have come (a sleeping call waits on the pairs too). */
+		if (shm_s_claim(s, fd, now))
+			break;
+		if (s_retry_due(s, ng, now))
 			s_connect(s, fd, now);
 		break;
 	case SHM_S_OFFERED:
@@ -570,22 +461,29 @@ static void shm_progress(struct shim_sock *s, int fd, unsigned long long now)
  */
 static void shm_stop_peer(struct shim_sock *s, int fd)
 {
-	REAL(shutdown)(neg_of(s)->rv_fd, SHUT_RD);
+	shm_neg_of(s)->stopped = true;
+	REAL(shutdown)(shm_neg_of(s)->rv_fd, SHUT_RD);
 	shim_upgrade_progress(s, fd);
 }
 
-/* Only C has anything to stop (C_ACCEPTED); S, once it sent its
- * SWITCH_AT, has committed. */
+/* Only C has anything to stop (C_ACCEPTED, C_HINTED); S, once it sent
+ * its SWITCH_AT or COMMIT, has committed. */
 static void shm_stop_commit(struct shim_sock *s, int fd)
 {
-	if (neg_of(s)->step == SHM_C_ACCEPTED)
+	enum shm_step step = shm_neg_of(s)->step;
+
+	if (step == SHM_C_ACCEPTED || step == SHM_C_HINTED)
 		shm_stop_peer(s, fd);
 }
 
 static int shm_wait_fd(const struct shim_sock *s)
 {
-	const struct shm_neg *ng = neg_of(s);
+	const struct shm_neg *ng = shm_neg_of(s);
 
+	/* S between tries: C's HINT wakes it, so S commits while C's first
+	 * bytes are still on their way. */
+	if (ng->step == SHM_S_RETRY)
+		return shim_pair_hub_fd();
 	return ng->rv_fd >= 0 ? ng->rv_fd : ng->rv_listen_fd;
 }
 
@@ -596,8 +494,8 @@ const struct shim_transport_type shim_shm_transport = {
 	.progress = shm_progress,
 	.stop_peer = shm_stop_peer,
 	.stop_commit = shm_stop_commit,
-	.abandon = neg_end,
+	.abandon = shm_neg_end,
 	.wait_fd = shm_wait_fd,
-	.release = neg_end,
+	.release = shm_neg_end,
 	.chan_ops = &shim_shm_ops,
 };

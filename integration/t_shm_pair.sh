@@ -1,0 +1,101 @@
+#!/bin/bash
+# t_shm_pair: connections between two processes that already upgraded one
+# take the pair channel (shim/PROTOCOL.md, "Pair channel"), and a HINT that
+# reaches the wrong process of a prefork server falls back to the named
+# rendezvous without a byte lost.
+#   (a) one client and one server process, 30 connections one after the
+#       other (conn_hold --seq), 6 one-byte rounds each, upgrade at the first
+#       data call: every connection switches both ways at both ends, and
+#       after the first they all upgraded over the pair ("pair":true in the
+#       client's upgrade.done; the first, with no pair yet, is named).
+#   (b) a prefork server (conn_hold --fork 2: two processes accept on one
+#       listener), 40 connections of 30 rounds: every byte comes back,
+#       nothing is refused or reset, and HINTs that went to the process
+#       that did not accept the connection were stopped and fell back
+#       (upgrade.hint_missed), after which connections still upgrade.
+#   (c) a decoy: a process of the server's user (build/progs/hostile_shm,
+#       which speaks the protocol itself) upgrades a connection of its own
+#       honestly, so the server keeps that rendezvous as a pair, then sends
+#       on it a HINT for another client's connection, which it does not
+#       hold, with a socketpair and ring of its own. The server must refuse
+#       it (rv.refused; the decoy's socketpair closes, no COMMIT), and the
+#       real client's connection still upgrades, by the named way, every
+#       byte exact.
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+need_built "$PROGS/conn_hold" "$PROGS/echo_server" "$PROGS/hostile_shm"
+
+count() { cat "$1"/trace.*.jsonl 2>/dev/null | grep "$2" | grep -c "${3:-}" || true; }
+
+port=$(free_port)
+dir=$WORK/seq
+mkdir -p "$dir"
+vars=(RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_AFTER_MS=0 RDMASHIM_TRACE=debug
+  RDMASHIM_TRACE_FILE="$dir/trace.%p.jsonl")
+start_bg seq shim "${vars[@]}" "$PROGS/conn_hold" server --port "$port" --conns 30 --rounds 6 --seq
+pid=$BG_PID
+wait_ready seq >/dev/null || not_ok "(a) server ready"
+got=$(with_shim "${vars[@]}" "$PROGS/conn_hold" client --port "$port" --conns 30 --rounds 6 --seq 2>&1)
+check "(a) every byte came back ($(tail -n 1 <<<"$got"))" grep -q '^DONE' <<<"$got"
+wait_bg "$pid" 60 || not_ok "(a) server exit"
+n=$(count "$dir" '"event":"rx.switch"')
+check "(a) 30 connections switched both ways at both ends (rx.switch $n of 60)" test "$n" -eq 60
+n=$(count "$dir" '"event":"upgrade.done"' '"role":"client".*"pair":true')
+check "(a) 29 of them upgraded over the pair ($n)" test "$n" -eq 29
+n=$(count "$dir" '"event":"upgrade.offer"')
+check "(a) one named handshake, the first ($n upgrade.offer)" test "$n" -eq 1
+
+port=$(free_port)
+dir=$WORK/prefork
+mkdir -p "$dir"
+vars=(RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_AFTER_MS=0 RDMASHIM_TRACE=debug
+  RDMASHIM_TRACE_FILE="$dir/trace.%p.jsonl" RDMASHIM_PLAIN_PEER_MS=5)
+start_bg prefork shim "${vars[@]}" "$PROGS/conn_hold" server --port "$port" --conns 40 --rounds 30 --seq --fork 2
+pid=$BG_PID
+wait_ready prefork >/dev/null || not_ok "(b) server ready"
+got=$(with_shim "${vars[@]}" "$PROGS/conn_hold" client --port "$port" --conns 40 --rounds 30 --seq 2>&1)
+check "(b) every byte came back through the prefork server ($(tail -n 1 <<<"$got"))" grep -q '^DONE' <<<"$got"
+stop_bg "$pid"
+n=$(count "$dir" '"event":"upgrade.hint_missed"')
+check "(b) HINTs that reached the other process fell back ($n upgrade.hint_missed)" test "$n" -gt 0
+n=$(count "$dir" '"reason":"\(verify_failed\|peer_violation\|fd_limit\|handshake_malformed\)"')
+check "(b) nothing refused or reset ($n)" test "$n" -eq 0
+n=$(count "$dir" '"event":"upgrade.done"' '"role":"client"')
+check "(b) connections still upgraded ($n upgrade.done at the client)" test "$n" -gt 10
+
+port=$(free_port)
+dir=$WORK/decoy
+mkdir -p "$dir"
+vars=(RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_AFTER_MS=0 RDMASHIM_TRACE=debug
+  RDMASHIM_TRACE_FILE="$dir/trace.%p.jsonl")
+start_bg decoy-server shim "${vars[@]}" "$PROGS/echo_server" --shape epoll --bind 127.0.0.1 --port "$port" --timeout 60
+spid=$BG_PID
+wait_ready decoy-server >/dev/null || not_ok "(c) server ready"
+start_bg decoy-client shim "${vars[@]}" "$PROGS/conn_hold" client --port "$port" --conns 1 --rounds 20 --seq \
+  --pause "$dir/go"
+cpid=$BG_PID
+for ((i = 0; i < 200; i++)); do
+  cport=$(awk '$1 == "CONNECTED" { print $2 }' "$WORK/decoy-client.out" 2>/dev/null)
+  [[ -n $cport ]] && break
+  sleep 0.05
+done
+start_bg decoy-attacker plain "$PROGS/hostile_shm" --role client --connect "127.0.0.1:$port" --mode pair_decoy \
+  --decoy "${cport:-0}" --wait-ms 3000
+apid=$BG_PID
+for ((i = 0; i < 200; i++)); do
+  grep -q '^DECOY_SENT' "$WORK/decoy-attacker.out" 2>/dev/null && break
+  kill -0 "$apid" 2>/dev/null || break
+  sleep 0.05
+done
+check "(c) the decoy HINT went out on a kept pair" grep -q '^DECOY_SENT' "$WORK/decoy-attacker.out"
+touch "$dir/go"
+wait_bg "$cpid" 30
+check "(c) the real client's bytes came back ($(tail -n 1 "$WORK/decoy-client.out"))" grep -q '^DONE' "$WORK/decoy-client.out"
+wait_bg "$apid" 30
+verdict=$(sed -n 's/^DECOY decoy=//p' "$WORK/decoy-attacker.out")
+check "(c) the server refused the decoy (decoy=$verdict)" test "$verdict" = refused
+n=$(count "$dir" '"event":"rv.refused"' '"side":"server"')
+check "(c) traced as a refusal ($n rv.refused)" test "$n" -ge 1
+n=$(count "$dir" '"event":"rx.switch"' "\"peer\":\"127.0.0.1:$cport\"")
+check "(c) the real client's connection still upgraded (rx.switch at the server: $n)" test "$n" -ge 1
+stop_bg "$spid"
+finish

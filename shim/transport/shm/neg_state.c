@@ -1,0 +1,150 @@
+/* What both ways of the shm negotiation share; see neg_state.h. */
+#include "neg_state.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frames.h"
+#include "pair.h"
+#include "real.h"
+#include "stats.h"
+#include "transport.h"
+#include "trace.h"
+#include "upgrade.h"
+#include "wire.h"
+
+/* rv.refused lines, per process: 20 at once, then 10 a second. */
+static struct shim_trace_budget refused_lines = { .burst = 20, .per_sec = 10 };
+
+void shm_close_fd(int *fd)
+{
+	if (*fd >= 0) {
+		REAL(close)(*fd);
+		*fd = -1;
+	}
+}
+
+void shm_neg_end(struct shim_sock *s)
+{
+	struct shm_neg *ng = shm_neg_of(s);
+
+	if (!ng)
+		return;
+	shm_close_fd(&ng->rv_listen_fd);
+	shm_close_fd(&ng->rv_fd);
+	free(ng);
+	s->neg = NULL;
+}
+
+uint32_t shm_ring_bytes(void)
+{
+	return shim_cfg.ring_kb * 1024u;
+}
+
+const struct shim_endpoint *shm_client_ep(const struct shim_sock *s)
+{
+	return s->role == SHIM_ROLE_CLIENT ? &s->tuple.local : &s->tuple.peer;
+}
+
+const struct shim_endpoint *shm_server_ep(const struct shim_sock *s)
+{
+	return s->role == SHIM_ROLE_CLIENT ? &s->tuple.peer : &s->tuple.local;
+}
+
+enum shim_reason shm_local_failure(int rc)
+{
+	return rc == -EMFILE || rc == -ENFILE ? SHIM_REASON_FD_LIMIT : SHIM_REASON_INTERNAL_ERROR;
+}
+
+void shm_trace_refused(struct shim_sock *s, int fd, const char *side, int err)
+{
+	unsigned held = 0;
+
+	if (shim_trace_enabled(SHIM_TRACE_WARN) && shim_trace_budget_take(&refused_lines, shim_now_ns(), &held))
+		shim_trace_emit(SHIM_TRACE_WARN, "rv.refused", fd, &s->tuple, SHIM_REASON_VERIFY_FAILED,
+				"\"side\":\"%s\",\"errno\":%d,\"held_back\":%u", side, err, held);
+}
+
+void shm_trace_done(struct shim_sock *s, int fd, uint32_t ring)
+{
+	shim_stats_count(SHIM_REASON_UPGRADED);
+	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.done", fd, &s->tuple, SHIM_REASON_UPGRADED,
+		   "\"role\":\"%s\",\"transport\":\"shm\",\"ring_bytes\":%u,\"tx\":%d,\"rx\":%s,\"pair\":%s",
+		   s->role == SHIM_ROLE_CLIENT ? "client" : "server", ring, s->tx_dir,
+		   s->rx_switch_known ? "true" : "false", shm_neg_of(s) && shm_neg_of(s)->via_pair ? "true" : "false");
+}
+
+/*
+ * A peer with the shim comes to the rendezvous (or takes our HINT) from its
+ * first call after RDMASHIM_UPGRADE_AFTER_MS, before that call sends a
+ * byte. Bytes that came over TCP while we waited, RDMASHIM_PLAIN_PEER_MS
+ * after we began, say the peer has none (or, after a HINT, that S is not
+ * the process that took it): waiting out RDMASHIM_UPGRADE_TIMEOUT_MS would
+ * only slow the connection (each call looks at the rendezvous). A shim
+ * peer busy for longer than that between two calls loses the upgrade, not
+ * a byte.
+ */
+bool shm_peer_answers_plain(const struct shim_sock *s, const struct shm_neg *ng, unsigned long long now)
+{
+	return shim_cfg.plain_peer_ms && !ng->server_has_shim && s->rx_tcp_bytes > ng->rx_at_listen &&
+	       now - ng->listen_ns >= shim_cfg.plain_peer_ms * 1000000ull;
+}
+
+bool shm_tx_may_switch(const struct shim_sock *s)
+{
+	return !s->wr_shut && !s->closing && !s->pinned;
+}
+
+/* Where our SWITCH frame will sit, or SHIM_SWITCH_NEVER when our direction
+ * stays on TCP. -errno if it could not go out (then we must not switch:
+ * the peer would not know where). */
+int shm_send_switch_at(struct shim_sock *s, bool switching)
+{
+	struct shm_neg *ng = shm_neg_of(s);
+	struct shim_msg_switch_at at;
+
+	memset(&at, 0, sizeof(at));
+	shim_msg_init(&at.hdr, SHIM_MSG_SWITCH_AT, sizeof(at));
+	at.switch_offset = switching ? s->tx_tcp_bytes : SHIM_SWITCH_NEVER;
+	return shim_rv_send(ng->rv_fd, &at, sizeof(at), -1);
+}
+
+bool shm_take_peer_switch_at(struct shim_sock *s, int fd, uint64_t offset)
+{
+	if (offset == SHIM_SWITCH_NEVER)
+		return true;
+	if (shim_upgrade_learn_rx_switch(s, fd, offset) == 0)
+		return true;
+	shim_frames_abort(s, fd, SHIM_REASON_PEER_VIOLATION, "switch_offset");
+	return false;
+}
+
+/* S did not map the ring (it failed, refused us, or never came back). */
+void shm_c_give_up(struct shim_sock *s, int fd, enum shim_reason reason)
+{
+	s->chan->ops->destroy(s->chan);
+	s->chan = NULL;
+	shim_upgrade_fail(s, fd, reason);
+}
+
+void shm_c_follow(struct shim_sock *s, int fd, uint64_t offset)
+{
+	if (!shm_take_peer_switch_at(s, fd, offset))
+		return;
+	struct shm_neg *ng = shm_neg_of(s);
+	/* Our offset first, then our frame. */
+	bool sent = shm_tx_may_switch(s) && shm_send_switch_at(s, true) == 0;
+
+	if (sent)
+		shim_upgrade_switch_tx(s, fd);
+	shm_trace_done(s, fd, shm_ring_bytes());
+	/* A named rendezvous that verified both ways and saw the exchange
+	 * through carries the next connections' HINTs (pair.h). */
+	if (sent && !ng->via_pair && shim_cfg.shm_pairs) {
+		shim_pair_keep_client(ng->rv_fd, shm_server_ep(s));
+		ng->rv_fd = -1;
+	}
+	shm_neg_end(s);
+	shim_upgrade_done(s);
+}

@@ -1,0 +1,89 @@
+/*
+ * The state of one shared-memory negotiation and the steps both of its ways
+ * share: the named rendezvous (shm_neg.c) and the pair channel
+ * (shm_pair_neg.c). shim/PROTOCOL.md tells the protocol; every function is
+ * called with the sock's lock held and never blocks.
+ */
+#ifndef RDMASHIM_NEG_STATE_H
+#define RDMASHIM_NEG_STATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "rendezvous.h"
+#include "sock.h"
+
+enum shm_step {
+	SHM_C_LISTENING, /* C: rendezvous open, waiting for S */
+	SHM_C_CONNECTED, /* C: S connected and verified, OFFER awaited */
+	SHM_C_ACCEPTED,  /* C: ACCEPT and ring sent, S's SWITCH_AT awaited; nothing switched */
+	SHM_C_HINTED,    /* C: HINT and ring sent over a pair, S's COMMIT awaited */
+	SHM_S_RETRY,     /* S: C had no rendezvous yet; retry later */
+	SHM_S_OFFERED,   /* S: OFFER sent, ACCEPT awaited */
+	SHM_S_AWAIT_C,   /* S: ring mapped, SWITCH_AT or COMMIT sent (switched); C's awaited */
+};
+
+struct shm_neg {
+	enum shm_step step;
+	int rv_listen_fd, rv_fd;
+	struct shim_rv_owner rv_owner; /* the peer's TCP socket, asked once */
+	unsigned rv_refusals;          /* strangers refused on our rendezvous */
+	/* C: when it began to wait for S (listen or HINT), and the bytes read
+	 * by then (a peer without the shim answers over TCP, never on the
+	 * rendezvous). */
+	unsigned long long listen_ns;
+	uint64_t rx_at_listen;
+	/* S: the bytes read when C's rendezvous was not there, and whether the
+	 * one early retry that new bytes allow was taken (s_retry_due()). */
+	uint64_t rx_at_retry;
+	bool early_retry_used;
+	/* The rendezvous came from a pair (a socketpair end): it is never kept
+	 * as a pair itself. C: the process at the pair's other end. */
+	bool via_pair;
+	pid_t pair_pid;
+	/* The transport's stop_peer ran: what it stopped ends the upgrade. */
+	bool stopped;
+	/* C: a HINT for this server went unanswered and C went the named way:
+	 * the server runs the shim (its pair did), and its process that holds
+	 * the connection comes once its back-off lets it, however long the
+	 * bytes flow meanwhile. */
+	bool server_has_shim;
+};
+
+static inline struct shm_neg *shm_neg_of(const struct shim_sock *s)
+{
+	return s->neg;
+}
+
+/* The negotiation ends (failed, done or released): its fds and state go. */
+void shm_neg_end(struct shim_sock *s);
+void shm_close_fd(int *fd);
+/* RDMASHIM_RING_KB in bytes. */
+uint32_t shm_ring_bytes(void);
+/* The endpoints as C sees them: C's own, and S's. */
+const struct shim_endpoint *shm_client_ep(const struct shim_sock *s);
+const struct shim_endpoint *shm_server_ep(const struct shim_sock *s);
+/* Why a rendezvous socket could not be had: the fd limit the shim keeps
+ * clear of (fdtable.h), or something unexpected. */
+enum shim_reason shm_local_failure(int rc);
+/* A refused rendezvous peer, traced within a budget (any local user can
+ * make these lines; the stats still count every refusal). */
+void shm_trace_refused(struct shim_sock *s, int fd, const char *side, int err);
+void shm_trace_done(struct shim_sock *s, int fd, uint32_t ring);
+/* C waited RDMASHIM_PLAIN_PEER_MS with bytes coming over TCP meanwhile. */
+bool shm_peer_answers_plain(const struct shim_sock *s, const struct shm_neg *ng, unsigned long long now);
+/* May our direction move? Not with our write side shut, nor closing. */
+bool shm_tx_may_switch(const struct shim_sock *s);
+/* Our SWITCH_AT on the rendezvous (switching: our offset; else NEVER). */
+int shm_send_switch_at(struct shim_sock *s, bool switching);
+/* The peer's offset (or NEVER); false when it lies behind what we read as
+ * plain bytes (the connection was reset: a peer breaking the protocol). */
+bool shm_take_peer_switch_at(struct shim_sock *s, int fd, uint64_t offset);
+/* C without S's commit: nothing switched, both ends stay on TCP. */
+void shm_c_give_up(struct shim_sock *s, int fd, enum shim_reason reason);
+/* C after S committed at offset: its own direction follows (SWITCH_AT,
+ * then the frame) unless it may not move; the negotiation is done. */
+void shm_c_follow(struct shim_sock *s, int fd, uint64_t offset);
+
+#endif

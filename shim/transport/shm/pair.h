@@ -1,0 +1,64 @@
+/*
+ * Pair channels (shim/PROTOCOL.md, "Pair channel"): the rendezvous of a
+ * handshake that ended with both ends verified is kept, and carries the
+ * HINTs of later connections between the same two processes, C -> S only.
+ * A HINT hands S a fresh socketpair end, which then is that connection's
+ * own rendezvous, and the ring: no name, no listen or connect, no retry.
+ *
+ * C keeps one per server endpoint (the address it connects to). S keeps
+ * every one it was given (up to a bound) and reads their HINTs into a
+ * table of pending ones, which a connection's handshake looks up by its
+ * endpoints when it starts. A pair carries nothing a stranger could use:
+ * S checks each HINT's sender against the TCP connection it names, as on
+ * any rendezvous, and the pair's own verification is never relied on.
+ *
+ * Every function takes the module's lock, which comes after the socks'
+ * (atfork.c); none blocks.
+ */
+#ifndef RDMASHIM_PAIR_H
+#define RDMASHIM_PAIR_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "tuple.h"
+#include "wire.h"
+
+/* C: sends a HINT with S's socketpair end and the ring memfd over the pair
+ * kept for server (both fds stay ours: the kernel copies them). 0, with
+ * *peer_pid the process at the pair's other end; -ENOENT: no pair (or one
+ * that missed lately, shim_pair_miss()); another -errno: the pair broke
+ * (dropped). */
+int shim_pair_send_hint(const struct shim_endpoint *server, const struct shim_msg_hint *msg, int rv_fd,
+			int memfd, unsigned long long now, pid_t *peer_pid);
+/* C: the HINT sent over server's pair found no taker (S was not the
+ * process holding the connection: a prefork server); HINTs for it pause. */
+void shim_pair_miss(const struct shim_endpoint *server, unsigned long long now);
+/* C: rv_fd's handshake ended verified both ways: keep it as server's pair
+ * (or close it when there is one). Takes rv_fd. */
+void shim_pair_keep_client(int rv_fd, const struct shim_endpoint *server);
+/* S: the same at S's end: rv_fd joins the ones HINTs come on. Takes it. */
+void shim_pair_keep_server(int rv_fd);
+
+/* A HINT taken from the pending table: its message and its two fds, now
+ * the caller's to close. */
+struct shim_pair_hint {
+	struct shim_msg_hint msg;
+	int rv_fd;
+	int memfd;
+};
+/* S: reads what the pairs brought, then takes a pending HINT naming t (S's
+ * view: local the server endpoint, peer the client's). false: none. */
+bool shim_pair_claim(const struct shim_tuple *t, struct shim_pair_hint *out, unsigned long long now);
+
+/* S: the fd that turns readable when a pair brings something (an epoll
+ * set), for a handshake that waits for a HINT to wait on too; -1: none. */
+int shim_pair_hub_fd(void);
+
+/* Fork handlers (atfork.c): the child keeps no pair (its parent's are the
+ * parent's; a child's own connections make their own). */
+void shim_pair_atfork_prepare(void);
+void shim_pair_atfork_parent(void);
+void shim_pair_atfork_child(void);
+
+#endif

@@ -1,0 +1,296 @@
+/*
+ * The shm negotiation over a pair channel (shim/PROTOCOL.md, "Pair
+ * channel"): C sends a HINT with a fresh socketpair end and the ring; S
+ * checks C against the TCP connection as on a named rendezvous, maps the
+ * ring and commits with one COMMIT that carries its TCP socket; C checks
+ * that socket and follows with its SWITCH_AT. One message each way before
+ * both directions move, and no name, listen, connect or retry.
+ *
+ * Point of no return, as on the named rendezvous: S commits first, and only
+ * after C passed its check. C may stop S (SHUT_RD on its socketpair end: S's
+ * COMMIT then fails with EPIPE) until it has read a COMMIT; a COMMIT that
+ * got in before is followed. Anything that does not end in a COMMIT leaves
+ * both ends on TCP, and C goes on with the named rendezvous.
+ */
+#include "shm_pair_neg.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "fdtable.h"
+#include "frames.h"
+#include "neg_state.h"
+#include "pair.h"
+#include "real.h"
+#include "shm.h"
+#include "trace.h"
+#include "upgrade.h"
+#include "wire.h"
+
+/* Pending HINTs one handshake at S looks at before it gives the pair way
+ * up for this connection (a stranger may have queued decoys). */
+#define CLAIM_TRIES 4
+
+static void fill_endpoints(struct shim_msg_hint *h, const struct shim_sock *s)
+{
+	const struct shim_endpoint *c = shm_client_ep(s), *sv = shm_server_ep(s);
+
+	memcpy(h->client_addr, c->addr, 16);
+	memcpy(h->server_addr, sv->addr, 16);
+	h->client_port = c->port;
+	h->server_port = sv->port;
+}
+
+bool shm_c_hint(struct shim_sock *s, int fd, unsigned long long now)
+{
+	struct shm_neg *ng = shm_neg_of(s);
+	struct shim_msg_hint hint;
+	struct shim_chan *chan;
+	int sp[2], memfd;
+	pid_t pid;
+
+	/* A shut write side can carry no SWITCH frame: the named way says so. */
+	if (!shim_cfg.shm_pairs || s->wr_shut)
+		return false;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp) < 0)
+		return false;
+	sp[0] = shim_fd_own_checked(sp[0]);
+	sp[1] = shim_fd_own_checked(sp[1]);
+	if (sp[0] < 0 || sp[1] < 0) {
+		shim_rv_close_if(sp[0]);
+		shim_rv_close_if(sp[1]);
+		return false;
+	}
+	memset(&hint, 0, sizeof(hint));
+	shim_msg_init(&hint.hdr, SHIM_MSG_HINT, sizeof(hint));
+	fill_endpoints(&hint, s);
+	hint.ring_bytes = shm_ring_bytes();
+	hint.tcp_fd = fd;
+	if (shim_upgrade_new_nonce(s->rx_nonce) < 0 || shim_shm_create(shm_ring_bytes(), &chan, &memfd) < 0) {
+		REAL(close)(sp[0]);
+		REAL(close)(sp[1]);
+		return false;
+	}
+	memcpy(hint.nonce, s->rx_nonce, SHIM_NONCE_LEN);
+	int rc = shim_pair_send_hint(shm_server_ep(s), &hint, sp[1], memfd, now, &pid);
+
+	/* The kernel holds S's copies now (or nobody does). */
+	REAL(close)(sp[1]);
+	REAL(close)(memfd);
+	if (rc < 0) {
+		chan->ops->destroy(chan);
+		REAL(close)(sp[0]);
+		return false;
+	}
+	ng->rv_fd = sp[0];
+	ng->via_pair = true;
+	ng->pair_pid = pid;
+	ng->step = SHM_C_HINTED;
+	ng->listen_ns = now;
+	ng->rx_at_listen = s->rx_tcp_bytes;
+	s->chan = chan;
+	/* S may commit from here on. */
+	shim_upgrade_committing(s);
+	SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.hint", fd, &s->tuple, SHIM_REASON_NONE, "\"peer_pid\":%d", (int)pid);
+	return true;
+}
+
+/*
+ * Nothing came on the socketpair but its end: S refused, never took the
+ * HINT (not the process holding the connection) or was stopped by us. No
+ * COMMIT was queued, so nothing switched. The pair pauses either way: a
+ * HINT that found no taker before the connection ended (a close, a fork, a
+ * pin or a hand-off stopped it) is as much a sign of a prefork server as
+ * one that timed out. Stopped, the upgrade ends, as on the named
+ * rendezvous; else the named way follows, unless the upgrade's time is up.
+ */
+static enum shm_hint_result c_hint_fell_through(struct shim_sock *s, int fd, unsigned long long now)
+{
+	struct shm_neg *ng = shm_neg_of(s);
+
+	shim_pair_miss(shm_server_ep(s), now);
+	SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.hint_missed", fd, &s->tuple, SHIM_REASON_NONE, "\"stopped\":%s",
+		   ng->stopped ? "true" : "false");
+	if (ng->stopped) {
+		shm_c_give_up(s, fd, SHIM_REASON_PEER_CLOSED);
+		return SHM_HINT_ENDED;
+	}
+	s->chan->ops->destroy(s->chan);
+	s->chan = NULL;
+	shm_close_fd(&ng->rv_fd);
+	ng->via_pair = false;
+	ng->server_has_shim = true;
+	if (now >= s->deadline_ns) {
+		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_NO_SHIM);
+		return SHM_HINT_ENDED;
+	}
+	shim_upgrade_negotiating(s, ng);
+	return SHM_HINT_FALLBACK;
+}
+
+/*
+ * S's COMMIT came: S's socket came with it (or, near our fd limit, only its
+ * number). Only the process holding S's end of the connection can pass it.
+ * A socket that is not it is a stranger's, and the real S never committed:
+ * both stay on TCP. Without the socket and with its number no longer
+ * S's, we can not tell a stranger from an S that closed since; S may have
+ * switched, so the connection ends as by a reset rather than risk reading
+ * S's SWITCH frame as data.
+ */
+static void c_take_commit(struct shim_sock *s, int fd, const struct shim_msg_commit *commit, int s_sock)
+{
+	struct shm_neg *ng = shm_neg_of(s);
+	int rc = shim_rv_verify_socket(s_sock, ng->pair_pid, commit->tcp_fd, shm_server_ep(s), shm_client_ep(s),
+				       &ng->rv_owner);
+
+	if (rc < 0 && s_sock == -EMFILE) {
+		shm_trace_refused(s, fd, "client", -rc);
+		shim_frames_abort(s, fd, SHIM_REASON_FD_LIMIT, "commit_unverified");
+		return;
+	}
+	if (rc < 0) {
+		shm_trace_refused(s, fd, "client", -rc);
+		shim_pair_miss(shm_server_ep(s), shim_now_ns());
+		shm_c_give_up(s, fd, SHIM_REASON_VERIFY_FAILED);
+		return;
+	}
+	memcpy(s->tx_nonce, commit->nonce, SHIM_NONCE_LEN);
+	shm_c_follow(s, fd, commit->switch_offset);
+}
+
+static enum shm_hint_result read_commit(struct shim_sock *s, int fd, unsigned long long now, bool stopped)
+{
+	struct shm_neg *ng = shm_neg_of(s);
+	union {
+		struct shim_msg_commit commit;
+		uint8_t raw[SHIM_MSG_MAX + 1];
+	} msg;
+	int s_sock;
+	ssize_t n = shim_rv_recv_fds(ng->rv_fd, &msg, sizeof(msg), &s_sock, 1);
+
+	if (n == -EAGAIN && !stopped) {
+		/* S has not taken the HINT: stop it (a COMMIT that got in
+		 * first is still read, once more below), then go the named
+		 * way. */
+		if (now >= s->deadline_ns || shm_peer_answers_plain(s, ng, now)) {
+			REAL(shutdown)(ng->rv_fd, SHUT_RD);
+			return read_commit(s, fd, now, true);
+		}
+		return SHM_HINT_PENDING;
+	}
+	if (n == 0 || n == -EAGAIN)
+		return c_hint_fell_through(s, fd, now);
+	if (n < 0 || shim_msg_check(&msg, (size_t)n) != SHIM_MSG_COMMIT) {
+		shim_rv_close_if(s_sock);
+		shm_c_give_up(s, fd, n < 0 ? SHIM_REASON_PEER_CLOSED : SHIM_REASON_HANDSHAKE_MALFORMED);
+		return SHM_HINT_ENDED;
+	}
+	c_take_commit(s, fd, &msg.commit, s_sock);
+	shim_rv_close_if(s_sock);
+	return SHM_HINT_ENDED;
+}
+
+enum shm_hint_result shm_c_read_commit(struct shim_sock *s, int fd, unsigned long long now)
+{
+	return read_commit(s, fd, now, false);
+}
+
+/* What S may take a socketpair end for: a unix SEQPACKET socket. */
+static bool is_rendezvous(int rv_fd)
+{
+	int type = 0, domain = 0;
+	socklen_t len = sizeof(type);
+
+	if (REAL(getsockopt)(rv_fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
+		return false;
+	len = sizeof(domain);
+	if (REAL(getsockopt)(rv_fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0)
+		return false;
+	return type == SOCK_SEQPACKET && domain == AF_UNIX;
+}
+
+/*
+ * One pending HINT naming our connection. The process that made its
+ * socketpair (SO_PEERCRED of either end names the maker) must hold C's TCP
+ * socket as the fd it names, as on a named rendezvous. Returns true when
+ * the handshake went on (committed) or ended; false to try another HINT or
+ * the named way (the HINT was a stranger's, or C stopped waiting).
+ */
+static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
+{
+	struct shm_neg *ng = shm_neg_of(s);
+	struct shim_msg_commit commit;
+	struct shim_chan *chan;
+	int rc, tcp;
+
+	if (!is_rendezvous(h->rv_fd)) {
+		REAL(close)(h->rv_fd);
+		REAL(close)(h->memfd);
+		return false;
+	}
+	rc = shim_rv_verify_peer(h->rv_fd, shm_client_ep(s), shm_server_ep(s), h->msg.tcp_fd, &ng->rv_owner);
+	if (rc < 0) {
+		bool gone = rc == -ENOENT && shim_rv_peer_gone(h->rv_fd, rc);
+
+		REAL(close)(h->rv_fd);
+		REAL(close)(h->memfd);
+		if (gone) {
+			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
+			return true;
+		}
+		shm_trace_refused(s, fd, "server", -rc);
+		return false;
+	}
+	/* As on the named rendezvous: no larger ring than ours. */
+	rc = h->msg.ring_bytes <= shm_ring_bytes() ? shim_shm_attach(h->memfd, h->msg.ring_bytes, &chan) : -EPROTO;
+	REAL(close)(h->memfd);
+	if (rc < 0) {
+		REAL(close)(h->rv_fd);
+		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);
+		return true;
+	}
+	tcp = shim_sock_fd_locked(s, fd);
+	bool switching = shm_tx_may_switch(s);
+
+	memset(&commit, 0, sizeof(commit));
+	shim_msg_init(&commit.hdr, SHIM_MSG_COMMIT, sizeof(commit));
+	commit.switch_offset = switching ? s->tx_tcp_bytes : SHIM_SWITCH_NEVER;
+	commit.tcp_fd = fd;
+	if (tcp < 0 || shim_upgrade_new_nonce(s->rx_nonce) < 0) {
+		chan->ops->destroy(chan);
+		REAL(close)(h->rv_fd);
+		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
+		return true;
+	}
+	memcpy(commit.nonce, s->rx_nonce, SHIM_NONCE_LEN);
+	/* C stopped waiting (EPIPE): nothing switched; the named way may still. */
+	if (shim_rv_send_fds(h->rv_fd, &commit, sizeof(commit), &tcp, 1) < 0) {
+		chan->ops->destroy(chan);
+		REAL(close)(h->rv_fd);
+		return false;
+	}
+	memcpy(s->tx_nonce, h->msg.nonce, SHIM_NONCE_LEN);
+	ng->rv_fd = h->rv_fd;
+	ng->via_pair = true;
+	s->chan = chan;
+	if (switching)
+		shim_upgrade_switch_tx(s, fd);
+	ng->step = SHM_S_AWAIT_C;
+	shim_upgrade_committing(s);
+	shm_trace_done(s, fd, h->msg.ring_bytes);
+	return true;
+}
+
+bool shm_s_claim(struct shim_sock *s, int fd, unsigned long long now)
+{
+	struct shim_pair_hint h;
+
+	if (!shim_cfg.shm_pairs)
+		return false;
+	for (unsigned i = 0; i < CLAIM_TRIES && shim_pair_claim(&s->tuple, &h, now); i++)
+		if (s_take_hint(s, fd, &h))
+			return true;
+	return false;
+}
