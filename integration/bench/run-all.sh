@@ -3,9 +3,10 @@
 #
 # Runs each integration/bench/*.sh except this one, in name order, each under
 # `timeout` (BENCH_TIMEOUT seconds, default 400; a benchmark keeps its own,
-# shorter deadline). Benchmarks print figures; one that fails to run (non-zero
-# exit) is reported and the others still run. Exit status: 0 if every
-# benchmark ran, 1 otherwise.
+# shorter deadline, and one that needs longer says so in a line
+# "# bench-timeout: SECONDS" of its own). Benchmarks print figures; one that
+# fails to run (non-zero exit) is reported and the others still run. Exit
+# status: 0 if every benchmark ran, 1 otherwise.
 set -u
 set -o pipefail
 
@@ -21,7 +22,8 @@ for b in "$DIR"/*.sh; do
   [[ $name == "$SELF" ]] && continue
   n=$((n + 1))
   echo "=== bench: $name"
-  timeout -k 10 "$LIMIT" bash "$b"
+  lim=$(sed -n 's/^# bench-timeout: *\([0-9][0-9]*\).*/\1/p' "$b" | head -n 1)
+  timeout -k 10 "${lim:-$LIMIT}" bash "$b"
   rc=$?
   if ((rc != 0)); then
     echo "=== bench: $name exited with status $rc"

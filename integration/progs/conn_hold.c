@@ -2,8 +2,9 @@
  * conn_hold: many 1-byte ping-pong connections between two processes, for
  * the benchmarks (integration/bench/upgrade_time.sh, many_conns.sh).
  *
- *   conn_hold server --port P --conns N [--rounds R] [--hold FILE]
- *   conn_hold client --port P --conns N [--rounds R] [--seq] [--go FILE] [--hold FILE]
+ *   conn_hold server --port P --conns N [--rounds R] [--host A] [--seq [--fork W]] [--warm MS] [--hold FILE]
+ *   conn_hold client --port P --conns N [--rounds R] [--each E] [--host A] [--seq [--times]] [--warm MS]
+ *                    [--pause FILE] [--go FILE] [--hold FILE]
  *
  * Both ends use blocking I/O in one thread, in connection order: the client
  * writes one byte, the server reads it and writes it back, the client reads
@@ -26,6 +27,19 @@
  *           <local port>" and waits for FILE before its first byte.
  *   --go FILE  the client waits for FILE before its first connect (so its
  *           memory can be read before any connection).
+ *   --host A   the IPv4 address the server binds and the client connects to
+ *           (default 127.0.0.1; the Soft-RoCE VMs use their rxe address).
+ *   --warm MS  before the counted connections, one more (both ends given
+ *           --warm): the client does 1-byte request/answers over it for MS
+ *           milliseconds, then closes it; both then print "WARMED". Under
+ *           the shim this runs each process's RDMA warm-up (device probe,
+ *           first pool chunk: a second and more in a TCG VM), which is not
+ *           what the counted connections are for. The client waits for
+ *           --go after it, so memory read before "go" includes it.
+ *   --times with --seq, the client prints one line per connection:
+ *           "CONN <i> first_us=<F> total_us=<T>", F from the start of its
+ *           connect() to the end of the read of the first answer, T to the
+ *           end of its close().
  *
  * Prints "READY <port> pid=<pid>" first (the server once it listens); with
  * --seq, "DONE ms=<wall> cpu_us=<this process's CPU>" at the end. Exits
@@ -77,6 +91,16 @@ static void wait_file(const char *path)
 	}
 }
 
+static int connect_to(struct in_addr host, int port);
+
+static void one_byte_back(int fd, char c)
+{
+	if (write(fd, &c, 1) != 1) {
+		fprintf(stderr, "conn_hold: warm connection: write: %s\n", strerror(errno));
+		exit(1);
+	}
+}
+
 static void one_byte(int fd, bool send_first, int conn)
 {
 	char c = 'x';
@@ -97,6 +121,7 @@ fail:
 static void serve_one(int fd, int rounds, int conn)
 {
 	char c;
+	ssize_t got;
 
 	if (fd < 0) {
 		fprintf(stderr, "conn_hold: accept: %s\n", strerror(errno));
@@ -104,19 +129,44 @@ static void serve_one(int fd, int rounds, int conn)
 	}
 	for (int r = 0; r < rounds; r++)
 		one_byte(fd, false, conn);
-	if (read(fd, &c, 1) != 0) {
-		fprintf(stderr, "conn_hold: connection %d: expected EOF\n", conn);
+	got = read(fd, &c, 1);
+	if (got != 0) {
+		fprintf(stderr, "conn_hold: connection %d: expected EOF, read returned %zd (%s)\n", conn, got,
+			got < 0 ? strerror(errno) : "a byte");
 		exit(1);
 	}
 	close(fd);
 }
 
-static int connect_to(int port)
+/* The --warm connection; see the header. */
+static void warm(int lfd, struct in_addr host, int port, double ms)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	double end = now_ms() + ms;
+	int fd = lfd >= 0 ? accept(lfd, NULL, NULL) : connect_to(host, port);
+	char c;
+
+	if (fd < 0) {
+		fprintf(stderr, "conn_hold: accept: %s\n", strerror(errno));
+		exit(1);
+	}
+	if (lfd >= 0) {
+		while (read(fd, &c, 1) == 1)
+			one_byte_back(fd, c);
+	} else {
+		do
+			one_byte(fd, true, -1);
+		while (now_ms() < end);
+	}
+	close(fd);
+	printf("WARMED\n");
+	fflush(stdout);
+}
+
+static int connect_to(struct in_addr host, int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = host };
 	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
 
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
 		fprintf(stderr, "conn_hold: connect: %s\n", strerror(errno));
 		exit(1);
@@ -127,18 +177,23 @@ static int connect_to(int port)
 
 int main(int argc, char **argv)
 {
-	int port = 0, n = 0, rounds = 10, each = 0, seq = 0, workers = 0, *fds, lfd = -1;
+	int port = 0, n = 0, rounds = 10, each = 0, seq = 0, times = 0, workers = 0, *fds, lfd = -1;
+	double warm_ms = -1;
+	struct in_addr host = { .s_addr = htonl(INADDR_LOOPBACK) };
 	const char *go = NULL, *hold = NULL, *pause = NULL;
 	bool server;
 
 	if (argc < 2 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
-		fprintf(stderr, "usage: conn_hold server|client --port P --conns N [--rounds R] [--each E] [--seq] [--fork W] [--pause F] [--go F] [--hold F]\n");
+		fprintf(stderr, "usage: conn_hold server|client --port P --conns N [--rounds R] [--each E] [--host A] "
+				"[--seq [--times]] [--fork W] [--warm MS] [--pause F] [--go F] [--hold F]\n");
 		return 2;
 	}
 	server = !strcmp(argv[1], "server");
 	for (int i = 2; i < argc; i++) {
 		if (!strcmp(argv[i], "--seq"))
 			seq = 1;
+		else if (!strcmp(argv[i], "--times"))
+			times = 1;
 		else if (i + 1 >= argc)
 			return 2;
 		else if (!strcmp(argv[i], "--port"))
@@ -157,6 +212,12 @@ int main(int argc, char **argv)
 			pause = argv[++i];
 		else if (!strcmp(argv[i], "--hold"))
 			hold = argv[++i];
+		else if (!strcmp(argv[i], "--warm"))
+			warm_ms = atof(argv[++i]);
+		else if (!strcmp(argv[i], "--host")) {
+			if (inet_pton(AF_INET, argv[++i], &host) != 1)
+				return 2;
+		}
 		else
 			return 2;
 	}
@@ -167,10 +228,9 @@ int main(int argc, char **argv)
 	if (!fds)
 		return 1;
 	if (server) {
-		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = host };
 		int one = 1;
 
-		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 		lfd = socket(AF_INET, SOCK_STREAM, 0);
 		setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 		if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 4096) < 0) {
@@ -189,12 +249,16 @@ int main(int argc, char **argv)
 			wait(NULL);
 		return 0;
 	}
+	if (warm_ms >= 0)
+		warm(lfd, host, port, warm_ms);
 	if (!server)
 		wait_file(go);
 	double t0 = now_ms(), cpu0 = cpu_us();
 
 	for (int i = 0; i < n; i++) {
-		fds[i] = server ? accept(lfd, NULL, NULL) : connect_to(port);
+		double c0 = now_ms(), first = 0;
+
+		fds[i] = server ? accept(lfd, NULL, NULL) : connect_to(host, port);
 		if (fds[i] < 0) {
 			fprintf(stderr, "conn_hold: accept: %s\n", strerror(errno));
 			return 1;
@@ -212,17 +276,28 @@ int main(int argc, char **argv)
 			one_byte(fds[i], !server, i);
 		if (!seq)
 			continue;
-		for (int r = 0; r < rounds; r++)
+		first = now_ms(); /* with no rounds: the connect */
+		for (int r = 0; r < rounds; r++) {
 			one_byte(fds[i], !server, i);
+			if (r == 0)
+				first = now_ms();
+		}
 		if (server) {
 			char c;
 
-			if (read(fds[i], &c, 1) != 0) {
-				fprintf(stderr, "conn_hold: connection %d: expected EOF\n", i);
+			ssize_t got;
+
+			got = read(fds[i], &c, 1);
+
+			if (got != 0) {
+				fprintf(stderr, "conn_hold: connection %d: expected EOF, read returned %zd (%s)\n", i, got,
+					got < 0 ? strerror(errno) : "a byte");
 				return 1;
 			}
 		}
 		close(fds[i]);
+		if (times && !server)
+			printf("CONN %d first_us=%.0f total_us=%.0f\n", i, (first - c0) * 1e3, (now_ms() - c0) * 1e3);
 	}
 	if (seq) {
 		printf("DONE ms=%.1f cpu_us=%.0f\n", now_ms() - t0, cpu_us() - cpu0);
