@@ -8,6 +8,7 @@
 #include "frames.h"
 #include "pair.h"
 #include "real.h"
+#include "shm.h"
 #include "stats.h"
 #include "transport.h"
 #include "trace.h"
@@ -120,11 +121,41 @@ bool shm_take_peer_switch_at(struct shim_sock *s, int fd, uint64_t offset)
 	return false;
 }
 
-/* S did not map the ring (it failed, refused us, or never came back). */
-void shm_c_give_up(struct shim_sock *s, int fd, enum shim_reason reason)
+int shm_s_attach_ring(struct shim_sock *s, int fd, int memfd, uint32_t ring_bytes, struct shim_chan **out)
+{
+	int rc;
+
+	if (ring_bytes > shm_ring_bytes()) {
+		REAL(close)(memfd);
+		SHIM_TRACE(SHIM_TRACE_WARN, "upgrade.ring_refused", fd, &s->tuple, SHIM_REASON_RING_ALLOC_FAILED,
+			   "\"ring_bytes\":%u,\"ours\":%u", ring_bytes, shm_ring_bytes());
+		return -EPROTO;
+	}
+	rc = shim_shm_attach(memfd, ring_bytes, out);
+	REAL(close)(memfd);
+	return rc;
+}
+
+void shm_s_committed(struct shim_sock *s, int fd, struct shim_chan *chan, bool switching, uint32_t ring_bytes)
+{
+	s->chan = chan;
+	if (switching)
+		shim_upgrade_switch_tx(s, fd);
+	shm_neg_of(s)->step = SHM_S_AWAIT_C;
+	shim_upgrade_committing(s);
+	shm_trace_done(s, fd, ring_bytes);
+}
+
+void shm_c_drop_ring(struct shim_sock *s)
 {
 	s->chan->ops->destroy(s->chan);
 	s->chan = NULL;
+}
+
+/* S did not map the ring (it failed, refused us, or never came back). */
+void shm_c_give_up(struct shim_sock *s, int fd, enum shim_reason reason)
+{
+	shm_c_drop_ring(s);
 	shim_upgrade_fail(s, fd, reason);
 }
 

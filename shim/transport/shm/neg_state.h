@@ -80,6 +80,18 @@ int shm_send_switch_at(struct shim_sock *s, bool switching);
 /* The peer's offset (or NEVER); false when it lies behind what we read as
  * plain bytes (the connection was reset: a peer breaking the protocol). */
 bool shm_take_peer_switch_at(struct shim_sock *s, int fd, uint64_t offset);
+/* S: maps the ring C sent (memfd, closed here) of ring_bytes per
+ * direction, which may be no larger than ours (a larger one would let the
+ * peer park more of our memory than a TCP peer can: traced
+ * upgrade.ring_refused). 0 or -errno; the caller fails the upgrade with
+ * ring_alloc_failed. */
+int shm_s_attach_ring(struct shim_sock *s, int fd, int memfd, uint32_t ring_bytes, struct shim_chan **out);
+/* S told C where its direction moves (switching) or that it stays: the
+ * ring is the connection's, our direction switches, C's offset is awaited
+ * (SHM_S_AWAIT_C). */
+void shm_s_committed(struct shim_sock *s, int fd, struct shim_chan *chan, bool switching, uint32_t ring_bytes);
+/* C's ring goes: S never took it, nothing switched. */
+void shm_c_drop_ring(struct shim_sock *s);
 /* C without S's commit: nothing switched, both ends stay on TCP. */
 void shm_c_give_up(struct shim_sock *s, int fd, enum shim_reason reason);
 /* C after S committed at offset: its own direction follows (SWITCH_AT,

@@ -158,17 +158,7 @@ static void s_read_accept(struct shim_sock *s, int fd)
 		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
 		return;
 	}
-	/* The ring size is C's choice only up to ours: a larger one would let
-	 * the peer park more of our memory than a TCP peer can. */
-	if (msg.accept.ring_bytes > shm_ring_bytes()) {
-		REAL(close)(memfd);
-		SHIM_TRACE(SHIM_TRACE_WARN, "upgrade.ring_refused", fd, &s->tuple, SHIM_REASON_RING_ALLOC_FAILED,
-			   "\"ring_bytes\":%u,\"ours\":%u", msg.accept.ring_bytes, shm_ring_bytes());
-		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);
-		return;
-	}
-	rc = shim_shm_attach(memfd, msg.accept.ring_bytes, &chan);
-	REAL(close)(memfd);
+	rc = shm_s_attach_ring(s, fd, memfd, msg.accept.ring_bytes, &chan);
 	if (rc < 0) {
 		/* Nothing switched anywhere: C sees our rendezvous close. */
 		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);
@@ -184,12 +174,7 @@ static void s_read_accept(struct shim_sock *s, int fd)
 		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
 		return;
 	}
-	s->chan = chan;
-	if (switching)
-		shim_upgrade_switch_tx(s, fd);
-	ng->step = SHM_S_AWAIT_C;
-	shim_upgrade_committing(s);
-	shm_trace_done(s, fd, msg.accept.ring_bytes);
+	shm_s_committed(s, fd, chan, switching, msg.accept.ring_bytes);
 }
 
 /* C's SWITCH_AT (its direction moves), or the rendezvous' end (it stays on

@@ -117,8 +117,7 @@ static enum shm_hint_result c_hint_fell_through(struct shim_sock *s, int fd, uns
 		shm_c_give_up(s, fd, SHIM_REASON_PEER_CLOSED);
 		return SHM_HINT_ENDED;
 	}
-	s->chan->ops->destroy(s->chan);
-	s->chan = NULL;
+	shm_c_drop_ring(s);
 	shm_close_fd(&ng->rv_fd);
 	ng->via_pair = false;
 	ng->server_has_shim = true;
@@ -243,9 +242,7 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 		shm_trace_refused(s, fd, "server", -rc);
 		return false;
 	}
-	/* As on the named rendezvous: no larger ring than ours. */
-	rc = h->msg.ring_bytes <= shm_ring_bytes() ? shim_shm_attach(h->memfd, h->msg.ring_bytes, &chan) : -EPROTO;
-	REAL(close)(h->memfd);
+	rc = shm_s_attach_ring(s, fd, h->memfd, h->msg.ring_bytes, &chan);
 	if (rc < 0) {
 		REAL(close)(h->rv_fd);
 		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);
@@ -274,12 +271,7 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 	memcpy(s->tx_nonce, h->msg.nonce, SHIM_NONCE_LEN);
 	ng->rv_fd = h->rv_fd;
 	ng->via_pair = true;
-	s->chan = chan;
-	if (switching)
-		shim_upgrade_switch_tx(s, fd);
-	ng->step = SHM_S_AWAIT_C;
-	shim_upgrade_committing(s);
-	shm_trace_done(s, fd, h->msg.ring_bytes);
+	shm_s_committed(s, fd, chan, switching, h->msg.ring_bytes);
 	return true;
 }
 
