@@ -33,7 +33,6 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=guest-lib.sh
 . "$here/guest-lib.sh"
-ROOT=$(cd "$here/../.." && pwd)
 CORPUS=$ROOT/integration/diff/corpus
 addr=${DIFF_ADDR:-192.168.77.1}
 

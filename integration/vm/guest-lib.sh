@@ -12,8 +12,15 @@
 #   rxe_retry SECONDS CMD [ARG...]     run CMD until it succeeds, for at most
 #                                      SECONDS; status of the last attempt
 #
+# It also sets ROOT (the checkout, seen at the same path in the guest), LIB
+# (the shim) and PROGS (the test programs).
+#
 # Every command that could block runs under `timeout`. Tunables (seconds):
 # RXE_UP_WAIT (default 30) for rxe_up, RXE_CHECK_WAIT (default 60) for rxe_check.
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+LIB=$ROOT/build/lib/librdmashim.so
+PROGS=$ROOT/build/progs
 
 rxe_log() { echo "[guest-lib] $*" >&2; }
 

@@ -6,9 +6,6 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=guest-lib.sh
 . "$here/guest-lib.sh"
-ROOT=$(cd "$here/../.." && pwd)
-LIB=$ROOT/build/lib/librdmashim.so
-PROGS=$ROOT/build/progs
 RSP=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
 addr=192.168.77.1
 T=/tmp/bench

@@ -37,9 +37,6 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=guest-lib.sh
 . "$here/guest-lib.sh"
-ROOT=$(cd "$here/../.." && pwd)
-LIB=$ROOT/build/lib/librdmashim.so
-PROGS=$ROOT/build/progs
 : "${CONNS_X:?}"
 X=$CONNS_X
 if [[ -z ${ROLE:-} ]]; then

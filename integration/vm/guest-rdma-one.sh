@@ -21,9 +21,6 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=guest-lib.sh
 . "$here/guest-lib.sh"
-ROOT=$(cd "$here/../.." && pwd)
-LIB=$ROOT/build/lib/librdmashim.so
-PROGS=$ROOT/build/progs
 addr=192.168.77.1
 only=${RDMA_ONLY:-stress failover redis iperf3 sockperf wakeup warm forkconn peerdeath plain hostile diff}
 only=${only//,/ }

@@ -18,9 +18,6 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=guest-lib.sh
 . "$here/guest-lib.sh"
 : "${ROLE:?} ${IFACE:?} ${ADDR:?} ${PREFIX:?} ${PEER:?}"
-ROOT=$(cd "$here/../.." && pwd)
-LIB=$ROOT/build/lib/librdmashim.so
-PROGS=$ROOT/build/progs
 T=/tmp/rdma-two
 P1=7201 P2=7202 P3=7203 P4=7204
 ROUNDS=5
