@@ -26,8 +26,7 @@
  * look like resets); this bounds the wait for one that died (its CM
  * events or a broken QP end it sooner).
  */
-#define TEARDOWN_DATA_WAIT_NS (2000ull * 1000 * 1000)
-#define TEARDOWN_WAIT_NS TEARDOWN_DATA_WAIT_NS
+#define TEARDOWN_WAIT_NS (2000ull * 1000 * 1000)
 
 /* Waits (bounded) until WR seq completed, the channel broke or the peer
  * disconnected; true if seq completed. */
@@ -51,7 +50,7 @@ void shim_rdma_teardown(struct rdma_conn *c)
 	bool peer_gone = shim_rdma_drain_cm_events(c) || c->peer_disconnected;
 
 	if (c->qp && c->remote_addr && c->installed && !c->broken && !peer_gone) {
-		if (c->last_signaled && !teardown_wait(c, c->last_signaled, TEARDOWN_DATA_WAIT_NS, &peer_gone))
+		if (c->last_signaled && !teardown_wait(c, c->last_signaled, TEARDOWN_WAIT_NS, &peer_gone))
 			SHIM_TRACE(SHIM_TRACE_WARN, "rdma.close_unsent", c->fd, c->sock ? &c->sock->tuple : NULL,
 				   SHIM_REASON_NONE, "\"wrs\":%llu",
 				   (unsigned long long)(c->last_signaled - c->completed));
