@@ -88,6 +88,12 @@ int shim_rv_connect(const struct shim_endpoint *client, const struct shim_endpoi
 	return fd;
 }
 
+/* st is the TCP socket sock_diag named (its inode): 0, else -EPERM. */
+static int is_that_socket(const struct stat *st, ino_t inode)
+{
+	return S_ISSOCK(st->st_mode) && st->st_ino == inode ? 0 : -EPERM;
+}
+
 /*
  * The user check alone would let any process of the owner's user take the
  * connection over: the peer must also hold the TCP socket itself. It names
@@ -110,7 +116,7 @@ static int process_holds_socket(pid_t pid, uid_t uid, int fd, ino_t inode)
 		 * its connection meanwhile from a liar (rendezvous.h). */
 		return errno == ENOENT ? -ENOENT : -EPERM;
 	}
-	return S_ISSOCK(st.st_mode) && st.st_ino == inode ? 0 : -EPERM;
+	return is_that_socket(&st, inode);
 }
 
 /* What sock_diag says of the peer's TCP socket, asked once (rendezvous.h). */
@@ -159,7 +165,7 @@ int shim_rv_verify_socket(int sock_fd, pid_t pid, int peer_tcp_fd, const struct 
 		return process_holds_socket(pid, (uid_t)-1, peer_tcp_fd, owner->inode);
 	if (fstat(sock_fd, &st) < 0)
 		return -errno;
-	return S_ISSOCK(st.st_mode) && st.st_ino == owner->inode ? 0 : -EPERM;
+	return is_that_socket(&st, owner->inode);
 }
 
 int shim_rv_send_fds(int rv_fd, const void *msg, size_t len, const int *fds, unsigned nfds)
