@@ -15,14 +15,21 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+
 #include "config.h"
+#include "fdtable.h"
+#include "io.h"
+#include "rxswitch.h"
 #include "sock.h"
 #include "transport.h"
 #include "upgrade.h"
+#include "wire.h"
 
 /* ---- the fake transport: counts its calls, does what the test says ---- */
 
-enum fake_act { ACT_NONE, ACT_NEGOTIATE, ACT_COMMIT, ACT_DONE, ACT_FAIL };
+enum fake_act { ACT_NONE, ACT_NEGOTIATE, ACT_COMMIT, ACT_DONE, ACT_FAIL, ACT_LEARN_RX };
 
 static struct {
 	enum shim_reason fits;
@@ -31,6 +38,7 @@ static struct {
 	int starts, progresses, stops, commit_stops, abandons, releases, warms;
 	int neg; /* what s->neg points to while it negotiates */
 	int wait_fd;
+	uint64_t learn_at; /* ACT_LEARN_RX: the peer's switch offset */
 } fake;
 
 static void act(struct shim_sock *s, int fd, enum fake_act a)
@@ -50,6 +58,14 @@ static void act(struct shim_sock *s, int fd, enum fake_act a)
 	case ACT_FAIL:
 		shim_upgrade_fail(s, fd, fake.fail_with);
 		break;
+	case ACT_LEARN_RX: {
+		/* Found only once the read took what was queued. */
+		int queued = -1;
+
+		if (!s->rx_switch_known && ioctl(fd, FIONREAD, &queued) == 0 && queued == 0)
+			ck_assert_int_eq(shim_upgrade_learn_rx_switch(s, fd, fake.learn_at), 0);
+		break;
+	}
 	}
 }
 
@@ -521,6 +537,81 @@ START_TEST(nonces_differ)
 }
 END_TEST
 
+/* ---- a peer's switch offset learned only after the read that crossed it ---- */
+
+/*
+ * The channel's peer (a squatter that took the client's rdma_cm
+ * rendezvous) announces offset 0, and the announcement is found right
+ * after a read took the TCP peer's first plain bytes (the offset is looked
+ * for after every read while rx is pending). Those bytes are not a frame
+ * with our nonce and our direction is on TCP: they go to the program and
+ * the switch is refused. (They were taken as the frame, found not to
+ * match, and the connection was shut: the program got ECONNRESET and its
+ * peer EOF.)
+ */
+START_TEST(plain_bytes_past_an_offset_learned_late_are_delivered)
+{
+	struct shim_sock *s = new_sock();
+	const char msg[] = "plain bytes of the program, not a SWITCH frame";
+	char got[128] = { 0 };
+	struct iovec iov = { got, sizeof(got) };
+	int sv[2];
+
+	int err = 0;
+
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	ck_assert_int_eq(shim_fdtable_init(1024), 0);
+	ck_assert_ptr_null(shim_fd_publish(sv[0], s, &err));
+	s->role = SHIM_ROLE_SERVER;
+	fake.on_start = ACT_NEGOTIATE;
+	fake.on_progress = ACT_COMMIT;
+	shim_upgrade_progress(s, sv[0]);
+	shim_upgrade_progress(s, sv[0]);
+	ck_assert(shim_upgrade_rx_pending(s));
+	fake.on_progress = ACT_LEARN_RX;
+	fake.learn_at = 0;
+	ck_assert_int_eq(send(sv[1], msg, sizeof(msg), 0), (ssize_t)sizeof(msg));
+	ck_assert_int_eq(shim_io_recv(s, sv[0], &iov, 1, MSG_DONTWAIT), (ssize_t)sizeof(msg));
+	ck_assert_mem_eq(got, msg, sizeof(msg));
+	fake.on_progress = ACT_NONE;
+	ck_assert_int_eq(s->reason, SHIM_REASON_SWITCH_MISMATCH);
+	ck_assert_int_eq(s->rx_dir, SHIM_DIR_TCP);
+	ck_assert(!s->rx_switch_known);
+	ck_assert_int_eq(s->rx_tcp_bytes, sizeof(msg));
+	ck_assert(shim_upgrade_settled(s));
+	/* Nothing was shut: the stream goes on both ways. */
+	ck_assert_int_eq(send(sv[1], "x", 1, 0), 1);
+	ck_assert_int_eq(shim_io_recv(s, sv[0], &iov, 1, MSG_DONTWAIT), 1);
+	ck_assert_int_eq(send(sv[0], "y", 1, MSG_DONTWAIT), 1);
+	ck_assert_ptr_eq(shim_fd_clear(sv[0]), s);
+	close(sv[0]);
+	close(sv[1]);
+	free(s);
+}
+END_TEST
+
+/* The same crossing from an honest peer: its frame's start is taken as the
+ * frame (and only the bytes before the offset are the program's). */
+START_TEST(a_frame_past_an_offset_learned_late_is_absorbed)
+{
+	struct shim_sock *s = new_sock();
+	struct shim_frame_switch f = { .type = SHIM_FRAME_SWITCH };
+	struct iovec past[2];
+
+	for (int i = 0; i < SHIM_NONCE_LEN; i++)
+		s->rx_nonce[i] = (uint8_t)(0x30 + i);
+	memcpy(f.nonce, s->rx_nonce, SHIM_NONCE_LEN);
+	s->rx_switch_known = true;
+	/* Split as a read may split it. */
+	past[0] = (struct iovec){ &f, 5 };
+	past[1] = (struct iovec){ (uint8_t *)&f + 5, 7 };
+	ck_assert(!shim_rxswitch_crossed(s, 3, past, 2));
+	ck_assert_uint_eq(s->rx_frame_len, 12);
+	ck_assert(s->rx_switch_known);
+	free(s);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("upgrade");
@@ -546,6 +637,8 @@ int main(void)
 	tcase_add_test(tc, nonces_differ);
 	tcase_add_test(tc, no_start_while_a_raw_read_runs);
 	tcase_add_test(tc, fork_settles_the_handshake);
+	tcase_add_test(tc, plain_bytes_past_an_offset_learned_late_are_delivered);
+	tcase_add_test(tc, a_frame_past_an_offset_learned_late_is_absorbed);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

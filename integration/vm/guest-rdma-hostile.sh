@@ -102,7 +102,11 @@ exec 3>&-
 wait "$hpid"
 cat "$T/hostile.squat"
 check "hostile squat: the real client's echo stays byte-exact (status $rc)" test "$rc" -eq 0
-[[ $rc -eq 0 ]] || tail -n 3 "$T/hostile.squatclient"
+if [[ $rc -ne 0 ]]; then
+  tail -n 3 "$T/hostile.squatclient"
+  echo "-- trace of the squatted connection (port $cport):"
+  cat "$T/hostile"/trace.*.jsonl 2>/dev/null | grep -F ":$cport" | tail -n 60
+fi
 n=$(grep -o 'squat accepted [0-9]*' "$T/hostile.squat" | grep -o '[0-9]*$')
 check "hostile squat: the victim's CM connection reached the squatter at port ${cport:-?} (accepted ${n:-none})" \
   test "${n:-0}" -ge 1

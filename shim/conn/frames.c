@@ -199,12 +199,27 @@ void shim_frames_absorb(struct shim_sock *s, const uint8_t *bytes, size_t len)
 	}
 }
 
-int shim_frames_read_switch(struct shim_sock *s, int fd)
+static struct shim_frame_switch expected_switch(const struct shim_sock *s)
 {
 	struct shim_frame_switch want = { .type = SHIM_FRAME_SWITCH };
-	const uint8_t *w = (const uint8_t *)&want;
 
 	memcpy(want.nonce, s->rx_nonce, SHIM_NONCE_LEN);
+	return want;
+}
+
+bool shim_frames_may_be_switch(const struct shim_sock *s, const uint8_t *bytes, size_t len)
+{
+	struct shim_frame_switch want = expected_switch(s);
+	size_t room = sizeof(want) - s->rx_frame_len;
+
+	return memcmp(bytes, (const uint8_t *)&want + s->rx_frame_len, len < room ? len : room) == 0;
+}
+
+int shim_frames_read_switch(struct shim_sock *s, int fd)
+{
+	struct shim_frame_switch want = expected_switch(s);
+	const uint8_t *w = (const uint8_t *)&want;
+
 	/* Bytes already absorbed past the offset must be ours. */
 	if (memcmp(s->rx_frame, w, s->rx_frame_len) != 0)
 		return -EPROTO;

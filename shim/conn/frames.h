@@ -37,4 +37,9 @@ void shim_frames_abort(struct shim_sock *s, int fd, enum shim_reason reason, con
  * SWITCH frame, then bells) into the frame buffer. */
 void shim_frames_absorb(struct shim_sock *s, const uint8_t *bytes, size_t len);
 
+/* Whether bytes, the next len of the stream after the rx_frame_len frame
+ * bytes already absorbed, can still be our peer's SWITCH frame (type,
+ * reserved zeros, our nonce; what lies past the frame is not looked at). */
+bool shim_frames_may_be_switch(const struct shim_sock *s, const uint8_t *bytes, size_t len);
+
 #endif

@@ -7,6 +7,7 @@
 #include "rxswitch.h"
 
 #include <errno.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include "frames.h"
@@ -14,6 +15,52 @@
 #include "stats.h"
 #include "trace.h"
 #include "upgrade.h"
+#include "wire.h"
+
+/* Bytes at the peer's switch offset that are not its frame, nothing of
+ * them consumed as one, and our direction on TCP (never moved, or back
+ * after a failover): the channel's peer is not the TCP peer (a squatter's
+ * offset), or the TCP peer did not switch after all. They are plain. */
+static bool refusable(const struct shim_sock *s)
+{
+	return !s->rx_frame_len && s->tx_dir == SHIM_DIR_TCP;
+}
+
+static void refuse(struct shim_sock *s, int fd)
+{
+	SHIM_TRACE(SHIM_TRACE_WARN, "rx.switch_refused", fd, &s->tuple, SHIM_REASON_SWITCH_MISMATCH, NULL);
+	s->rx_dir = SHIM_DIR_TCP;
+	s->rx_switch_known = false;
+	if (!s->fo_started) {
+		shim_upgrade_release(s);
+		shim_upgrade_fail(s, fd, SHIM_REASON_SWITCH_MISMATCH);
+		/* Still ours to watch: an epoll set may hold this fd in its
+		 * switched registration until it sees it on TCP. */
+		__atomic_store_n(&s->intercept, true, __ATOMIC_RELAXED);
+	}
+}
+
+bool shim_rxswitch_crossed(struct shim_sock *s, int fd, const struct iovec *past, int n)
+{
+	uint8_t head[sizeof(struct shim_frame_switch)] = { 0 };
+	size_t len = 0;
+
+	for (int i = 0; i < n && len < sizeof(head); i++) {
+		size_t take = past[i].iov_len < sizeof(head) - len ? past[i].iov_len : sizeof(head) - len;
+
+		memcpy(head + len, past[i].iov_base, take);
+		len += take;
+	}
+	if (!shim_frames_may_be_switch(s, head, len) && refusable(s)) {
+		refuse(s, fd);
+		return true;
+	}
+	/* The frame's start (an honest peer's), or, with our direction
+	 * moved, a mismatch that shim_rxswitch_finish() then reports. */
+	for (int i = 0; i < n; i++)
+		shim_frames_absorb(s, past[i].iov_base, past[i].iov_len);
+	return false;
+}
 
 /* 1: rx moved on (to the channel, or refused and back to TCP); 0: the
  * frame is not all there yet; -errno: the connection was reset. */
@@ -29,21 +76,8 @@ int shim_rxswitch_finish(struct shim_sock *s, int fd)
 		shim_upgrade_progress(s, fd);
 		return 1;
 	}
-	if (rc == -EPROTO && !s->rx_frame_len && s->tx_dir == SHIM_DIR_TCP) {
-		/* Not our nonce, nothing of it consumed, and our direction is
-		 * on TCP (never moved, or back after a failover): the channel's
-		 * peer is not the TCP peer, or the TCP peer did not switch after
-		 * all. The bytes are plain: deliver them. */
-		SHIM_TRACE(SHIM_TRACE_WARN, "rx.switch_refused", fd, &s->tuple, SHIM_REASON_SWITCH_MISMATCH, NULL);
-		s->rx_dir = SHIM_DIR_TCP;
-		s->rx_switch_known = false;
-		if (!s->fo_started) {
-			shim_upgrade_release(s);
-			shim_upgrade_fail(s, fd, SHIM_REASON_SWITCH_MISMATCH);
-			/* Still ours to watch: an epoll set may hold this fd in
-			 * its switched registration until it sees it on TCP. */
-			__atomic_store_n(&s->intercept, true, __ATOMIC_RELAXED);
-		}
+	if (rc == -EPROTO && refusable(s)) {
+		refuse(s, fd);
 		return 1;
 	}
 	if (rc == -EPROTO) {

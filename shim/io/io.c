@@ -76,16 +76,6 @@ static int iov_window(const struct iovec *iov, int iovcnt, size_t skip, size_t m
 	return n;
 }
 
-/* Copies bytes [from, to) of what a read put into iov to the frame buffer. */
-static void absorb_from_iov(struct shim_sock *s, const struct iovec *iov, int iovcnt, size_t from, size_t to)
-{
-	struct iovec part[IO_MAX_IOV];
-	int n = iov_window(iov, iovcnt, from, to - from, part);
-
-	for (int i = 0; i < n; i++)
-		shim_frames_absorb(s, part[i].iov_base, part[i].iov_len);
-}
-
 /*
  * A data call starts: from here until io_leave() it is counted in
  * s->active, so a close of fd on another thread, spinning or sleeping
@@ -143,10 +133,11 @@ static ssize_t recv_tcp(struct shim_sock *s, int fd, const struct iovec *iov, in
 		shim_upgrade_progress(s, fd);
 	if (s->rx_switch_known && s->rx_tcp_bytes + (size_t)n > s->rx_switch_at) {
 		size_t keep = (size_t)(s->rx_switch_at - s->rx_tcp_bytes);
+		struct iovec past[IO_MAX_IOV];
+		int npast = iov_window(win, (int)mh.msg_iovlen, keep, (size_t)n - keep, past);
 
-		if (!(flags & MSG_PEEK))
-			absorb_from_iov(s, win, (int)mh.msg_iovlen, keep, (size_t)n);
-		n = (ssize_t)keep;
+		if ((flags & MSG_PEEK) || !shim_rxswitch_crossed(s, fd, past, npast))
+			n = (ssize_t)keep;
 	}
 	if (!(flags & MSG_PEEK)) {
 		s->rx_tcp_bytes += (size_t)n;
