@@ -7,7 +7,8 @@
 #       other (conn_hold --seq), 6 one-byte rounds each, upgrade at the first
 #       data call: every connection switches both ways at both ends, and
 #       after the first they all upgraded over the pair ("pair":true in the
-#       client's upgrade.done; the first, with no pair yet, is named).
+#       client's upgrade.done; the first, with no pair yet, is named), their
+#       rings slots of one arena per pair, used again as connections end.
 #   (b) a prefork server (conn_hold --fork 2: two processes accept on one
 #       listener), 40 connections of 30 rounds: every byte comes back,
 #       nothing is refused or reset, and HINTs that went to the process
@@ -43,6 +44,15 @@ n=$(count "$dir" '"event":"upgrade.done"' '"role":"client".*"pair":true')
 check "(a) 29 of them upgraded over the pair ($n)" test "$n" -eq 29
 n=$(count "$dir" '"event":"upgrade.offer"')
 check "(a) one named handshake, the first ($n upgrade.offer)" test "$n" -eq 1
+# Their rings came from the pair's arena (PROTOCOL.md, "Ring arena"): one
+# arena mapped at each end, every HINT a slot of it, and the slots used
+# again (one connection at a time: S gives each back as its channel ends).
+n=$(count "$dir" '"event":"upgrade.hint"' '"slot":[0-9]')
+check "(a) every HINT named an arena slot ($n of 29)" test "$n" -eq 29
+n=$(count "$dir" '"event":"pair.arena"')
+check "(a) one arena, mapped once at each end ($n pair.arena)" test "$n" -eq 2
+n=$(cat "$dir"/trace.*.jsonl | grep '"event":"upgrade.hint"' | grep -o '"slot":[0-9]*' | sort -u | wc -l)
+check "(a) slots were used again ($n distinct for 29 connections)" test "$n" -ge 1 -a "$n" -le 4
 
 port=$(free_port)
 dir=$WORK/prefork

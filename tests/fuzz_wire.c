@@ -11,19 +11,22 @@
  * message, the harness re-checks what acceptance promises and aborts (a
  * crash for libFuzzer) on any violation:
  *   - the returned type is one of OFFER, ACCEPT, SWITCH_AT, DECLINE, HINT,
- *     COMMIT and is the type in the header;
+ *     COMMIT, RELEASE and is the type in the header;
  *   - magic and version are ours and the reserved word is zero;
  *   - the length field, the input size and the struct size of that type are
  *     all equal (no trailing or missing byte is tolerated), so one byte less
  *     or one byte more is rejected;
  *   - OFFER, ACCEPT and HINT carry a ring size that is a power of two in
  *     [4 KiB, 64 MiB];
+ *   - a HINT's ring is its own memfd (no slot, generation 0, no arena) or
+ *     a slot below SHIM_ARENA_SLOTS_MAX (and below the arena's slots when
+ *     the arena comes along); a RELEASE names a slot below the maximum;
  *   - the verdict is a pure function of the bytes (a second call agrees).
  * A rejection must be exactly -EPROTO.
  *
  * Built with -DFUZZ_WIRE_GEN instead (no sanitizers needed) it is the seed
  * generator: `fuzz_wire_gen DIR` writes the valid OFFER, ACCEPT, SWITCH_AT,
- * DECLINE, HINT and COMMIT made with the shim's own shim_msg_init(), plus malformed
+ * DECLINE, HINT, COMMIT and RELEASE made with the shim's own shim_msg_init(), plus malformed
  * variants, into DIR (tests/corpus/wire holds its output), checking each
  * file's verdict as it goes.
  */
@@ -52,6 +55,8 @@ static size_t expected_size(int type)
 		return sizeof(struct shim_msg_hint);
 	case SHIM_MSG_COMMIT:
 		return sizeof(struct shim_msg_commit);
+	case SHIM_MSG_RELEASE:
+		return sizeof(struct shim_msg_release);
 	default:
 		return 0;
 	}
@@ -89,7 +94,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	memcpy(buf, data, size);
 	type = shim_msg_check(buf, size);
-	REQUIRE(type == -EPROTO || (type >= SHIM_MSG_OFFER && type <= SHIM_MSG_COMMIT));
+	REQUIRE(type == -EPROTO || (type >= SHIM_MSG_OFFER && type <= SHIM_MSG_RELEASE));
 	REQUIRE(shim_msg_check(buf, size) == type);
 	if (type > 0) {
 		struct shim_msg_hdr hdr;
@@ -104,6 +109,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			uint32_t ring = ring_of(buf, type);
 
 			REQUIRE(ring >= 4096 && ring <= (64u << 20) && (ring & (ring - 1)) == 0);
+		}
+		if (type == SHIM_MSG_HINT) {
+			struct shim_msg_hint h;
+
+			memcpy(&h, buf, sizeof(h));
+			REQUIRE(h.reserved == 0 && h.arena_slots <= SHIM_ARENA_SLOTS_MAX);
+			REQUIRE(h.slot == SHIM_SLOT_NONE ? h.arena_slots == 0 && h.slot_gen == 0
+							 : h.slot < SHIM_ARENA_SLOTS_MAX &&
+								   (!h.arena_slots || h.slot < h.arena_slots));
+		}
+		if (type == SHIM_MSG_RELEASE) {
+			struct shim_msg_release r;
+
+			memcpy(&r, buf, sizeof(r));
+			REQUIRE(r.slot < SHIM_ARENA_SLOTS_MAX);
 		}
 		/* Length exact: one byte less, or one more, is malformed. */
 		REQUIRE(shim_msg_check(buf, size - 1) == -EPROTO);
@@ -163,6 +183,7 @@ int main(int argc, char **argv)
 	struct shim_msg_decline decline;
 	struct shim_msg_hint hint;
 	struct shim_msg_commit commit;
+	struct shim_msg_release release;
 	uint8_t raw[SHIM_MSG_MAX + 8];
 	const char *dir;
 
@@ -206,7 +227,20 @@ int main(int argc, char **argv)
 	hint.server_port = 6379;
 	hint.ring_bytes = 1024 * 1024;
 	hint.tcp_fd = 7;
+	hint.slot = SHIM_SLOT_NONE;
 	put(dir, "hint", &hint, sizeof(hint), SHIM_MSG_HINT);
+	hint.slot = 3;
+	hint.slot_gen = 9;
+	hint.arena_slots = SHIM_ARENA_SLOTS_MAX;
+	put(dir, "hint_slot_arena", &hint, sizeof(hint), SHIM_MSG_HINT);
+	hint.arena_slots = 0;
+	put(dir, "hint_slot", &hint, sizeof(hint), SHIM_MSG_HINT);
+
+	memset(&release, 0, sizeof(release));
+	shim_msg_init(&release.hdr, SHIM_MSG_RELEASE, sizeof(release));
+	release.slot = 3;
+	release.slot_gen = 9;
+	put(dir, "release", &release, sizeof(release), SHIM_MSG_RELEASE);
 
 	memset(&commit, 0, sizeof(commit));
 	shim_msg_init(&commit.hdr, SHIM_MSG_COMMIT, sizeof(commit));
@@ -257,11 +291,29 @@ int main(int argc, char **argv)
 	((struct shim_msg_switch_at *)raw)->hdr.type = 0;
 	put(dir, "type_zero", raw, sizeof(at), -EPROTO);
 	memcpy(raw, &at, sizeof(at));
-	((struct shim_msg_switch_at *)raw)->hdr.type = 7;
+	((struct shim_msg_switch_at *)raw)->hdr.type = SHIM_MSG_RELEASE + 1;
 	put(dir, "type_unknown", raw, sizeof(at), -EPROTO);
 	memcpy(raw, &hint, sizeof(hint));
 	((struct shim_msg_hint *)raw)->ring_bytes = 3 << 20;
 	put(dir, "hint_ring_not_pow2", raw, sizeof(hint), -EPROTO);
+	memcpy(raw, &hint, sizeof(hint));
+	((struct shim_msg_hint *)raw)->slot = SHIM_ARENA_SLOTS_MAX;
+	put(dir, "hint_slot_too_far", raw, sizeof(hint), -EPROTO);
+	memcpy(raw, &hint, sizeof(hint));
+	((struct shim_msg_hint *)raw)->arena_slots = 2;
+	put(dir, "hint_slot_past_arena", raw, sizeof(hint), -EPROTO);
+	memcpy(raw, &hint, sizeof(hint));
+	((struct shim_msg_hint *)raw)->arena_slots = SHIM_ARENA_SLOTS_MAX + 1;
+	put(dir, "hint_arena_too_big", raw, sizeof(hint), -EPROTO);
+	memcpy(raw, &hint, sizeof(hint));
+	((struct shim_msg_hint *)raw)->slot = SHIM_SLOT_NONE;
+	put(dir, "hint_no_slot_with_gen", raw, sizeof(hint), -EPROTO);
+	memcpy(raw, &hint, sizeof(hint));
+	((struct shim_msg_hint *)raw)->reserved = 1;
+	put(dir, "hint_reserved_set", raw, sizeof(hint), -EPROTO);
+	memcpy(raw, &release, sizeof(release));
+	((struct shim_msg_release *)raw)->slot = SHIM_SLOT_NONE;
+	put(dir, "release_no_slot", raw, sizeof(release), -EPROTO);
 	memcpy(raw, &commit, sizeof(commit));
 	((struct shim_msg_commit *)raw)->hdr.type = SHIM_MSG_HINT;
 	put(dir, "commit_as_hint", raw, sizeof(commit), -EPROTO);

@@ -42,6 +42,7 @@ void pair_decoy(const struct sockaddr_in *srv)
 	h.ring_bytes = ring;
 	random_bytes(h.nonce, sizeof(h.nonce));
 	h.tcp_fd = st.tcp; /* a socket we hold, but not that connection's */
+	h.slot = 0xffffffffu; /* a ring of its own, not a slot of an arena */
 	memfd = memfd_create("hostile-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0 || memfd < 0 ||
 	    ftruncate(memfd, 2 * ((off_t)RING_HDR + ring)) < 0 ||

@@ -50,9 +50,10 @@ struct hint {
 	uint32_t ring_bytes;
 	uint8_t nonce[16];
 	int32_t tcp_fd;
-	uint32_t reserved;
+	uint32_t slot, slot_gen; /* 0xffffffff, 0: the ring's memfd comes along */
+	uint16_t arena_slots, reserved;
 };
-_Static_assert(sizeof(struct hint) == 80, "hint is 80 bytes");
+_Static_assert(sizeof(struct hint) == 88, "hint is 88 bytes");
 
 struct sw_frame {
 	uint8_t type, reserved[7], nonce[16];

@@ -3,6 +3,7 @@
 #include "wire.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 static const uint32_t expected_length[] = {
@@ -12,6 +13,7 @@ static const uint32_t expected_length[] = {
 	[SHIM_MSG_DECLINE] = sizeof(struct shim_msg_decline),
 	[SHIM_MSG_HINT] = sizeof(struct shim_msg_hint),
 	[SHIM_MSG_COMMIT] = sizeof(struct shim_msg_commit),
+	[SHIM_MSG_RELEASE] = sizeof(struct shim_msg_release),
 };
 
 /* Where a message of this type holds a ring size, or 0: none. */
@@ -27,6 +29,21 @@ static size_t ring_bytes_offset(int type)
 	default:
 		return 0;
 	}
+}
+
+/* A HINT's ring: its own memfd (no slot, no arena), or a slot of an arena
+ * of at most SHIM_ARENA_SLOTS_MAX slots (the arena's size, when it comes
+ * along, covers the slot). */
+static bool hint_slots_ok(const void *buf)
+{
+	struct shim_msg_hint h;
+
+	memcpy(&h, buf, sizeof(h));
+	if (h.reserved || h.arena_slots > SHIM_ARENA_SLOTS_MAX)
+		return false;
+	if (h.slot == SHIM_SLOT_NONE)
+		return h.arena_slots == 0 && h.slot_gen == 0;
+	return h.slot < SHIM_ARENA_SLOTS_MAX && (h.arena_slots == 0 || h.slot < h.arena_slots);
 }
 
 void shim_msg_init(struct shim_msg_hdr *hdr, enum shim_msg_type type, uint32_t length)
@@ -59,6 +76,15 @@ int shim_msg_check(const void *buf, size_t n)
 		memcpy(&ring_bytes, (const char *)buf + off, sizeof(ring_bytes));
 		/* A power of two between 4 KiB and 64 MiB, as RDMASHIM_RING_KB allows. */
 		if (ring_bytes < 4096 || ring_bytes > (64u << 20) || (ring_bytes & (ring_bytes - 1)))
+			return -EPROTO;
+	}
+	if (hdr.type == SHIM_MSG_HINT && !hint_slots_ok(buf))
+		return -EPROTO;
+	if (hdr.type == SHIM_MSG_RELEASE) {
+		struct shim_msg_release rel;
+
+		memcpy(&rel, buf, sizeof(rel));
+		if (rel.slot >= SHIM_ARENA_SLOTS_MAX)
 			return -EPROTO;
 	}
 	return hdr.type;

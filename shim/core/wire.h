@@ -29,6 +29,7 @@ enum shim_msg_type {
 	SHIM_MSG_HINT = 5,      /* C -> S on a kept pair channel: a new connection's
 				 * rendezvous and ring (PROTOCOL.md, "Pair channel") */
 	SHIM_MSG_COMMIT = 6,    /* S -> C on that rendezvous: verified, mapped, switching */
+	SHIM_MSG_RELEASE = 7,   /* S -> C on a kept pair channel: a ring slot S no longer uses */
 };
 
 struct shim_msg_hdr {
@@ -87,9 +88,26 @@ struct shim_msg_hint {
 	uint32_t ring_bytes;           /* the size C chose, per direction */
 	uint8_t nonce[SHIM_NONCE_LEN]; /* S writes it back in-band at its switch */
 	int32_t tcp_fd;                /* C's fd of the TCP socket, for S to check */
-	uint32_t reserved;             /* 0 */
+	uint32_t slot;                 /* the ring's slot in the pair's arena, or SHIM_SLOT_NONE:
+					* the ring's own memfd comes with the HINT */
+	uint32_t slot_gen;             /* which use of that slot (S's RELEASE names it back) */
+	uint16_t arena_slots;          /* not 0: the pair's arena memfd, of that many slots,
+					* comes with this HINT (once per pair) */
+	uint16_t reserved;             /* 0 */
 };
-_Static_assert(sizeof(struct shim_msg_hint) == 80, "hint is 80 bytes");
+_Static_assert(sizeof(struct shim_msg_hint) == 88, "hint is 88 bytes");
+
+#define SHIM_SLOT_NONE 0xffffffffu
+/* Slots of one pair's ring arena (PROTOCOL.md, "Ring arena"). */
+#define SHIM_ARENA_SLOTS_MAX 16
+
+/* S -> C on the pair: S holds nothing of that slot's use any more. */
+struct shim_msg_release {
+	struct shim_msg_hdr hdr;
+	uint32_t slot;
+	uint32_t slot_gen;
+};
+_Static_assert(sizeof(struct shim_msg_release) == 24, "release is 24 bytes");
 
 /*
  * COMMIT carries S's TCP socket itself as SCM_RIGHTS: C compares its inode

@@ -121,17 +121,19 @@ bool shm_take_peer_switch_at(struct shim_sock *s, int fd, uint64_t offset)
 	return false;
 }
 
+bool shm_s_ring_fits(struct shim_sock *s, int fd, uint32_t ring_bytes)
+{
+	if (ring_bytes <= shm_ring_bytes())
+		return true;
+	SHIM_TRACE(SHIM_TRACE_WARN, "upgrade.ring_refused", fd, &s->tuple, SHIM_REASON_RING_ALLOC_FAILED,
+		   "\"ring_bytes\":%u,\"ours\":%u", ring_bytes, shm_ring_bytes());
+	return false;
+}
+
 int shm_s_attach_ring(struct shim_sock *s, int fd, int memfd, uint32_t ring_bytes, struct shim_chan **out)
 {
-	int rc;
+	int rc = shm_s_ring_fits(s, fd, ring_bytes) ? shim_shm_attach(memfd, ring_bytes, out) : -EPROTO;
 
-	if (ring_bytes > shm_ring_bytes()) {
-		REAL(close)(memfd);
-		SHIM_TRACE(SHIM_TRACE_WARN, "upgrade.ring_refused", fd, &s->tuple, SHIM_REASON_RING_ALLOC_FAILED,
-			   "\"ring_bytes\":%u,\"ours\":%u", ring_bytes, shm_ring_bytes());
-		return -EPROTO;
-	}
-	rc = shim_shm_attach(memfd, ring_bytes, out);
 	REAL(close)(memfd);
 	return rc;
 }

@@ -86,6 +86,9 @@ bool shm_take_peer_switch_at(struct shim_sock *s, int fd, uint64_t offset);
  * upgrade.ring_refused). 0 or -errno; the caller fails the upgrade with
  * ring_alloc_failed. */
 int shm_s_attach_ring(struct shim_sock *s, int fd, int memfd, uint32_t ring_bytes, struct shim_chan **out);
+/* S: whether C's ring size is no larger than ours (else traced
+ * upgrade.ring_refused, as above). */
+bool shm_s_ring_fits(struct shim_sock *s, int fd, uint32_t ring_bytes);
 /* S told C where its direction moves (switching) or that it stays: the
  * ring is the connection's, our direction switches, C's offset is awaited
  * (SHM_S_AWAIT_C). */

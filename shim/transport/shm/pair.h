@@ -21,16 +21,20 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "transport.h"
 #include "tuple.h"
 #include "wire.h"
 
-/* C: sends a HINT with S's socketpair end and the ring memfd over the pair
- * kept for server (both fds stay ours: the kernel copies them). 0, with
- * *peer_pid the process at the pair's other end; -ENOENT: no pair (or one
- * that missed lately, shim_pair_miss()); another -errno: the pair broke
- * (dropped). */
-int shim_pair_send_hint(const struct shim_endpoint *server, const struct shim_msg_hint *msg, int rv_fd,
-			int memfd, unsigned long long now, pid_t *peer_pid);
+/* C: sends a HINT over the pair kept for server, with S's socketpair end
+ * (rv_fd stays ours: the kernel copies it) and the connection's ring: a
+ * free slot of the pair's arena (PROTOCOL.md, "Ring arena"), or, with none
+ * free, a memfd of its own. Fills msg's slot fields (msg->ring_bytes is the
+ * ring's size). 0, with *chan our side of the ring and *peer_pid the
+ * process at the pair's other end; -ENOENT: no pair (or one that missed
+ * lately, shim_pair_miss()); another -errno: no HINT went (a broken pair
+ * is dropped). */
+int shim_pair_send_hint(const struct shim_endpoint *server, struct shim_msg_hint *msg, int rv_fd,
+			unsigned long long now, pid_t *peer_pid, struct shim_chan **chan);
 /* C: the HINT sent over server's pair found no taker (S was not the
  * process holding the connection: a prefork server); HINTs for it pause. */
 void shim_pair_miss(const struct shim_endpoint *server, unsigned long long now);
@@ -40,16 +44,26 @@ void shim_pair_keep_client(int rv_fd, const struct shim_endpoint *server);
 /* S: the same at S's end: rv_fd joins the ones HINTs come on. Takes it. */
 void shim_pair_keep_server(int rv_fd);
 
-/* A HINT taken from the pending table: its message and its two fds, now
- * the caller's to close. */
+/* A HINT taken from the pending table: its message, its socketpair end
+ * (now the caller's to close) and its ring (the caller's to map with
+ * shim_pair_hint_ring() or drop with shim_pair_hint_drop_ring()). */
+struct pair_arena;
 struct shim_pair_hint {
 	struct shim_msg_hint msg;
 	int rv_fd;
-	int memfd;
+	int memfd;                /* the ring's own memfd, or -1: a slot of arena */
+	struct pair_arena *arena;
 };
 /* S: reads what the pairs brought, then takes a pending HINT naming t (S's
  * view: local the server endpoint, peer the client's). false: none. */
 bool shim_pair_claim(const struct shim_tuple *t, struct shim_pair_hint *out, unsigned long long now);
+
+/* S: our channel on a claimed HINT's ring (its memfd mapped, or its
+ * slot); the ring is consumed whatever the result. 0 or -errno. */
+int shim_pair_hint_ring(struct shim_pair_hint *h, struct shim_chan **out);
+/* S: a claimed HINT's ring unused: its memfd closed, or its slot given
+ * back to C (RELEASE). */
+void shim_pair_hint_drop_ring(struct shim_pair_hint *h);
 
 /* S: the fd that turns readable when a pair brings something (an epoll
  * set), for a handshake that waits for a HINT to wait on too; -1: none. */

@@ -16,6 +16,11 @@ struct shm_chan {
 	struct shim_chan chan;
 	void *map; /* the reservation: guard page, both rings, guard page */
 	size_t map_len;
+	/* A slot of a pair's arena instead (map NULL): told when this view
+	 * ends, and whether the slot may be used again (destroy) or not
+	 * (forget: another process still uses it). */
+	void (*slot_done)(void *ctx, bool reusable);
+	void *slot_ctx;
 	struct shim_ring tx, rx;
 	/* This end stopped the channel for a failover (failover.c). Only ours:
 	 * the peer learns it from our RESUME on TCP, never from the shared
@@ -23,15 +28,6 @@ struct shm_chan {
 	uint32_t failed;
 	bool abortive; /* our close resets the connection (transport.h) */
 };
-
-/*
- * One inaccessible page on each side of a connection's rings. Every ring
- * access is masked into the data area (ring.h), so the guards are only a
- * second line: were a bound ever wrong, the access would fault in our own
- * reservation instead of reading or writing the mapping next to it, which
- * may be another connection's ring.
- */
-#define SHM_GUARD_BYTES 4096u
 
 static struct shm_chan *shm_of(const struct shim_chan *ch)
 {
@@ -45,10 +41,28 @@ uint64_t shim_shm_footprint(uint32_t ring_bytes)
 	return 2 * (uint64_t)shim_ring_footprint(ring_bytes);
 }
 
-/* Maps the memfd and attaches: C sends on ring 0, S sends on ring 1. */
+/* C sends on ring 0, S sends on ring 1; C formats both first. */
+static int shm_attach_rings(struct shm_chan *sc, uint8_t *base, uint32_t ring_bytes, bool is_client, bool format)
+{
+	uint8_t *c_to_s = base, *s_to_c = base + shim_ring_footprint(ring_bytes);
+	int rc;
+
+	if (format) {
+		shim_ring_format(c_to_s, ring_bytes);
+		shim_ring_format(s_to_c, ring_bytes);
+	}
+	rc = shim_ring_attach(&sc->tx, is_client ? c_to_s : s_to_c, ring_bytes);
+	if (rc == 0)
+		rc = shim_ring_attach(&sc->rx, is_client ? s_to_c : c_to_s, ring_bytes);
+	sc->chan.ops = &shim_shm_ops;
+	sc->chan.priv = sc;
+	return rc;
+}
+
+/* Maps the memfd and attaches. */
 static int shm_map(int memfd, uint32_t ring_bytes, bool is_client, bool format, struct shim_chan **out)
 {
-	size_t len = (size_t)shim_shm_footprint(ring_bytes), map_len = len + 2 * SHM_GUARD_BYTES;
+	size_t len = (size_t)shim_shm_footprint(ring_bytes), map_len = len + 2 * SHIM_SHM_GUARD_BYTES;
 	struct shm_chan *sc = calloc(1, sizeof(*sc));
 	uint8_t *map, *base;
 	int rc;
@@ -61,22 +75,14 @@ static int shm_map(int memfd, uint32_t ring_bytes, bool is_client, bool format, 
 		free(sc);
 		return rc;
 	}
-	base = mmap(map + SHM_GUARD_BYTES, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, memfd, 0);
+	base = mmap(map + SHIM_SHM_GUARD_BYTES, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, memfd, 0);
 	if (base == MAP_FAILED) {
 		rc = -errno;
 		munmap(map, map_len);
 		free(sc);
 		return rc;
 	}
-	uint8_t *c_to_s = base, *s_to_c = base + shim_ring_footprint(ring_bytes);
-
-	if (format) {
-		shim_ring_format(c_to_s, ring_bytes);
-		shim_ring_format(s_to_c, ring_bytes);
-	}
-	rc = shim_ring_attach(&sc->tx, is_client ? c_to_s : s_to_c, ring_bytes);
-	if (rc == 0)
-		rc = shim_ring_attach(&sc->rx, is_client ? s_to_c : c_to_s, ring_bytes);
+	rc = shm_attach_rings(sc, base, ring_bytes, is_client, format);
 	if (rc < 0) {
 		munmap(map, map_len);
 		free(sc);
@@ -84,15 +90,32 @@ static int shm_map(int memfd, uint32_t ring_bytes, bool is_client, bool format, 
 	}
 	sc->map = map;
 	sc->map_len = map_len;
-	sc->chan.ops = &shim_shm_ops;
-	sc->chan.priv = sc;
 	*out = &sc->chan;
 	return 0;
 }
 
-int shim_shm_create(uint32_t ring_bytes, struct shim_chan **out, int *memfd_out)
+int shim_shm_on_slot(uint8_t *base, uint32_t ring_bytes, bool is_client, bool format,
+		     void (*done)(void *ctx, bool reusable), void *ctx, struct shim_chan **out)
 {
-	int memfd = memfd_create("rdmashim-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	struct shm_chan *sc = calloc(1, sizeof(*sc));
+	int rc;
+
+	if (!sc)
+		return -ENOMEM;
+	rc = shm_attach_rings(sc, base, ring_bytes, is_client, format);
+	if (rc < 0) {
+		free(sc);
+		return rc;
+	}
+	sc->slot_done = done;
+	sc->slot_ctx = ctx;
+	*out = &sc->chan;
+	return 0;
+}
+
+int shim_shm_memfd(const char *name, uint64_t size)
+{
+	int memfd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	int rc;
 
 	if (memfd < 0)
@@ -102,12 +125,37 @@ int shim_shm_create(uint32_t ring_bytes, struct shim_chan **out, int *memfd_out)
 		return memfd;
 	/* memfds are created 0777 minus nothing: tighten to the owner anyway,
 	 * since /proc/<pid>/fd is the only path and it checks ptrace rights. */
-	if (fchmod(memfd, 0600) < 0 || ftruncate(memfd, (off_t)shim_shm_footprint(ring_bytes)) < 0 ||
+	if (fchmod(memfd, 0600) < 0 || ftruncate(memfd, (off_t)size) < 0 ||
 	    REAL(fcntl)(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
 		rc = -errno;
 		REAL(close)(memfd);
 		return rc;
 	}
+	return memfd;
+}
+
+int shim_shm_memfd_check(int memfd, uint64_t size)
+{
+	struct stat st;
+	int seals;
+
+	if (fstat(memfd, &st) < 0)
+		return -errno;
+	/* The peer must not be able to shrink the file under our mapping
+	 * (a SIGBUS in the host program): insist on the shrink seal. */
+	seals = REAL(fcntl)(memfd, F_GET_SEALS);
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != size || seals < 0 || !(seals & F_SEAL_SHRINK))
+		return -EPROTO;
+	return 0;
+}
+
+int shim_shm_create(uint32_t ring_bytes, struct shim_chan **out, int *memfd_out)
+{
+	int memfd = shim_shm_memfd("rdmashim-ring", shim_shm_footprint(ring_bytes));
+	int rc;
+
+	if (memfd < 0)
+		return memfd;
 	rc = shm_map(memfd, ring_bytes, true, true, out);
 	if (rc < 0) {
 		REAL(close)(memfd);
@@ -119,18 +167,9 @@ int shim_shm_create(uint32_t ring_bytes, struct shim_chan **out, int *memfd_out)
 
 int shim_shm_attach(int memfd, uint32_t ring_bytes, struct shim_chan **out)
 {
-	struct stat st;
-	int seals;
+	int rc = shim_shm_memfd_check(memfd, shim_shm_footprint(ring_bytes));
 
-	if (fstat(memfd, &st) < 0)
-		return -errno;
-	/* The peer must not be able to shrink the file under our mapping
-	 * (a SIGBUS in the host program): insist on the shrink seal. */
-	seals = REAL(fcntl)(memfd, F_GET_SEALS);
-	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != shim_shm_footprint(ring_bytes) ||
-	    seals < 0 || !(seals & F_SEAL_SHRINK))
-		return -EPROTO;
-	return shm_map(memfd, ring_bytes, false, false, out);
+	return rc < 0 ? rc : shm_map(memfd, ring_bytes, false, false, out);
 }
 
 static size_t shm_send(struct shim_chan *ch, const struct iovec *iov, int iovcnt, size_t skip)
@@ -227,6 +266,15 @@ static void shm_abortive(struct shim_chan *ch)
 	shm_of(ch)->abortive = true;
 }
 
+static void shm_unmap(struct shm_chan *sc, bool reusable)
+{
+	if (sc->slot_done)
+		sc->slot_done(sc->slot_ctx, reusable);
+	else
+		munmap(sc->map, sc->map_len);
+	free(sc);
+}
+
 static void shm_destroy(struct shim_chan *ch)
 {
 	struct shm_chan *sc = shm_of(ch);
@@ -239,18 +287,14 @@ static void shm_destroy(struct shim_chan *ch)
 			shim_ring_producer_close(&sc->tx);
 		shim_ring_consumer_close(&sc->rx);
 	}
-	munmap(sc->map, sc->map_len);
-	free(sc);
+	shm_unmap(sc, true);
 }
 
 /* Another process may still serve the connection through the same pages:
  * unmap our view and leave the rings' closed flags alone. */
 static void shm_forget(struct shim_chan *ch)
 {
-	struct shm_chan *sc = shm_of(ch);
-
-	munmap(sc->map, sc->map_len);
-	free(sc);
+	shm_unmap(shm_of(ch), false);
 }
 
 static bool shm_failed(const struct shim_chan *ch)

@@ -20,6 +20,28 @@ int shim_shm_create(uint32_t ring_bytes, struct shim_chan **out, int *memfd_out)
 /* S: maps a received memfd; checks its size and both ring headers. */
 int shim_shm_attach(int memfd, uint32_t ring_bytes, struct shim_chan **out);
 
+/* A channel on rings at base (a slot of a pair's arena, ring_bytes each
+ * way; C formats them). done(ctx, reusable) runs once, when the channel
+ * goes: reusable false when another process may still use the rings. */
+int shim_shm_on_slot(uint8_t *base, uint32_t ring_bytes, bool is_client, bool format,
+		     void (*done)(void *ctx, bool reusable), void *ctx, struct shim_chan **out);
+
+/* A sealed memfd of size bytes (shrink, grow and seal sealed), owner-only,
+ * or -errno. */
+int shim_shm_memfd(const char *name, uint64_t size);
+/* A peer's memfd we may map size bytes of: a regular file of exactly that
+ * size that can not shrink under our mapping. 0 or -EPROTO (-errno). */
+int shim_shm_memfd_check(int memfd, uint64_t size);
+
+/*
+ * One inaccessible page on each side of a connection's rings. Every ring
+ * access is masked into the data area (ring.h), so the guards are only a
+ * second line: were a bound ever wrong, the access would fault in our own
+ * reservation instead of reading or writing the mapping next to it, which
+ * may be another connection's ring.
+ */
+#define SHIM_SHM_GUARD_BYTES 4096u
+
 /* Bytes of memory one connection's channel maps. */
 uint64_t shim_shm_footprint(uint32_t ring_bytes);
 

@@ -48,7 +48,7 @@ bool shm_c_hint(struct shim_sock *s, int fd, unsigned long long now)
 	struct shm_neg *ng = shm_neg_of(s);
 	struct shim_msg_hint hint;
 	struct shim_chan *chan;
-	int sp[2], memfd;
+	int sp[2];
 	pid_t pid;
 
 	/* A shut write side can carry no SWITCH frame: the named way says so. */
@@ -68,19 +68,17 @@ bool shm_c_hint(struct shim_sock *s, int fd, unsigned long long now)
 	fill_endpoints(&hint, s);
 	hint.ring_bytes = shm_ring_bytes();
 	hint.tcp_fd = fd;
-	if (shim_upgrade_new_nonce(s->rx_nonce) < 0 || shim_shm_create(shm_ring_bytes(), &chan, &memfd) < 0) {
+	if (shim_upgrade_new_nonce(s->rx_nonce) < 0) {
 		REAL(close)(sp[0]);
 		REAL(close)(sp[1]);
 		return false;
 	}
 	memcpy(hint.nonce, s->rx_nonce, SHIM_NONCE_LEN);
-	int rc = shim_pair_send_hint(shm_server_ep(s), &hint, sp[1], memfd, now, &pid);
+	int rc = shim_pair_send_hint(shm_server_ep(s), &hint, sp[1], now, &pid, &chan);
 
-	/* The kernel holds S's copies now (or nobody does). */
+	/* The kernel holds S's copy now (or nobody does). */
 	REAL(close)(sp[1]);
-	REAL(close)(memfd);
 	if (rc < 0) {
-		chan->ops->destroy(chan);
 		REAL(close)(sp[0]);
 		return false;
 	}
@@ -93,7 +91,8 @@ bool shm_c_hint(struct shim_sock *s, int fd, unsigned long long now)
 	s->chan = chan;
 	/* S may commit from here on. */
 	shim_upgrade_committing(s);
-	SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.hint", fd, &s->tuple, SHIM_REASON_NONE, "\"peer_pid\":%d", (int)pid);
+	SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.hint", fd, &s->tuple, SHIM_REASON_NONE, "\"peer_pid\":%d,\"slot\":%d",
+		   (int)pid, hint.slot == SHIM_SLOT_NONE ? -1 : (int)hint.slot);
 	return true;
 }
 
@@ -226,7 +225,7 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 
 	if (!is_rendezvous(h->rv_fd)) {
 		REAL(close)(h->rv_fd);
-		REAL(close)(h->memfd);
+		shim_pair_hint_drop_ring(h);
 		return false;
 	}
 	rc = shim_rv_verify_peer(h->rv_fd, shm_client_ep(s), shm_server_ep(s), h->msg.tcp_fd, &ng->rv_owner);
@@ -234,7 +233,7 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 		bool gone = rc == -ENOENT && shim_rv_peer_gone(h->rv_fd, rc);
 
 		REAL(close)(h->rv_fd);
-		REAL(close)(h->memfd);
+		shim_pair_hint_drop_ring(h);
 		if (gone) {
 			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
 			return true;
@@ -242,7 +241,12 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 		shm_trace_refused(s, fd, "server", -rc);
 		return false;
 	}
-	rc = shm_s_attach_ring(s, fd, h->memfd, h->msg.ring_bytes, &chan);
+	if (!shm_s_ring_fits(s, fd, h->msg.ring_bytes)) {
+		shim_pair_hint_drop_ring(h);
+		rc = -EPROTO;
+	} else {
+		rc = shim_pair_hint_ring(h, &chan);
+	}
 	if (rc < 0) {
 		REAL(close)(h->rv_fd);
 		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);

@@ -1,0 +1,88 @@
+/* Ring arenas; see arena.h. */
+#include "arena.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "real.h"
+#include "ring.h"
+#include "shm.h"
+#include "wire.h"
+
+static int arena_map(int memfd, uint32_t ring_bytes, unsigned slots, struct shim_arena *a)
+{
+	a->ring_bytes = ring_bytes;
+	a->slots = slots;
+	a->slot_len = (size_t)shim_shm_footprint(ring_bytes);
+	a->stride = a->slot_len + SHIM_SHM_GUARD_BYTES;
+	a->map_len = slots * a->stride + SHIM_SHM_GUARD_BYTES;
+	a->map = mmap(NULL, a->map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (a->map == MAP_FAILED) {
+		a->map = NULL;
+		return -errno;
+	}
+	/* Each slot over the reservation, the guards between them untouched. */
+	for (unsigned i = 0; i < slots; i++) {
+		if (mmap(shim_arena_slot(a, i), a->slot_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, memfd,
+			 (off_t)(i * a->slot_len)) == MAP_FAILED) {
+			int rc = -errno;
+
+			shim_arena_unmap(a);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+int shim_arena_make(uint32_t ring_bytes, unsigned slots, struct shim_arena *a, int *memfd_out)
+{
+	int memfd, rc;
+
+	if (!slots || slots > SHIM_ARENA_SLOTS_MAX)
+		return -EINVAL;
+	memfd = shim_shm_memfd("rdmashim-arena", slots * shim_shm_footprint(ring_bytes));
+	if (memfd < 0)
+		return memfd;
+	rc = arena_map(memfd, ring_bytes, slots, a);
+	if (rc < 0) {
+		REAL(close)(memfd);
+		return rc;
+	}
+	*memfd_out = memfd;
+	return 0;
+}
+
+int shim_arena_map(int memfd, uint32_t ring_bytes, unsigned slots, struct shim_arena *a)
+{
+	int rc;
+
+	if (!slots || slots > SHIM_ARENA_SLOTS_MAX)
+		return -EPROTO;
+	rc = shim_shm_memfd_check(memfd, slots * shim_shm_footprint(ring_bytes));
+	return rc < 0 ? rc : arena_map(memfd, ring_bytes, slots, a);
+}
+
+uint8_t *shim_arena_slot(const struct shim_arena *a, unsigned slot)
+{
+	return a->map + SHIM_SHM_GUARD_BYTES + slot * a->stride;
+}
+
+void shim_arena_trim(const struct shim_arena *a, unsigned slot)
+{
+	size_t warm = SHIM_RING_HDR_BYTES + SHIM_ARENA_WARM_BYTES;
+	size_t ring_len = shim_ring_footprint(a->ring_bytes);
+
+	if (ring_len <= warm)
+		return;
+	/* Both rings of the slot: the data past the warm part of each. */
+	for (unsigned r = 0; r < 2; r++)
+		madvise(shim_arena_slot(a, slot) + r * ring_len + warm, ring_len - warm, MADV_REMOVE);
+}
+
+void shim_arena_unmap(struct shim_arena *a)
+{
+	if (a->map)
+		munmap(a->map, a->map_len);
+	a->map = NULL;
+}
