@@ -210,6 +210,7 @@ START_TEST(a_reused_client_pair_number_is_never_written)
 	/* Sent while the pair is ours. */
 	ck_assert_int_eq(shim_pair_send_hint(&server, &h, rvp[1], 1000, &pid, &chan), 0);
 	ck_assert_int_eq(pid, getpid());
+	chan->ops->destroy(chan);
 	/* Behind the shim's back: the number now names a pipe. */
 	ck_assert_int_eq(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
 	ck_assert_int_eq(dup2(p[1], kept), kept);
