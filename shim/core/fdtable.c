@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #ifdef __SANITIZE_ADDRESS__
 #include <sanitizer/lsan_interface.h>
@@ -78,16 +79,53 @@ void shim_fd_each_open(void (*fn)(int fd, void *ctx), void *ctx)
 	closedir(dir);
 }
 
-int shim_fd_own_checked(int fd)
+/* Whether fd lies within times the reserve of the limit. */
+static bool near_limit(int fd, unsigned times)
 {
 	struct rlimit lim;
 	rlim_t reserve;
 
 	if (fd < 0 || getrlimit(RLIMIT_NOFILE, &lim) < 0 || lim.rlim_cur == RLIM_INFINITY)
-		return fd;
+		return false;
 	reserve = lim.rlim_cur / 32 > 16 ? lim.rlim_cur / 32 : 16;
-	if ((rlim_t)fd + reserve < lim.rlim_cur)
+	return (rlim_t)fd + times * reserve >= lim.rlim_cur;
+}
+
+bool shim_fd_keepable(int fd)
+{
+	return fd >= 0 && !near_limit(fd, 2);
+}
+
+int shim_fd_own_checked(int fd)
+{
+	if (!near_limit(fd, 1))
 		return fd;
 	REAL(close)(fd);
 	return -EMFILE;
+}
+
+bool shim_owned_still(const struct shim_owned_fd *o)
+{
+	struct stat st;
+
+	return o->fd >= 0 && fstat(o->fd, &st) == 0 && st.st_dev == o->dev && st.st_ino == o->ino;
+}
+
+int shim_owned_take(struct shim_owned_fd *o, int fd)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	o->fd = fd;
+	o->dev = st.st_dev;
+	o->ino = st.st_ino;
+	return 0;
+}
+
+void shim_owned_close(struct shim_owned_fd *o)
+{
+	if (shim_owned_still(o))
+		REAL(close)(o->fd);
+	o->fd = -1;
 }

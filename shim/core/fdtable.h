@@ -14,7 +14,9 @@
 #ifndef RDMASHIM_FDTABLE_H
 #define RDMASHIM_FDTABLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "compiler.h"
 
@@ -67,5 +69,29 @@ struct shim_sock *shim_fd_clear(int fd);
  * is nearly full. Returns fd otherwise; a negative fd passes through.
  */
 int shim_fd_own_checked(int fd);
+/* Whether the shim may keep fd for the process's life (a socket it would
+ * otherwise open anew for each use): below twice that reserve. A process
+ * that already holds that many fds when the shim first needs one is
+ * short of them; the shim then opens it for each use. */
+bool shim_fd_keepable(int fd);
+
+/*
+ * One of the shim's long-lived fds and what it was when kept. A program may
+ * close fds it did not open (a daemon's close-all loop) and get the number
+ * back for a file of its own: such a number is never read, written or
+ * closed by the shim again. Not locked: the owner's lock covers it.
+ */
+struct shim_owned_fd {
+	int fd; /* -1: none */
+	dev_t dev;
+	ino_t ino;
+};
+
+/* Whether o->fd still names the file kept. */
+bool shim_owned_still(const struct shim_owned_fd *o);
+/* Keeps fd as o. 0, or -errno (fd is not kept then, nor closed). */
+int shim_owned_take(struct shim_owned_fd *o, int fd);
+/* Closes o->fd if it still is ours; o is empty after. */
+void shim_owned_close(struct shim_owned_fd *o);
 
 #endif

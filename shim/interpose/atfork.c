@@ -3,7 +3,8 @@
  * order they are taken in, which is the shim's lock order:
  *
  *   epoll all_lock > each epoll set's lock > sock pool lock > each sock's
- *   lock > shm pairs > global breaker > RDMA PD table > MR pool
+ *   lock > shm pairs > sock_diag's socket > global breaker > RDMA PD
+ *   table > MR pool
  *
  * A thread that holds one of them never waits for one earlier in the list.
  * The per-connection CQ spinlocks of RDMA are left out: a child never
@@ -15,6 +16,7 @@
 #include <stdbool.h>
 
 #include "breaker.h"
+#include "diag.h"
 #include "mrpool.h"
 #include "pair.h"
 #include "rdma.h"
@@ -26,6 +28,7 @@ static void prepare(void)
 	shim_epoll_atfork_prepare();
 	shim_sock_atfork_prepare();
 	shim_pair_atfork_prepare();
+	shim_diag_atfork_prepare();
 	shim_breaker_atfork(true);
 	shim_rdma_dev_atfork(true);
 	shim_mrpool_atfork(true);
@@ -36,6 +39,7 @@ static void parent(void)
 	shim_mrpool_atfork(false);
 	shim_rdma_dev_atfork(false);
 	shim_breaker_atfork(false);
+	shim_diag_atfork_parent();
 	shim_pair_atfork_parent();
 	shim_sock_atfork_parent();
 	shim_epoll_atfork_release();
@@ -46,7 +50,9 @@ static void child(void)
 	shim_mrpool_atfork(false);
 	shim_rdma_dev_atfork(false);
 	shim_breaker_atfork(false);
-	/* The child keeps none of its parent's pairs (pair.h). */
+	/* The child keeps none of its parent's pairs (pair.h), nor its
+	 * sock_diag socket. */
+	shim_diag_atfork_child();
 	shim_pair_atfork_child();
 	shim_sock_atfork_child();
 	shim_epoll_atfork_release();

@@ -6,10 +6,13 @@
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "fdtable.h"
 #include "real.h"
 
 struct diag_request {
@@ -34,6 +37,56 @@ static void fill_id(struct inet_diag_sockid *id, int family, const struct shim_e
 	id->idiag_cookie[1] = INET_DIAG_NOCOOKIE;
 }
 
+/*
+ * One netlink socket per process, kept (a socket() and a close() were a
+ * third of a query's cost, and each upgrade asks at both ends). One query
+ * at a time, under diag_lock; each carries its own sequence number, so an
+ * answer left behind by one that timed out is skipped. A fork's child
+ * opens its own: its copy shares the parent's socket, and an answer would
+ * go to whichever process read first.
+ */
+static pthread_mutex_t diag_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shim_owned_fd kept = { .fd = -1 };
+static pid_t kept_pid;
+static uint32_t kept_seq;
+
+/* Under diag_lock: the kept socket, opened when there is none. One whose
+ * number the shim may not keep (near the fd limit: fdtable.h) serves this
+ * query only: *transient, the caller closes it. */
+static int diag_socket(bool *transient)
+{
+	struct timeval tv = { .tv_sec = 1 };
+	int fd;
+
+	*transient = false;
+	if (kept.fd >= 0 && kept_pid == getpid() && shim_owned_still(&kept))
+		return kept.fd;
+	kept.fd = -1;
+	fd = REAL(socket)(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	if (fd < 0)
+		return -errno;
+	if (REAL(setsockopt)(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0) {
+		int rc = -errno;
+
+		REAL(close)(fd);
+		return rc;
+	}
+	*transient = !shim_fd_keepable(fd) || shim_owned_take(&kept, fd) < 0;
+	if (!*transient)
+		kept_pid = getpid();
+	return fd;
+}
+
+/* Under diag_lock, after a failed exchange: no later answer to it may be
+ * taken for the next query's. */
+static void diag_forget(int fd, bool transient)
+{
+	if (transient)
+		REAL(close)(fd);
+	else
+		shim_owned_close(&kept);
+}
+
 static int query(int family, const struct shim_endpoint *src, const struct shim_endpoint *dst,
 		 uid_t *uid, ino_t *inode)
 {
@@ -43,46 +96,73 @@ static int query(int family, const struct shim_endpoint *src, const struct shim_
 		struct nlmsghdr nlh;
 		char raw[8192];
 	} answer;
-	ssize_t n;
 	int fd, rc = -ENOENT;
+	bool transient;
 
-	fd = REAL(socket)(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-	if (fd < 0)
-		return -errno;
+	pthread_mutex_lock(&diag_lock);
+	fd = diag_socket(&transient);
+	if (fd < 0) {
+		rc = fd;
+		goto out;
+	}
 	rq.nlh.nlmsg_len = sizeof(rq);
 	rq.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
 	rq.nlh.nlmsg_flags = NLM_F_REQUEST;
+	rq.nlh.nlmsg_seq = ++kept_seq;
 	rq.req.sdiag_family = (uint8_t)family;
 	rq.req.sdiag_protocol = IPPROTO_TCP;
 	rq.req.idiag_states = ~0u;
 	fill_id(&rq.req.id, family, src, dst);
 	if (REAL(sendto)(fd, &rq, sizeof(rq), 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0) {
 		rc = -errno;
+		diag_forget(fd, transient);
 		goto out;
 	}
-	struct timeval tv = { .tv_sec = 1 };
+	for (bool answered = false; !answered;) {
+		ssize_t n = REAL(recv)(fd, &answer, sizeof(answer), 0);
 
-	REAL(setsockopt)(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	n = REAL(recv)(fd, &answer, sizeof(answer), 0);
-	if (n < 0) {
-		rc = -errno;
-		goto out;
-	}
-	for (struct nlmsghdr *h = &answer.nlh; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
-		if (h->nlmsg_type == NLMSG_ERROR || h->nlmsg_type == NLMSG_DONE)
+		if (n < 0) {
+			rc = -errno;
+			diag_forget(fd, transient);
+			goto out;
+		}
+		for (struct nlmsghdr *h = &answer.nlh; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+			if (h->nlmsg_seq != rq.nlh.nlmsg_seq)
+				continue; /* an answer to an earlier query */
+			answered = true;
+			if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY)
+				break;
+			const struct inet_diag_msg *msg = NLMSG_DATA(h);
+
+			*uid = msg->idiag_uid;
+			*inode = msg->idiag_inode;
+			rc = 0;
 			break;
-		if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY)
-			continue;
-		const struct inet_diag_msg *msg = NLMSG_DATA(h);
-
-		*uid = msg->idiag_uid;
-		*inode = msg->idiag_inode;
-		rc = 0;
-		break;
+		}
 	}
+	if (transient)
+		REAL(close)(fd);
 out:
-	REAL(close)(fd);
+	pthread_mutex_unlock(&diag_lock);
 	return rc;
+}
+
+void shim_diag_atfork_prepare(void)
+{
+	pthread_mutex_lock(&diag_lock);
+}
+
+void shim_diag_atfork_parent(void)
+{
+	pthread_mutex_unlock(&diag_lock);
+}
+
+void shim_diag_atfork_child(void)
+{
+	/* The parent's socket: this process's copy goes, its own comes when
+	 * it first asks. */
+	shim_owned_close(&kept);
+	pthread_mutex_unlock(&diag_lock);
 }
 
 int shim_diag_tcp_owner(const struct shim_endpoint *src, const struct shim_endpoint *dst, uid_t *uid,

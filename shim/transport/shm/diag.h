@@ -17,4 +17,9 @@
 int shim_diag_tcp_owner(const struct shim_endpoint *src, const struct shim_endpoint *dst, uid_t *uid,
 			ino_t *inode);
 
+/* Fork handlers (atfork.c): the kept netlink socket is this process's. */
+void shim_diag_atfork_prepare(void);
+void shim_diag_atfork_parent(void);
+void shim_diag_atfork_child(void);
+
 #endif

@@ -36,44 +36,6 @@
 #define DRAIN_MSGS_PER_PAIR 32
 
 /*
- * One of our long-lived fds and what it was when we kept it. A program may
- * close fds it did not open (a daemon's close-all loop) and get the number
- * back for a file of its own: such a number is never read, written or
- * closed by us again.
- */
-struct owned_fd {
-	int fd;
-	dev_t dev;
-	ino_t ino;
-};
-
-static bool owned_still(const struct owned_fd *o)
-{
-	struct stat st;
-
-	return o->fd >= 0 && fstat(o->fd, &st) == 0 && st.st_dev == o->dev && st.st_ino == o->ino;
-}
-
-static int owned_take(struct owned_fd *o, int fd)
-{
-	struct stat st;
-
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	o->fd = fd;
-	o->dev = st.st_dev;
-	o->ino = st.st_ino;
-	return 0;
-}
-
-static void owned_close(struct owned_fd *o)
-{
-	if (owned_still(o))
-		REAL(close)(o->fd);
-	o->fd = -1;
-}
-
-/*
  * A pair's ring arena and who uses its slots (PROTOCOL.md, "Ring arena").
  * C reuses a slot only when both ends are done with its last use: its own
  * channel on it went (destroy, not a fork's forget), and S sent RELEASE
@@ -92,10 +54,10 @@ struct pair_arena {
 	pid_t pid;      /* the process that made or mapped it: only it frees
 			 * slots or sends RELEASE (a fork's child holds none) */
 	unsigned refs;  /* the pair's, each channel's on a slot, each pending HINT's */
-	struct owned_fd memfd; /* C: until S has it; then closed */
+	struct shim_owned_fd memfd; /* C: until S has it; then closed */
 	/* S: the pair RELEASEs go on; NULL once the pair went. C: retired
 	 * once its pair went (no slot is handed out again). */
-	struct owned_fd *pair;
+	struct shim_owned_fd *pair;
 	bool retired;
 	struct slot_state slot[SHIM_ARENA_SLOTS_MAX];
 };
@@ -110,20 +72,20 @@ struct slot_use {
 
 struct client_pair {
 	struct shim_endpoint server;
-	struct owned_fd fd; /* fd -1: a free slot */
+	struct shim_owned_fd fd; /* fd -1: a free slot */
 	pid_t peer_pid;
 	unsigned long long miss_until_ns;
 	struct pair_arena *arena; /* made with the first HINT that finds a slot */
 };
 
 struct server_pair {
-	struct owned_fd fd; /* fd -1: a free slot */
+	struct shim_owned_fd fd; /* fd -1: a free slot */
 	struct pair_arena *arena; /* from C's first HINT that brought it */
 };
 
 struct pending {
 	struct shim_msg_hint msg;
-	struct owned_fd rv, mem; /* rv.fd -1: a free slot; mem.fd -1 with a slot */
+	struct shim_owned_fd rv, mem; /* rv.fd -1: a free slot; mem.fd -1 with a slot */
 	struct pair_arena *arena; /* the HINT's slot's, or NULL */
 	unsigned long long at_ns;
 };
@@ -131,7 +93,7 @@ struct pending {
 static pthread_mutex_t pair_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct client_pair clients[PAIR_CLIENT_MAX];
 static struct server_pair servers[PAIR_SERVER_MAX];
-static struct owned_fd hub; /* epoll set of servers[], made with the first */
+static struct shim_owned_fd hub; /* epoll set of servers[], made with the first */
 static struct pending pending[PENDING_MAX];
 static bool tables_ready;
 
@@ -168,7 +130,7 @@ static void arena_put(struct pair_arena *a)
 {
 	if (!a || --a->refs)
 		return;
-	owned_close(&a->memfd);
+	shim_owned_close(&a->memfd);
 	shim_arena_unmap(&a->mem);
 	free(a);
 }
@@ -182,7 +144,7 @@ static void arena_retire(struct pair_arena **ap)
 		return;
 	a->retired = true;
 	a->pair = NULL;
-	owned_close(&a->memfd);
+	shim_owned_close(&a->memfd);
 	*ap = NULL;
 	arena_put(a);
 }
@@ -199,7 +161,7 @@ static void slot_release_to_c(struct pair_arena *a, unsigned k, uint32_t gen)
 {
 	struct shim_msg_release rel;
 
-	if (a->pid != getpid() || !a->pair || !owned_still(a->pair))
+	if (a->pid != getpid() || !a->pair || !shim_owned_still(a->pair))
 		return;
 	memset(&rel, 0, sizeof(rel));
 	shim_msg_init(&rel.hdr, SHIM_MSG_RELEASE, sizeof(rel));
@@ -261,7 +223,7 @@ static struct client_pair *client_of(const struct shim_endpoint *server)
 
 static void client_drop(struct client_pair *c)
 {
-	owned_close(&c->fd);
+	shim_owned_close(&c->fd);
 	arena_retire(&c->arena);
 }
 
@@ -306,7 +268,7 @@ static int client_take_slot(struct client_pair *c, uint32_t ring_bytes)
 		if (!a)
 			return -1;
 		if (shim_arena_make(ring_bytes, SHIM_ARENA_SLOTS_MAX, &a->mem, &memfd) < 0 ||
-		    owned_take(&a->memfd, memfd) < 0) {
+		    shim_owned_take(&a->memfd, memfd) < 0) {
 			free(a);
 			return -1;
 		}
@@ -344,7 +306,7 @@ int shim_pair_send_hint(const struct shim_endpoint *server, struct shim_msg_hint
 	c = client_of(server);
 	if (!c || now < c->miss_until_ns)
 		goto out;
-	if (!owned_still(&c->fd)) {
+	if (!shim_owned_still(&c->fd)) {
 		c->fd.fd = -1;
 		arena_retire(&c->arena);
 		goto out;
@@ -361,7 +323,7 @@ int shim_pair_send_hint(const struct shim_endpoint *server, struct shim_msg_hint
 	if (k >= 0) {
 		msg->slot = (uint32_t)k;
 		msg->slot_gen = a->slot[k].gen;
-		if (a->memfd.fd >= 0 && owned_still(&a->memfd)) {
+		if (a->memfd.fd >= 0 && shim_owned_still(&a->memfd)) {
 			msg->arena_slots = (uint16_t)a->mem.slots;
 			fds[1] = a->memfd.fd;
 		}
@@ -377,7 +339,7 @@ int shim_pair_send_hint(const struct shim_endpoint *server, struct shim_msg_hint
 	shim_rv_close_if(ring_memfd);
 	if (rc == 0 && k >= 0) {
 		if (msg->arena_slots)
-			owned_close(&a->memfd); /* S has it now */
+			shim_owned_close(&a->memfd); /* S has it now */
 		rc = slot_chan(a, (unsigned)k, msg->slot_gen, true, chan);
 		if (rc < 0)
 			a->slot[k].ours = false; /* S still releases it */
@@ -438,14 +400,14 @@ void shim_pair_keep_client(int rv_fd, const struct shim_endpoint *server)
 	if (!keep_begin(rv_fd, &pid))
 		return;
 	c = client_of(server);
-	if (c && owned_still(&c->fd)) {
+	if (c && shim_owned_still(&c->fd)) {
 		c = NULL; /* one per server endpoint is enough */
 	} else if (!c) {
 		for (unsigned i = 0; i < PAIR_CLIENT_MAX && !c; i++)
 			if (clients[i].fd.fd < 0)
 				c = &clients[i];
 	}
-	if (c && owned_take(&c->fd, rv_fd) == 0) {
+	if (c && shim_owned_take(&c->fd, rv_fd) == 0) {
 		c->server = *server;
 		c->peer_pid = pid;
 		c->miss_until_ns = 0;
@@ -461,14 +423,14 @@ void shim_pair_keep_client(int rv_fd, const struct shim_endpoint *server)
  * clients all left holds no fd for them). */
 static void server_drop(struct server_pair *sp)
 {
-	if (owned_still(&sp->fd) && owned_still(&hub))
+	if (shim_owned_still(&sp->fd) && shim_owned_still(&hub))
 		REAL(epoll_ctl)(hub.fd, EPOLL_CTL_DEL, sp->fd.fd, NULL);
-	owned_close(&sp->fd);
+	shim_owned_close(&sp->fd);
 	arena_retire(&sp->arena);
 	for (unsigned i = 0; i < PAIR_SERVER_MAX; i++)
 		if (servers[i].fd.fd >= 0)
 			return;
-	owned_close(&hub);
+	shim_owned_close(&hub);
 }
 
 void shim_pair_keep_server(int rv_fd)
@@ -479,20 +441,20 @@ void shim_pair_keep_server(int rv_fd)
 
 	if (!keep_begin(rv_fd, &pid))
 		return;
-	if (hub.fd < 0 || !owned_still(&hub)) {
+	if (hub.fd < 0 || !shim_owned_still(&hub)) {
 		int ep = REAL(epoll_create1)(EPOLL_CLOEXEC);
 
 		hub.fd = -1;
 		if (ep >= 0)
 			ep = shim_fd_own_checked(ep);
-		if (ep >= 0 && owned_take(&hub, ep) < 0)
+		if (ep >= 0 && shim_owned_take(&hub, ep) < 0)
 			REAL(close)(ep);
 	}
 	for (unsigned i = 0; i < PAIR_SERVER_MAX && !slot; i++)
 		if (servers[i].fd.fd < 0)
 			slot = &servers[i];
 	ev.data.fd = rv_fd;
-	if (hub.fd >= 0 && slot && owned_take(&slot->fd, rv_fd) == 0) {
+	if (hub.fd >= 0 && slot && shim_owned_take(&slot->fd, rv_fd) == 0) {
 		slot->arena = NULL;
 		if (REAL(epoll_ctl)(hub.fd, EPOLL_CTL_ADD, rv_fd, &ev) == 0)
 			rv_fd = -1;
@@ -506,8 +468,8 @@ void shim_pair_keep_server(int rv_fd)
 /* A pending HINT goes unclaimed: its slot back to C. */
 static void pending_free(struct pending *p)
 {
-	owned_close(&p->rv);
-	owned_close(&p->mem);
+	shim_owned_close(&p->rv);
+	shim_owned_close(&p->mem);
 	if (p->arena) {
 		slot_release_to_c(p->arena, p->msg.slot, p->msg.slot_gen);
 		arena_put(p->arena);
@@ -538,7 +500,7 @@ static void pending_add(const struct shim_msg_hint *msg, int rv_fd, int memfd, s
 	slot->arena = arena;
 	if (arena)
 		arena->refs++;
-	if (owned_take(&slot->rv, rv_fd) < 0 || (memfd >= 0 && owned_take(&slot->mem, memfd) < 0)) {
+	if (shim_owned_take(&slot->rv, rv_fd) < 0 || (memfd >= 0 && shim_owned_take(&slot->mem, memfd) < 0)) {
 		shim_rv_close_if(rv_fd);
 		shim_rv_close_if(memfd);
 		slot->rv.fd = -1;
@@ -624,10 +586,10 @@ static void drain(unsigned long long now)
 
 	if (hub.fd < 0)
 		return;
-	if (!owned_still(&hub)) {
+	if (!shim_owned_still(&hub)) {
 		hub.fd = -1;
 		for (unsigned i = 0; i < PAIR_SERVER_MAX; i++) {
-			owned_close(&servers[i].fd);
+			shim_owned_close(&servers[i].fd);
 			arena_retire(&servers[i].arena);
 		}
 		return;
@@ -637,7 +599,7 @@ static void drain(unsigned long long now)
 		for (unsigned i = 0; i < PAIR_SERVER_MAX; i++) {
 			if (servers[i].fd.fd != evs[e].data.fd)
 				continue;
-			if (owned_still(&servers[i].fd)) {
+			if (shim_owned_still(&servers[i].fd)) {
 				drain_one(&servers[i], now);
 			} else {
 				servers[i].fd.fd = -1;
@@ -669,7 +631,7 @@ bool shim_pair_claim(const struct shim_tuple *t, struct shim_pair_hint *out, uns
 
 		if (p->rv.fd < 0 || !names(&p->msg, t))
 			continue;
-		if (owned_still(&p->rv) && (p->arena || owned_still(&p->mem))) {
+		if (shim_owned_still(&p->rv) && (p->arena || shim_owned_still(&p->mem))) {
 			out->msg = p->msg;
 			out->rv_fd = p->rv.fd;
 			out->memfd = p->mem.fd;
@@ -752,13 +714,13 @@ void shim_pair_atfork_child(void)
 		for (unsigned i = 0; i < PAIR_CLIENT_MAX; i++)
 			client_drop(&clients[i]);
 		for (unsigned i = 0; i < PAIR_SERVER_MAX; i++) {
-			owned_close(&servers[i].fd);
+			shim_owned_close(&servers[i].fd);
 			arena_retire(&servers[i].arena);
 		}
 		for (unsigned i = 0; i < PENDING_MAX; i++)
 			if (pending[i].rv.fd >= 0)
 				pending_free(&pending[i]);
-		owned_close(&hub);
+		shim_owned_close(&hub);
 	}
 	pthread_mutex_unlock(&pair_lock);
 }
