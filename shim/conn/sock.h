@@ -201,13 +201,27 @@ static inline struct shim_sock *shim_sock_get(int fd)
 	}
 }
 
+/* Whether the sock at fd may be intercepted, looked at without a
+ * reference: the pool is type-stable, so a sock freed meanwhile is still
+ * one to read, and a connection that left interception for good (or never
+ * had it: an epoll set, a listener, a connection on TCP for good) costs
+ * its calls no reference taken and given back. A true answer is checked
+ * again under a reference. */
+static inline bool shim_fd_may_intercept(int fd)
+{
+	struct shim_sock *s = shim_fd_get(fd);
+
+	return s && __atomic_load_n(&s->intercept, __ATOMIC_RELAXED);
+}
+
 /* The socket at fd if the data path intercepts it (held), else NULL: the
- * kernel's own path. A fd the shim does not track costs one load. */
+ * kernel's own path. A fd the shim does not track costs one load, one it
+ * no longer intercepts two. */
 static inline struct shim_sock *shim_sock_get_intercepted(int fd)
 {
 	struct shim_sock *s;
 
-	if (likely(!shim_fd_get(fd)))
+	if (likely(!shim_fd_may_intercept(fd)))
 		return NULL;
 	s = shim_sock_get(fd);
 	if (s && !__atomic_load_n(&s->intercept, __ATOMIC_RELAXED)) {

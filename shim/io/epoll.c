@@ -64,7 +64,7 @@ struct shim_sock *shim_ep_intercepted_sock(int fd)
 {
 	struct shim_sock *s;
 
-	if (likely(!shim_fd_get(fd)))
+	if (likely(!shim_fd_may_intercept(fd)))
 		return NULL;
 	s = shim_sock_get(fd);
 	if (s && (s->role == SHIM_ROLE_EPOLL || !__atomic_load_n(&s->intercept, __ATOMIC_RELAXED))) {
@@ -174,6 +174,7 @@ static void item_link(struct shim_ep *ep, struct shim_epitem *it)
 {
 	HASH_ADD_INT(ep->items, fd, it);
 	HASH_ADD(hh_id, ep->by_id, id, sizeof(it->id), it);
+	__atomic_store_n(&ep->n_items, ep->n_items + 1, __ATOMIC_RELAXED);
 }
 
 /* Under ep->lock. The kernel registration is the caller's business. */
@@ -189,6 +190,7 @@ void shim_ep_item_drop(struct shim_ep *ep, struct shim_epitem *it)
 		HASH_DEL(ep->items, it);
 	}
 	HASH_DELETE(hh_id, ep->by_id, it);
+	__atomic_store_n(&ep->n_items, ep->n_items - 1, __ATOMIC_RELAXED);
 	if (it->kfd >= 0)
 		REAL(close)(it->kfd);
 	free(it);
@@ -258,6 +260,15 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		}
 	}
 	ep = es->ep;
+	/* Relaxed: the items that matter here are fd's own, which only a
+	 * registration change of fd (the program's, ordered by it) or its
+	 * close adds or drops. */
+	if (!s && !__atomic_load_n(&ep->n_items, __ATOMIC_RELAXED)) {
+		shim_sock_put(es);
+		if (op == EPOLL_CTL_ADD)
+			shim_epoll_note_early(epfd, fd);
+		return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
+	}
 	pthread_mutex_lock(&ep->lock);
 	it = item_at(ep, fd);
 	if (!s && !it) {
@@ -313,6 +324,20 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 	case EPOLL_CTL_MOD:
 		if (!it) {
 			rc = REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
+			break;
+		}
+		if (!s && !it->orphan && !it->kernel_switched) {
+			/* Its connection stays on TCP for good (nothing moved
+			 * and no handshake will start: intercept is off), and
+			 * the program changes its registration: the kernel
+			 * takes the program's own, as without the shim, and
+			 * the item goes. A wait that already took an event
+			 * under our tag drops it; the kernel's MOD checks
+			 * readiness again and reports it under the program's
+			 * data. */
+			rc = REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
+			if (rc == 0)
+				shim_ep_item_drop(ep, it);
 			break;
 		}
 		it->events = event->events;

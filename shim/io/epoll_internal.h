@@ -76,6 +76,10 @@ struct shim_ep {
 	 * or a handshake): with none, the set is the kernel's alone, and a
 	 * wait is one epoll_wait (epoll_wait.c). */
 	unsigned shim_items;
+	/* Items of every kind (ep->by_id's count): written under ep->lock,
+	 * read without it by a registration change of a fd the shim does not
+	 * intercept, which with none has nothing of ours to look up. */
+	unsigned n_items;
 	struct shim_ep *next; /* all sets, for shim_epoll_fd_closed() */
 	struct shim_spin_hist spin_hist; /* do this set's waits spin (spin.h) */
 };
