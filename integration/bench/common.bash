@@ -108,6 +108,37 @@ seq_pair() {
 	wait "$srv" || die "$mode: the server failed: $(tail -n 2 "$WORK/server.log")"
 }
 
+# seq_cost MODE CONNS ROUNDS: one seq_pair run, its CPU (both processes,
+# as each measures its own) and wall time per connection appended to
+# CPU[MODE] and WALL[MODE]; seq_cost_report MODE...: a line per mode
+# (medians, CPU range); seq_cost_delta MODE BASE: MODE - BASE, round by
+# round, on one line.
+declare -A CPU=() WALL=()
+seq_cost() {
+	local mode=$1 n=$2 c s
+	seq_pair "$mode" "$n" "$3"
+	c=$(sed -n 's/^DONE .*cpu_us=\([0-9.]*\).*/\1/p' "$WORK/client.log")
+	s=$(sed -n 's/^DONE .*cpu_us=\([0-9.]*\).*/\1/p' "$WORK/server.log")
+	CPU[$mode]+="$(calc %.3f "($c + $s) / $n") "
+	WALL[$mode]+="$(calc %.3f "$(sed -n 's/^DONE ms=\([0-9.]*\).*/\1/p' "$WORK/client.log") * 1000 / $n") "
+}
+seq_cost_report() {
+	local mode lo hi
+	for mode in "$@"; do
+		read -r lo hi < <(minmax ${CPU[$mode]})
+		# shellcheck disable=SC2086
+		say "${mode#shim_}: cpu $(median ${CPU[$mode]}) us/conn ($lo..$hi), wall $(median ${WALL[$mode]}) us/conn"
+	done
+}
+seq_cost_delta() {
+	local -a a b diffs=()
+	local i
+	read -ra a <<<"${CPU[$1]}"
+	read -ra b <<<"${CPU[$2]}"
+	for ((i = 0; i < ${#a[@]}; i++)); do diffs+=("$(calc %.1f "${a[i]} - ${b[i]}")"); done
+	echo "cpu $(median "${diffs[@]}") us/conn (per round: ${diffs[*]})"
+}
+
 # Even rounds shim first, odd rounds TCP first. order ROUND MODE...: more
 # than two modes rotate, one step a round.
 order() {

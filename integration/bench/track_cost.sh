@@ -27,28 +27,10 @@ ROUNDS=${BENCH_ROUNDS:-5}
 VARIANT_ENV[shim_tracked]="RDMASHIM_TRANSPORTS=tcp"
 VARIANT_ENV[shim_short]=""
 
-# one MODE: appends its CPU and wall time per connection to CPU[MODE], WALL[MODE]
-declare -A CPU=() WALL=()
-cpu_of() { sed -n 's/^DONE .*cpu_us=\([0-9.]*\).*/\1/p' "$1"; }
-one() {
-	local mode=$1
-	seq_pair "$mode" "$CONNS" 1
-	CPU[$mode]+="$(calc %.3f "($(cpu_of "$WORK/client.log") + $(cpu_of "$WORK/server.log")) / $CONNS") "
-	WALL[$mode]+="$(calc %.3f "$(sed -n 's/^DONE ms=\([0-9.]*\).*/\1/p' "$WORK/client.log") * 1000 / $CONNS") "
-}
-
 for ((r = 0; r < ROUNDS; r++)); do
 	for mode in $(order "$r" tcp shim_tracked shim_short); do
-		one "$mode"
+		seq_cost "$mode" "$CONNS" 1
 	done
 done
-for mode in tcp shim_tracked shim_short; do
-	read -r lo hi < <(minmax ${CPU[$mode]})
-	# shellcheck disable=SC2086
-	say "${mode#shim_}: cpu $(median ${CPU[$mode]}) us/conn ($lo..$hi), wall $(median ${WALL[$mode]}) us/conn"
-done
-diffs=()
-read -ra a <<<"${CPU[shim_tracked]}"
-read -ra b <<<"${CPU[tcp]}"
-for ((i = 0; i < ${#a[@]}; i++)); do diffs+=("$(calc %.3f "${a[i]} - ${b[i]}")"); done
-say "tracked - tcp: cpu $(median "${diffs[@]}") us/conn, both ends together (per round: ${diffs[*]})"
+seq_cost_report tcp shim_tracked shim_short
+say "tracked - tcp: $(seq_cost_delta shim_tracked tcp), both ends together"

@@ -27,29 +27,12 @@ VARIANT_ENV[shim_tracked]="$common RDMASHIM_TRANSPORTS=tcp"
 VARIANT_ENV[shim_named]="$common RDMASHIM_TRANSPORTS=shm RDMASHIM_SHM_PAIRS=0"
 VARIANT_ENV[shim_pair]="$common RDMASHIM_TRANSPORTS=shm RDMASHIM_SHM_PAIRS=1"
 
-declare -A CPU=() WALL=()
-cpu_of() { sed -n 's/^DONE .*cpu_us=\([0-9.]*\).*/\1/p' "$1"; }
-one() {
-	local mode=$1
-	seq_pair "$mode" "$CONNS" "$K"
-	CPU[$mode]+="$(calc %.1f "($(cpu_of "$WORK/client.log") + $(cpu_of "$WORK/server.log")) / $CONNS") "
-	WALL[$mode]+="$(calc %.1f "$(sed -n 's/^DONE ms=\([0-9.]*\).*/\1/p' "$WORK/client.log") * 1000 / $CONNS") "
-}
-
 for ((r = 0; r < ROUNDS; r++)); do
 	for mode in $(order "$r" shim_tracked shim_named shim_pair); do
-		one "$mode"
+		seq_cost "$mode" "$CONNS" "$K"
 	done
 done
-for mode in shim_tracked shim_named shim_pair; do
-	read -r lo hi < <(minmax ${CPU[$mode]})
-	# shellcheck disable=SC2086
-	say "${mode#shim_}: cpu $(median ${CPU[$mode]}) us/conn ($lo..$hi), wall $(median ${WALL[$mode]}) us/conn"
-done
-read -ra t <<<"${CPU[shim_tracked]}"
+seq_cost_report shim_tracked shim_named shim_pair
 for mode in shim_named shim_pair; do
-	read -ra a <<<"${CPU[$mode]}"
-	diffs=()
-	for ((i = 0; i < ${#a[@]}; i++)); do diffs+=("$(calc %.1f "${a[i]} - ${t[i]}")"); done
-	say "${mode#shim_} - tracked: cpu $(median "${diffs[@]}") us per upgrade, both ends together (per round: ${diffs[*]})"
+	say "${mode#shim_} - tracked, one upgrade, both ends together: $(seq_cost_delta "$mode" shim_tracked)"
 done
