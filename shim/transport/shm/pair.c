@@ -227,11 +227,12 @@ static void client_drop(struct client_pair *c)
 	arena_retire(&c->arena);
 }
 
-/* C: S's RELEASEs since our last HINT. false: the pair broke or S sent
- * something else (the pair is dropped). */
+/* C: S's RELEASEs since our last HINT (a bounded number: more wait for
+ * the next one, so that an S that keeps sending can not hold us here).
+ * false: the pair broke or S sent something else (the pair is dropped). */
 static bool client_drain(struct client_pair *c)
 {
-	for (;;) {
+	for (unsigned m = 0; m < 4 * SHIM_ARENA_SLOTS_MAX; m++) {
 		union {
 			struct shim_msg_release rel;
 			uint8_t raw[SHIM_MSG_MAX + 1];
@@ -253,6 +254,7 @@ static bool client_drain(struct client_pair *c)
 			slot_maybe_free(a, k);
 		}
 	}
+	return true;
 }
 
 /* C: a free slot of the pair's arena (made with the first), formatted and
