@@ -3,20 +3,17 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include "arena.h"
 #include "config.h"
 #include "fdtable.h"
 #include "real.h"
 #include "rendezvous.h"
-#include "ring.h"
 #include "shm.h"
+#include "slots.h"
 #include "trace.h"
 
 /*
@@ -34,41 +31,6 @@
 #define PENDING_TTL_NS 1000000000ull
 #define MISS_PAUSE_NS 10000000000ull
 #define DRAIN_MSGS_PER_PAIR 32
-
-/*
- * A pair's ring arena and who uses its slots (PROTOCOL.md, "Ring arena").
- * C reuses a slot only when both ends are done with its last use: its own
- * channel on it went (destroy, not a fork's forget), and S sent RELEASE
- * for that use's generation. Nothing S writes can make C hand out a slot
- * its own channel still uses; a lying S can only share memory between
- * its own connections to us. Everything here is under pair_lock.
- */
-struct slot_state {
-	uint32_t gen;    /* C: the slot's current (or last) use */
-	bool ours;       /* C: our channel on it is live */
-	bool peers;      /* C: S may hold it (from the HINT to its RELEASE) */
-};
-
-struct pair_arena {
-	struct shim_arena mem;
-	pid_t pid;      /* the process that made or mapped it: only it frees
-			 * slots or sends RELEASE (a fork's child holds none) */
-	unsigned refs;  /* the pair's, each channel's on a slot, each pending HINT's */
-	struct shim_owned_fd memfd; /* C: until S has it; then closed */
-	/* S: the pair RELEASEs go on; NULL once the pair went. C: retired
-	 * once its pair went (no slot is handed out again). */
-	struct shim_owned_fd *pair;
-	bool retired;
-	struct slot_state slot[SHIM_ARENA_SLOTS_MAX];
-};
-
-/* One channel's use of a slot: what its done callback is told. */
-struct slot_use {
-	struct pair_arena *arena;
-	unsigned slot;
-	uint32_t gen;
-	bool client;
-};
 
 struct client_pair {
 	struct shim_endpoint server;
@@ -90,7 +52,6 @@ struct pending {
 	unsigned long long at_ns;
 };
 
-static pthread_mutex_t pair_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct client_pair clients[PAIR_CLIENT_MAX];
 static struct server_pair servers[PAIR_SERVER_MAX];
 static struct shim_owned_fd hub; /* epoll set of servers[], made with the first */
@@ -112,105 +73,6 @@ static void tables_init(void)
 	tables_ready = true;
 }
 
-/* ---- arenas ---- */
-
-static struct pair_arena *arena_new(void)
-{
-	struct pair_arena *a = calloc(1, sizeof(*a));
-
-	if (a) {
-		a->pid = getpid();
-		a->refs = 1;
-		a->memfd.fd = -1;
-	}
-	return a;
-}
-
-static void arena_put(struct pair_arena *a)
-{
-	if (!a || --a->refs)
-		return;
-	shim_owned_close(&a->memfd);
-	shim_arena_unmap(&a->mem);
-	free(a);
-}
-
-/* The pair went: the arena lives on for the channels still on its slots. */
-static void arena_retire(struct pair_arena **ap)
-{
-	struct pair_arena *a = *ap;
-
-	if (!a)
-		return;
-	a->retired = true;
-	a->pair = NULL;
-	shim_owned_close(&a->memfd);
-	*ap = NULL;
-	arena_put(a);
-}
-
-/* C: a slot both ends are done with gives back what its rings touched. */
-static void slot_maybe_free(struct pair_arena *a, unsigned k)
-{
-	if (!a->slot[k].ours && !a->slot[k].peers && !a->retired)
-		shim_arena_trim(&a->mem, k);
-}
-
-/* S: the slot's use is over at our end; C may hand it out again. */
-static void slot_release_to_c(struct pair_arena *a, unsigned k, uint32_t gen)
-{
-	struct shim_msg_release rel;
-
-	if (a->pid != getpid() || !a->pair || !shim_owned_still(a->pair))
-		return;
-	memset(&rel, 0, sizeof(rel));
-	shim_msg_init(&rel.hdr, SHIM_MSG_RELEASE, sizeof(rel));
-	rel.slot = k;
-	rel.slot_gen = gen;
-	/* A full buffer loses it: the slot stays C's to not reuse. */
-	(void)shim_rv_send(a->pair->fd, &rel, sizeof(rel), -1);
-}
-
-/* A channel on a slot went (shim_shm_on_slot's done). */
-static void slot_done(void *ctx, bool reusable)
-{
-	struct slot_use *u = ctx;
-	struct pair_arena *a = u->arena;
-
-	pthread_mutex_lock(&pair_lock);
-	if (reusable && a->pid == getpid()) {
-		if (u->client) {
-			if (a->slot[u->slot].gen == u->gen) {
-				a->slot[u->slot].ours = false;
-				slot_maybe_free(a, u->slot);
-			}
-		} else {
-			slot_release_to_c(a, u->slot, u->gen);
-		}
-	}
-	arena_put(a);
-	pthread_mutex_unlock(&pair_lock);
-	free(u);
-}
-
-/* A channel on slot k of a (formatted by C); takes one reference. */
-static int slot_chan(struct pair_arena *a, unsigned k, uint32_t gen, bool client, struct shim_chan **out)
-{
-	struct slot_use *u = calloc(1, sizeof(*u));
-	int rc;
-
-	if (!u)
-		return -ENOMEM;
-	*u = (struct slot_use){ .arena = a, .slot = k, .gen = gen, .client = client };
-	rc = shim_shm_on_slot(shim_arena_slot(&a->mem, k), a->mem.ring_bytes, client, false, slot_done, u, out);
-	if (rc < 0) {
-		free(u);
-		return rc;
-	}
-	a->refs++;
-	return 0;
-}
-
 /* ---- C ---- */
 
 static struct client_pair *client_of(const struct shim_endpoint *server)
@@ -224,7 +86,7 @@ static struct client_pair *client_of(const struct shim_endpoint *server)
 static void client_drop(struct client_pair *c)
 {
 	shim_owned_close(&c->fd);
-	arena_retire(&c->arena);
+	shim_slots_retire(&c->arena);
 }
 
 /* C: S's RELEASEs since our last HINT (a bounded number: more wait for
@@ -245,54 +107,9 @@ static bool client_drain(struct client_pair *c)
 			client_drop(c);
 			return false;
 		}
-		struct pair_arena *a = c->arena;
-		unsigned k = msg.rel.slot;
-
-		/* Only the use S was given: a stale or made-up one changes nothing. */
-		if (a && k < a->mem.slots && a->slot[k].peers && a->slot[k].gen == msg.rel.slot_gen) {
-			a->slot[k].peers = false;
-			slot_maybe_free(a, k);
-		}
+		shim_slots_peer_released(c->arena, msg.rel.slot, msg.rel.slot_gen);
 	}
 	return true;
-}
-
-/* C: a free slot of the pair's arena (made with the first), formatted and
- * marked used by both ends, or -1: none (the HINT brings its own ring). */
-static int client_take_slot(struct client_pair *c, uint32_t ring_bytes)
-{
-	struct pair_arena *a = c->arena;
-
-	if (!a) {
-		int memfd;
-
-		a = arena_new();
-		if (!a)
-			return -1;
-		if (shim_arena_make(ring_bytes, SHIM_ARENA_SLOTS_MAX, &a->mem, &memfd) < 0 ||
-		    shim_owned_take(&a->memfd, memfd) < 0) {
-			free(a);
-			return -1;
-		}
-		c->arena = a;
-		SHIM_TRACE(SHIM_TRACE_DEBUG, "pair.arena", -1, NULL, SHIM_REASON_NONE,
-			   "\"side\":\"client\",\"slots\":%u,\"ring_bytes\":%u", a->mem.slots, ring_bytes);
-	}
-	if (a->mem.ring_bytes != ring_bytes)
-		return -1;
-	for (unsigned k = 0; k < a->mem.slots; k++) {
-		struct slot_state *st = &a->slot[k];
-
-		if (st->ours || st->peers)
-			continue;
-		st->gen++;
-		st->ours = true;
-		st->peers = true;
-		shim_ring_format(shim_arena_slot(&a->mem, k), ring_bytes);
-		shim_ring_format(shim_arena_slot(&a->mem, k) + shim_ring_footprint(ring_bytes), ring_bytes);
-		return (int)k;
-	}
-	return -1;
 }
 
 int shim_pair_send_hint(const struct shim_endpoint *server, struct shim_msg_hint *msg, int rv_fd,
@@ -300,35 +117,33 @@ int shim_pair_send_hint(const struct shim_endpoint *server, struct shim_msg_hint
 {
 	int fds[2] = { rv_fd, -1 };
 	struct client_pair *c;
-	struct pair_arena *a;
-	int rc = -ENOENT, k, ring_memfd = -1;
+	struct shim_slot_hint slot;
+	bool in_arena;
+	int rc = -ENOENT, ring_memfd = -1;
 
-	pthread_mutex_lock(&pair_lock);
+	pthread_mutex_lock(&shim_pair_lock);
 	tables_init();
 	c = client_of(server);
 	if (!c || now < c->miss_until_ns)
 		goto out;
 	if (!shim_owned_still(&c->fd)) {
 		c->fd.fd = -1;
-		arena_retire(&c->arena);
+		shim_slots_retire(&c->arena);
 		goto out;
 	}
 	if (!client_drain(c)) {
 		rc = -EPIPE;
 		goto out;
 	}
-	k = client_take_slot(c, msg->ring_bytes);
-	a = c->arena;
+	in_arena = shim_slots_take(&c->arena, msg->ring_bytes, &slot);
 	msg->slot = SHIM_SLOT_NONE;
 	msg->slot_gen = 0;
 	msg->arena_slots = 0;
-	if (k >= 0) {
-		msg->slot = (uint32_t)k;
-		msg->slot_gen = a->slot[k].gen;
-		if (a->memfd.fd >= 0 && shim_owned_still(&a->memfd)) {
-			msg->arena_slots = (uint16_t)a->mem.slots;
-			fds[1] = a->memfd.fd;
-		}
+	if (in_arena) {
+		msg->slot = slot.slot;
+		msg->slot_gen = slot.gen;
+		msg->arena_slots = slot.arena_slots;
+		fds[1] = slot.arena_fd;
 	} else {
 		rc = shim_shm_create(msg->ring_bytes, chan, &ring_memfd);
 		if (rc < 0)
@@ -339,15 +154,12 @@ int shim_pair_send_hint(const struct shim_endpoint *server, struct shim_msg_hint
 	 * and this one has been taking none) or a closed S drops the pair. */
 	rc = shim_rv_send_fds(c->fd.fd, msg, sizeof(*msg), fds, fds[1] >= 0 ? 2 : 1);
 	shim_rv_close_if(ring_memfd);
-	if (rc == 0 && k >= 0) {
-		if (msg->arena_slots)
-			shim_owned_close(&a->memfd); /* S has it now */
-		rc = slot_chan(a, (unsigned)k, msg->slot_gen, true, chan);
-		if (rc < 0)
-			a->slot[k].ours = false; /* S still releases it */
-	} else if (k >= 0) {
-		a->slot[k].ours = false;
-		a->slot[k].peers = false;
+	if (in_arena) {
+		int sent = rc;
+
+		rc = shim_slots_hint_done(c->arena, &slot, sent == 0, chan);
+		if (sent < 0)
+			rc = sent;
 	} else if (rc < 0) {
 		(*chan)->ops->destroy(*chan);
 	}
@@ -356,7 +168,7 @@ int shim_pair_send_hint(const struct shim_endpoint *server, struct shim_msg_hint
 	else
 		*peer_pid = c->peer_pid;
 out:
-	pthread_mutex_unlock(&pair_lock);
+	pthread_mutex_unlock(&shim_pair_lock);
 	return rc;
 }
 
@@ -364,12 +176,12 @@ void shim_pair_miss(const struct shim_endpoint *server, unsigned long long now)
 {
 	struct client_pair *c;
 
-	pthread_mutex_lock(&pair_lock);
+	pthread_mutex_lock(&shim_pair_lock);
 	tables_init();
 	c = client_of(server);
 	if (c)
 		c->miss_until_ns = now + MISS_PAUSE_NS;
-	pthread_mutex_unlock(&pair_lock);
+	pthread_mutex_unlock(&shim_pair_lock);
 }
 
 /*
@@ -389,7 +201,7 @@ static bool keep_begin(int rv_fd, pid_t *pid)
 		return false;
 	}
 	*pid = cred.pid;
-	pthread_mutex_lock(&pair_lock);
+	pthread_mutex_lock(&shim_pair_lock);
 	tables_init();
 	return true;
 }
@@ -415,7 +227,7 @@ void shim_pair_keep_client(int rv_fd, const struct shim_endpoint *server)
 		c->miss_until_ns = 0;
 		rv_fd = -1;
 	}
-	pthread_mutex_unlock(&pair_lock);
+	pthread_mutex_unlock(&shim_pair_lock);
 	shim_rv_close_if(rv_fd);
 }
 
@@ -428,7 +240,7 @@ static void server_drop(struct server_pair *sp)
 	if (shim_owned_still(&sp->fd) && shim_owned_still(&hub))
 		REAL(epoll_ctl)(hub.fd, EPOLL_CTL_DEL, sp->fd.fd, NULL);
 	shim_owned_close(&sp->fd);
-	arena_retire(&sp->arena);
+	shim_slots_retire(&sp->arena);
 	for (unsigned i = 0; i < PAIR_SERVER_MAX; i++)
 		if (servers[i].fd.fd >= 0)
 			return;
@@ -463,7 +275,7 @@ void shim_pair_keep_server(int rv_fd)
 		else
 			slot->fd.fd = -1;
 	}
-	pthread_mutex_unlock(&pair_lock);
+	pthread_mutex_unlock(&shim_pair_lock);
 	shim_rv_close_if(rv_fd);
 }
 
@@ -473,8 +285,8 @@ static void pending_free(struct pending *p)
 	shim_owned_close(&p->rv);
 	shim_owned_close(&p->mem);
 	if (p->arena) {
-		slot_release_to_c(p->arena, p->msg.slot, p->msg.slot_gen);
-		arena_put(p->arena);
+		shim_slots_release_to_c(p->arena, p->msg.slot, p->msg.slot_gen);
+		shim_slots_put(p->arena);
 		p->arena = NULL;
 	}
 }
@@ -501,7 +313,7 @@ static void pending_add(const struct shim_msg_hint *msg, int rv_fd, int memfd, s
 	slot->mem.fd = -1;
 	slot->arena = arena;
 	if (arena)
-		arena->refs++;
+		shim_slots_get(arena);
 	if (shim_owned_take(&slot->rv, rv_fd) < 0 || (memfd >= 0 && shim_owned_take(&slot->mem, memfd) < 0)) {
 		shim_rv_close_if(rv_fd);
 		shim_rv_close_if(memfd);
@@ -522,28 +334,16 @@ static bool hint_ring(struct server_pair *sp, const struct shim_msg_hint *h, int
 	if (h->slot == SHIM_SLOT_NONE)
 		return *memfd >= 0;
 	if (h->arena_slots) {
-		struct pair_arena *a;
-		int rc;
-
 		/* One arena per pair, of rings no larger than ours. */
 		if (sp->arena || *memfd < 0 || h->ring_bytes > shim_cfg.ring_kb * 1024u)
 			return false;
-		a = arena_new();
-		if (!a)
-			return false;
-		rc = shim_arena_map(*memfd, h->ring_bytes, h->arena_slots, &a->mem);
+		sp->arena = shim_slots_map(*memfd, h->ring_bytes, h->arena_slots, &sp->fd);
 		REAL(close)(*memfd);
 		*memfd = -1;
-		if (rc < 0) {
-			free(a);
+		if (!sp->arena)
 			return false;
-		}
-		a->pair = &sp->fd;
-		sp->arena = a;
-		SHIM_TRACE(SHIM_TRACE_DEBUG, "pair.arena", -1, NULL, SHIM_REASON_NONE,
-			   "\"side\":\"server\",\"slots\":%u,\"ring_bytes\":%u", a->mem.slots, h->ring_bytes);
 	}
-	return *memfd < 0 && sp->arena && h->slot < sp->arena->mem.slots && h->ring_bytes == sp->arena->mem.ring_bytes;
+	return *memfd < 0 && shim_slots_fit(sp->arena, h->slot, h->ring_bytes);
 }
 
 /* Under pair_lock: the HINTs one pair brought. A pair that closed, or sent
@@ -592,7 +392,7 @@ static void drain(unsigned long long now)
 		hub.fd = -1;
 		for (unsigned i = 0; i < PAIR_SERVER_MAX; i++) {
 			shim_owned_close(&servers[i].fd);
-			arena_retire(&servers[i].arena);
+			shim_slots_retire(&servers[i].arena);
 		}
 		return;
 	}
@@ -605,7 +405,7 @@ static void drain(unsigned long long now)
 				drain_one(&servers[i], now);
 			} else {
 				servers[i].fd.fd = -1;
-				arena_retire(&servers[i].arena);
+				shim_slots_retire(&servers[i].arena);
 			}
 			break;
 		}
@@ -625,7 +425,7 @@ bool shim_pair_claim(const struct shim_tuple *t, struct shim_pair_hint *out, uns
 {
 	bool found = false;
 
-	pthread_mutex_lock(&pair_lock);
+	pthread_mutex_lock(&shim_pair_lock);
 	tables_init();
 	drain(now);
 	for (unsigned i = 0; i < PENDING_MAX && !found; i++) {
@@ -646,7 +446,7 @@ bool shim_pair_claim(const struct shim_tuple *t, struct shim_pair_hint *out, uns
 			pending_free(p);
 		}
 	}
-	pthread_mutex_unlock(&pair_lock);
+	pthread_mutex_unlock(&shim_pair_lock);
 	return found;
 }
 
@@ -660,13 +460,13 @@ int shim_pair_hint_ring(struct shim_pair_hint *h, struct shim_chan **out)
 		h->memfd = -1;
 		return rc;
 	}
-	pthread_mutex_lock(&pair_lock);
-	rc = slot_chan(h->arena, h->msg.slot, h->msg.slot_gen, false, out);
+	pthread_mutex_lock(&shim_pair_lock);
+	rc = shim_slots_chan(h->arena, h->msg.slot, h->msg.slot_gen, out);
 	if (rc < 0)
-		slot_release_to_c(h->arena, h->msg.slot, h->msg.slot_gen);
-	arena_put(h->arena);
+		shim_slots_release_to_c(h->arena, h->msg.slot, h->msg.slot_gen);
+	shim_slots_put(h->arena);
 	h->arena = NULL;
-	pthread_mutex_unlock(&pair_lock);
+	pthread_mutex_unlock(&shim_pair_lock);
 	return rc;
 }
 
@@ -677,21 +477,21 @@ void shim_pair_hint_drop_ring(struct shim_pair_hint *h)
 		h->memfd = -1;
 		return;
 	}
-	pthread_mutex_lock(&pair_lock);
-	slot_release_to_c(h->arena, h->msg.slot, h->msg.slot_gen);
-	arena_put(h->arena);
+	pthread_mutex_lock(&shim_pair_lock);
+	shim_slots_release_to_c(h->arena, h->msg.slot, h->msg.slot_gen);
+	shim_slots_put(h->arena);
 	h->arena = NULL;
-	pthread_mutex_unlock(&pair_lock);
+	pthread_mutex_unlock(&shim_pair_lock);
 }
 
 int shim_pair_hub_fd(void)
 {
 	int fd;
 
-	pthread_mutex_lock(&pair_lock);
+	pthread_mutex_lock(&shim_pair_lock);
 	tables_init();
 	fd = hub.fd;
-	pthread_mutex_unlock(&pair_lock);
+	pthread_mutex_unlock(&shim_pair_lock);
 	return fd;
 }
 
@@ -699,12 +499,12 @@ int shim_pair_hub_fd(void)
 
 void shim_pair_atfork_prepare(void)
 {
-	pthread_mutex_lock(&pair_lock);
+	pthread_mutex_lock(&shim_pair_lock);
 }
 
 void shim_pair_atfork_parent(void)
 {
-	pthread_mutex_unlock(&pair_lock);
+	pthread_mutex_unlock(&shim_pair_lock);
 }
 
 void shim_pair_atfork_child(void)
@@ -717,12 +517,12 @@ void shim_pair_atfork_child(void)
 			client_drop(&clients[i]);
 		for (unsigned i = 0; i < PAIR_SERVER_MAX; i++) {
 			shim_owned_close(&servers[i].fd);
-			arena_retire(&servers[i].arena);
+			shim_slots_retire(&servers[i].arena);
 		}
 		for (unsigned i = 0; i < PENDING_MAX; i++)
 			if (pending[i].rv.fd >= 0)
 				pending_free(&pending[i]);
 		shim_owned_close(&hub);
 	}
-	pthread_mutex_unlock(&pair_lock);
+	pthread_mutex_unlock(&shim_pair_lock);
 }

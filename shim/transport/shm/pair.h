@@ -12,7 +12,7 @@
  * S checks each HINT's sender against the TCP connection it names, as on
  * any rendezvous, and the pair's own verification is never relied on.
  *
- * Every function takes the module's lock, which comes after the socks'
+ * Every function takes the pairs' lock (shim_pair_lock, slots.h), which comes after the socks'
  * (atfork.c); none blocks.
  */
 #ifndef RDMASHIM_PAIR_H
