@@ -16,21 +16,10 @@ static int arena_map(int memfd, uint32_t ring_bytes, unsigned slots, struct shim
 	a->slots = slots;
 	a->slot_len = (size_t)shim_shm_footprint(ring_bytes);
 	a->stride = a->slot_len + SHIM_SHM_GUARD_BYTES;
-	a->map_len = slots * a->stride + SHIM_SHM_GUARD_BYTES;
-	a->map = mmap(NULL, a->map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	a->map = shim_shm_map_slots(memfd, a->slot_len, slots, &a->map_len);
 	if (a->map == MAP_FAILED) {
 		a->map = NULL;
 		return -errno;
-	}
-	/* Each slot over the reservation, the guards between them untouched. */
-	for (unsigned i = 0; i < slots; i++) {
-		if (mmap(shim_arena_slot(a, i), a->slot_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, memfd,
-			 (off_t)(i * a->slot_len)) == MAP_FAILED) {
-			int rc = -errno;
-
-			shim_arena_unmap(a);
-			return rc;
-		}
 	}
 	return 0;
 }

@@ -41,16 +41,41 @@ uint64_t shim_shm_footprint(uint32_t ring_bytes)
 	return 2 * (uint64_t)shim_ring_footprint(ring_bytes);
 }
 
-/* C sends on ring 0, S sends on ring 1; C formats both first. */
-static int shm_attach_rings(struct shm_chan *sc, uint8_t *base, uint32_t ring_bytes, bool is_client, bool format)
+void shim_shm_format(uint8_t *base, uint32_t ring_bytes)
+{
+	shim_ring_format(base, ring_bytes);
+	shim_ring_format(base + shim_ring_footprint(ring_bytes), ring_bytes);
+}
+
+uint8_t *shim_shm_map_slots(int memfd, size_t len, unsigned slots, size_t *map_len)
+{
+	size_t stride = len + SHIM_SHM_GUARD_BYTES;
+	uint8_t *map;
+
+	*map_len = slots * stride + SHIM_SHM_GUARD_BYTES;
+	map = mmap(NULL, *map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (map == MAP_FAILED)
+		return MAP_FAILED;
+	/* Each piece over the reservation, the guards between them untouched. */
+	for (unsigned i = 0; i < slots; i++) {
+		if (mmap(map + SHIM_SHM_GUARD_BYTES + i * stride, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+			 memfd, (off_t)(i * len)) == MAP_FAILED) {
+			int err = errno;
+
+			munmap(map, *map_len);
+			errno = err;
+			return MAP_FAILED;
+		}
+	}
+	return map;
+}
+
+/* C sends on ring 0, S sends on ring 1 (C formatted both). */
+static int shm_attach_rings(struct shm_chan *sc, uint8_t *base, uint32_t ring_bytes, bool is_client)
 {
 	uint8_t *c_to_s = base, *s_to_c = base + shim_ring_footprint(ring_bytes);
 	int rc;
 
-	if (format) {
-		shim_ring_format(c_to_s, ring_bytes);
-		shim_ring_format(s_to_c, ring_bytes);
-	}
 	rc = shim_ring_attach(&sc->tx, is_client ? c_to_s : s_to_c, ring_bytes);
 	if (rc == 0)
 		rc = shim_ring_attach(&sc->rx, is_client ? s_to_c : c_to_s, ring_bytes);
@@ -62,27 +87,22 @@ static int shm_attach_rings(struct shm_chan *sc, uint8_t *base, uint32_t ring_by
 /* Maps the memfd and attaches. */
 static int shm_map(int memfd, uint32_t ring_bytes, bool is_client, bool format, struct shim_chan **out)
 {
-	size_t len = (size_t)shim_shm_footprint(ring_bytes), map_len = len + 2 * SHIM_SHM_GUARD_BYTES;
 	struct shm_chan *sc = calloc(1, sizeof(*sc));
-	uint8_t *map, *base;
+	size_t map_len;
+	uint8_t *map;
 	int rc;
 
 	if (!sc)
 		return -ENOMEM;
-	map = mmap(NULL, map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	map = shim_shm_map_slots(memfd, (size_t)shim_shm_footprint(ring_bytes), 1, &map_len);
 	if (map == MAP_FAILED) {
 		rc = -errno;
 		free(sc);
 		return rc;
 	}
-	base = mmap(map + SHIM_SHM_GUARD_BYTES, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, memfd, 0);
-	if (base == MAP_FAILED) {
-		rc = -errno;
-		munmap(map, map_len);
-		free(sc);
-		return rc;
-	}
-	rc = shm_attach_rings(sc, base, ring_bytes, is_client, format);
+	if (format)
+		shim_shm_format(map + SHIM_SHM_GUARD_BYTES, ring_bytes);
+	rc = shm_attach_rings(sc, map + SHIM_SHM_GUARD_BYTES, ring_bytes, is_client);
 	if (rc < 0) {
 		munmap(map, map_len);
 		free(sc);
@@ -94,15 +114,15 @@ static int shm_map(int memfd, uint32_t ring_bytes, bool is_client, bool format, 
 	return 0;
 }
 
-int shim_shm_on_slot(uint8_t *base, uint32_t ring_bytes, bool is_client, bool format,
-		     void (*done)(void *ctx, bool reusable), void *ctx, struct shim_chan **out)
+int shim_shm_on_slot(uint8_t *base, uint32_t ring_bytes, bool is_client, void (*done)(void *ctx, bool reusable),
+		     void *ctx, struct shim_chan **out)
 {
 	struct shm_chan *sc = calloc(1, sizeof(*sc));
 	int rc;
 
 	if (!sc)
 		return -ENOMEM;
-	rc = shm_attach_rings(sc, base, ring_bytes, is_client, format);
+	rc = shm_attach_rings(sc, base, ring_bytes, is_client);
 	if (rc < 0) {
 		free(sc);
 		return rc;

@@ -7,6 +7,7 @@
 #define RDMASHIM_SHM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "transport.h"
@@ -21,10 +22,13 @@ int shim_shm_create(uint32_t ring_bytes, struct shim_chan **out, int *memfd_out)
 int shim_shm_attach(int memfd, uint32_t ring_bytes, struct shim_chan **out);
 
 /* A channel on rings at base (a slot of a pair's arena, ring_bytes each
- * way; C formats them). done(ctx, reusable) runs once, when the channel
- * goes: reusable false when another process may still use the rings. */
-int shim_shm_on_slot(uint8_t *base, uint32_t ring_bytes, bool is_client, bool format,
-		     void (*done)(void *ctx, bool reusable), void *ctx, struct shim_chan **out);
+ * way, formatted by C with shim_shm_format()). done(ctx, reusable) runs
+ * once, when the channel goes: reusable false when another process may
+ * still use the rings. */
+int shim_shm_on_slot(uint8_t *base, uint32_t ring_bytes, bool is_client, void (*done)(void *ctx, bool reusable),
+		     void *ctx, struct shim_chan **out);
+/* C: fresh headers for the two rings of one connection at base. */
+void shim_shm_format(uint8_t *base, uint32_t ring_bytes);
 
 /* A sealed memfd of size bytes (shrink, grow and seal sealed), owner-only,
  * or -errno. */
@@ -41,6 +45,12 @@ int shim_shm_memfd_check(int memfd, uint64_t size);
  * may be another connection's ring.
  */
 #define SHIM_SHM_GUARD_BYTES 4096u
+
+/* Maps slots consecutive pieces of memfd, len bytes each, into one
+ * reservation: a guard page, piece 0, a guard page, ..., a guard page.
+ * Returns the reservation (piece i at SHIM_SHM_GUARD_BYTES + i * (len +
+ * SHIM_SHM_GUARD_BYTES)) and its length, or MAP_FAILED with errno. */
+uint8_t *shim_shm_map_slots(int memfd, size_t len, unsigned slots, size_t *map_len);
 
 /* Bytes of memory one connection's channel maps. */
 uint64_t shim_shm_footprint(uint32_t ring_bytes);

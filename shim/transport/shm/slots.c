@@ -8,7 +8,6 @@
 
 #include "arena.h"
 #include "rendezvous.h"
-#include "ring.h"
 #include "shm.h"
 #include "trace.h"
 #include "wire.h"
@@ -136,7 +135,7 @@ static int slot_chan(struct pair_arena *a, unsigned k, uint32_t gen, bool client
 	if (!u)
 		return -ENOMEM;
 	*u = (struct slot_use){ .arena = a, .slot = k, .gen = gen, .client = client };
-	rc = shim_shm_on_slot(shim_arena_slot(&a->mem, k), a->mem.ring_bytes, client, false, slot_done, u, out);
+	rc = shim_shm_on_slot(shim_arena_slot(&a->mem, k), a->mem.ring_bytes, client, slot_done, u, out);
 	if (rc < 0) {
 		free(u);
 		return rc;
@@ -174,8 +173,7 @@ static int take_slot(struct pair_arena **ap, uint32_t ring_bytes)
 		st->gen++;
 		st->ours = true;
 		st->peers = true;
-		shim_ring_format(shim_arena_slot(&a->mem, k), ring_bytes);
-		shim_ring_format(shim_arena_slot(&a->mem, k) + shim_ring_footprint(ring_bytes), ring_bytes);
+		shim_shm_format(shim_arena_slot(&a->mem, k), ring_bytes);
 		return (int)k;
 	}
 	return -1;
