@@ -284,11 +284,8 @@ static void pending_free(struct pending *p)
 {
 	shim_owned_close(&p->rv);
 	shim_owned_close(&p->mem);
-	if (p->arena) {
-		shim_slots_release_to_c(p->arena, p->msg.slot, p->msg.slot_gen);
-		shim_slots_put(p->arena);
-		p->arena = NULL;
-	}
+	if (p->arena)
+		shim_slots_give_back(&p->arena, p->msg.slot, p->msg.slot_gen);
 }
 
 /* Under pair_lock: a HINT in, its fds ours (memfd -1 for a slot of arena,
@@ -462,10 +459,12 @@ int shim_pair_hint_ring(struct shim_pair_hint *h, struct shim_chan **out)
 	}
 	pthread_mutex_lock(&shim_pair_lock);
 	rc = shim_slots_chan(h->arena, h->msg.slot, h->msg.slot_gen, out);
-	if (rc < 0)
-		shim_slots_release_to_c(h->arena, h->msg.slot, h->msg.slot_gen);
-	shim_slots_put(h->arena);
-	h->arena = NULL;
+	if (rc < 0) {
+		shim_slots_give_back(&h->arena, h->msg.slot, h->msg.slot_gen);
+	} else {
+		shim_slots_put(h->arena); /* the channel holds its own */
+		h->arena = NULL;
+	}
 	pthread_mutex_unlock(&shim_pair_lock);
 	return rc;
 }
@@ -478,9 +477,7 @@ void shim_pair_hint_drop_ring(struct shim_pair_hint *h)
 		return;
 	}
 	pthread_mutex_lock(&shim_pair_lock);
-	shim_slots_release_to_c(h->arena, h->msg.slot, h->msg.slot_gen);
-	shim_slots_put(h->arena);
-	h->arena = NULL;
+	shim_slots_give_back(&h->arena, h->msg.slot, h->msg.slot_gen);
 	pthread_mutex_unlock(&shim_pair_lock);
 }
 

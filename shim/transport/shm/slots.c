@@ -90,7 +90,9 @@ static void slot_maybe_free(struct pair_arena *a, unsigned k)
 		shim_arena_trim(&a->mem, k);
 }
 
-void shim_slots_release_to_c(struct pair_arena *a, uint32_t k, uint32_t gen)
+/* S: the slot's use is over at our end: RELEASE on the pair (in the
+ * process that mapped it, while the pair lives). */
+static void release_to_c(struct pair_arena *a, uint32_t k, uint32_t gen)
 {
 	struct shim_msg_release rel;
 
@@ -118,7 +120,7 @@ static void slot_done(void *ctx, bool reusable)
 				slot_maybe_free(a, u->slot);
 			}
 		} else {
-			shim_slots_release_to_c(a, u->slot, u->gen);
+			release_to_c(a, u->slot, u->gen);
 		}
 	}
 	shim_slots_put(a);
@@ -251,4 +253,11 @@ int shim_slots_chan(struct pair_arena *a, uint32_t slot, uint32_t gen, struct sh
 void shim_slots_get(struct pair_arena *a)
 {
 	a->refs++;
+}
+
+void shim_slots_give_back(struct pair_arena **ap, uint32_t slot, uint32_t gen)
+{
+	release_to_c(*ap, slot, gen);
+	shim_slots_put(*ap);
+	*ap = NULL;
 }

@@ -46,9 +46,11 @@ struct pair_arena *shim_slots_map(int memfd, uint32_t ring_bytes, unsigned slots
 bool shim_slots_fit(const struct pair_arena *a, uint32_t slot, uint32_t ring_bytes);
 /* S: our channel on a slot C formatted (takes a reference of its own). */
 int shim_slots_chan(struct pair_arena *a, uint32_t slot, uint32_t gen, struct shim_chan **out);
-/* S: the slot's use is over at our end: RELEASE on the pair (in the
- * process that mapped it, while the pair lives). */
-void shim_slots_release_to_c(struct pair_arena *a, uint32_t slot, uint32_t gen);
+/* S: a HINT's slot was not used (refused, stopped, expired, pushed out,
+ * or no channel could be made on it): RELEASE on the pair (in the process
+ * that mapped it, while the pair lives), and the HINT's reference to *ap
+ * goes (*ap is NULL after). */
+void shim_slots_give_back(struct pair_arena **ap, uint32_t slot, uint32_t gen);
 
 /* References: a pair's, each channel's on a slot, each pending HINT's. */
 void shim_slots_get(struct pair_arena *a);
