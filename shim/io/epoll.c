@@ -62,12 +62,9 @@ static uint64_t tag_of(uint32_t id)
 /* The intercepted sock at fd, held (shim_sock_put()), or NULL. */
 struct shim_sock *shim_ep_intercepted_sock(int fd)
 {
-	struct shim_sock *s;
+	struct shim_sock *s = shim_sock_get_intercepted(fd);
 
-	if (likely(!shim_fd_may_intercept(fd)))
-		return NULL;
-	s = shim_sock_get(fd);
-	if (s && (s->role == SHIM_ROLE_EPOLL || !__atomic_load_n(&s->intercept, __ATOMIC_RELAXED))) {
+	if (s && s->role == SHIM_ROLE_EPOLL) {
 		shim_sock_put(s);
 		return NULL;
 	}
@@ -242,6 +239,17 @@ static int kernel_mask_check(int op, const struct epoll_event *event, const stru
 	return 0;
 }
 
+/* A registration change the shim holds nothing of (fd not intercepted, no
+ * item of ours for it in the tracked set es): the kernel's alone. Gives
+ * es's reference back. */
+static int ctl_kernel_only(struct shim_sock *es, int epfd, int op, int fd, struct epoll_event *event)
+{
+	shim_sock_put(es);
+	if (op == EPOLL_CTL_ADD)
+		shim_epoll_note_early(epfd, fd);
+	return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
+}
+
 int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 {
 	struct shim_sock *s = shim_ep_intercepted_sock(fd), *es = shim_ep_sock(epfd);
@@ -263,20 +271,13 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 	/* Relaxed: the items that matter here are fd's own, which only a
 	 * registration change of fd (the program's, ordered by it) or its
 	 * close adds or drops. */
-	if (!s && !__atomic_load_n(&ep->n_items, __ATOMIC_RELAXED)) {
-		shim_sock_put(es);
-		if (op == EPOLL_CTL_ADD)
-			shim_epoll_note_early(epfd, fd);
-		return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
-	}
+	if (!s && !__atomic_load_n(&ep->n_items, __ATOMIC_RELAXED))
+		return ctl_kernel_only(es, epfd, op, fd, event);
 	pthread_mutex_lock(&ep->lock);
 	it = item_at(ep, fd);
 	if (!s && !it) {
 		pthread_mutex_unlock(&ep->lock);
-		shim_sock_put(es);
-		if (op == EPOLL_CTL_ADD)
-			shim_epoll_note_early(epfd, fd);
-		return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
+		return ctl_kernel_only(es, epfd, op, fd, event);
 	}
 	rc = kernel_mask_check(op, event, it);
 	if (rc < 0) {
