@@ -76,9 +76,11 @@ struct shim_msg_decline {
 _Static_assert(sizeof(struct shim_msg_decline) == 24, "decline is 24 bytes");
 
 /*
- * HINT carries two fds as SCM_RIGHTS, in this order: S's end of a fresh
- * socketpair (the connection's own rendezvous from here on) and the ring
- * memfd. The endpoints name the connection as C sees it.
+ * HINT carries, as SCM_RIGHTS and in this order, S's end of a fresh
+ * socketpair (the connection's own rendezvous from here on), then the ring
+ * memfd when slot is SHIM_SLOT_NONE, the pair's arena memfd when
+ * arena_slots is not 0, and nothing more otherwise. The endpoints name
+ * the connection as C sees it.
  */
 struct shim_msg_hint {
 	struct shim_msg_hdr hdr;
