@@ -35,7 +35,7 @@ SHIM_INC  := $(addprefix -I,$(SHIM_DIRS))
 vpath %.c $(SHIM_DIRS)
 SHIM_CORE := clock spin config tuple reason trace fdtable streampos real stats wire \
              sock sockfd socklife frames failover transport upgrade rxswitch handback close \
-             ring shm arena slots shm_neg neg_state shm_pair_neg pair diag rendezvous \
+             ring shm arena slots shm_neg neg_state shm_pair_neg pair diag beacon rendezvous \
              breaker mrpool rdma_dev rdma_post rdma_chan rdma_fail rdma_qp rdma_setup rdma_switch rdma_close rdma_teardown \
              bypass io io_sleep io_ready io_calls waitloop wait epoll epoll_wait epoll_close epoll_early \
              atfork layers

@@ -27,12 +27,12 @@
 #   (c) rendezvous flood: 4 processes of the other user connect in a loop to
 #       every @rdmashim1/ name of /proc/net/unix (those for this test's
 #       port) while a root shim client's upgrade is pending (its server has
-#       no shim); the client's rv.refused trace lines stay bounded and its
+#       no shim; the attacker holds the port's beacon); the client's rv.refused trace lines stay bounded and its
 #       bytes stay exact.
 # Run as root (it creates the user rdmashim-hostile if missing).
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 HOSTILE=$PROGS/hostile_shm
-need_built "$PROGS/echo_server" "$PROGS/echo_client" "$HOSTILE"
+need_built "$PROGS/echo_server" "$PROGS/echo_client" "$PROGS/spoof_offer" "$HOSTILE"
 [[ $(id -u) -eq 0 ]] || skip "needs root: the victims run as root, the attacker as another user"
 
 OTHER=rdmashim-hostile
@@ -364,6 +364,15 @@ start_bg c-server plain "$PROGS/echo_server" --shape threads --bind 127.0.0.1 --
 cspid=$BG_PID
 if wait_ready c-server >/dev/null; then
   mkdir -p "$WORK/flood"
+  # The attacker holds the port's beacon (anybody may: shim/PROTOCOL.md
+  # "Port beacon"); without it the victim, whose server has no shim, would
+  # open no rendezvous to flood.
+  start_bg c-beacon plain "${AS_OTHER[@]}" "$PROGS/spoof_offer" --beacon "$port"
+  cbpid=$BG_PID
+  for ((i = 0; i < 250; i++)); do
+    grep -q '^BEACON' "$WORK/c-beacon.out" 2>/dev/null && break
+    sleep 0.02
+  done
   # The plain echo server answers over TCP: without RDMASHIM_PLAIN_PEER_MS=0
   # the victim would stop waiting after 50 ms, before the flood began.
   start_bg c-victim shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_TIMEOUT_MS=5000 RDMASHIM_PLAIN_PEER_MS=0 \
@@ -375,6 +384,7 @@ if wait_ready c-server >/dev/null; then
     >"$WORK/flood.out" 2>&1
   echo "    $(result_of "$WORK/flood.out")"
   rc=0; wait_bg "$cvpid" 20 || rc=$?
+  stop_bg "$cbpid"
   check "(c) flood: the pending client carried on ($(tail -n 1 "$WORK/c-victim.out"), status $rc)" test "$rc" -eq 0
   refused=$(cat "$WORK"/flood/trace.*.jsonl 2>/dev/null | grep -c '"rv.refused"')
   connects=$(field connects "$(result_of "$WORK/flood.out")")

@@ -44,6 +44,11 @@ fails = events("upgrade.fail")
 reasons = sorted({r.get("reason") for r in fails})
 print("    upgrade.fail reasons: %s (%d of %d connections)" % (reasons, len(fails), len(tr)))
 check(set(reasons) <= {"peer_no_shim", "timeout"}, L + "any upgrade.fail says peer_no_shim or timeout")
+if side == "client":
+    # No process with the shim serves the port: the client sees no beacon
+    # and never opens a rendezvous (shim/PROTOCOL.md "Port beacon").
+    nb = events("upgrade.no_beacon")
+    check(len(nb) == len(tr), L + "no beacon: the client offered nothing, for each (%d)" % len(nb))
 if long_lived:
     check(len(fails) == len(tr), L + "the connection outlived the timeout: upgrade.fail traced for each")
 PY

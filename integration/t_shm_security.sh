@@ -1,8 +1,9 @@
 #!/bin/bash
 # t_shm_security: attacks on the same-host upgrade.
 #   (a) spoof by another user: a shimmed client (root here) talks to an echo
-#       server WITHOUT the shim, so its rendezvous listener stays open for
-#       RDMASHIM_UPGRADE_TIMEOUT_MS (5000). While that upgrade is pending, a
+#       server WITHOUT the shim, whose port's beacon the attacker holds (as
+#       anybody may), so the client offers and its rendezvous listener stays
+#       open for RDMASHIM_UPGRADE_TIMEOUT_MS (5000). While that upgrade is pending, a
 #       process running as a different user (rdmashim-test, created with
 #       useradd -M if missing, run with runuser or setpriv) connects to the
 #       client's abstract rendezvous socket and sends a well-formed forged
@@ -128,7 +129,7 @@ log "baseline: $BASE"
 # attack NAME AS MODE PAUSE: one victim connection, one forged message.
 # AS is other or same; checks the victim, the attacker and the trace.
 attack() {
-  local name=$1 as=$2 mode=$3 pause=$4 dir port spid vpid apid lport i rc arc label
+  local name=$1 as=$2 mode=$3 pause=$4 dir port spid vpid apid bpid lport i rc arc label
   label="($name) $mode OFFER from the $as user"
   dir=$WORK/$name
   mkdir -p "$dir"
@@ -137,6 +138,18 @@ attack() {
     --max-conns 1 --timeout 60
   spid=$BG_PID
   wait_ready "$name-server" >/dev/null || { not_ok "$label: server ready"; stop_bg "$spid"; return; }
+  # The port's beacon (shim/PROTOCOL.md "Port beacon"), held by the
+  # attacker: anybody may bind it, and it only makes a client offer, as
+  # every client did before beacons. Without it the victim, whose server
+  # has no shim, would offer nothing to attack.
+  local holder=("$SPOOF" --beacon "$port")
+  [[ $as == other ]] && holder=("${AS_OTHER[@]}" "${holder[@]}")
+  start_bg "$name-beacon" plain "${holder[@]}"
+  bpid=$BG_PID
+  for ((i = 0; i < 250; i++)); do
+    grep -q '^BEACON' "$WORK/$name-beacon.out" 2>/dev/null && break
+    sleep 0.02
+  done
   start_bg "$name-victim" shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_TRACE=debug \
     RDMASHIM_UPGRADE_TIMEOUT_MS="$TIMEOUT_MS" "RDMASHIM_TRACE_FILE=$dir/trace.%p.jsonl" \
     "$PYTHON" "$WORK/victim.py" "$port" "$dir/go" "$dir/victim.bin" "$ROUNDS" "$pause"
@@ -149,7 +162,7 @@ attack() {
   done
   if [[ -z $lport ]]; then
     not_ok "$label: victim connected"
-    stop_bg "$vpid"; stop_bg "$spid"
+    stop_bg "$vpid"; stop_bg "$spid"; stop_bg "$bpid"
     return
   fi
   # The attacker, while the victim's upgrade is pending and before it looks.
@@ -167,6 +180,7 @@ attack() {
   rc=0; wait_bg "$vpid" 40 || rc=$?
   arc=0; wait_bg "$apid" 20 || arc=$?
   wait_bg "$spid" 20 || true
+  stop_bg "$bpid"
   sed 's/^/    /' "$WORK/$name-attacker.out"
   check "$label: the attacker connected to the victim's rendezvous and sent its message" \
     grep -q '^spoof_offer: sent ' "$WORK/$name-attacker.out"

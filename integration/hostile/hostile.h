@@ -131,6 +131,9 @@ void result(void) __attribute__((noreturn));
 void fail_setup(const char *what) __attribute__((noreturn));
 void random_bytes(void *buf, size_t n);
 socklen_t rv_name(struct sockaddr_un *sun, const struct sockaddr_in *c, const struct sockaddr_in *s);
+/* Binds the port's beacon name, as a shimmed server holds it, so that a
+ * shimmed client offers to us; the fd, or -1. */
+int hold_beacon(uint16_t port);
 int parse_addr(const char *text, struct sockaddr_in *sin);
 int wait_fd(int fd, short ev, int ms);
 int send_all(int fd, const void *buf, size_t len);

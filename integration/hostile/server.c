@@ -31,6 +31,10 @@ void run_server(void)
 	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (lfd < 0 || bind(lfd, (struct sockaddr *)&srv, sizeof(srv)) < 0 || listen(lfd, 4) < 0)
 		fail_setup("tcp listen");
+	/* A shim server holds its port's beacon; so does this one (anybody
+	 * can), or the client would not offer at all. */
+	if (hold_beacon(ntohs(srv.sin_port)) < 0)
+		fail_setup("beacon");
 	printf("READY %u\n", ntohs(srv.sin_port));
 	fflush(stdout);
 	if (!wait_fd(lfd, POLLIN, 20000) || (st.tcp = accept4(lfd, (struct sockaddr *)&peer, &plen, SOCK_CLOEXEC)) < 0)

@@ -89,6 +89,23 @@ socklen_t rv_name(struct sockaddr_un *sun, const struct sockaddr_in *c, const st
 	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)(p - sun->sun_path));
 }
 
+/* ---- the port beacon (shim/PROTOCOL.md "Port beacon") ---- */
+int hold_beacon(uint16_t port)
+{
+	struct sockaddr_un sun;
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0), n;
+
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	n = snprintf(sun.sun_path + 1, sizeof(sun.sun_path) - 1, "rdmashim1/port/%04x", port);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sun, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 int parse_addr(const char *text, struct sockaddr_in *sin)
 {
 	char host[64];

@@ -26,6 +26,13 @@
  * ACCEPT carries the victim's ring memfd: receiving one means the forged offer
  * was believed.
  *
+ *   spoof_offer --beacon PORT
+ *
+ * holds the port's beacon instead (shim/PROTOCOL.md "Port beacon": the
+ * abstract datagram name "\0rdmashim1/port/" + 4 hex digits), as anybody
+ * may, so that a shimmed client of a server without the shim offers; prints
+ * "BEACON" and sleeps 60 s.
+ *
  * Output, one line each: "spoof_offer: uid=U name=@rdmashim1/...",
  * "spoof_offer: connected", "spoof_offer: sent N bytes (mode M)",
  * "spoof_offer: reply: ...". Exit status 0 when the message went out and no
@@ -83,7 +90,8 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: spoof_offer --client ADDR:PORT --server ADDR:PORT\n"
 			"                   [--mode valid|truncate|garbage|wrongtype|badring]\n"
-			"                   [--connect-wait-ms N] [--reply-wait-ms N]\n");
+			"                   [--connect-wait-ms N] [--reply-wait-ms N]\n"
+			"       spoof_offer --beacon PORT\n");
 	exit(2);
 }
 
@@ -162,6 +170,25 @@ static void random_bytes(void *buf, size_t n)
 	}
 }
 
+static int hold_beacon(const char *port_text)
+{
+	struct sockaddr_un sun;
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int n;
+
+	memset(&sun, 0, sizeof(sun));
+	sun.sun_family = AF_UNIX;
+	n = snprintf(sun.sun_path + 1, sizeof(sun.sun_path) - 1, "rdmashim1/port/%04x", (unsigned)atoi(port_text));
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sun, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) < 0) {
+		perror("spoof_offer: beacon");
+		return 1;
+	}
+	printf("BEACON\n");
+	fflush(stdout);
+	sleep(60);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct endpoint client, server;
@@ -174,6 +201,8 @@ int main(int argc, char **argv)
 	size_t msg_len;
 	int fd = -1;
 
+	if (argc == 3 && !strcmp(argv[1], "--beacon"))
+		return hold_beacon(argv[2]);
 	for (int i = 1; i < argc; i++) {
 		if (i + 1 >= argc)
 			usage();

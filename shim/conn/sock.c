@@ -164,7 +164,8 @@ void shim_sock_on_listen(int fd)
 		return;
 	sock->reason = SHIM_REASON_WHITELISTED;
 	SHIM_TRACE(SHIM_TRACE_INFO, "listen.track", fd, &tuple, sock->reason, NULL);
-	shim_sock_install(fd, sock);
+	if (shim_sock_install(fd, sock) == 0 && shim_sock_hooks.serving)
+		shim_sock_hooks.serving(&tuple);
 }
 
 static void on_accept(int listen_fd, int fd, const struct sockaddr *peer, socklen_t peer_len, int flags)
@@ -184,6 +185,10 @@ static void on_accept(int listen_fd, int fd, const struct sockaddr *peer, sockle
 	/* An accepted socket's O_NONBLOCK is accept4's flag, never the
 	 * listener's (accept(2)). */
 	track_connection(fd, SHIM_ROLE_SERVER, SHIM_STATE_TCP, &tuple, "accept", !!(flags & SOCK_NONBLOCK));
+	/* Also where the listener came from another process (inherited, or
+	 * its beacon's holder exited): clients learn that this one serves. */
+	if (shim_sock_hooks.serving)
+		shim_sock_hooks.serving(&tuple);
 }
 
 /*

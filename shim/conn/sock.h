@@ -307,6 +307,9 @@ struct shim_sock_hooks {
 	/* connect tracked a connection: this process will do its I/O, so the
 	 * transports warm up now (conn/transport.h). */
 	void (*connected)(const struct shim_tuple *t);
+	/* listen tracked a listener, or accept a connection from one: this
+	 * process serves t->local's port (conn/transport.h). */
+	void (*serving)(const struct shim_tuple *t);
 	/* A fork is coming, under s->lock: a handshake under way settles so
 	 * that no two processes inherit it half-way (conn/upgrade.c). */
 	void (*fork_settle)(struct shim_sock *s, int fd);

@@ -40,6 +40,16 @@ const struct shim_transport_type *shim_transport_pick(const struct shim_tuple *t
 	return NULL;
 }
 
+void shim_transport_serving(const struct shim_tuple *t)
+{
+	for (unsigned i = 0; i < shim_cfg.n_transports; i++) {
+		const struct shim_transport_type *x = shim_transport_find(shim_cfg.transports[i]);
+
+		if (x && x->serving)
+			x->serving(t);
+	}
+}
+
 void shim_transport_warm(const struct shim_tuple *t)
 {
 	const struct shim_transport_type *x = shim_transport_pick(t, NULL);

@@ -153,6 +153,11 @@ struct shim_transport_type {
 	 * connect, in the process that will do its I/O: warm up now (never
 	 * waits). */
 	void (*warm)(const struct shim_tuple *t);
+	/* Optional: this process serves t->local's port (it listens on it
+	 * tracked, or accepted a connection there): tell would-be clients on
+	 * this host that their offers will be taken up (shm: the port's
+	 * beacon). Cheap after the first call; never waits. */
+	void (*serving)(const struct shim_tuple *t);
 	/* Starts a negotiation: ends in shim_upgrade_negotiating() (s->neg is
 	 * then its state) or shim_upgrade_fail(). */
 	void (*start)(struct shim_sock *s, int fd, unsigned long long now);
@@ -192,5 +197,8 @@ const struct shim_transport_type *shim_transport_find(enum shim_transport kind);
 const struct shim_transport_type *shim_transport_pick(const struct shim_tuple *t, enum shim_reason *why);
 /* connect tracked t: the transport it will pick warms up (a sock hook). */
 void shim_transport_warm(const struct shim_tuple *t);
+/* A tracked listener, or a connection accepted from one: every configured
+ * transport that says so does (a sock hook). */
+void shim_transport_serving(const struct shim_tuple *t);
 
 #endif

@@ -254,6 +254,11 @@ void shim_upgrade_bar(enum shim_reason reason)
 	__atomic_store_n(&upgrades_barred, reason, __ATOMIC_RELAXED);
 }
 
+bool shim_upgrade_barred(void)
+{
+	return __atomic_load_n(&upgrades_barred, __ATOMIC_RELAXED) != SHIM_REASON_NONE;
+}
+
 /* The peer may be committing and the transport can stop it. */
 static bool peer_stoppable(const struct shim_sock *s)
 {

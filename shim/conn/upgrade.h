@@ -110,6 +110,8 @@ int shim_upgrade_pin_tcp(struct shim_sock *s, int fd, enum shim_reason reason);
  * progress ends with reason (channels already set up go on working).
  */
 void shim_upgrade_bar(enum shim_reason reason);
+/* Whether shim_upgrade_bar() was called: no side-channel work may start. */
+bool shim_upgrade_barred(void);
 
 /* The connection's destructor (a sock hook): the negotiation's state, the
  * channel and what failover kept; the last fd of the socket is gone. */

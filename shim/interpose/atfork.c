@@ -3,7 +3,8 @@
  * order they are taken in, which is the shim's lock order:
  *
  *   epoll all_lock > each epoll set's lock > sock pool lock > each sock's
- *   lock > shm pairs > sock_diag's socket > global breaker > RDMA PD
+ *   lock > shm pairs > sock_diag's socket > port beacons > global breaker >
+ *   RDMA PD
  *   table > MR pool
  *
  * A thread that holds one of them never waits for one earlier in the list.
@@ -15,6 +16,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+#include "beacon.h"
 #include "breaker.h"
 #include "diag.h"
 #include "mrpool.h"
@@ -29,6 +31,7 @@ static void prepare(void)
 	shim_sock_atfork_prepare();
 	shim_pair_atfork_prepare();
 	shim_diag_atfork_prepare();
+	shim_beacon_atfork_prepare();
 	shim_breaker_atfork(true);
 	shim_rdma_dev_atfork(true);
 	shim_mrpool_atfork(true);
@@ -39,6 +42,7 @@ static void parent(void)
 	shim_mrpool_atfork(false);
 	shim_rdma_dev_atfork(false);
 	shim_breaker_atfork(false);
+	shim_beacon_atfork_release();
 	shim_diag_atfork_parent();
 	shim_pair_atfork_parent();
 	shim_sock_atfork_parent();
@@ -52,6 +56,7 @@ static void child(void)
 	shim_breaker_atfork(false);
 	/* The child keeps none of its parent's pairs (pair.h), nor its
 	 * sock_diag socket. */
+	shim_beacon_atfork_release();
 	shim_diag_atfork_child();
 	shim_pair_atfork_child();
 	shim_sock_atfork_child();

@@ -15,6 +15,7 @@ void shim_layers_register(void)
 		.ep_free = shim_epoll_free,
 		.fd_closed = shim_epoll_fd_closed,
 		.connected = shim_transport_warm,
+		.serving = shim_transport_serving,
 		.fork_settle = shim_upgrade_settle_for_fork,
 	};
 	shim_transport_register(&shim_shm_transport);

@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "beacon.h"
 #include "frames.h"
 #include "neg_state.h"
 #include "pair.h"
@@ -372,6 +373,14 @@ static enum shim_reason shm_fits(const struct shim_tuple *t)
 	return shim_tuple_same_host(t) ? SHIM_REASON_NONE : SHIM_REASON_NOT_SAME_HOST;
 }
 
+static void shm_serving(const struct shim_tuple *t)
+{
+	/* A sandboxed process makes no socket of ours (its filter may kill
+	 * it for one): its clients lose the upgrade, never the process. */
+	if (!shim_upgrade_barred())
+		shim_beacon_serve(t->local.port);
+}
+
 static void shm_start(struct shim_sock *s, int fd, unsigned long long now)
 {
 	struct shm_neg *ng = calloc(1, sizeof(*ng));
@@ -389,8 +398,18 @@ static void shm_start(struct shim_sock *s, int fd, unsigned long long now)
 		   shim_role_name(s->role));
 	/* The pair way first: when it fits, it costs no name and no retry. */
 	if (s->role == SHIM_ROLE_CLIENT) {
-		if (!shm_c_hint(s, fd, now))
-			c_rv_listen(s, fd);
+		if (shm_c_hint(s, fd, now))
+			return;
+		/* No process with the shim serves the port here: nobody would
+		 * take the offer, and every call until we gave up would pay.
+		 * A definite answer: no second attempt once bytes move. */
+		if (!shim_beacon_seen(shm_server_ep(s)->port)) {
+			SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.no_beacon", fd, &s->tuple, SHIM_REASON_PEER_NO_SHIM, NULL);
+			s->await_bytes_used = true;
+			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_NO_SHIM);
+			return;
+		}
+		c_rv_listen(s, fd);
 	} else {
 		if (!shm_s_claim(s, fd, now))
 			s_connect(s, fd, now);
@@ -475,6 +494,7 @@ static int shm_wait_fd(const struct shim_sock *s)
 const struct shim_transport_type shim_shm_transport = {
 	.kind = SHIM_TRANSPORT_SHM,
 	.fits = shm_fits,
+	.serving = shm_serving,
 	.start = shm_start,
 	.progress = shm_progress,
 	.stop_peer = shm_stop_peer,
