@@ -84,6 +84,10 @@ struct shim_sock {
 	 * it is set once, before the first call that needs io.c, and cleared
 	 * only when the connection can no longer leave TCP. */
 	bool intercept;
+	/* Epoll items naming this sock, in every set (io/epoll.c changes it
+	 * under each set's lock; atomic: read without any). With none and
+	 * intercept off, a registration change of its fd is the kernel's. */
+	unsigned ep_items;
 	bool nonblocking; /* O_NONBLOCK of the open file description */
 	bool rd_shut, wr_shut;
 	bool rx_tcp_eof;

@@ -172,6 +172,7 @@ static void item_link(struct shim_ep *ep, struct shim_epitem *it)
 	HASH_ADD_INT(ep->items, fd, it);
 	HASH_ADD(hh_id, ep->by_id, id, sizeof(it->id), it);
 	__atomic_store_n(&ep->n_items, ep->n_items + 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&it->sock->ep_items, 1, __ATOMIC_RELAXED);
 }
 
 /* Under ep->lock. The kernel registration is the caller's business. */
@@ -188,6 +189,7 @@ void shim_ep_item_drop(struct shim_ep *ep, struct shim_epitem *it)
 	}
 	HASH_DELETE(hh_id, ep->by_id, it);
 	__atomic_store_n(&ep->n_items, ep->n_items - 1, __ATOMIC_RELAXED);
+	__atomic_sub_fetch(&it->sock->ep_items, 1, __ATOMIC_RELAXED);
 	if (it->kfd >= 0)
 		REAL(close)(it->kfd);
 	free(it);
@@ -245,18 +247,41 @@ static int kernel_mask_check(int op, const struct epoll_event *event, const stru
 static int ctl_kernel_only(struct shim_sock *es, int epfd, int op, int fd, struct epoll_event *event)
 {
 	shim_sock_put(es);
-	if (op == EPOLL_CTL_ADD)
+	/* Only a fd the shim does not track yet may become tracked later. */
+	if (op == EPOLL_CTL_ADD && !shim_fd_get(fd))
 		shim_epoll_note_early(epfd, fd);
 	return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
 }
 
+/*
+ * fd's registration change holds nothing of the shim's: its file is not
+ * intercepted and no item of any set names it (a connection on TCP for
+ * good, once the program's registrations left our items). A look without
+ * a reference (the sock pool is type-stable): a sock recycled under it is
+ * a close racing this call, whose outcome is the kernel's to decide.
+ * Relaxed: the items that matter are fd's in this set, which only this
+ * fd's registration changes (the program's, ordered by it) or its close
+ * make or drop.
+ */
+static bool ctl_is_kernels(int fd)
+{
+	struct shim_sock *s = shim_fd_get(fd);
+
+	return s && !__atomic_load_n(&s->intercept, __ATOMIC_RELAXED) &&
+	       !__atomic_load_n(&s->ep_items, __ATOMIC_RELAXED);
+}
+
 int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 {
-	struct shim_sock *s = shim_ep_intercepted_sock(fd), *es = shim_ep_sock(epfd);
+	struct shim_sock *s, *es;
 	struct shim_ep *ep;
 	struct shim_epitem *it;
 	int rc;
 
+	if (ctl_is_kernels(fd))
+		return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
+	s = shim_ep_intercepted_sock(fd);
+	es = shim_ep_sock(epfd);
 	if (!s && !es)
 		return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
 	pthread_once(&tag_once, make_tag);

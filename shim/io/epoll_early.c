@@ -33,6 +33,7 @@ static uint8_t *early_fd;   /* one byte per fd number: went into a set untracked
 static size_t early_cap;
 static int early_sets[EARLY_SETS];
 static unsigned early_nsets, early_next;
+static int early_last = -1; /* the set noted last, while it is in early_sets */
 static pthread_mutex_t early_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The byte table, made at the first note: the pages are touched only for
@@ -65,6 +66,10 @@ void shim_epoll_note_early(int epfd, int fd)
 	if (fd < 0 || epfd < 0 || !early_table() || (size_t)fd >= early_cap)
 		return;
 	__atomic_store_n(&early_fd[fd], 1, __ATOMIC_RELAXED);
+	/* The set noted last (a program mostly has one): known already.
+	 * Relaxed: a stale look only takes the lock below. */
+	if (__atomic_load_n(&early_last, __ATOMIC_RELAXED) == epfd)
+		return;
 	pthread_mutex_lock(&early_lock);
 	for (unsigned i = 0; i < early_nsets && !known; i++)
 		known = early_sets[i] == epfd;
@@ -72,6 +77,7 @@ void shim_epoll_note_early(int epfd, int fd)
 		/* Full: the oldest set is forgotten (a process rarely has more). */
 		early_sets[early_nsets < EARLY_SETS ? early_nsets++ : early_next++ % EARLY_SETS] = epfd;
 	}
+	__atomic_store_n(&early_last, epfd, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&early_lock);
 }
 
