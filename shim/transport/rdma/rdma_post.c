@@ -202,8 +202,17 @@ bool shim_rdma_wait_seq(struct rdma_conn *c, uint64_t seq)
 			sched_yield();
 			/* A peer that closed sends a DREQ before it destroys its
 			 * QP: notice it instead of waiting for retries to run out. */
-			if ((c->done || c->step == RDMA_CONNECTED) && cm_disconnected(c))
+			if ((c->done || c->step == RDMA_CONNECTED) && cm_disconnected(c)) {
+				/* A peer that closed cleanly had its CLOSED immediate
+				 * acknowledged, so completed here, before it sent the
+				 * DREQ; the yield above may have let it in since the
+				 * last reap. Taken in first, the end reads as the
+				 * peer's finish (shim_rdma_peer_finished), not as a
+				 * failure to resume from, which would send failover
+				 * frames to a socket the peer closed (its reset). */
+				shim_rdma_reap(c);
 				shim_rdma_mark_broken(c, "disconnected", 0);
+			}
 		}
 	}
 	return !c->broken;
