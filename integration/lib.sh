@@ -302,6 +302,17 @@ wait_ready() {
   return 1
 }
 
+# wait_line NAME REGEX [SECS]: until a line of $WORK/NAME.out matches the
+# extended REGEX (5 s by default); 1 if none did.
+wait_line() {
+  local name=$1 re=$2 secs=${3:-5} i
+  for ((i = 0; i < secs * 50; i++)); do
+    grep -qE "$re" "$WORK/$name.out" 2>/dev/null && return 0
+    sleep 0.02
+  done
+  return 1
+}
+
 wait_listen() {
   local port=$1 secs=${2:-20} i
   for ((i = 0; i < secs * 20; i++)); do

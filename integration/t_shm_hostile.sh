@@ -369,10 +369,7 @@ if wait_ready c-server >/dev/null; then
   # open no rendezvous to flood.
   start_bg c-beacon plain "${AS_OTHER[@]}" "$PROGS/spoof_offer" --beacon "$port"
   cbpid=$BG_PID
-  for ((i = 0; i < 250; i++)); do
-    grep -q '^BEACON' "$WORK/c-beacon.out" 2>/dev/null && break
-    sleep 0.02
-  done
+  wait_line c-beacon '^BEACON' || log "the attacker's beacon never came up"
   # The plain echo server answers over TCP: without RDMASHIM_PLAIN_PEER_MS=0
   # the victim would stop waiting after 50 ms, before the flood began.
   start_bg c-victim shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_TIMEOUT_MS=5000 RDMASHIM_PLAIN_PEER_MS=0 \

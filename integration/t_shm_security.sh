@@ -146,10 +146,7 @@ attack() {
   [[ $as == other ]] && holder=("${AS_OTHER[@]}" "${holder[@]}")
   start_bg "$name-beacon" plain "${holder[@]}"
   bpid=$BG_PID
-  for ((i = 0; i < 250; i++)); do
-    grep -q '^BEACON' "$WORK/$name-beacon.out" 2>/dev/null && break
-    sleep 0.02
-  done
+  wait_line "$name-beacon" '^BEACON' || log "$label: the attacker's beacon never came up"
   start_bg "$name-victim" shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_TRACE=debug \
     RDMASHIM_UPGRADE_TIMEOUT_MS="$TIMEOUT_MS" "RDMASHIM_TRACE_FILE=$dir/trace.%p.jsonl" \
     "$PYTHON" "$WORK/victim.py" "$port" "$dir/go" "$dir/victim.bin" "$ROUNDS" "$pause"
@@ -171,10 +168,7 @@ attack() {
   [[ $as == other ]] && cmd=("${AS_OTHER[@]}" "${cmd[@]}")
   start_bg "$name-attacker" plain "${cmd[@]}"
   apid=$BG_PID
-  for ((i = 0; i < 250; i++)); do
-    grep -qE '^spoof_offer: (sent|connect failed)' "$WORK/$name-attacker.out" 2>/dev/null && break
-    sleep 0.02
-  done
+  wait_line "$name-attacker" '^spoof_offer: (sent|connect failed)' || true
   # Only now does the victim do I/O (and so look at its rendezvous).
   touch "$dir/go"
   rc=0; wait_bg "$vpid" 40 || rc=$?
