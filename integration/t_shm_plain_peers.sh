@@ -11,7 +11,9 @@
 #      a switch, and any upgrade.fail it traced says peer_no_shim or timeout;
 #      and the shimmed side adds no wait: the client's wall time (date +%s%N,
 #      median of 3 runs) with the shim is at most the baseline's + 0.5 s.
-#   2. a connection that outlives RDMASHIM_UPGRADE_TIMEOUT_MS (300 ms here): a
+#   2. a connection that outlives RDMASHIM_UPGRADE_TIMEOUT_MS (300 ms here; 5 s
+#      for a shimmed server, which must conclude by itself, upgrade.plain_client,
+#      that its client has no shim once bytes keep coming): a
 #      small Python talker exchanges messages for ~1 s, both roles, with and
 #      without a banner; the whole transcript each side received must equal
 #      the baseline's byte for byte, and the shimmed side's trace must say
@@ -49,6 +51,11 @@ if side == "client":
     # and never opens a rendezvous (shim/PROTOCOL.md "Port beacon").
     nb = events("upgrade.no_beacon")
     check(len(nb) == len(tr), L + "no beacon: the client offered nothing, for each (%d)" % len(nb))
+if side == "server" and long_lived:
+    # Bytes kept coming after a miss RDMASHIM_PLAIN_PEER_MS old: the server
+    # took the client for one without the shim long before its timeout.
+    pc = events("upgrade.plain_client")
+    check(len(pc) == len(tr), L + "the server concluded the client has no shim, for each (%d)" % len(pc))
 if long_lived:
     check(len(fails) == len(tr), L + "the connection outlived the timeout: upgrade.fail traced for each")
 PY
@@ -183,7 +190,11 @@ long_case() {
   label="#$CASE long-lived, shimmed $side${banner:+, server speaks first}"
   dir=$WORK/case$CASE
   mkdir -p "$dir"
-  local vars=(RDMASHIM_TRANSPORTS=shm RDMASHIM_TRACE=debug RDMASHIM_UPGRADE_TIMEOUT_MS=300
+  # A shimmed server no longer waits out its timeout for a plain client
+  # (upgrade.plain_client): give it one longer than the talk.
+  local timeout_ms=300
+  [[ $side == server ]] && timeout_ms=5000
+  local vars=(RDMASHIM_TRANSPORTS=shm RDMASHIM_TRACE=debug RDMASHIM_UPGRADE_TIMEOUT_MS=$timeout_ms
               "RDMASHIM_TRACE_FILE=$dir/trace.%p.jsonl")
   # Baseline.
   port=$(free_port)

@@ -38,6 +38,12 @@ struct shm_neg {
 	 * one early retry that new bytes allow was taken (s_retry_due()). */
 	uint64_t rx_at_retry;
 	bool early_retry_used;
+	/* S: a miss to measure from (s_client_plain()): when, and the bytes
+	 * that had arrived by then, read or queued (SHM_ARRIVED_UNKNOWN before
+	 * the first, or when the kernel could not say). */
+	unsigned long long miss_ns;
+	uint64_t arrived_at_miss;
+	bool client_active; /* bytes came after such a miss once already */
 	/* The rendezvous came from a pair (a socketpair end): it is never kept
 	 * as a pair itself. C: the process at the pair's other end. */
 	bool via_pair;
@@ -50,6 +56,8 @@ struct shm_neg {
 	 * bytes flow meanwhile. */
 	bool server_has_shim;
 };
+
+#define SHM_ARRIVED_UNKNOWN UINT64_MAX
 
 static inline struct shm_neg *shm_neg_of(const struct shim_sock *s)
 {

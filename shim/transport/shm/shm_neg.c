@@ -20,7 +20,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <linux/sockios.h>
 #include <unistd.h>
 
 #include "beacon.h"
@@ -42,6 +44,54 @@
  * check, so the work one connection can be made to do stays bounded. */
 #define RV_MAX_REFUSALS 16
 
+/* Bytes that have come from C so far, read or queued (SHM_ARRIVED_UNKNOWN
+ * when the kernel can not say). */
+static uint64_t s_bytes_arrived(const struct shim_sock *s, int fd)
+{
+	int queued = 0;
+
+	if (REAL(ioctl)(fd, SIOCINQ, &queued) < 0 || queued < 0)
+		return SHM_ARRIVED_UNKNOWN;
+	return s->rx_tcp_bytes + (uint64_t)queued;
+}
+
+/*
+ * C's rendezvous was not there, again: does C run without the shim? We
+ * look no sooner than RDMASHIM_UPGRADE_AFTER_MS after our accept, so C
+ * (connected before us) was due by our first miss, and a C with the shim
+ * opens its rendezvous, or sends its HINT, in its first data call once
+ * due, before that call sends: bytes that came after a miss were sent by a
+ * C that offered by then. Its HINT may have gone to another process of
+ * ours (a prefork server), where it is missed, and C then takes the named
+ * way within RDMASHIM_PLAIN_PEER_MS of bytes coming back. So: a miss finds
+ * bytes that came since one SETTLE earlier (C is active and has offered,
+ * if at all), and a later miss, another SETTLE on, finds more and still no
+ * rendezvous: C has no shim. SETTLE is twice RDMASHIM_PLAIN_PEER_MS (0:
+ * never conclude; wait out RDMASHIM_UPGRADE_TIMEOUT_MS, paying on every
+ * call meanwhile). Bytes queued at a miss may be older than it and prove
+ * nothing; a segment delivered late can cost an upgrade, never a byte.
+ * Both ends must share RDMASHIM_UPGRADE_AFTER_MS (a C that waits longer
+ * looks absent).
+ */
+static bool s_client_plain(struct shim_sock *s, int fd, struct shm_neg *ng, unsigned long long now)
+{
+	unsigned long long settle = 2ull * shim_cfg.plain_peer_ms * 1000000ull;
+	bool measured = ng->arrived_at_miss != SHM_ARRIVED_UNKNOWN;
+	uint64_t arrived;
+
+	if (!settle || (measured && now - ng->miss_ns < settle))
+		return false;
+	arrived = s_bytes_arrived(s, fd);
+	if (measured && arrived != SHM_ARRIVED_UNKNOWN && arrived > ng->arrived_at_miss) {
+		if (ng->client_active)
+			return true;
+		ng->client_active = true;
+	}
+	ng->miss_ns = now;
+	ng->arrived_at_miss = arrived;
+	return false;
+}
+
 static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 {
 	struct shm_neg *ng = shm_neg_of(s);
@@ -50,6 +100,13 @@ static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 
 	rv = shim_rv_connect(shm_client_ep(s), shm_server_ep(s));
 	if (rv == -ENOENT || rv == -ECONNREFUSED) {
+		if (s_client_plain(s, fd, ng, now)) {
+			SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.plain_client", fd, &s->tuple, SHIM_REASON_PEER_NO_SHIM,
+				   "\"since_miss_ms\":%llu", (now - ng->miss_ns) / 1000000ull);
+			s->await_bytes_used = true;
+			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_NO_SHIM);
+			return;
+		}
 		if (!shim_upgrade_retry_later(s, now)) {
 			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_NO_SHIM);
 			return;
@@ -391,6 +448,7 @@ static void shm_start(struct shim_sock *s, int fd, unsigned long long now)
 	}
 	ng->rv_listen_fd = -1;
 	ng->rv_fd = -1;
+	ng->arrived_at_miss = SHM_ARRIVED_UNKNOWN;
 	shim_upgrade_negotiating(s, ng);
 	s->io_pid = getpid();
 	shim_upgrade_arm_deadline(s, now);
