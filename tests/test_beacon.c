@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "beacon.h"
+#include "check_run.h"
 
 #define RECHECK_WAIT_US 1100000
 
@@ -145,8 +146,6 @@ int main(void)
 {
 	Suite *s = suite_create("beacon");
 	TCase *tc = tcase_create("beacon");
-	SRunner *sr;
-	int failed;
 
 	tcase_set_timeout(tc, 10);
 	tcase_add_test(tc, an_unserved_port_is_not_seen);
@@ -155,9 +154,5 @@ int main(void)
 	tcase_add_test(tc, a_reused_beacon_number_is_never_touched);
 	tcase_add_test(tc, nobody_can_queue_bytes_on_a_beacon);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return shim_check_run(s);
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "breaker.h"
+#include "check_run.h"
 
 #define N 3
 #define COOLDOWN 1000
@@ -205,11 +206,5 @@ static Suite *breaker_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(breaker_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return shim_check_run(breaker_suite());
 }

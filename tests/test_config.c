@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "check_run.h"
 
 /* ---- ports ---------------------------------------------------------------- */
 
@@ -595,11 +596,5 @@ static Suite *config_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(config_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return shim_check_run(config_suite());
 }

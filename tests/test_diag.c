@@ -18,6 +18,7 @@
 
 #include "diag.h"
 #include "tuple.h"
+#include "check_run.h"
 
 static int lsn, cli, srv;
 static struct shim_endpoint cli_ep, srv_ep;
@@ -160,8 +161,6 @@ int main(void)
 {
 	Suite *s = suite_create("diag");
 	TCase *tc = tcase_create("diag");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, it_names_a_loopback_socket_and_nothing_else);
@@ -169,9 +168,5 @@ int main(void)
 	tcase_add_test(tc, a_reused_number_is_never_used);
 	tcase_add_test(tc, a_forked_child_asks_through_its_own);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return shim_check_run(s);
 }

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "fdtable.h"
+#include "check_run.h"
 
 #define TABLE_FDS 4096
 
@@ -367,11 +368,5 @@ static Suite *fdtable_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(fdtable_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return shim_check_run(fdtable_suite());
 }

@@ -18,6 +18,7 @@
 
 #include "frames.h"
 #include "wire.h"
+#include "check_run.h"
 
 static int sv[2]; /* sv[0]: ours, sv[1]: the peer's */
 
@@ -259,8 +260,6 @@ int main(void)
 {
 	Suite *s = suite_create("frames");
 	TCase *tc = tcase_create("frames");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, queued_frames_leave_in_order);
@@ -275,9 +274,5 @@ int main(void)
 	tcase_add_test(tc, eof_inside_the_switch_frame_is_a_reset);
 	tcase_add_test(tc, absorb_keeps_the_frame_and_flags_what_is_no_bell);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return shim_check_run(s);
 }

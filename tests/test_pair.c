@@ -29,6 +29,7 @@
 #include "ring.h"
 #include "shm.h"
 #include "wire.h"
+#include "check_run.h"
 
 static struct shim_tuple tuple_of(uint16_t client_port)
 {
@@ -478,8 +479,6 @@ int main(void)
 {
 	Suite *s = suite_create("pair");
 	TCase *tc = tcase_create("pair");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, a_hint_is_found_by_its_connection_only);
 	tcase_add_test(tc, pending_hints_are_bounded_oldest_first);
@@ -493,9 +492,5 @@ int main(void)
 	tcase_add_test(tc, the_server_maps_the_arena_once_and_releases_every_slot);
 	tcase_add_test(tc, a_second_arena_or_a_slot_without_one_drops_the_pair);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return shim_check_run(s);
 }

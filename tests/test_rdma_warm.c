@@ -33,6 +33,7 @@
 #include "trace.h"
 #include "transport.h"
 #include "upgrade.h"
+#include "check_run.h"
 
 #define MS 1000000ull
 
@@ -499,11 +500,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return shim_check_run(suite());
 }

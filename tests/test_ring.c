@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ring.h"
+#include "check_run.h"
 
 #define RING_SIZE 4096u
 
@@ -352,11 +353,5 @@ static Suite *ring_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(ring_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return shim_check_run(ring_suite());
 }

@@ -16,6 +16,7 @@
 #include "fdtable.h"
 #include "layers.h"
 #include "sock.h"
+#include "check_run.h"
 
 #define TABLE_FDS 1024
 
@@ -214,11 +215,5 @@ static Suite *socklife_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(socklife_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return shim_check_run(socklife_suite());
 }

@@ -6,6 +6,7 @@
 #include "config.h"
 #include "spin.h"
 #include "stats.h"
+#include "check_run.h"
 
 static void setup(void)
 {
@@ -245,11 +246,5 @@ static Suite *spin_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(spin_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return shim_check_run(spin_suite());
 }

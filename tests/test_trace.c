@@ -16,6 +16,7 @@
 
 #include "compiler.h" /* SHIM_TRACE() uses unlikely() */
 #include "trace.h"
+#include "check_run.h"
 
 /* ---- a strict JSON checker (RFC 8259), enough for one trace line ---------- */
 
@@ -760,11 +761,5 @@ static Suite *trace_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(trace_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return shim_check_run(trace_suite());
 }

@@ -9,6 +9,7 @@
 #include <sys/un.h>
 
 #include "tuple.h"
+#include "check_run.h"
 
 static struct sockaddr_in v4(const char *ip, uint16_t port)
 {
@@ -389,11 +390,5 @@ static Suite *tuple_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(tuple_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return shim_check_run(tuple_suite());
 }

@@ -26,6 +26,7 @@
 #include "transport.h"
 #include "upgrade.h"
 #include "wire.h"
+#include "check_run.h"
 
 /* ---- the fake transport: counts its calls, does what the test says ---- */
 
@@ -616,8 +617,6 @@ int main(void)
 {
 	Suite *s = suite_create("upgrade");
 	TCase *tc = tcase_create("machine");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, NULL);
 	tcase_add_test(tc, idle_progress_starts_the_fitting_transport);
@@ -640,9 +639,5 @@ int main(void)
 	tcase_add_test(tc, plain_bytes_past_an_offset_learned_late_are_delivered);
 	tcase_add_test(tc, a_frame_past_an_offset_learned_late_is_absorbed);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return shim_check_run(s);
 }

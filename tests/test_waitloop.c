@@ -18,6 +18,7 @@
 #include "config.h"
 #include "wait.h"
 #include "waitloop.h"
+#include "check_run.h"
 
 static struct script {
 	int look_ready_at;   /* the look call that finds something (0: never) */
@@ -237,8 +238,6 @@ int main(void)
 {
 	Suite *s = suite_create("waitloop");
 	TCase *tc = tcase_create("engine");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, NULL);
 	tcase_add_test(tc, ready_at_first_look_never_arms);
@@ -252,9 +251,5 @@ int main(void)
 	tcase_add_test(tc, a_spin_policy_decides_the_spin_and_learns_the_outcome);
 	tcase_add_test(tc, poll_counts_entries_not_rounds);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return shim_check_run(s);
 }
