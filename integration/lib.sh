@@ -313,6 +313,27 @@ wait_line() {
   return 1
 }
 
+# hold_seq NAME CONNS ROUNDS [SERVER_FLAG...]: a conn_hold server (in the
+# background, named NAME) and client on $port, both under the shim with the
+# caller's "${vars[@]}", CONNS connections one after the other (--seq) of
+# ROUNDS one-byte rounds; checks that every byte came back, then waits for
+# the server (one with --fork serves on and is stopped).
+hold_seq() {
+  local name=$1 conns=$2 rounds=$3 pid got
+  shift 3
+  start_bg "$name" shim "${vars[@]}" "$PROGS/conn_hold" server --port "$port" --conns "$conns" --rounds "$rounds" \
+    --seq "$@"
+  pid=$BG_PID
+  wait_ready "$name" >/dev/null || not_ok "$name: server ready"
+  got=$(with_shim "${vars[@]}" "$PROGS/conn_hold" client --port "$port" --conns "$conns" --rounds "$rounds" --seq 2>&1)
+  check "$name: every byte came back ($(tail -n 1 <<<"$got"))" grep -q '^DONE' <<<"$got"
+  if [[ " $* " == *" --fork "* ]]; then
+    stop_bg "$pid"
+  else
+    wait_bg "$pid" 60 || not_ok "$name: server exit"
+  fi
+}
+
 wait_listen() {
   local port=$1 secs=${2:-20} i
   for ((i = 0; i < secs * 20; i++)); do

@@ -32,12 +32,7 @@ dir=$WORK/seq
 mkdir -p "$dir"
 vars=(RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_AFTER_MS=0 RDMASHIM_TRACE=debug
   RDMASHIM_TRACE_FILE="$dir/trace.%p.jsonl")
-start_bg seq shim "${vars[@]}" "$PROGS/conn_hold" server --port "$port" --conns 30 --rounds 6 --seq
-pid=$BG_PID
-wait_ready seq >/dev/null || not_ok "(a) server ready"
-got=$(with_shim "${vars[@]}" "$PROGS/conn_hold" client --port "$port" --conns 30 --rounds 6 --seq 2>&1)
-check "(a) every byte came back ($(tail -n 1 <<<"$got"))" grep -q '^DONE' <<<"$got"
-wait_bg "$pid" 60 || not_ok "(a) server exit"
+hold_seq seq 30 6
 n=$(count "$dir" '"event":"rx.switch"')
 check "(a) 30 connections switched both ways at both ends (rx.switch $n of 60)" test "$n" -eq 60
 n=$(count "$dir" '"event":"upgrade.done"' '"role":"client".*"pair":true')
@@ -59,12 +54,7 @@ dir=$WORK/prefork
 mkdir -p "$dir"
 vars=(RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_AFTER_MS=0 RDMASHIM_TRACE=debug
   RDMASHIM_TRACE_FILE="$dir/trace.%p.jsonl" RDMASHIM_PLAIN_PEER_MS=5)
-start_bg prefork shim "${vars[@]}" "$PROGS/conn_hold" server --port "$port" --conns 40 --rounds 30 --seq --fork 2
-pid=$BG_PID
-wait_ready prefork >/dev/null || not_ok "(b) server ready"
-got=$(with_shim "${vars[@]}" "$PROGS/conn_hold" client --port "$port" --conns 40 --rounds 30 --seq 2>&1)
-check "(b) every byte came back through the prefork server ($(tail -n 1 <<<"$got"))" grep -q '^DONE' <<<"$got"
-stop_bg "$pid"
+hold_seq prefork 40 30 --fork 2
 n=$(count "$dir" '"event":"upgrade.hint_missed"')
 check "(b) HINTs that reached the other process fell back ($n upgrade.hint_missed)" test "$n" -gt 0
 n=$(count "$dir" '"reason":"\(verify_failed\|peer_violation\|fd_limit\|handshake_malformed\)"')

@@ -16,12 +16,7 @@ dir=$WORK/rounds
 mkdir -p "$dir"
 vars=(RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_AFTER_MS=0 RDMASHIM_TRACE=info
   RDMASHIM_TRACE_FILE="$dir/trace.%p.jsonl")
-start_bg server shim "${vars[@]}" "$PROGS/conn_hold" server --port "$port" --conns 50 --rounds 3 --seq
-pid=$BG_PID
-wait_ready server >/dev/null || not_ok "server ready"
-got=$(with_shim "${vars[@]}" "$PROGS/conn_hold" client --port "$port" --conns 50 --rounds 3 --seq 2>&1)
-check "client: every byte came back ($(tail -n 1 <<<"$got"))" grep -q '^DONE' <<<"$got"
-wait_bg "$pid" 60 || not_ok "server exit"
+hold_seq server 50 3
 n=$(cat "$dir"/trace.*.jsonl | grep -c '"event":"rx.switch"' || true)
 check "50 connections of 3 rounds: both directions switched at both ends in each (rx.switch $n of 100)" \
   test "$n" -eq 100

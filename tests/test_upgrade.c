@@ -591,6 +591,49 @@ START_TEST(plain_bytes_past_an_offset_learned_late_are_delivered)
 }
 END_TEST
 
+/* A blocking MSG_WAITALL read that reaches the peer's switch before its
+ * frame is all here waits for the frame, as the kernel's read waits for
+ * bytes (here until SO_RCVTIMEO), instead of returning the TCP bytes short
+ * at once (a sendfile switched between its 64 KiB chunks showed it). */
+START_TEST(waitall_waits_for_a_frame_not_all_here)
+{
+	struct shim_sock *s = new_sock();
+	struct shim_frame_switch f = { .type = SHIM_FRAME_SWITCH };
+	const char msg[] = "the bytes before the switch";
+	char got[128] = { 0 };
+	struct iovec iov = { got, sizeof(msg) + 10 };
+	unsigned long long t0;
+	int sv[2], err = 0;
+
+	for (int i = 0; i < SHIM_NONCE_LEN; i++)
+		s->rx_nonce[i] = (uint8_t)(0x30 + i);
+	memcpy(f.nonce, s->rx_nonce, SHIM_NONCE_LEN);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	ck_assert_int_eq(shim_fdtable_init(1024), 0);
+	ck_assert_ptr_null(shim_fd_publish(sv[0], s, &err));
+	s->role = SHIM_ROLE_SERVER;
+	s->rcv_timeout_ms = 200;
+	s->snd_timeout_ms = -1;
+	fake.on_start = ACT_NEGOTIATE;
+	fake.on_progress = ACT_COMMIT;
+	shim_upgrade_progress(s, sv[0]);
+	shim_upgrade_progress(s, sv[0]);
+	fake.on_progress = ACT_LEARN_RX;
+	fake.learn_at = sizeof(msg);
+	ck_assert_int_eq(send(sv[1], msg, sizeof(msg), 0), (ssize_t)sizeof(msg));
+	ck_assert_int_eq(send(sv[1], &f, 5, 0), 5);
+	t0 = shim_now_ns();
+	ck_assert_int_eq(shim_io_recv(s, sv[0], &iov, 1, MSG_WAITALL), (ssize_t)sizeof(msg));
+	ck_assert_uint_ge(shim_now_ns() - t0, 150000000ull);
+	ck_assert_mem_eq(got, msg, sizeof(msg));
+	fake.on_progress = ACT_NONE;
+	ck_assert_ptr_eq(shim_fd_clear(sv[0]), s);
+	close(sv[0]);
+	close(sv[1]);
+	free(s);
+}
+END_TEST
+
 /* The same crossing from an honest peer: its frame's start is taken as the
  * frame (and only the bytes before the offset are the program's). */
 START_TEST(a_frame_past_an_offset_learned_late_is_absorbed)
@@ -638,6 +681,7 @@ int main(void)
 	tcase_add_test(tc, fork_settles_the_handshake);
 	tcase_add_test(tc, plain_bytes_past_an_offset_learned_late_are_delivered);
 	tcase_add_test(tc, a_frame_past_an_offset_learned_late_is_absorbed);
+	tcase_add_test(tc, waitall_waits_for_a_frame_not_all_here);
 	suite_add_tcase(s, tc);
 	return shim_check_run(s);
 }

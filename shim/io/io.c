@@ -267,8 +267,12 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			if (rc < 0 || s->rx_tcp_eof)
 				break;
 			if (rc == 0) {
-				if (got || s->rd_shut)
-					break; /* the frame is not all here: the TCP bytes go now */
+				/* The frame is not all here. The TCP bytes go now when
+				 * they are enough for this call; a blocking one short of
+				 * them (MSG_WAITALL, SO_RCVLOWAT) waits for the frame as
+				 * for any byte, as the kernel's read waits for bytes. */
+				if ((got && (got >= enough || nonblock)) || s->rd_shut)
+					break;
 				if (nonblock) {
 					rc = -EAGAIN;
 					break;
