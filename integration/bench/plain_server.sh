@@ -7,18 +7,25 @@
 # on over TCP at full speed) and once plain, alternated round by round. The
 # figure is over the whole run: all requests of a side divided by the wall
 # time of its runs (process start, connects and the failed offers included).
+# The server is pinned to CPU 0 and the client to CPU 1 (taskset) when there
+# are two CPUs or more, which keeps the scheduler's placement out of the
+# ratio (BENCH_PLAIN_PIN=0: not pinned).
 #
 # Prints per client count
 #   bench plain_server_c10: shim N req/s tcp M req/s ratio R   (bar >= 0.98)
 # Environment: BENCH_PLAIN_ROUNDS (default 4), BENCH_PLAIN_REQUESTS
 # (per run, default 100000: a few seconds).
 . "$(dirname "${BASH_SOURCE[0]}")/common.bash"
-need redis-server redis-benchmark ss
+need redis-server redis-benchmark ss taskset
 ROUNDS=${BENCH_PLAIN_ROUNDS:-${BENCH_ROUNDS:-4}}
 REQS=${BENCH_PLAIN_REQUESTS:-100000}
+SERVER_CPU=() CLIENT_CPU=()
+if [[ ${BENCH_PLAIN_PIN:-1} != 0 ]] && (($(nproc) >= 2)); then
+	SERVER_CPU=(taskset -c 0) CLIENT_CPU=(taskset -c 1)
+fi
 
 P=$(free_port)
-start_bg "$WORK/redis.log" env -u LD_PRELOAD timeout -k 5 3600 redis-server --port "$P" --bind 127.0.0.1 \
+start_bg "$WORK/redis.log" env -u LD_PRELOAD "${SERVER_CPU[@]}" timeout -k 5 3600 redis-server --port "$P" --bind 127.0.0.1 \
 	--save '' --appendonly no
 wait_listen "$P"
 redis-cli -p "$P" set key:__rand_int__ xxx >/dev/null 2>&1
@@ -28,7 +35,7 @@ run() {
 	local t0 t1 out
 	t0=$EPOCHREALTIME
 	# shellcheck disable=SC2046
-	out=$($(mode_env "$1" "$P") timeout -k 5 300 redis-benchmark -h 127.0.0.1 -p "$P" -c "$2" -n "$REQS" \
+	out=$($(mode_env "$1" "$P") "${CLIENT_CPU[@]}" timeout -k 5 300 redis-benchmark -h 127.0.0.1 -p "$P" -c "$2" -n "$REQS" \
 		-t get --csv 2>/dev/null) || { echo nan; return; }
 	t1=$EPOCHREALTIME
 	grep -q '"GET"' <<<"$out" || { echo nan; return; }
