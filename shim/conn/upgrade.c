@@ -102,6 +102,12 @@ void shim_upgrade_fail(struct shim_sock *s, int fd, enum shim_reason reason)
 		__atomic_store_n(&s->intercept, false, __ATOMIC_RELAXED);
 }
 
+void shim_upgrade_fail_for_good(struct shim_sock *s, int fd, enum shim_reason reason)
+{
+	s->await_bytes_used = true;
+	shim_upgrade_fail(s, fd, reason);
+}
+
 /* ---- services for the transports' negotiations ---- */
 
 void shim_upgrade_negotiating(struct shim_sock *s, void *neg)
@@ -216,8 +222,7 @@ static void upgrade_start(struct shim_sock *s, int fd, unsigned long long now)
 	const struct shim_transport_type *x;
 
 	if (s->forked_idle && !counts_are_ours(s, fd)) {
-		s->await_bytes_used = true;
-		shim_upgrade_fail(s, fd, SHIM_REASON_FORKED);
+		shim_upgrade_fail_for_good(s, fd, SHIM_REASON_FORKED);
 		return;
 	}
 	x = shim_transport_pick(&s->tuple, &why);
@@ -271,8 +276,7 @@ int shim_upgrade_pin_tcp(struct shim_sock *s, int fd, enum shim_reason reason)
 	if (peer_stoppable(s)) {
 		s->xport->stop_peer(s, fd);
 	} else if (!shim_upgrade_settled(s)) {
-		s->await_bytes_used = true; /* no second attempt either */
-		shim_upgrade_fail(s, fd, reason);
+		shim_upgrade_fail_for_good(s, fd, reason);
 	}
 	if (s->tx_dir != SHIM_DIR_TCP || s->rx_dir != SHIM_DIR_TCP || s->rx_switch_known ||
 	    (s->phase == SHIM_PHASE_COMMITTING && !peer_stoppable(s))) {
@@ -296,8 +300,8 @@ int shim_upgrade_pin_tcp(struct shim_sock *s, int fd, enum shim_reason reason)
 void shim_upgrade_settle_for_fork(struct shim_sock *s, int fd)
 {
 	if (s->phase == SHIM_PHASE_NEGOTIATING) {
-		s->await_bytes_used = true; /* no second attempt: either copy could make it */
-		shim_upgrade_fail(s, fd, SHIM_REASON_FORKED);
+		/* No second attempt: either copy could make it. */
+		shim_upgrade_fail_for_good(s, fd, SHIM_REASON_FORKED);
 	} else if (peer_stoppable(s)) {
 		SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.settle_fork", fd, &s->tuple, SHIM_REASON_FORKED,
 			   "\"role\":\"%s\"", shim_role_name(s->role));
@@ -340,8 +344,7 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 	if (unlikely(barred != SHIM_REASON_NONE) && s->phase != SHIM_PHASE_COMMITTING) {
 		/* Nobody committed: end it without another system call that a
 		 * sandbox might punish (closing the negotiation's fds is all). */
-		s->await_bytes_used = true;
-		shim_upgrade_fail(s, fd, barred);
+		shim_upgrade_fail_for_good(s, fd, barred);
 		return;
 	}
 	switch (s->phase) {

@@ -52,6 +52,9 @@ void shim_upgrade_settle_for_fork(struct shim_sock *s, int fd);
 
 /* Gives up on the upgrade (if not past the point of no return). */
 void shim_upgrade_fail(struct shim_sock *s, int fd, enum shim_reason reason);
+/* The same, with no second attempt once bytes move: the reason is a
+ * definite answer, not a peer that may come later. */
+void shim_upgrade_fail_for_good(struct shim_sock *s, int fd, enum shim_reason reason);
 
 /*
  * The services a transport's negotiation reports through (transport.h).

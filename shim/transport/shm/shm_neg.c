@@ -103,8 +103,7 @@ static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 		if (s_client_plain(s, fd, ng, now)) {
 			SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.plain_client", fd, &s->tuple, SHIM_REASON_PEER_NO_SHIM,
 				   "\"since_miss_ms\":%llu", (now - ng->miss_ns) / 1000000ull);
-			s->await_bytes_used = true;
-			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_NO_SHIM);
+			shim_upgrade_fail_for_good(s, fd, SHIM_REASON_PEER_NO_SHIM);
 			return;
 		}
 		if (!shim_upgrade_retry_later(s, now)) {
@@ -459,12 +458,10 @@ static void shm_start(struct shim_sock *s, int fd, unsigned long long now)
 		if (shm_c_hint(s, fd, now))
 			return;
 		/* No process with the shim serves the port here: nobody would
-		 * take the offer, and every call until we gave up would pay.
-		 * A definite answer: no second attempt once bytes move. */
+		 * take the offer, and every call until we gave up would pay. */
 		if (!shim_beacon_seen(shm_server_ep(s)->port)) {
 			SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.no_beacon", fd, &s->tuple, SHIM_REASON_PEER_NO_SHIM, NULL);
-			s->await_bytes_used = true;
-			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_NO_SHIM);
+			shim_upgrade_fail_for_good(s, fd, SHIM_REASON_PEER_NO_SHIM);
 			return;
 		}
 		c_rv_listen(s, fd);
