@@ -10,6 +10,7 @@
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
@@ -144,6 +145,18 @@ static bool track_connection(int fd, enum shim_role role, enum shim_sock_state s
 		return false;
 	}
 	return eligible;
+}
+
+int shim_sock_tcp_arrived(const struct shim_sock *s, int fd, uint64_t *arrived)
+{
+	int queued = 0;
+
+	if (REAL(ioctl)(fd, FIONREAD, &queued) < 0)
+		return -errno;
+	if (queued < 0)
+		return -EPROTO;
+	*arrived = s->rx_tcp_bytes + (uint64_t)queued;
+	return 0;
 }
 
 void shim_sock_on_listen(int fd)

@@ -249,6 +249,11 @@ static inline int shim_sock_fd_locked(const struct shim_sock *s, int fd)
 	return -EBADF;
 }
 
+/* Under sock->lock, fd from shim_sock_fd_locked(): the bytes that came
+ * over TCP so far, read by the program (rx_tcp_bytes) or still queued in
+ * the kernel. 0, or -errno when the kernel can not say. */
+int shim_sock_tcp_arrived(const struct shim_sock *s, int fd, uint64_t *arrived);
+
 /* Process-wide: fork handlers over every lock of this module (atfork.c). */
 void shim_sock_atfork_prepare(void);
 void shim_sock_atfork_parent(void);

@@ -73,7 +73,6 @@ int shim_io_atmark(struct shim_sock *s, int fd, int *out)
 uint64_t shim_io_rx_arrived(struct shim_sock *s, int fd)
 {
 	uint64_t arrived = 0;
-	int queued = 0;
 
 	pthread_mutex_lock(&s->lock);
 	if (s->closed || (fd = shim_sock_fd_locked(s, fd)) < 0) {
@@ -83,9 +82,8 @@ uint64_t shim_io_rx_arrived(struct shim_sock *s, int fd)
 	} else {
 		/* Receiving on TCP (our direction alone switched, or a
 		 * failover): what the program read plus what is queued. */
-		if (REAL(ioctl)(fd, FIONREAD, &queued) < 0 || queued < 0)
-			queued = 0;
-		arrived = s->rx_tcp_bytes + (uint64_t)queued;
+		if (shim_sock_tcp_arrived(s, fd, &arrived) < 0)
+			arrived = s->rx_tcp_bytes;
 	}
 	pthread_mutex_unlock(&s->lock);
 	return arrived;

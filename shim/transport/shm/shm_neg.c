@@ -20,9 +20,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <linux/sockios.h>
 #include <unistd.h>
 
 #include "beacon.h"
@@ -43,17 +41,6 @@
  * /proc/net/tcp), and each refusal costs us an accept and a credential
  * check, so the work one connection can be made to do stays bounded. */
 #define RV_MAX_REFUSALS 16
-
-/* Bytes that have come from C so far, read or queued (SHM_ARRIVED_UNKNOWN
- * when the kernel can not say). */
-static uint64_t s_bytes_arrived(const struct shim_sock *s, int fd)
-{
-	int queued = 0;
-
-	if (REAL(ioctl)(fd, SIOCINQ, &queued) < 0 || queued < 0)
-		return SHM_ARRIVED_UNKNOWN;
-	return s->rx_tcp_bytes + (uint64_t)queued;
-}
 
 /*
  * C's rendezvous was not there, again: does C run without the shim? We
@@ -81,7 +68,8 @@ static bool s_client_plain(struct shim_sock *s, int fd, struct shm_neg *ng, unsi
 
 	if (!settle || (measured && now - ng->miss_ns < settle))
 		return false;
-	arrived = s_bytes_arrived(s, fd);
+	if (shim_sock_tcp_arrived(s, fd, &arrived) < 0)
+		arrived = SHM_ARRIVED_UNKNOWN;
 	if (measured && arrived != SHM_ARRIVED_UNKNOWN && arrived > ng->arrived_at_miss) {
 		if (ng->client_active)
 			return true;
