@@ -168,6 +168,41 @@ alternate() {
 	done
 }
 
+# rate_over "S1 S2 ..." N: N requests a run over the runs' summed wall
+# seconds (nan runs left out; nan when none ran).
+rate_over() {
+	local v sum=0 n=0
+	for v in $1; do
+		[[ $v == nan ]] && continue
+		sum=$(calc %.4f "$sum + $v")
+		n=$((n + 1))
+	done
+	if ((n)); then calc %.0f "$n * $2 / $sum"; else echo nan; fi
+}
+
+# Pinning words for a redis server and its benchmark client: SERVER_CPU
+# (CPU 0) and CLIENT_CPU (CPU 1) when there are two CPUs or more, which
+# keeps the scheduler's placement out of a ratio; none with
+# BENCH_PLAIN_PIN=0.
+SERVER_CPU=() CLIENT_CPU=()
+if [[ ${BENCH_PLAIN_PIN:-1} != 0 ]] && (($(nproc) >= 2)); then
+	SERVER_CPU=(taskset -c 0) CLIENT_CPU=(taskset -c 1)
+fi
+
+# redis_get_secs PORT CLIENTS WORD...: wall seconds of one redis-benchmark
+# GET run of $REQS requests against 127.0.0.1:PORT, run under WORD... (env
+# words, taskset); nan when it failed.
+redis_get_secs() {
+	local port=$1 c=$2 t0 t1 out
+	shift 2
+	t0=$EPOCHREALTIME
+	out=$("$@" timeout -k 5 300 redis-benchmark -h 127.0.0.1 -p "$port" -c "$c" -n "$REQS" -t get --csv \
+		2>/dev/null) || { echo nan; return; }
+	t1=$EPOCHREALTIME
+	grep -q '"GET"' <<<"$out" || { echo nan; return; }
+	calc %.4f "$t1 - $t0"
+}
+
 median() {
 	printf '%s\n' "$@" | grep -v '^$' | sort -g | awk '{ v[NR] = $1 }
 	  END { if (NR == 0) { print "nan"; exit }

@@ -9,7 +9,8 @@
 # alternated round by round. The figure is over the whole run: all requests
 # of a side divided by the wall time of its runs. The servers are pinned to
 # CPU 0 and the client to CPU 1 (taskset) when there are two CPUs or more,
-# which keeps the scheduler's placement out of the ratio.
+# which keeps the scheduler's placement out of the ratio (BENCH_PLAIN_PIN=0:
+# not pinned).
 #
 # Prints
 #   bench plain_client_c50: shim-server N req/s plain-server M req/s ratio R   (bar >= 0.98)
@@ -20,11 +21,6 @@ need redis-server redis-benchmark ss taskset
 ROUNDS=${BENCH_PLAIN_ROUNDS:-${BENCH_ROUNDS:-4}}
 REQS=${BENCH_PLAIN_REQUESTS:-100000}
 C=${BENCH_PLAIN_CLIENTS:-50}
-SERVER_CPU=() CLIENT_CPU=()
-if (($(nproc) >= 2)); then
-	SERVER_CPU=(taskset -c 0) CLIENT_CPU=(taskset -c 1)
-fi
-
 declare -A PORT
 for mode in shim tcp; do
 	PORT[$mode]=$(free_port)
@@ -35,33 +31,15 @@ for mode in shim tcp; do
 	redis-cli -p "${PORT[$mode]}" set key:__rand_int__ xxx >/dev/null 2>&1
 done
 
-# run MODE: wall seconds of one redis-benchmark run against MODE's server (nan: it failed)
+# run MODE: wall seconds of one run against MODE's server, a plain client
 run() {
-	local t0 t1 out
-	t0=$EPOCHREALTIME
-	out=$(env -u LD_PRELOAD "${CLIENT_CPU[@]}" timeout -k 5 300 redis-benchmark -h 127.0.0.1 -p "${PORT[$1]}" \
-		-c "$C" -n "$REQS" -t get --csv 2>/dev/null) || { echo nan; return; }
-	t1=$EPOCHREALTIME
-	grep -q '"GET"' <<<"$out" || { echo nan; return; }
-	calc %.4f "$t1 - $t0"
+	redis_get_secs "${PORT[$1]}" "$C" env -u LD_PRELOAD "${CLIENT_CPU[@]}"
 }
 
-declare -A SUM=([shim]=0 [tcp]=0) CNT=([shim]=0 [tcp]=0)
-say "plain redis-benchmark GET -c $C -n $REQS against a shim server and a plain one, $ROUNDS rounds per side, alternated"
-for ((r = 0; r < ROUNDS; r++)); do
-	line="round $((r + 1)):"
-	for mode in $(order "$r"); do
-		s=$(run "$mode")
-		[[ $s == nan ]] || { SUM[$mode]=$(calc %.4f "${SUM[$mode]} + $s"); CNT[$mode]=$((CNT[$mode] + 1)); }
-		line+=" $mode ${s}s ($( [[ $s == nan ]] && echo failed || calc %.0f "$REQS / $s") req/s)"
-	done
-	say "$line"
-done
-if ((CNT[shim] && CNT[tcp])); then
-	S=$(calc %.0f "${CNT[shim]} * $REQS / ${SUM[shim]}") T=$(calc %.0f "${CNT[tcp]} * $REQS / ${SUM[tcp]}")
-	R=$(calc %.3f "$S / $T")
-else
-	S=nan T=nan R=nan
-fi
+say "plain redis-benchmark GET -c $C -n $REQS against a shim server and a plain one, $ROUNDS rounds per side, alternated (wall seconds)"
+alternate run
+S=$(rate_over "${VALS[shim]}" "$REQS") T=$(rate_over "${VALS[tcp]}" "$REQS")
+R=nan
+[[ $S == nan || $T == nan ]] || R=$(calc %.3f "$S / $T")
 echo "bench plain_client_c$C: shim-server $S req/s plain-server $T req/s ratio $R $(verdict "$R" 0.98)"
 exit 0

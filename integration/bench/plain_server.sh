@@ -19,47 +19,25 @@
 need redis-server redis-benchmark ss taskset
 ROUNDS=${BENCH_PLAIN_ROUNDS:-${BENCH_ROUNDS:-4}}
 REQS=${BENCH_PLAIN_REQUESTS:-100000}
-SERVER_CPU=() CLIENT_CPU=()
-if [[ ${BENCH_PLAIN_PIN:-1} != 0 ]] && (($(nproc) >= 2)); then
-	SERVER_CPU=(taskset -c 0) CLIENT_CPU=(taskset -c 1)
-fi
-
 P=$(free_port)
 start_bg "$WORK/redis.log" env -u LD_PRELOAD "${SERVER_CPU[@]}" timeout -k 5 3600 redis-server --port "$P" --bind 127.0.0.1 \
 	--save '' --appendonly no
 wait_listen "$P"
 redis-cli -p "$P" set key:__rand_int__ xxx >/dev/null 2>&1
 
-# run MODE CLIENTS: wall seconds of one redis-benchmark run (nan: it failed)
+# run MODE: wall seconds of one run with $C clients, the client as MODE says
 run() {
-	local t0 t1 out
-	t0=$EPOCHREALTIME
 	# shellcheck disable=SC2046
-	out=$($(mode_env "$1" "$P") "${CLIENT_CPU[@]}" timeout -k 5 300 redis-benchmark -h 127.0.0.1 -p "$P" -c "$2" -n "$REQS" \
-		-t get --csv 2>/dev/null) || { echo nan; return; }
-	t1=$EPOCHREALTIME
-	grep -q '"GET"' <<<"$out" || { echo nan; return; }
-	calc %.4f "$t1 - $t0"
+	redis_get_secs "$P" "$C" $(mode_env "$1" "$P") "${CLIENT_CPU[@]}"
 }
 
-for c in 10 50; do
-	declare -A SUM=([shim]=0 [tcp]=0) CNT=([shim]=0 [tcp]=0)
-	say "redis-benchmark GET -c $c -n $REQS, plain server, $ROUNDS rounds per side, alternated"
-	for ((r = 0; r < ROUNDS; r++)); do
-		line="round $((r + 1)):"
-		for mode in $(order "$r"); do
-			s=$(run "$mode" "$c")
-			[[ $s == nan ]] || { SUM[$mode]=$(calc %.4f "${SUM[$mode]} + $s"); CNT[$mode]=$((CNT[$mode] + 1)); }
-			line+=" $mode ${s}s ($( [[ $s == nan ]] && echo failed || calc %.0f "$REQS / $s") req/s)"
-		done
-		say "$line"
-	done
-	if ((CNT[shim] && CNT[tcp])); then
-		S=$(calc %.0f "${CNT[shim]} * $REQS / ${SUM[shim]}") T=$(calc %.0f "${CNT[tcp]} * $REQS / ${SUM[tcp]}")
-		R=$(calc %.3f "$S / $T")
-	else
-		S=nan T=nan R=nan
-	fi
-	echo "bench plain_server_c$c: shim $S req/s tcp $T req/s ratio $R $(verdict "$R" 0.98)"
+for C in 10 50; do
+	VALS=()
+	say "redis-benchmark GET -c $C -n $REQS, plain server, $ROUNDS rounds per side, alternated (wall seconds)"
+	alternate run
+	S=$(rate_over "${VALS[shim]}" "$REQS") T=$(rate_over "${VALS[tcp]}" "$REQS")
+	R=nan
+	[[ $S == nan || $T == nan ]] || R=$(calc %.3f "$S / $T")
+	echo "bench plain_server_c$C: shim $S req/s tcp $T req/s ratio $R $(verdict "$R" 0.98)"
 done
 exit 0
