@@ -180,6 +180,14 @@ rate_over() {
 	if ((n)); then calc %.0f "$n * $2 / $sum"; else echo nan; fi
 }
 
+# rates_ratio N: from VALS (alternate's wall seconds, N requests a run)
+# S and T, the shim and tcp sides' requests per second, and R = S / T
+# (nan when a side never ran).
+rates_ratio() {
+	S=$(rate_over "${VALS[shim]}" "$1") T=$(rate_over "${VALS[tcp]}" "$1") R=nan
+	[[ $S == nan || $T == nan ]] || R=$(calc %.3f "$S / $T")
+}
+
 # Pinning words for a redis server and its benchmark client: SERVER_CPU
 # (CPU 0) and CLIENT_CPU (CPU 1) when there are two CPUs or more, which
 # keeps the scheduler's placement out of a ratio; none with

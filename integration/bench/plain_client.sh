@@ -38,8 +38,6 @@ run() {
 
 say "plain redis-benchmark GET -c $C -n $REQS against a shim server and a plain one, $ROUNDS rounds per side, alternated (wall seconds)"
 alternate run
-S=$(rate_over "${VALS[shim]}" "$REQS") T=$(rate_over "${VALS[tcp]}" "$REQS")
-R=nan
-[[ $S == nan || $T == nan ]] || R=$(calc %.3f "$S / $T")
+rates_ratio "$REQS"
 echo "bench plain_client_c$C: shim-server $S req/s plain-server $T req/s ratio $R $(verdict "$R" 0.98)"
 exit 0

@@ -35,9 +35,7 @@ for C in 10 50; do
 	VALS=()
 	say "redis-benchmark GET -c $C -n $REQS, plain server, $ROUNDS rounds per side, alternated (wall seconds)"
 	alternate run
-	S=$(rate_over "${VALS[shim]}" "$REQS") T=$(rate_over "${VALS[tcp]}" "$REQS")
-	R=nan
-	[[ $S == nan || $T == nan ]] || R=$(calc %.3f "$S / $T")
+	rates_ratio "$REQS"
 	echo "bench plain_server_c$C: shim $S req/s tcp $T req/s ratio $R $(verdict "$R" 0.98)"
 done
 exit 0
