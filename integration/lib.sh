@@ -317,15 +317,17 @@ wait_line() {
 # background, named NAME) and client on $port, both under the shim with the
 # caller's "${vars[@]}", CONNS connections one after the other (--seq) of
 # ROUNDS one-byte rounds; checks that every byte came back, then waits for
-# the server (one with --fork serves on and is stopped).
+# the server (one with --fork serves on and is stopped). The words of the
+# array HOLD_FLAGS, when set, go to both ends.
 hold_seq() {
-  local name=$1 conns=$2 rounds=$3 pid got
+  local name=$1 conns=$2 rounds=$3 pid got both=(${HOLD_FLAGS[@]+"${HOLD_FLAGS[@]}"})
   shift 3
   start_bg "$name" shim "${vars[@]}" "$PROGS/conn_hold" server --port "$port" --conns "$conns" --rounds "$rounds" \
-    --seq "$@"
+    --seq ${both[@]+"${both[@]}"} "$@"
   pid=$BG_PID
   wait_ready "$name" >/dev/null || not_ok "$name: server ready"
-  got=$(with_shim "${vars[@]}" "$PROGS/conn_hold" client --port "$port" --conns "$conns" --rounds "$rounds" --seq 2>&1)
+  got=$(with_shim "${vars[@]}" "$PROGS/conn_hold" client --port "$port" --conns "$conns" --rounds "$rounds" --seq \
+    ${both[@]+"${both[@]}"} 2>&1)
   check "$name: every byte came back ($(tail -n 1 <<<"$got"))" grep -q '^DONE' <<<"$got"
   if [[ " $* " == *" --fork "* ]]; then
     stop_bg "$pid"

@@ -302,6 +302,7 @@ START_TEST(parse_defaults)
 	ck_assert_uint_eq(cfg.ring_kb, 1024);
 	ck_assert_uint_eq(cfg.spin_us, 50);
 	ck_assert_uint_eq(cfg.spin_adapt, 1);
+	ck_assert_uint_eq(cfg.unpaid_percent, 25);
 	ck_assert_uint_eq(cfg.shm_pairs, 1);
 	ck_assert_uint_eq(cfg.huge_pages, 1);
 	ck_assert_uint_eq(cfg.test_fail_rdma_kb, 0);
@@ -474,6 +475,7 @@ static const struct {
 	{ "RDMASHIM_RING_KB", "131072" },
 	{ "RDMASHIM_SPIN_US", "1000001" },
 	{ "RDMASHIM_SPIN_ADAPT", "2" },
+	{ "RDMASHIM_UNPAID_PERCENT", "101" },
 	{ "RDMASHIM_SHM_PAIRS", "2" },
 	{ "RDMASHIM_BREAKER_FAILURES", "0" },
 	{ "RDMASHIM_BREAKER_COOLDOWN_MS", "86400001" },

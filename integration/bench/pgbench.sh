@@ -17,9 +17,11 @@
 #
 # Environment: BENCH_PG_ROUNDS (default 4), BENCH_PG_SECS (default 5),
 # BENCH_PG_CLIENTS (default 8), BENCH_PG_USER (default postgres, as root).
-# BENCH_PG_SPIN_AB=1 adds two shim sides to the same rounds, for the busy
-# polling (shim/spin.h): shim_always (RDMASHIM_SPIN_ADAPT=0, every wait
-# spins) and shim_nospin (RDMASHIM_SPIN_US=0), each with its ratio to TCP.
+# BENCH_PG_VARIANTS="NAME:RDMASHIM_VAR=VALUE ..." adds a shim side per
+# word to the same rounds (shim_NAME, its own cluster, that variable on top
+# of the shim's), each with its ratio to TCP; BENCH_PG_SPIN_AB=1 adds the
+# busy polling's two (shim/spin.h): shim_always (RDMASHIM_SPIN_ADAPT=0,
+# every wait spins) and shim_nospin (RDMASHIM_SPIN_US=0).
 . "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 need ss
 
@@ -49,11 +51,13 @@ else
 fi
 
 MODES=(shim tcp)
-if [[ ${BENCH_PG_SPIN_AB:-0} == 1 ]]; then
-	MODES+=(shim_always shim_nospin)
-	VARIANT_ENV[shim_always]=RDMASHIM_SPIN_ADAPT=0
-	VARIANT_ENV[shim_nospin]=RDMASHIM_SPIN_US=0
-fi
+VARIANTS=${BENCH_PG_VARIANTS:-}
+[[ ${BENCH_PG_SPIN_AB:-0} == 1 ]] && VARIANTS+=" always:RDMASHIM_SPIN_ADAPT=0 nospin:RDMASHIM_SPIN_US=0"
+for v in $VARIANTS; do
+	[[ $v == [a-z]*:RDMASHIM_*=* ]] || die "BENCH_PG_VARIANTS: '$v' is not NAME:RDMASHIM_VAR=VALUE"
+	MODES+=("shim_${v%%:*}")
+	VARIANT_ENV[shim_${v%%:*}]=${v#*:}
+done
 declare -A PORT=() SRV=()
 bench_stop() {
 	local m

@@ -2,13 +2,15 @@
  * conn_hold: many 1-byte ping-pong connections between two processes, for
  * the benchmarks (integration/bench/upgrade_time.sh, many_conns.sh).
  *
- *   conn_hold server --port P --conns N [--rounds R] [--host A] [--seq [--fork W]] [--warm MS] [--hold FILE]
- *   conn_hold client --port P --conns N [--rounds R] [--each E] [--host A] [--seq [--times]] [--warm MS]
+ *   conn_hold server --port P --conns N [--rounds R] [--host A] [--seq [--fork W]] [--warm MS] [--think US]
+ *                    [--hold FILE]
+ *   conn_hold client --port P --conns N [--rounds R] [--each E] [--host A] [--seq [--times]] [--warm MS] [--think US]
  *                    [--pause FILE] [--go FILE] [--hold FILE]
  *
  * Both ends use blocking I/O in one thread, in connection order: the client
- * writes one byte, the server reads it and writes it back, the client reads
- * it, R times per connection (default 10).
+ * writes one byte (the round's letter, a to z), the server reads it and
+ * writes it back, the client reads it and checks it, R times per connection
+ * (default 10).
  *
  *   --seq   one connection at a time: connect, R rounds, close (the server
  *           then reads EOF and closes). For timing upgrades one by one.
@@ -36,6 +38,9 @@
  *           first pool chunk: a second and more in a TCG VM), which is not
  *           what the counted connections are for. The client waits for
  *           --go after it, so memory read before "go" includes it.
+ *   --think US  each end waits US microseconds before each of its writes
+ *           (default 0): requests far apart and a slow server, whose
+ *           receivers are asleep when the bytes come.
  *   --times with --seq, the client prints one line per connection:
  *           "CONN <i> first_us=<F> total_us=<T>", F from the start of its
  *           connect() to the end of the read of the first answer, T to the
@@ -92,6 +97,7 @@ static void wait_file(const char *path)
 }
 
 static int connect_to(struct in_addr host, int port);
+static unsigned think_us; /* --think */
 
 static void one_byte_back(int fd, char c)
 {
@@ -101,19 +107,23 @@ static void one_byte_back(int fd, char c)
 	}
 }
 
-static void one_byte(int fd, bool send_first, int conn)
+/* One round: the client sends the round's letter and must read the same
+ * one back (a byte lost, doubled or moved shows); the server echoes. */
+static void one_byte(int fd, bool send_first, int conn, int round)
 {
-	char c = 'x';
+	const char want = (char)('a' + round % 26);
+	char c = want;
 
-	if (send_first && write(fd, &c, 1) != 1)
+	if (send_first && ((think_us && usleep(think_us)) || write(fd, &c, 1) != 1))
 		goto fail;
-	if (read(fd, &c, 1) != 1 || c != 'x')
+	if (read(fd, &c, 1) != 1 || (send_first && c != want))
 		goto fail;
-	if (!send_first && write(fd, &c, 1) != 1)
+	if (!send_first && ((think_us && usleep(think_us)) || write(fd, &c, 1) != 1))
 		goto fail;
 	return;
 fail:
-	fprintf(stderr, "conn_hold: connection %d: ping-pong failed: %s\n", conn, strerror(errno));
+	fprintf(stderr, "conn_hold: connection %d: ping-pong failed in round %d (%s)\n", conn, round,
+		c != want && send_first ? "a wrong byte came back" : strerror(errno));
 	exit(1);
 }
 
@@ -128,7 +138,7 @@ static void serve_one(int fd, int rounds, int conn)
 		exit(1);
 	}
 	for (int r = 0; r < rounds; r++)
-		one_byte(fd, false, conn);
+		one_byte(fd, false, conn, r);
 	got = read(fd, &c, 1);
 	if (got != 0) {
 		fprintf(stderr, "conn_hold: connection %d: expected EOF, read returned %zd (%s)\n", conn, got,
@@ -153,9 +163,8 @@ static void warm(int lfd, struct in_addr host, int port, double ms)
 		while (read(fd, &c, 1) == 1)
 			one_byte_back(fd, c);
 	} else {
-		do
-			one_byte(fd, true, -1);
-		while (now_ms() < end);
+		for (int r = 0; r == 0 || now_ms() < end; r++)
+			one_byte(fd, true, -1, r);
 	}
 	close(fd);
 	printf("WARMED\n");
@@ -212,6 +221,8 @@ int main(int argc, char **argv)
 			pause = argv[++i];
 		else if (!strcmp(argv[i], "--hold"))
 			hold = argv[++i];
+		else if (!strcmp(argv[i], "--think"))
+			think_us = (unsigned)atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--warm"))
 			warm_ms = atof(argv[++i]);
 		else if (!strcmp(argv[i], "--host")) {
@@ -273,12 +284,12 @@ int main(int argc, char **argv)
 			wait_file(pause);
 		}
 		for (int r = 0; r < each; r++)
-			one_byte(fds[i], !server, i);
+			one_byte(fds[i], !server, i, r);
 		if (!seq)
 			continue;
 		first = now_ms(); /* with no rounds: the connect */
 		for (int r = 0; r < rounds; r++) {
-			one_byte(fds[i], !server, i);
+			one_byte(fds[i], !server, i, each + r);
 			if (r == 0)
 				first = now_ms();
 		}
@@ -305,7 +316,7 @@ int main(int argc, char **argv)
 	}
 	for (int r = 0; r < rounds; r++)
 		for (int i = 0; i < n; i++)
-			one_byte(fds[i], !server, i);
+			one_byte(fds[i], !server, i, each + r);
 	printf("UP ms=%.1f\n", now_ms() - t0);
 	fflush(stdout);
 	wait_file(hold);

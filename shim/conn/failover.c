@@ -33,6 +33,18 @@
 #include "transport.h"
 #include "wire.h"
 
+/* A failover we chose (the channel did not pay) is news, not a warning;
+ * the peer's end can not tell and reports a failed channel. */
+static enum shim_trace_level fo_level(const struct shim_sock *s)
+{
+	return s->fo_why == SHIM_REASON_UNPAID ? SHIM_TRACE_INFO : SHIM_TRACE_WARN;
+}
+
+static enum shim_reason fo_reason(const struct shim_sock *s)
+{
+	return s->fo_why != SHIM_REASON_NONE ? s->fo_why : SHIM_REASON_CHAN_FAILED;
+}
+
 static void reset(struct shim_sock *s, int fd, const char *why)
 {
 	shim_frames_abort(s, fd, SHIM_REASON_RESUME_FAILED, why);
@@ -53,7 +65,7 @@ static void start(struct shim_sock *s, int fd)
 		s->fo_started = true;
 		s->fo_tx_done = true;
 		shim_stats_count(SHIM_REASON_CHAN_FAILED);
-		SHIM_TRACE(SHIM_TRACE_WARN, "failover.start", fd, &s->tuple, SHIM_REASON_CHAN_FAILED,
+		SHIM_TRACE(fo_level(s), "failover.start", fd, &s->tuple, fo_reason(s),
 			   "\"tx_switched\":false");
 		return;
 	}
@@ -68,7 +80,7 @@ static void start(struct shim_sock *s, int fd)
 	frame.rx_offset = htobe64(rx_offset);
 	s->fo_started = true;
 	shim_stats_count(SHIM_REASON_CHAN_FAILED);
-	SHIM_TRACE(SHIM_TRACE_WARN, "failover.start", fd, &s->tuple, SHIM_REASON_CHAN_FAILED,
+	SHIM_TRACE(fo_level(s), "failover.start", fd, &s->tuple, fo_reason(s),
 		   "\"rx_offset\":%llu,\"peer_first\":%s", (unsigned long long)rx_offset,
 		   s->fo_peer_known ? "true" : "false");
 	if (shim_frames_queue(s, fd, &frame, sizeof(frame)) == -ENOBUFS)
@@ -102,7 +114,7 @@ static void take_peer_offset(struct shim_sock *s, int fd)
 	s->fo_replay_len = len;
 	s->fo_replay_off = 0;
 	s->tx_dir = SHIM_DIR_TCP;
-	SHIM_TRACE(SHIM_TRACE_WARN, "failover.tx_tcp", fd, &s->tuple, SHIM_REASON_CHAN_FAILED,
+	SHIM_TRACE(fo_level(s), "failover.tx_tcp", fd, &s->tuple, fo_reason(s),
 		   "\"peer_rx\":%llu,\"replay\":%zu", (unsigned long long)s->fo_peer_rx_offset, len);
 }
 
@@ -183,7 +195,7 @@ void shim_failover_progress(struct shim_sock *s, int fd)
 		 * bytes from there on follow its RESUME on TCP. */
 		s->rx_dir = SHIM_DIR_TCP;
 		s->rx_switch_known = false;
-		SHIM_TRACE(SHIM_TRACE_WARN, "failover.rx_tcp", fd, &s->tuple, SHIM_REASON_CHAN_FAILED, NULL);
+		SHIM_TRACE(fo_level(s), "failover.rx_tcp", fd, &s->tuple, fo_reason(s), NULL);
 	}
 }
 
@@ -206,11 +218,12 @@ static int leave(struct shim_sock *s, int fd, const char *event, enum shim_reaso
 	bool known;
 
 	shim_stats_count(why);
+	s->fo_why = why;
 	/* fail settles what is in flight, so the count is known after it
 	 * (unless the channel broke meanwhile: the peer's RESUME then says). */
 	ch->ops->fail(ch);
 	known = ch->ops->tx_offset(ch, &sent);
-	SHIM_TRACE(SHIM_TRACE_WARN, event, fd, &s->tuple, why, "\"sent\":%llu,\"known\":%s",
+	SHIM_TRACE(fo_level(s), event, fd, &s->tuple, why, "\"sent\":%llu,\"known\":%s",
 		   (unsigned long long)sent, known ? "true" : "false");
 	shim_failover_progress(s, fd);
 	return 0;
@@ -224,4 +237,9 @@ int shim_failover_spill(struct shim_sock *s, int fd)
 int shim_failover_oob(struct shim_sock *s, int fd)
 {
 	return leave(s, fd, "failover.oob", SHIM_REASON_OOB);
+}
+
+int shim_failover_unpaid(struct shim_sock *s, int fd)
+{
+	return leave(s, fd, "failover.unpaid", SHIM_REASON_UNPAID);
 }

@@ -35,6 +35,14 @@ int shim_failover_spill(struct shim_sock *s, int fd);
  */
 int shim_failover_oob(struct shim_sock *s, int fd);
 
+/*
+ * The channel did not pay: most exchanges had to wake their sleeping
+ * receivers with bells (io.c, RDMASHIM_UNPAID_PERCENT), which costs more
+ * than TCP. Back to TCP as by a spill; the connection stays there. 0, or
+ * -EOPNOTSUPP when the channel can not.
+ */
+int shim_failover_unpaid(struct shim_sock *s, int fd);
+
 /* Sends what it can of a pending replay: 0 when none is left, -EAGAIN. */
 int shim_failover_flush(struct shim_sock *s, int fd);
 

@@ -151,6 +151,7 @@ void shim_frames_drain(struct shim_sock *s, int fd)
 			drain_eof(s);
 			return;
 		}
+		s->rx_bells += (unsigned)bells; /* wraps: only compared for change (io.c) */
 		/* A wait drains the bells the kernel woke it for before its
 		 * disarm learns that the peer took the arm (wait.c, epoll.c):
 		 * such a bell is kept as early, and that disarm owes nothing. */

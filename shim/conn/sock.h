@@ -124,6 +124,10 @@ struct shim_sock {
 	size_t tcp_out_len;
 	unsigned bells_owed; /* bells the peer took an arm for and will send */
 	unsigned bells_early; /* bells drained before the disarm that owes them (io.c) */
+	unsigned rx_bells;    /* bells the peer sent us, all told (frames.c) */
+	unsigned rx_bells_at_send; /* rx_bells at our last send that moved bytes (io.c) */
+	unsigned exchanges, unpaid; /* in this window, and of them woken each way (io.c) */
+	unsigned unpaid_windows; /* windows in a row with too many unpaid (io.c) */
 	unsigned sleepers;   /* threads of ours waiting on this connection */
 	unsigned rx_idle_arms; /* rx arms since data last came (io.c, arm_grace) */
 	bool shared_sleep;   /* two of them at once were seen (io.c) */
@@ -132,6 +136,7 @@ struct shim_sock {
 
 	/* Back to TCP after the channel failed (failover.c). */
 	bool fo_started;    /* our RESUME is queued: the channel carries nothing more */
+	enum shim_reason fo_why; /* why we left on purpose (failover.c); NONE: a failure */
 	bool fo_peer_known; /* the peer's RESUME arrived: plain bytes follow it */
 	bool fo_peer_rx_nothing; /* the channel carried none of our bytes: replay from 0 */
 	bool fo_tx_done;    /* our replay went out: tx is plain TCP again */

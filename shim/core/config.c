@@ -24,6 +24,9 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_SPIN_ADAPT", "1",
 	  "1: skip the busy poll when every CPU has a spinner, a waiter's spins keep finding nothing, "
 	  "or a spin lost its core; 0: every wait with a channel to watch spins RDMASHIM_SPIN_US" },
+	{ "RDMASHIM_UNPAID_PERCENT", "25",
+	  "a connection on shm goes back to TCP when, in two windows of 64 exchanges in a row, at least this "
+	  "share of them had to wake the sleeping receiver with a bell both ways (0: never)" },
 	{ "RDMASHIM_BREAKER_FAILURES", "3", "consecutive failed RDMA attempts that open a peer's breaker" },
 	{ "RDMASHIM_BREAKER_COOLDOWN_MS", "30000", "how long an open breaker skips attempts, ms" },
 	{ "RDMASHIM_CM_TIMEOUT_MS", "2000", "bound on each RDMA connection-manager wait, ms" },
@@ -206,6 +209,8 @@ static const struct uint_var uint_vars[] = {
 	{ "RDMASHIM_SPIN_US", 0, 1000000, offsetof(struct shim_config, spin_us),
 	  "expected microseconds 0-1000000" },
 	{ "RDMASHIM_SPIN_ADAPT", 0, 1, offsetof(struct shim_config, spin_adapt), "expected 0 or 1" },
+	{ "RDMASHIM_UNPAID_PERCENT", 0, 100, offsetof(struct shim_config, unpaid_percent),
+	  "expected an integer 0-100" },
 	{ "RDMASHIM_SHM_PAIRS", 0, 1, offsetof(struct shim_config, shm_pairs), "expected 0 or 1" },
 	{ "RDMASHIM_BREAKER_FAILURES", 1, 1000, offsetof(struct shim_config, breaker_failures),
 	  "expected an integer 1-1000" },

@@ -44,6 +44,7 @@ struct shim_config {
 	unsigned ring_kb;
 	unsigned spin_us;
 	unsigned spin_adapt; /* 0 or 1: spin.h */
+	unsigned unpaid_percent; /* 0 or the share of exchanges woken by bells that hands a connection back (io.c) */
 	unsigned shm_pairs;  /* 0 or 1: transport/shm/pair.h */
 	unsigned breaker_failures;
 	unsigned breaker_cooldown_ms;

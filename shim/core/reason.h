@@ -58,7 +58,9 @@
 	X(OOB, "oob",                                                                           \
 	  "urgent data (MSG_OOB) sent after the switch: back to TCP, which alone carries the urgent mark") \
 	X(FORKED, "forked",                                                                     \
-	  "a fork while the upgrade was being negotiated, or one after which another process moved the stream: stays on TCP")
+	  "a fork while the upgrade was being negotiated, or one after which another process moved the stream: stays on TCP") \
+	X(UNPAID, "unpaid",                                                                     \
+	  "RDMASHIM_UNPAID_PERCENT of the exchanges woke their sleeping receivers with bells: back to TCP, which is cheaper then")
 
 enum shim_reason {
 #define SHIM_REASON_ENUM(id, name, text) SHIM_REASON_##id,

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "config.h"
 #include "failover.h"
 #include "fdtable.h"
 #include "frames.h"
@@ -347,9 +348,45 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	return got ? (ssize_t)got : rc;
 }
 
+/*
+ * Whether the channel pays (transport.h, bell_bound_costs), counted once
+ * per send that moved bytes on it: the exchange is unpaid when this send
+ * had to wake the peer with a bell and the peer's bytes since our last
+ * send had to wake us with one. Judged over windows of IO_PAY_WINDOW
+ * exchanges: two windows in a row with RDMASHIM_UNPAID_PERCENT of them
+ * unpaid, and the connection goes back to TCP for good (failover.c). A
+ * stream one way only never counts: its receiver sends nothing.
+ *
+ * Measured (io.exchanges, debug): sockperf and redis-benchmark (1 and 50
+ * clients) on an idle machine, at most 4 unpaid of 64; pgbench -S, 8
+ * clients on 2 cores, 15 to 64, half of the windows above 40.
+ */
+#define IO_PAY_WINDOW 64
+static void count_exchange(struct shim_sock *s, int fd, bool rang)
+{
+	bool woken = s->rx_bells != s->rx_bells_at_send;
+	unsigned limit = (shim_cfg.unpaid_percent * IO_PAY_WINDOW + 99) / 100;
+
+	s->rx_bells_at_send = s->rx_bells;
+	s->unpaid += rang && woken;
+	if (++s->exchanges < IO_PAY_WINDOW)
+		return;
+	SHIM_TRACE(SHIM_TRACE_DEBUG, "io.exchanges", fd, &s->tuple, SHIM_REASON_NONE, "\"unpaid\":%u,\"of\":%u",
+		   s->unpaid, s->exchanges);
+	s->unpaid_windows = limit && s->unpaid >= limit ? s->unpaid_windows + 1 : 0;
+	s->unpaid = 0;
+	s->exchanges = 0;
+	if (s->unpaid_windows < 2 || !s->chan->ops->bell_bound_costs)
+		return;
+	SHIM_TRACE(SHIM_TRACE_INFO, "io.unpaid", fd, &s->tuple, SHIM_REASON_UNPAID, "\"windows\":%u,\"of\":%u",
+		   s->unpaid_windows, IO_PAY_WINDOW);
+	shim_failover_unpaid(s, fd);
+}
+
 ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	bool nonblock = (flags & MSG_DONTWAIT) != 0;
+	bool on_chan = false, rang = false;
 	size_t total = iov_total(iov, iovcnt), done = 0;
 	unsigned long long stalled_since = 0;
 	long long deadline;
@@ -478,8 +515,11 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		if (n) {
 			done += n;
 			stalled_since = 0;
-			if (ch->ops->tx_should_bell(ch))
+			on_chan = true;
+			if (ch->ops->tx_should_bell(ch)) {
 				shim_frames_queue(s, fd, &data_bell, 1);
+				rang = true;
+			}
 			continue;
 		}
 		if (shim_io_aborted_by_peer(s, fd)) {
@@ -500,6 +540,8 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		if (rc < 0)
 			break;
 	} while (done < total && !(nonblock && done));
+	if (on_chan && s->tx_dir == SHIM_DIR_CHAN && !s->fo_started && fd >= 0)
+		count_exchange(s, fd, rang);
 	SHIM_TRACE(SHIM_TRACE_TRACE, "io.send", fd, NULL, SHIM_REASON_NONE,
 		   "\"total\":%zu,\"done\":%zu,\"rc\":%d,\"flags\":%d,\"tx\":%d,\"tcp\":%llu", total, done,
 		   rc, flags, s->tx_dir, (unsigned long long)s->tx_tcp_bytes);

@@ -393,5 +393,6 @@ const struct shim_transport_ops shim_shm_ops = {
 	.drop_unread = shm_drop_unread,
 	.rx_offset = shm_rx_offset,
 	.tx_offset = shm_tx_offset,
+	.bell_bound_costs = true,
 	.tx_unreceived = shm_tx_unreceived,
 };
