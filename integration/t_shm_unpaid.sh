@@ -19,6 +19,9 @@
 #  (c) every wait spins for up to 2 ms (RDMASHIM_SPIN_ADAPT=0,
 #      RDMASHIM_SPIN_US=2000): the bytes are found by spinning, no bell is
 #      needed, no hand-back.
+#  (d) after (a)'s hand-back both ends leave the connection to the kernel
+#      (failover.kernel): its later calls cost what a connection that never
+#      moved costs.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_built "$PROGS/conn_hold"
 HOLD_FLAGS=(--think 300)
@@ -45,6 +48,8 @@ check "(a) its failover was the one on purpose (failover.unpaid $(count failover
 check "(a) both ends read TCP again (failover.rx_tcp $(count failover.rx_tcp) of 2)" \
   test "$(count failover.rx_tcp)" -eq 2
 check "(a) the process stats count it" grep -q '"process.stats".*"unpaid":1' <(cat "$dir"/trace.*.jsonl)
+check "(d) both ends left the connection to the kernel (failover.kernel $(count failover.kernel) of 2)" \
+  test "$(count failover.kernel)" -eq 2
 check "(a) windows of 64 exchanges were judged (io.exchanges $(count io.exchanges))" \
   test "$(count io.exchanges)" -ge 2
 

@@ -23,6 +23,8 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,6 +147,38 @@ static void flush_replay(struct shim_sock *s, int fd)
 		REAL(shutdown)(fd, SHUT_WR);
 }
 
+/*
+ * Both directions back on TCP for good, with nothing of ours left to send
+ * (RESUME, replay) or to read (the peer's RESUME was taken, the ring is
+ * empty): every later byte either way is plain, and the kernel's socket
+ * (queued bytes, EOF, errors, readiness) is the program's whole truth
+ * again. The data path then leaves the connection to the kernel, as one
+ * that never moved: a call costs a table lookup, not the lock and the
+ * frame checks (a connection handed back as unpaid would otherwise pay
+ * both for the rest of its life). Not while the shim keeps something the
+ * kernel does not know: a reset it read under the bells and still owes
+ * the program, a write after the peer's close it answered itself, a
+ * shutdown or an end of stream it took on the channel's side. The channel stays attached until close (close.c), and an
+ * epoll item still on its switched registration is given back by the
+ * set's next look (epoll_wait.c).
+ */
+static void leave_to_kernel(struct shim_sock *s, int fd)
+{
+	const int nodelay = s->app_nodelay;
+
+	if (s->tx_dir != SHIM_DIR_TCP || s->rx_dir != SHIM_DIR_TCP || !s->fo_started || !s->fo_peer_known ||
+	    s->fo_replay || s->tcp_out_len || s->aborted || s->rx_tcp_reset || s->rx_reset_seen ||
+	    s->peer_gone_told || s->rd_shut || s->wr_shut || s->rx_tcp_eof || s->rx_switch_known || s->closing ||
+	    !__atomic_load_n(&s->intercept, __ATOMIC_RELAXED))
+		return;
+	/* The shim set TCP_NODELAY for its bells (upgrade.c); the kernel's
+	 * is the program's own again. */
+	if (!nodelay)
+		REAL(setsockopt)(fd, IPPROTO_TCP, TCP_NODELAY, &nodelay, sizeof(nodelay));
+	__atomic_store_n(&s->intercept, false, __ATOMIC_RELAXED);
+	SHIM_TRACE(fo_level(s), "failover.kernel", fd, &s->tuple, fo_reason(s), NULL);
+}
+
 void shim_failover_progress(struct shim_sock *s, int fd)
 {
 	struct shim_chan *ch = s->chan;
@@ -197,12 +231,16 @@ void shim_failover_progress(struct shim_sock *s, int fd)
 		s->rx_switch_known = false;
 		SHIM_TRACE(fo_level(s), "failover.rx_tcp", fd, &s->tuple, fo_reason(s), NULL);
 	}
+	leave_to_kernel(s, fd);
 }
 
 int shim_failover_flush(struct shim_sock *s, int fd)
 {
 	flush_replay(s, fd);
-	return s->fo_replay ? -EAGAIN : 0;
+	if (s->fo_replay)
+		return -EAGAIN;
+	leave_to_kernel(s, fd);
+	return 0;
 }
 
 /* Our direction goes to TCP at once, the peer's when it reads our RESUME

@@ -44,6 +44,18 @@ static void give_back(int efd, struct shim_ep *ep, struct shim_sock *s, struct s
 	ep->moved_back = true;
 }
 
+/* An item whose connection left the shim's hands for good while its
+ * registration was the switched one (failover.c, leave_to_kernel): it is
+ * no longer intercepted, so shim_ep_item_sock() does not find it. */
+static void give_back_released(int efd, struct shim_ep *ep, struct shim_epitem *it)
+{
+	struct shim_sock *s = shim_sock_get(it->via);
+
+	if (s && s == it->sock && !__atomic_load_n(&s->intercept, __ATOMIC_RELAXED))
+		give_back(efd, ep, s, it);
+	shim_sock_put(s);
+}
+
 /* Readiness of the switched items, into out[] (report: false, none: a
  * second round of one look, which only gives registrations back); switches
  * kernel registrations of items that switched, or came back, since.
@@ -58,8 +70,11 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 		struct shim_sock *s = shim_ep_item_sock(it);
 		int mask;
 
-		if (!s)
+		if (!s) {
+			if (it->kernel_switched)
+				give_back_released(efd, ep, it);
 			continue;
+		}
 		if (!shim_io_progress(s, it->via)) {
 			if (it->kernel_switched)
 				give_back(efd, ep, s, it);
