@@ -306,6 +306,7 @@ START_TEST(parse_defaults)
 	ck_assert_uint_eq(cfg.shm_pairs, 1);
 	ck_assert_uint_eq(cfg.huge_pages, 1);
 	ck_assert_uint_eq(cfg.test_fail_rdma_kb, 0);
+	ck_assert_uint_eq(cfg.test_handback_after, 0);
 	ck_assert_uint_eq(cfg.breaker_failures, 3);
 	ck_assert_uint_eq(cfg.breaker_cooldown_ms, 30000);
 	ck_assert_uint_eq(cfg.cm_timeout_ms, 2000);
@@ -358,6 +359,7 @@ START_TEST(parse_full_environment)
 		{ "RDMASHIM_UPGRADE_TIMEOUT_MS", "600000" },
 		{ "RDMASHIM_HUGE_PAGES", "0" },
 		{ "RDMASHIM_TEST_FAIL_RDMA_KB", "2048" },
+		{ "RDMASHIM_TEST_HANDBACK_AFTER", "3" },
 		{ NULL } } };
 	struct shim_config cfg;
 	char err[256];
@@ -382,6 +384,7 @@ START_TEST(parse_full_environment)
 	ck_assert_uint_eq(cfg.upgrade_timeout_ms, 600000);
 	ck_assert_uint_eq(cfg.huge_pages, 0);
 	ck_assert_uint_eq(cfg.test_fail_rdma_kb, 2048);
+	ck_assert_uint_eq(cfg.test_handback_after, 3);
 }
 END_TEST
 
@@ -483,6 +486,7 @@ static const struct {
 	{ "RDMASHIM_UPGRADE_TIMEOUT_MS", "abc" },
 	{ "RDMASHIM_HUGE_PAGES", "2" },
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", "4194305" },
+	{ "RDMASHIM_TEST_HANDBACK_AFTER", "1000000001" },
 };
 
 START_TEST(parse_bad_value_disables)

@@ -128,6 +128,8 @@ struct shim_sock {
 	unsigned rx_bells_at_send; /* rx_bells at our last send that moved bytes (io.c) */
 	unsigned exchanges, unpaid; /* in this window, and of them woken each way (io.c) */
 	unsigned unpaid_windows; /* windows in a row with too many unpaid (io.c) */
+	unsigned chan_sends; /* sends that moved bytes on the channel (io.c, RDMASHIM_TEST_HANDBACK_AFTER) */
+	bool unpaid_due;     /* judged unpaid: back to TCP at the next quiet send (io.c) */
 	unsigned sleepers;   /* threads of ours waiting on this connection */
 	unsigned rx_idle_arms; /* rx arms since data last came (io.c, arm_grace) */
 	bool shared_sleep;   /* two of them at once were seen (io.c) */

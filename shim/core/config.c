@@ -43,6 +43,9 @@ const struct shim_config_var shim_config_vars[] = {
 	  "1: back RDMA ring pools with 2 MiB huge pages when the system has them; 0: 4 KiB pages" },
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", "0",
 	  "testing only: break each RDMA channel after it sent this many KiB (0: never)" },
+	{ "RDMASHIM_TEST_HANDBACK_AFTER", "0",
+	  "testing only: each shm connection goes back to TCP, as unpaid, at its Nth send on the channel "
+	  "(0: never)" },
 };
 const size_t shim_config_var_count = sizeof(shim_config_vars) / sizeof(shim_config_vars[0]);
 
@@ -227,6 +230,8 @@ static const struct uint_var uint_vars[] = {
 	{ "RDMASHIM_HUGE_PAGES", 0, 1, offsetof(struct shim_config, huge_pages), "expected 0 or 1" },
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", 0, 4194304, offsetof(struct shim_config, test_fail_rdma_kb),
 	  "expected KiB 0-4194304" },
+	{ "RDMASHIM_TEST_HANDBACK_AFTER", 0, 1000000000, offsetof(struct shim_config, test_handback_after),
+	  "expected a count of sends 0-1000000000" },
 };
 
 static const char *value_of(shim_getenv_fn get, void *ctx, const char *name)

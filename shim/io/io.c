@@ -354,8 +354,9 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
  * had to wake the peer with a bell and the peer's bytes since our last
  * send had to wake us with one. Judged over windows of IO_PAY_WINDOW
  * exchanges: two windows in a row with RDMASHIM_UNPAID_PERCENT of them
- * unpaid, and the connection goes back to TCP for good (failover.c). A
- * stream one way only never counts: its receiver sends nothing.
+ * unpaid, and the connection is due to go back to TCP for good: at the
+ * first send that finds the channel quiet (hand_back_if_quiet). A stream
+ * one way only never counts: its receiver sends nothing.
  *
  * Measured (io.exchanges, debug): sockperf and redis-benchmark (1 and 50
  * clients) on an idle machine, at most 4 unpaid of 64; pgbench -S, 8
@@ -368,6 +369,15 @@ static void count_exchange(struct shim_sock *s, int fd, bool rang)
 	unsigned limit = (shim_cfg.unpaid_percent * IO_PAY_WINDOW + 99) / 100;
 
 	s->rx_bells_at_send = s->rx_bells;
+	if (s->unpaid_due)
+		return;
+	if (unlikely(shim_cfg.test_handback_after) && s->chan->ops->bell_bound_costs &&
+	    ++s->chan_sends >= shim_cfg.test_handback_after) {
+		SHIM_TRACE(SHIM_TRACE_INFO, "io.unpaid", fd, &s->tuple, SHIM_REASON_UNPAID, "\"test_after\":%u",
+			   s->chan_sends);
+		s->unpaid_due = true;
+		return;
+	}
 	s->unpaid += rang && woken;
 	if (++s->exchanges < IO_PAY_WINDOW)
 		return;
@@ -380,7 +390,25 @@ static void count_exchange(struct shim_sock *s, int fd, bool rang)
 		return;
 	SHIM_TRACE(SHIM_TRACE_INFO, "io.unpaid", fd, &s->tuple, SHIM_REASON_UNPAID, "\"windows\":%u,\"of\":%u",
 		   s->unpaid_windows, IO_PAY_WINDOW);
-	shim_failover_unpaid(s, fd);
+	s->unpaid_due = true;
+}
+
+/*
+ * A connection judged unpaid goes back to TCP at the start of the first
+ * send that finds the channel quiet: nothing of the peer's unread in our
+ * ring, nothing of ours the peer has not taken. Its failover then moves no
+ * byte in either direction (no replay, no ring to read out behind the
+ * RESUME), the plainest moment for one; a request/answer connection has
+ * it at its next request. One that is never quiet stays on the channel.
+ */
+static bool hand_back_if_quiet(struct shim_sock *s, int fd)
+{
+	const struct shim_chan *ch = s->chan;
+
+	if (ch->ops->readable(ch) || (ch->ops->tx_unread && ch->ops->tx_unread(ch)))
+		return false;
+	s->unpaid_due = false;
+	return shim_failover_unpaid(s, fd) == 0;
 }
 
 ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
@@ -510,6 +538,8 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 				   "\"transport\":%d", (int)ch->ops->kind);
 			flags &= ~MSG_OOB;
 		}
+		if (unlikely(s->unpaid_due) && !done && hand_back_if_quiet(s, fd))
+			continue; /* on TCP from here, this call's bytes too */
 		size_t n = ch->ops->send(ch, iov, iovcnt, done);
 
 		if (n) {
