@@ -314,8 +314,8 @@ START_TEST(shared_cursors_follow_the_other_process)
 	pair_init(&p);
 	ck_assert_uint_eq(put(&p.prod, "0123", 4), 4);
 	ck_assert_uint_eq(get(&p.cons, buf, 2), 2);
-	shim_ring_share_cursors(&p.prod);
-	shim_ring_share_cursors(&p.cons);
+	shim_ring_share_cursors(&p.prod, true);
+	shim_ring_share_cursors(&p.cons, false);
 	prod_copy = p.prod; /* the fork */
 	cons_copy = p.cons;
 	ck_assert_uint_eq(put(&prod_copy, "4567", 4), 4);
@@ -329,12 +329,31 @@ START_TEST(shared_cursors_follow_the_other_process)
 }
 END_TEST
 
+/* Each end learns that the other one is shared (io.c keeps such a
+ * connection from an unpaid hand-back), and only the other one's word
+ * counts: its own sharing is not the peer's. */
+START_TEST(each_end_sees_the_other_shared)
+{
+	struct pair p;
+
+	pair_init(&p);
+	ck_assert(!shim_ring_peer_shared(&p.prod, true) && !shim_ring_peer_shared(&p.cons, false));
+	shim_ring_share_cursors(&p.prod, true);
+	ck_assert(shim_ring_peer_shared(&p.cons, false));
+	ck_assert(!shim_ring_peer_shared(&p.prod, true));
+	shim_ring_share_cursors(&p.cons, false);
+	ck_assert(shim_ring_peer_shared(&p.prod, true));
+	pair_fini(&p);
+}
+END_TEST
+
 static Suite *ring_suite(void)
 {
 	Suite *s = suite_create("ring");
 	TCase *tc = tcase_create("ring");
 
 	tcase_add_test(tc, bytes_cross_and_wrap);
+	tcase_add_test(tc, each_end_sees_the_other_shared);
 	tcase_add_test(tc, tail_far_ahead_reads_nothing);
 	tcase_add_test(tc, tail_one_past_a_ring_is_a_violation);
 	tcase_add_test(tc, tail_behind_head_is_a_violation);

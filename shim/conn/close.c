@@ -73,9 +73,11 @@ static bool frames_owed(const struct shim_sock *s)
 		return false;
 	/* A failover of ours under way: the peer answers our RESUME with its
 	 * own, which, reaching a closed socket, would make the kernel reset
-	 * the connection under bytes the peer has not read yet. */
+	 * the connection under bytes the peer has not read yet. A channel
+	 * that can tell says whether the peer committed to it; one that has
+	 * not learns from our end's close that it must not send it. */
 	if (s->fo_started && !s->fo_peer_known && !s->fo_peer_rx_nothing && s->rx_dir == SHIM_DIR_CHAN)
-		return true;
+		return !s->chan->ops->close_before_resume || s->chan->ops->close_before_resume(s->chan);
 	switch (s->rx_dir) {
 	case SHIM_DIR_TCP:
 		/* Its frame follows the bytes before its offset; with some of

@@ -78,6 +78,19 @@ static void start(struct shim_sock *s, int fd)
 	}
 	/* Stopped before reading the offset: nothing lands after it. */
 	ch->ops->fail(ch);
+	if (ch->ops->resume_announce && !ch->ops->resume_announce(ch)) {
+		/* The peer's program closed the connection first (its end of
+		 * the channel says so): our RESUME would reach a closed
+		 * socket, whose kernel answers with a reset TCP would not have
+		 * sent. Nothing of ours can be read there any more; our
+		 * direction goes on over TCP, as towards any closed peer. */
+		s->fo_started = true;
+		s->fo_tx_done = true;
+		s->tx_dir = SHIM_DIR_TCP;
+		shim_stats_count(SHIM_REASON_CHAN_FAILED);
+		SHIM_TRACE(fo_level(s), "failover.start", fd, &s->tuple, fo_reason(s), "\"peer_closed\":true");
+		return;
+	}
 	rx_offset = ch->ops->rx_offset(ch);
 	frame.rx_offset = htobe64(rx_offset);
 	s->fo_started = true;
@@ -229,6 +242,11 @@ void shim_failover_progress(struct shim_sock *s, int fd)
 		 * bytes from there on follow its RESUME on TCP. */
 		s->rx_dir = SHIM_DIR_TCP;
 		s->rx_switch_known = false;
+		/* A SHUT_RD taken while switched was the channel's alone
+		 * (io_ready.c): the kernel's socket says so from here, as its
+		 * poll reports (POLLIN, POLLRDHUP). */
+		if (s->rd_shut)
+			REAL(shutdown)(fd, SHUT_RD);
 		SHIM_TRACE(fo_level(s), "failover.rx_tcp", fd, &s->tuple, fo_reason(s), NULL);
 	}
 	leave_to_kernel(s, fd);

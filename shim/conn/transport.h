@@ -96,6 +96,24 @@ struct shim_transport_ops {
 	 * (RDMASHIM_UNPAID_PERCENT; io.c). false where the channel still pays
 	 * (rdma: the NIC moves the bytes without the CPUs). */
 	bool bell_bound_costs;
+	/* Optional: the peer's end is shared by several processes of its own
+	 * (a fork, SCM_RIGHTS), as it says in the channel. A failover we start
+	 * reaches only the one that reads our RESUME; the data path then
+	 * keeps such a connection on its channel rather than hand it back as
+	 * unpaid (io.c). */
+	bool (*peer_shared)(const struct shim_chan *ch);
+	/*
+	 * Optional, both or neither: our RESUME and the peer's close must not
+	 * cross (transport/ring.h, shim_ring_resume_announce). resume_announce
+	 * is called before our RESUME is queued: false when the peer's program
+	 * closed first, and then no RESUME may go (failover.c).
+	 * close_before_resume, at our close while a failover waits for the
+	 * peer's RESUME: marks our end closed and tells whether the peer
+	 * announced its RESUME (close.c waits for it only then). Without them
+	 * a closing end always waits for the peer's RESUME (bounded).
+	 */
+	bool (*resume_announce)(struct shim_chan *ch);
+	bool (*close_before_resume)(struct shim_chan *ch);
 
 	/*
 	 * Failure and resume (failover.c, the RESUME frame in wire.h). A

@@ -369,7 +369,10 @@ static void count_exchange(struct shim_sock *s, int fd, bool rang)
 	unsigned limit = (shim_cfg.unpaid_percent * IO_PAY_WINDOW + 99) / 100;
 
 	s->rx_bells_at_send = s->rx_bells;
-	if (s->unpaid_due)
+	/* Another process may reach this channel (a fork, SCM_RIGHTS): its
+	 * sends and cursors are not ours to count, nor its failover ours to
+	 * start. */
+	if (s->unpaid_due || s->shared || (s->chan->ops->peer_shared && s->chan->ops->peer_shared(s->chan)))
 		return;
 	if (unlikely(shim_cfg.test_handback_after) && s->chan->ops->bell_bound_costs &&
 	    ++s->chan_sends >= shim_cfg.test_handback_after) {
@@ -405,6 +408,10 @@ static bool hand_back_if_quiet(struct shim_sock *s, int fd)
 {
 	const struct shim_chan *ch = s->chan;
 
+	if (s->shared || (ch->ops->peer_shared && ch->ops->peer_shared(ch))) {
+		s->unpaid_due = false; /* shared since it was judged: it stays */
+		return false;
+	}
 	if (ch->ops->readable(ch) || (ch->ops->tx_unread && ch->ops->tx_unread(ch)))
 		return false;
 	s->unpaid_due = false;

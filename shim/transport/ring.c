@@ -327,7 +327,34 @@ int shim_ring_unreceived(const struct shim_ring *ring, uint64_t from, struct iov
 	return shim_ring_span(ring->data, ring->mask, from, own_tail(ring), out);
 }
 
-void shim_ring_share_cursors(struct shim_ring *ring)
+void shim_ring_share_cursors(struct shim_ring *ring, bool we_produce)
 {
 	__atomic_store_n(&ring->cursors_shared, 1, __ATOMIC_RELAXED);
+	/* Relaxed: a hint for the peer's choice of a moment to hand back,
+	 * ordered with nothing. */
+	__atomic_store_n(we_produce ? &ring->hdr->producer_shared : &ring->hdr->consumer_shared, 1,
+			 __ATOMIC_RELAXED);
+}
+
+bool shim_ring_resume_announce(struct shim_ring *ring)
+{
+	__atomic_store_n(&ring->hdr->producer_resuming, 1, __ATOMIC_RELAXED);
+	/* Full fence: the store above before the load below; pairs with the
+	 * one in shim_ring_close_before_resume(). */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return !__atomic_load_n(&ring->hdr->consumer_closed, __ATOMIC_RELAXED);
+}
+
+bool shim_ring_close_before_resume(struct shim_ring *ring)
+{
+	__atomic_store_n(&ring->hdr->consumer_closed, 1, __ATOMIC_RELAXED);
+	/* Full fence: pairs with the one in shim_ring_resume_announce(). */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return __atomic_load_n(&ring->hdr->producer_resuming, __ATOMIC_RELAXED) != 0;
+}
+
+bool shim_ring_peer_shared(const struct shim_ring *ring, bool we_produce)
+{
+	return __atomic_load_n(we_produce ? &ring->hdr->consumer_shared : &ring->hdr->producer_shared,
+			       __ATOMIC_RELAXED) != 0;
 }

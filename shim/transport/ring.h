@@ -46,12 +46,15 @@ struct shim_ring_hdr {
 	uint64_t tail;
 	uint32_t producer_closed;      /* no bytes after tail will come (FIN) */
 	uint32_t producer_wants_space; /* armed: waiting for the consumer */
-	uint8_t pad1[SHIM_CACHELINE - 16];
+	uint32_t producer_shared;      /* more than one process writes (fork, SCM_RIGHTS) */
+	uint32_t producer_resuming;    /* a RESUME of the writer's is coming on TCP (failover.c) */
+	uint8_t pad1[SHIM_CACHELINE - 24];
 	/* Written by the consumer. */
 	uint64_t head;
 	uint32_t consumer_armed;  /* armed: waiting for the producer */
 	uint32_t consumer_closed; /* the reader is gone: writes fail EPIPE */
-	uint8_t pad2[SHIM_CACHELINE - 16];
+	uint32_t consumer_shared; /* more than one process reads (fork, SCM_RIGHTS) */
+	uint8_t pad2[SHIM_CACHELINE - 20];
 };
 _Static_assert(sizeof(struct shim_ring_hdr) == 3 * SHIM_CACHELINE, "ring header layout");
 _Static_assert(offsetof(struct shim_ring_hdr, tail) == SHIM_CACHELINE, "tail on its own line");
@@ -148,7 +151,7 @@ void shim_ring_producer_close(struct shim_ring *ring);
  * cursor, and at worst garbles this connection's stream, which is the
  * peer's own.
  */
-void shim_ring_share_cursors(struct shim_ring *ring);
+void shim_ring_share_cursors(struct shim_ring *ring, bool we_produce);
 
 /*
  * Failover (failover.c): a stopped ring moves nothing new. The consumer's
@@ -167,6 +170,27 @@ uint64_t shim_ring_received(struct shim_ring *ring);
  * ring behind it (overwritten). */
 int shim_ring_unreceived(const struct shim_ring *ring, uint64_t from, struct iovec out[2]);
 bool shim_ring_consumer_gone(const struct shim_ring *ring);
+/* Whether the other end of this ring (its consumer, for a tx ring; its
+ * producer, for an rx ring) said it is shared by several processes
+ * (shim_ring_share_cursors). A peer's word: it only keeps a connection on
+ * its channel (io.c, the unpaid hand-back), it names no memory. */
+bool shim_ring_peer_shared(const struct shim_ring *ring, bool we_produce);
+
+/*
+ * The RESUME of one end and the close of the other, which must not cross
+ * (a RESUME that reaches a closed socket makes its kernel reset the
+ * connection under bytes the sender has not read). Dekker over one ring's
+ * header, whose producer is the resuming end and whose consumer the
+ * closing one: each end stores its word, issues a full fence, then loads
+ * the other's, so at least one of them sees the other.
+ *
+ * shim_ring_resume_announce (the producer, before it sends its RESUME):
+ * false when the consumer closed first: no RESUME may be sent.
+ * shim_ring_close_before_resume (the consumer, at its close): marks the
+ * ring closed and tells whether a RESUME was announced, to be waited for.
+ */
+bool shim_ring_resume_announce(struct shim_ring *ring);
+bool shim_ring_close_before_resume(struct shim_ring *ring);
 void shim_ring_consumer_close(struct shim_ring *ring);
 
 #endif

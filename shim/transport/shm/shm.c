@@ -306,6 +306,11 @@ static void shm_destroy(struct shim_chan *ch)
 		if (!sc->abortive)
 			shim_ring_producer_close(&sc->tx);
 		shim_ring_consumer_close(&sc->rx);
+	} else {
+		/* Our end is closed all the same: a peer that has yet to
+		 * answer our RESUME learns that nobody reads its own
+		 * (failover.c, start). */
+		shim_ring_consumer_close(&sc->rx);
 	}
 	shm_unmap(sc, true);
 }
@@ -361,8 +366,23 @@ static int shm_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct i
 
 static void shm_share(struct shim_chan *ch)
 {
-	shim_ring_share_cursors(&shm_of(ch)->tx);
-	shim_ring_share_cursors(&shm_of(ch)->rx);
+	shim_ring_share_cursors(&shm_of(ch)->tx, true);
+	shim_ring_share_cursors(&shm_of(ch)->rx, false);
+}
+
+static bool shm_resume_announce(struct shim_chan *ch)
+{
+	return shim_ring_resume_announce(&shm_of(ch)->tx);
+}
+
+static bool shm_close_before_resume(struct shim_chan *ch)
+{
+	return shim_ring_close_before_resume(&shm_of(ch)->rx);
+}
+
+static bool shm_peer_shared(const struct shim_chan *ch)
+{
+	return shim_ring_peer_shared(&shm_of(ch)->tx, true) || shim_ring_peer_shared(&shm_of(ch)->rx, false);
 }
 
 const struct shim_transport_ops shim_shm_ops = {
@@ -394,5 +414,8 @@ const struct shim_transport_ops shim_shm_ops = {
 	.rx_offset = shm_rx_offset,
 	.tx_offset = shm_tx_offset,
 	.bell_bound_costs = true,
+	.peer_shared = shm_peer_shared,
+	.resume_announce = shm_resume_announce,
+	.close_before_resume = shm_close_before_resume,
 	.tx_unreceived = shm_tx_unreceived,
 };
