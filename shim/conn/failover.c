@@ -86,6 +86,7 @@ static void start(struct shim_sock *s, int fd)
 		 * direction goes on over TCP, as towards any closed peer. */
 		s->fo_started = true;
 		s->fo_tx_done = true;
+		s->fo_peer_closed = true;
 		s->tx_dir = SHIM_DIR_TCP;
 		shim_stats_count(SHIM_REASON_CHAN_FAILED);
 		SHIM_TRACE(fo_level(s), "failover.start", fd, &s->tuple, fo_reason(s), "\"peer_closed\":true");
@@ -133,12 +134,13 @@ static void take_peer_offset(struct shim_sock *s, int fd)
 		   "\"peer_rx\":%llu,\"replay\":%zu", (unsigned long long)s->fo_peer_rx_offset, len);
 }
 
-/* Sends the replay behind our RESUME frame (never before it). */
+/* Sends the replay behind our RESUME frame (never before it), then ends
+ * our direction's failover: with no replay too, once the RESUME is out. */
 static void flush_replay(struct shim_sock *s, int fd)
 {
-	if (!s->fo_replay || (s->tcp_out_len && shim_frames_flush(s, fd) < 0))
+	if (s->fo_tx_done || s->tx_dir != SHIM_DIR_TCP || (s->tcp_out_len && shim_frames_flush(s, fd) < 0))
 		return;
-	while (s->fo_replay_off < s->fo_replay_len) {
+	while (s->fo_replay && s->fo_replay_off < s->fo_replay_len) {
 		ssize_t n = REAL(send)(fd, s->fo_replay + s->fo_replay_off, s->fo_replay_len - s->fo_replay_off,
 				       MSG_DONTWAIT | MSG_NOSIGNAL);
 
@@ -171,9 +173,10 @@ static void flush_replay(struct shim_sock *s, int fd)
  * both for the rest of its life). Not while the shim keeps something the
  * kernel does not know: a reset it read under the bells and still owes
  * the program, a write after the peer's close it answered itself, a
- * shutdown or an end of stream it took on the channel's side. The channel stays attached until close (close.c), and an
- * epoll item still on its switched registration is given back by the
- * set's next look (epoll_wait.c).
+ * shutdown or an end of stream it took on the channel's side. The channel
+ * stays attached until close (close.c), and an epoll item still on its
+ * switched registration is given back by the set's next look
+ * (epoll_wait.c).
  */
 static void leave_to_kernel(struct shim_sock *s, int fd)
 {
@@ -204,8 +207,11 @@ void shim_failover_progress(struct shim_sock *s, int fd)
 		if (!s->fo_peer_known && !ch->ops->failed(ch))
 			return;
 		start(s, fd);
-		if (s->fo_tx_done)
-			return; /* reset */
+		/* A reset, or a direction that never switched (the upgrade's
+		 * to settle); a peer that closed first goes on below, its
+		 * RESUME read and its bytes behind it the program's. */
+		if (s->fo_tx_done && !s->fo_peer_closed)
+			return;
 	}
 	if (!s->fo_peer_known && s->rx_dir == SHIM_DIR_CHAN)
 		shim_frames_drain(s, fd);

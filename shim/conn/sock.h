@@ -142,6 +142,7 @@ struct shim_sock {
 	bool fo_peer_known; /* the peer's RESUME arrived: plain bytes follow it */
 	bool fo_peer_rx_nothing; /* the channel carried none of our bytes: replay from 0 */
 	bool fo_tx_done;    /* our replay went out: tx is plain TCP again */
+	bool fo_peer_closed; /* the peer closed first: no RESUME of ours went (failover.c) */
 	bool fo_absorb_bad; /* a frame other than bells came in one read with SWITCH */
 	uint64_t fo_peer_rx_offset; /* what the peer's RESUME said it received */
 	bool fo_offset_implied;     /* ... taken from a lossless channel before it came */
