@@ -363,19 +363,29 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
  * clients on 2 cores, 15 to 64, half of the windows above 40.
  */
 #define IO_PAY_WINDOW 64
+
+/* Another process may reach this channel (a fork, SCM_RIGHTS), at our end
+ * or at the peer's: its sends and cursors are not ours to count, nor its
+ * failover ours to start (a RESUME reaches one process only). */
+static bool either_end_shared(const struct shim_sock *s)
+{
+	const struct shim_chan *ch = s->chan;
+
+	return s->shared || (ch->ops->peer_shared && ch->ops->peer_shared(ch));
+}
+
 static void count_exchange(struct shim_sock *s, int fd, bool rang)
 {
 	bool woken = s->rx_bells != s->rx_bells_at_send;
 	unsigned limit = (shim_cfg.unpaid_percent * IO_PAY_WINDOW + 99) / 100;
 
-	s->rx_bells_at_send = s->rx_bells;
-	/* Another process may reach this channel (a fork, SCM_RIGHTS): its
-	 * sends and cursors are not ours to count, nor its failover ours to
-	 * start. */
-	if (s->unpaid_due || s->shared || (s->chan->ops->peer_shared && s->chan->ops->peer_shared(s->chan)))
+	/* A channel that pays whatever its bells (rdma) is never judged. */
+	if (!s->chan->ops->bell_bound_costs)
 		return;
-	if (unlikely(shim_cfg.test_handback_after) && s->chan->ops->bell_bound_costs &&
-	    ++s->chan_sends >= shim_cfg.test_handback_after) {
+	s->rx_bells_at_send = s->rx_bells;
+	if (s->unpaid_due || either_end_shared(s))
+		return;
+	if (unlikely(shim_cfg.test_handback_after) && ++s->chan_sends >= shim_cfg.test_handback_after) {
 		SHIM_TRACE(SHIM_TRACE_INFO, "io.unpaid", fd, &s->tuple, SHIM_REASON_UNPAID, "\"test_after\":%u",
 			   s->chan_sends);
 		s->unpaid_due = true;
@@ -389,7 +399,7 @@ static void count_exchange(struct shim_sock *s, int fd, bool rang)
 	s->unpaid_windows = limit && s->unpaid >= limit ? s->unpaid_windows + 1 : 0;
 	s->unpaid = 0;
 	s->exchanges = 0;
-	if (s->unpaid_windows < 2 || !s->chan->ops->bell_bound_costs)
+	if (s->unpaid_windows < 2)
 		return;
 	SHIM_TRACE(SHIM_TRACE_INFO, "io.unpaid", fd, &s->tuple, SHIM_REASON_UNPAID, "\"windows\":%u,\"of\":%u",
 		   s->unpaid_windows, IO_PAY_WINDOW);
@@ -408,7 +418,7 @@ static bool hand_back_if_quiet(struct shim_sock *s, int fd)
 {
 	const struct shim_chan *ch = s->chan;
 
-	if (s->shared || (ch->ops->peer_shared && ch->ops->peer_shared(ch))) {
+	if (either_end_shared(s)) {
 		s->unpaid_due = false; /* shared since it was judged: it stays */
 		return false;
 	}

@@ -302,16 +302,12 @@ static void shm_destroy(struct shim_chan *ch)
 	/* A channel stopped for a failover carries no end: the stream went
 	 * on over TCP behind our RESUME, and ends there with TCP's FIN. A
 	 * closed flag here would end the peer's stream at the ring's end. */
-	if (!shm_failed(ch)) {
-		if (!sc->abortive)
-			shim_ring_producer_close(&sc->tx);
-		shim_ring_consumer_close(&sc->rx);
-	} else {
-		/* Our end is closed all the same: a peer that has yet to
-		 * answer our RESUME learns that nobody reads its own
-		 * (failover.c, start). */
-		shim_ring_consumer_close(&sc->rx);
-	}
+	if (!shm_failed(ch) && !sc->abortive)
+		shim_ring_producer_close(&sc->tx);
+	/* Our reading end closes either way: after a failover, a peer that
+	 * has yet to answer our RESUME learns that nobody reads its own
+	 * (failover.c, start). */
+	shim_ring_consumer_close(&sc->rx);
 	shm_unmap(sc, true);
 }
 
