@@ -90,21 +90,24 @@ start_bg() {
 }
 stop_bg() { kill -TERM "$1" 2>/dev/null; wait "$1" 2>/dev/null; return 0; }
 
-# seq_pair MODE CONNS ROUNDS: build/progs/conn_hold --seq (CONNS
+# seq_pair MODE CONNS ROUNDS [FLAG...]: build/progs/conn_hold --seq (CONNS
 # connections one after the other, ROUNDS one-byte ping-pongs each), both
-# ends as MODE says (mode_env); their output in $WORK/server.log and
-# $WORK/client.log ("DONE ms=... cpu_us=...").
+# ends as MODE says (mode_env), the FLAGs (e.g. --think 50) to both; their
+# output in $WORK/server.log and $WORK/client.log ("DONE ms=... cpu_us=...").
+# The words of SEQ_CLIENT_WRAP, when set, run the client (e.g. strace -c).
 seq_pair() {
 	local mode=$1 n=$2 k=$3 P srv
+	shift 3
 	P=$(free_port)
 	# shellcheck disable=SC2046
 	start_bg "$WORK/server.log" $(mode_env "$mode" "$P") timeout -k 5 300 \
-		"$PROGS/conn_hold" server --port "$P" --conns "$n" --rounds "$k" --seq
+		"$PROGS/conn_hold" server --port "$P" --conns "$n" --rounds "$k" --seq "$@"
 	srv=$LAST_BG
 	wait_listen "$P"
-	# shellcheck disable=SC2046
-	$(mode_env "$mode" "$P") timeout -k 5 300 "$PROGS/conn_hold" client --port "$P" --conns "$n" \
-		--rounds "$k" --seq >"$WORK/client.log" 2>&1 || die "$mode: the client failed: $(tail -n 2 "$WORK/client.log")"
+	# shellcheck disable=SC2046,SC2086
+	$(mode_env "$mode" "$P") timeout -k 5 300 ${SEQ_CLIENT_WRAP:-} "$PROGS/conn_hold" client --port "$P" \
+		--conns "$n" --rounds "$k" --seq "$@" >"$WORK/client.log" 2>&1 ||
+		die "$mode: the client failed: $(tail -n 2 "$WORK/client.log")"
 	wait "$srv" || die "$mode: the server failed: $(tail -n 2 "$WORK/server.log")"
 }
 

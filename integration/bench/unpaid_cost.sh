@@ -30,18 +30,8 @@ VARIANT_ENV[shim_kept]=RDMASHIM_UNPAID_PERCENT=0
 declare -A CALLS=() CPUR=()
 
 one_run() {
-	local mode=$1 P srv calls c s
-	P=$(free_port)
-	# shellcheck disable=SC2046
-	start_bg "$WORK/server.log" $(mode_env "$mode" "$P") timeout -k 5 300 \
-		"$PROGS/conn_hold" server --port "$P" --conns 1 --rounds "$EXCHANGES" --seq --think "$THINK"
-	srv=$LAST_BG
-	wait_listen "$P"
-	# shellcheck disable=SC2046
-	$(mode_env "$mode" "$P") timeout -k 5 300 strace -c -o "$WORK/strace.txt" "$PROGS/conn_hold" client \
-		--port "$P" --conns 1 --rounds "$EXCHANGES" --seq --think "$THINK" >"$WORK/client.log" 2>&1 ||
-		die "$mode: the client failed: $(tail -n 2 "$WORK/client.log")"
-	wait "$srv" || die "$mode: the server failed: $(tail -n 2 "$WORK/server.log")"
+	local mode=$1 calls c s
+	SEQ_CLIENT_WRAP="strace -c -o $WORK/strace.txt" seq_pair "$mode" 1 "$EXCHANGES" --think "$THINK"
 	# The data path's calls: every call but the think time's sleeps.
 	calls=$(awk '$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "clock_nanosleep" && $NF != "total" { n += $4 }
 		END { print n + 0 }' "$WORK/strace.txt")
