@@ -16,6 +16,17 @@
 #include "hostile.h"
 
 /* ---- fake server against a shimmed client ---- */
+
+/* Anything the victim wrote into the ring it may only read ("oob"). */
+static void count_foreign_ring_writes(void)
+{
+	for (uint32_t i = 0; i < st.tx.size; i++)
+		if (st.tx.data[i] != st.shadow[i])
+			st.oob++;
+	if (!is_mode("hdr_after") && (st.tx.h->magic != RING_MAGIC || st.rx.h->magic != RING_MAGIC))
+		st.oob++;
+}
+
 void run_server(void)
 {
 	struct sockaddr_in srv, peer;
@@ -115,19 +126,27 @@ void run_server(void)
 	}
 	st.pending.b = malloc((size_t)at.switch_offset + 1);
 	st.pending.len = (size_t)at.switch_offset;
-	if (!st.pending.b || recv_exact(st.pending.b, st.pending.len) < 0 || recv_exact(&sw, sizeof(sw)) < 0)
-		fail_setup("short TCP before the client's switch");
+	if (!st.pending.b)
+		fail_setup("out of memory");
+	if (recv_exact(st.pending.b, st.pending.len) < 0 || recv_exact(&sw, sizeof(sw)) < 0) {
+		/* The lie is out (ours went first): a victim that saw through
+		 * it may end the connection before its own frame reaches us,
+		 * by a reset or a close, which is an answer, not a setup
+		 * failure. */
+		if (errno != ECONNRESET && errno != EPIPE)
+			fail_setup("short TCP before the client's switch");
+		st.reset = errno == ECONNRESET;
+		st.eof = !st.reset;
+		say("%s", "the client ended the connection before its switch");
+		count_foreign_ring_writes();
+		result();
+	}
 	if (sw.type != 'W' || memcmp(sw.nonce, off.nonce, sizeof(sw.nonce)))
 		fail_setup("the client's SWITCH frame is wrong");
 	say("%s", "both directions switched");
 	if (fcntl(st.tcp, F_SETFL, O_NONBLOCK) < 0)
 		fail_setup("nonblock");
 	pump(memfd, 1);
-	/* Anything the victim wrote into the ring it may only read. */
-	for (uint32_t i = 0; i < st.tx.size; i++)
-		if (st.tx.data[i] != st.shadow[i])
-			st.oob++;
-	if (!is_mode("hdr_after") && (st.tx.h->magic != RING_MAGIC || st.rx.h->magic != RING_MAGIC))
-		st.oob++;
+	count_foreign_ring_writes();
 	result();
 }

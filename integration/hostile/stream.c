@@ -115,20 +115,25 @@ void classify(const uint8_t *b, size_t n)
 	}
 }
 
-/* Reads exactly len TCP bytes (deadline wait_ms); -1 on EOF/error/timeout. */
+/* Reads exactly len TCP bytes (deadline wait_ms): 0, or -1 with errno
+ * ETIMEDOUT, EPIPE for an EOF, or recv's own (ECONNRESET: a reset). */
 int recv_exact(void *buf, size_t len)
 {
 	uint8_t *b = buf;
 	long long end = now_ms() + o.wait_ms;
 
 	while (len) {
-		if (!wait_fd(st.tcp, POLLIN, (int)(end - now_ms() > 0 ? end - now_ms() : 0)))
+		if (!wait_fd(st.tcp, POLLIN, (int)(end - now_ms() > 0 ? end - now_ms() : 0))) {
+			errno = ETIMEDOUT;
 			return -1;
+		}
 		ssize_t n = recv(st.tcp, b, len, MSG_DONTWAIT);
 
 		if (n <= 0) {
 			if (n < 0 && errno == EAGAIN)
 				continue;
+			if (n == 0)
+				errno = EPIPE;
 			return -1;
 		}
 		b += n;
