@@ -8,7 +8,9 @@
 # with an empty stderr, and the trace must show:
 #   epoll, threads   upgrade.done (upgraded, transport shm) for every
 #                    connection at both ends, the server's in its one process
-#   prefork          the same, the server's in the worker processes
+#   prefork          the same, the server's in the worker processes; up to
+#                    half may end on TCP when their stream ended before the
+#                    handshake (client "shutdown" or "peer_closed" only)
 #   forkconn         the same, the server's in the forked child that does the
 #                    I/O (not in the acceptor)
 #   exec             either upgraded in the exec'd program, or the connection
@@ -106,11 +108,27 @@ fails = events("upgrade.fail")
 kids = {r["pid"] for r in events("process.fork", parent=parent)}
 print("    upgrade.done: server %d, client %d; upgrade.fail %d %s" % (
     len(dsrv), len(dcli), len(fails), sorted({r.get("reason") for r in fails})))
+if shape == "prefork":
+    # A prefork connection waits in the accept queue while the client
+    # fills the kernel's buffers, and its HINT may sit with a worker blocked
+    # in another connection's read: loaded (CI, ASan) the stream can end
+    # before the handshake does, and the shim then rightly keeps it on TCP
+    # (the client's "shutdown", or "peer_closed" after a HINT nobody took).
+    # Those two only, at the client, each for a connection that did not
+    # upgrade, and at most half the connections.
+    late = [r for r in fails if r.get("role") == "client" and r.get("reason") in ("shutdown", "peer_closed")]
+    fails = [r for r in fails if r not in late]
+    expect = keys - {conn_key(r) for r in late}
+    print("    prefork: %d connection(s) ended before their upgrade could" % len(late))
+    check(len(late) <= conns // 2 and len(expect) == conns - len(late),
+          L + "at most half the connections ended on TCP before their upgrade (%d)" % len(late))
+else:
+    expect = keys
 if shape in ("epoll", "threads", "prefork", "forkconn"):
-    check(len(dsrv) == conns and {conn_key(r) for r in dsrv} == keys,
-          L + "upgrade.done transport=shm at the server for every connection (%d)" % len(dsrv))
-    check(len(dcli) == conns and {conn_key(r) for r in dcli} == keys,
-          L + "upgrade.done transport=shm at the client for every connection (%d)" % len(dcli))
+    check({conn_key(r) for r in dsrv} == expect and len(dsrv) == len(expect),
+          L + "upgrade.done transport=shm at the server for every connection (%d of %d)" % (len(dsrv), len(expect)))
+    check({conn_key(r) for r in dcli} == expect and len(dcli) == len(expect),
+          L + "upgrade.done transport=shm at the client for every connection (%d of %d)" % (len(dcli), len(expect)))
     check(not fails, L + "no upgrade.fail (%s)" % [(r.get("role"), r.get("reason")) for r in fails][:4])
     if shape in ("epoll", "threads"):
         check(all(r["pid"] == parent for r in dsrv), L + "server upgrades in the server process")
