@@ -5,7 +5,7 @@
 # both ends must be identical; the cases in corpus/known/ reproduce known
 # differences of the shim and are reported ("known difference"), not failed.
 # The corpus runs again with every shm connection handed back to TCP at
-# its 2nd, then its 3rd send on the channel (RDMASHIM_TEST_HANDBACK_AFTER).
+# its 1st, 2nd, then 3rd send on the channel (RDMASHIM_TEST_HANDBACK_AFTER).
 # Then random scenarios (without the shapes of the known differences) run for
 # DIFF_BUDGET_S seconds (default 90); a difference is shrunk and saved to
 # corpus/new/, and fails the scenario. The seeds start at DIFF_SEED (default
@@ -26,10 +26,9 @@ CMD_TIMEOUT=240 tally_cmd "$PYTHON" "$DIFF" check
 # mid-stream in real programs; forced at a connection's 2nd and 3rd send
 # on shm (DIFF_HANDBACK_SENDS) it falls at most moments of the corpus'
 # shapes (before these passes, at sends 1-3: 16 differences, among them a
-# hang, a 2 s close and resets). DIFF_HANDBACK_SENDS="1 2 3" adds the
-# moment right after the switch, where one intermittent difference is
-# known (corpus/epoll_et_short_peek.scn).
-for after in ${DIFF_HANDBACK_SENDS:-2 3}; do
+# hang, a 2 s close and resets), and at its 1st, right after the switch
+# (one known difference there: corpus/sizes_write_readv.scn).
+for after in ${DIFF_HANDBACK_SENDS:-1 2 3}; do
   log "corpus, every shm connection handed back to TCP at its send $after on the channel"
   DIFF_SHIM_RDMASHIM_TEST_HANDBACK_AFTER=$after CMD_TIMEOUT=240 tally_cmd "$PYTHON" "$DIFF" check
 done

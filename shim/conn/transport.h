@@ -114,6 +114,11 @@ struct shim_transport_ops {
 	 */
 	bool (*resume_announce)(struct shim_chan *ch);
 	bool (*close_before_resume)(struct shim_chan *ch);
+	/* Optional: the peer announced its RESUME (resume_announce on its
+	 * end), which it queues on TCP before its send returns. A look at
+	 * readiness with nothing in the ring reads it first (io_ready.c): the
+	 * bytes behind it are what a poll must report. */
+	bool (*peer_resuming)(const struct shim_chan *ch);
 
 	/*
 	 * Failure and resume (failover.c, the RESUME frame in wire.h). A

@@ -219,6 +219,17 @@ bool shim_io_drain_bells(struct shim_sock *s, int fd)
 	return resume;
 }
 
+/* Our ring is empty and the peer announced its RESUME (its hand-back, or
+ * a failure it saw first): the RESUME, and the bytes behind it, are on TCP,
+ * where nothing else would look while we read the ring. Under s->lock. */
+static bool peer_resume_unread(const struct shim_sock *s)
+{
+	const struct shim_chan *ch = s->chan;
+
+	return ch && s->rx_dir == SHIM_DIR_CHAN && !s->fo_peer_known && !s->rx_tcp_eof && ch->ops->peer_resuming &&
+	       ch->ops->readable(ch) == 0 && ch->ops->peer_resuming(ch);
+}
+
 int shim_io_poll_mask(struct shim_sock *s, int fd)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN | POLLOUT | POLLRDHUP | POLLPRI };
@@ -237,6 +248,10 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 		shim_frames_flush(s, fd);
 	shim_upgrade_progress(s, fd);
 	shim_failover_progress(s, fd);
+	if (peer_resume_unread(s)) {
+		shim_frames_drain(s, fd);
+		shim_failover_progress(s, fd);
+	}
 	if (!shim_io_switched(s) && !shim_upgrade_rx_pending(s)) {
 		pthread_mutex_unlock(&s->lock);
 		return -1;

@@ -353,6 +353,13 @@ bool shim_ring_close_before_resume(struct shim_ring *ring)
 	return __atomic_load_n(&ring->hdr->producer_resuming, __ATOMIC_RELAXED) != 0;
 }
 
+bool shim_ring_producer_resuming(const struct shim_ring *ring)
+{
+	/* Relaxed: no memory is read on its word; what follows reads TCP,
+	 * where the RESUME itself is (or is not yet). */
+	return __atomic_load_n(&ring->hdr->producer_resuming, __ATOMIC_RELAXED) != 0;
+}
+
 bool shim_ring_peer_shared(const struct shim_ring *ring, bool we_produce)
 {
 	return __atomic_load_n(we_produce ? &ring->hdr->consumer_shared : &ring->hdr->producer_shared,

@@ -376,6 +376,11 @@ static bool shm_close_before_resume(struct shim_chan *ch)
 	return shim_ring_close_before_resume(&shm_of(ch)->rx);
 }
 
+static bool shm_peer_resuming(const struct shim_chan *ch)
+{
+	return shim_ring_producer_resuming(&shm_of(ch)->rx);
+}
+
 static bool shm_peer_shared(const struct shim_chan *ch)
 {
 	return shim_ring_peer_shared(&shm_of(ch)->tx, true) || shim_ring_peer_shared(&shm_of(ch)->rx, false);
@@ -413,5 +418,6 @@ const struct shim_transport_ops shim_shm_ops = {
 	.peer_shared = shm_peer_shared,
 	.resume_announce = shm_resume_announce,
 	.close_before_resume = shm_close_before_resume,
+	.peer_resuming = shm_peer_resuming,
 	.tx_unreceived = shm_tx_unreceived,
 };
