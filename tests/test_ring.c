@@ -347,6 +347,27 @@ START_TEST(each_end_sees_the_other_shared)
 }
 END_TEST
 
+/* The Dekker pair of ring.h: a RESUME goes only to a consumer that had not
+ * closed, a close waits only for an announced one, and the consumer sees
+ * the announcement (io_ready.c reads the RESUME on it). */
+START_TEST(resume_and_close_do_not_cross)
+{
+	struct pair p;
+
+	pair_init(&p);
+	ck_assert(!shim_ring_producer_resuming(&p.cons));
+	ck_assert(shim_ring_resume_announce(&p.prod));
+	ck_assert(shim_ring_producer_resuming(&p.cons));
+	ck_assert(shim_ring_close_before_resume(&p.cons));
+	pair_fini(&p);
+
+	pair_init(&p);
+	ck_assert(!shim_ring_close_before_resume(&p.cons));
+	ck_assert(!shim_ring_resume_announce(&p.prod));
+	pair_fini(&p);
+}
+END_TEST
+
 static Suite *ring_suite(void)
 {
 	Suite *s = suite_create("ring");
@@ -354,6 +375,7 @@ static Suite *ring_suite(void)
 
 	tcase_add_test(tc, bytes_cross_and_wrap);
 	tcase_add_test(tc, each_end_sees_the_other_shared);
+	tcase_add_test(tc, resume_and_close_do_not_cross);
 	tcase_add_test(tc, tail_far_ahead_reads_nothing);
 	tcase_add_test(tc, tail_one_past_a_ring_is_a_violation);
 	tcase_add_test(tc, tail_behind_head_is_a_violation);
