@@ -33,6 +33,7 @@
 #include "fdtable.h"
 #include "frames.h"
 #include "real.h"
+#include "self.h"
 #include "trace.h"
 #include "transport.h"
 #include "upgrade.h"
@@ -160,7 +161,7 @@ static void settle_at_exit(int fd, void *ctx)
 	 * under it; that connection is left to the kernel. So is one another
 	 * process may hold (shim/LIFETIME.md): its bytes are not ours to read. */
 	if ((s->role == SHIM_ROLE_CLIENT || s->role == SHIM_ROLE_SERVER) && pthread_mutex_trylock(&s->lock) == 0) {
-		if (!s->active && !s->sleepers && !s->shared && (!s->io_pid || s->io_pid == getpid()) &&
+		if (!s->active && !s->sleepers && !s->shared && (!s->io_pid || s->io_pid == shim_self_pid()) &&
 		    shim_sock_fd_locked(s, fd) == fd)
 			shim_close_prepare(s, fd);
 		pthread_mutex_unlock(&s->lock);

@@ -15,6 +15,7 @@
 #include "frames.h"
 #include "handback.h"
 #include "real.h"
+#include "self.h"
 #include "sock.h"
 #include "trace.h"
 #include "upgrade.h"
@@ -40,7 +41,7 @@ static void keep_for_callers(struct shim_sock *sock, int fd)
 	 * (close.c). refs is the cleared entry's alone then. */
 	if (!sock->active && __atomic_load_n(&sock->refs, __ATOMIC_RELAXED) == 1 && !sock->shared &&
 	    (sock->role == SHIM_ROLE_CLIENT || sock->role == SHIM_ROLE_SERVER) &&
-	    (!sock->io_pid || sock->io_pid == getpid()))
+	    (!sock->io_pid || sock->io_pid == shim_self_pid()))
 		shim_close_prepare(sock, fd);
 	/* Items of ours may name fd, also of a connection whose upgrade
 	 * failed since: a new socket on that number is not this one, and
@@ -220,7 +221,7 @@ static void hand_off_before_exec(int fd, void *ctx)
 	fd_flags = REAL(fcntl)(fd, F_GETFD);
 	pthread_mutex_lock(&sock->lock);
 	if (fd_flags >= 0 && !(fd_flags & FD_CLOEXEC) && sock->chan && !sock->closed && !sock->aborted &&
-	    shim_sock_fd_locked(sock, fd) == fd && (!sock->io_pid || sock->io_pid == getpid()))
+	    shim_sock_fd_locked(sock, fd) == fd && (!sock->io_pid || sock->io_pid == shim_self_pid()))
 		hand_off(sock, fd, "exec");
 	pthread_mutex_unlock(&sock->lock);
 	shim_sock_put(sock);

@@ -16,6 +16,7 @@
 
 #include "frames.h"
 #include "real.h"
+#include "self.h"
 #include "stats.h"
 #include "streampos.h"
 #include "trace.h"
@@ -37,7 +38,7 @@ void shim_upgrade_release(struct shim_sock *s)
 		 * another process may still hold (fork, SCM_RIGHTS): this close
 		 * is not the connection's end, which the kernel tells the peer
 		 * with TCP's FIN when the last descriptor anywhere goes. */
-		if (s->chan->ops->forget && (s->shared || s->io_pid != getpid()))
+		if (s->chan->ops->forget && (s->shared || s->io_pid != shim_self_pid()))
 			s->chan->ops->forget(s->chan);
 		else
 			s->chan->ops->destroy(s->chan);

@@ -11,6 +11,7 @@
 #ifdef __SANITIZE_ADDRESS__
 #include <sanitizer/lsan_interface.h>
 #endif
+#include "clock.h"
 #include "real.h"
 
 struct shim_sock **shim_fd_slots;
@@ -79,16 +80,45 @@ void shim_fd_each_open(void (*fn)(int fd, void *ctx), void *ctx)
 	closedir(dir);
 }
 
+/*
+ * RLIMIT_NOFILE's soft limit, asked again at most every LIMIT_TTL_NS: an
+ * upgrade takes up to three fds, and a getrlimit for each was a tenth of
+ * its system calls. A program that lowers its limit is seen within that
+ * time; until then a shim fd may sit in the reserve (the program's open
+ * then fails one fd sooner), never beyond the limit: the kernel gives none
+ * there. Relaxed: the two words may tear, which only makes the next call
+ * ask again or use the previous limit.
+ */
+#define LIMIT_TTL_NS 100000000ull
+static rlim_t limit_cur;
+static unsigned long long limit_at_ns;
+
+static bool nofile_limit(rlim_t *cur)
+{
+	unsigned long long now = shim_now_ns(), at = __atomic_load_n(&limit_at_ns, __ATOMIC_RELAXED);
+	struct rlimit lim;
+
+	if (at && now - at < LIMIT_TTL_NS) {
+		*cur = __atomic_load_n(&limit_cur, __ATOMIC_RELAXED);
+		return true;
+	}
+	if (getrlimit(RLIMIT_NOFILE, &lim) < 0)
+		return false;
+	__atomic_store_n(&limit_cur, lim.rlim_cur, __ATOMIC_RELAXED);
+	__atomic_store_n(&limit_at_ns, now ? now : 1, __ATOMIC_RELAXED);
+	*cur = lim.rlim_cur;
+	return true;
+}
+
 /* Whether fd lies within times the reserve of the limit. */
 static bool near_limit(int fd, unsigned times)
 {
-	struct rlimit lim;
-	rlim_t reserve;
+	rlim_t cur, reserve;
 
-	if (fd < 0 || getrlimit(RLIMIT_NOFILE, &lim) < 0 || lim.rlim_cur == RLIM_INFINITY)
+	if (fd < 0 || !nofile_limit(&cur) || cur == RLIM_INFINITY)
 		return false;
-	reserve = lim.rlim_cur / 32 > 16 ? lim.rlim_cur / 32 : 16;
-	return (rlim_t)fd + times * reserve >= lim.rlim_cur;
+	reserve = cur / 32 > 16 ? cur / 32 : 16;
+	return (rlim_t)fd + times * reserve >= cur;
 }
 
 bool shim_fd_keepable(int fd)

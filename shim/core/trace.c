@@ -11,6 +11,7 @@
 
 #include "compiler.h"
 #include "real.h"
+#include "self.h"
 
 enum shim_trace_level shim_trace_level = SHIM_TRACE_OFF;
 
@@ -155,7 +156,7 @@ static int open_destination(const char *pattern)
 
 	if (!*pattern)
 		return 2;
-	rc = shim_trace_expand_path(path, sizeof(path), pattern, getpid());
+	rc = shim_trace_expand_path(path, sizeof(path), pattern, shim_self_pid());
 	if (rc < 0)
 		return rc;
 	/* O_NOFOLLOW: a symbolic link planted at the path (in a shared
@@ -232,7 +233,7 @@ void shim_trace_emit(enum shim_trace_level level, const char *event, int fd,
 {
 	struct shim_trace_record rec = {
 		.level = level, .event = event, .fd = fd, .tuple = tuple, .reason = reason,
-		.pid = getpid(), .tid = current_tid(),
+		.pid = shim_self_pid(), .tid = current_tid(),
 	};
 	char line[SHIM_TRACE_LINE_MAX];
 	int saved_errno = errno;

@@ -22,6 +22,7 @@
 #include "mrpool.h"
 #include "pair.h"
 #include "rdma.h"
+#include "self.h"
 #include "sock.h"
 #include "wait.h"
 
@@ -51,6 +52,7 @@ static void parent(void)
 
 static void child(void)
 {
+	shim_self_forget();
 	shim_mrpool_atfork(false);
 	shim_rdma_dev_atfork(false);
 	shim_breaker_atfork(false);

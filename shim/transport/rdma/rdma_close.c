@@ -24,6 +24,7 @@
 #include "failover.h"
 #include "frames.h"
 #include "real.h"
+#include "self.h"
 #include "trace.h"
 #include "upgrade.h"
 
@@ -33,7 +34,7 @@ void shim_rdma_release(struct shim_sock *s)
 
 	if (!c)
 		return;
-	if (c->pid != getpid()) {
+	if (c->pid != shim_self_pid()) {
 		shim_rdma_forget_inherited(s);
 		return;
 	}

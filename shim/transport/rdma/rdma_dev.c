@@ -14,6 +14,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "self.h"
 #include "trace.h"
 
 size_t shim_rdma_slot_bytes(uint32_t ring_bytes)
@@ -203,12 +204,12 @@ bool shim_rdma_owned(void)
 {
 	pid_t owner = __atomic_load_n(&warm_pid, __ATOMIC_ACQUIRE);
 
-	return owner && owner == getpid() && !warm_forked;
+	return owner && owner == shim_self_pid() && !warm_forked;
 }
 
 int shim_rdma_warm_poll(void)
 {
-	pid_t me = getpid(), owner = 0;
+	pid_t me = shim_self_pid(), owner = 0;
 
 	/* Ownership first, by one compare-and-swap on the pid: a fork between
 	 * it and the state's store still leaves the child inherited. */

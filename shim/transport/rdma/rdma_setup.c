@@ -50,6 +50,7 @@
 #include "breaker.h"
 #include "frames.h"
 #include "real.h"
+#include "self.h"
 #include "stats.h"
 #include "trace.h"
 #include "rdma_post.h"
@@ -349,7 +350,7 @@ void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
 		return;
 	}
-	if (c->pid != getpid()) {
+	if (c->pid != shim_self_pid()) {
 		/* Before any direction moved, the child ends on TCP; after, the
 		 * connection is the parent's (README: a connection upgraded
 		 * before fork is used by one process only). */
@@ -461,7 +462,7 @@ void shim_rdma_start(struct shim_sock *s, int fd, unsigned long long now)
 	c->sock = s;
 	c->fd = fd;
 	c->ring_bytes = shim_cfg.ring_kb * 1024u;
-	c->pid = getpid();
+	c->pid = shim_self_pid();
 	c->step = RDMA_WARMING;
 	c->step_deadline_ns = now + shim_rdma_warm_wait_ns();
 	/* The peer may commit from its first step on (S once it has sent its
@@ -470,7 +471,7 @@ void shim_rdma_start(struct shim_sock *s, int fd, unsigned long long now)
 	 * release does). */
 	shim_upgrade_negotiating(s, c);
 	shim_upgrade_committing(s);
-	s->io_pid = getpid();
+	s->io_pid = shim_self_pid();
 	shim_upgrade_arm_deadline(s, now);
 	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.start", fd, &s->tuple, SHIM_REASON_NONE,
 		   "\"role\":\"%s\",\"transport\":\"rdma\"", shim_role_name(s->role));

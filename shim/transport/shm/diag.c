@@ -14,6 +14,7 @@
 
 #include "fdtable.h"
 #include "real.h"
+#include "self.h"
 
 struct diag_request {
 	struct nlmsghdr nlh;
@@ -59,7 +60,7 @@ static int diag_socket(bool *transient)
 	int fd;
 
 	*transient = false;
-	if (kept.fd >= 0 && kept_pid == getpid() && shim_owned_still(&kept))
+	if (kept.fd >= 0 && kept_pid == shim_self_pid() && shim_owned_still(&kept))
 		return kept.fd;
 	kept.fd = -1;
 	fd = REAL(socket)(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
@@ -73,7 +74,7 @@ static int diag_socket(bool *transient)
 	}
 	*transient = !shim_fd_keepable(fd) || shim_owned_take(&kept, fd) < 0;
 	if (!*transient)
-		kept_pid = getpid();
+		kept_pid = shim_self_pid();
 	return fd;
 }
 

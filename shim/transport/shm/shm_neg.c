@@ -27,6 +27,7 @@
 #include "frames.h"
 #include "neg_state.h"
 #include "pair.h"
+#include "self.h"
 #include "shm_pair_neg.h"
 #include "real.h"
 #include "rendezvous.h"
@@ -437,7 +438,7 @@ static void shm_start(struct shim_sock *s, int fd, unsigned long long now)
 	ng->rv_fd = -1;
 	ng->arrived_at_miss = SHM_ARRIVED_UNKNOWN;
 	shim_upgrade_negotiating(s, ng);
-	s->io_pid = getpid();
+	s->io_pid = shim_self_pid();
 	shim_upgrade_arm_deadline(s, now);
 	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.start", fd, &s->tuple, SHIM_REASON_NONE, "\"role\":\"%s\"",
 		   shim_role_name(s->role));

@@ -8,6 +8,7 @@
 
 #include "arena.h"
 #include "rendezvous.h"
+#include "self.h"
 #include "shm.h"
 #include "trace.h"
 #include "wire.h"
@@ -54,7 +55,7 @@ static struct pair_arena *arena_new(void)
 	struct pair_arena *a = calloc(1, sizeof(*a));
 
 	if (a) {
-		a->pid = getpid();
+		a->pid = shim_self_pid();
 		a->refs = 1;
 		a->memfd.fd = -1;
 	}
@@ -96,7 +97,7 @@ static void release_to_c(struct pair_arena *a, uint32_t k, uint32_t gen)
 {
 	struct shim_msg_release rel;
 
-	if (a->pid != getpid() || !a->pair || !shim_owned_still(a->pair))
+	if (a->pid != shim_self_pid() || !a->pair || !shim_owned_still(a->pair))
 		return;
 	memset(&rel, 0, sizeof(rel));
 	shim_msg_init(&rel.hdr, SHIM_MSG_RELEASE, sizeof(rel));
@@ -113,7 +114,7 @@ static void slot_done(void *ctx, bool reusable)
 	struct pair_arena *a = u->arena;
 
 	pthread_mutex_lock(&shim_pair_lock);
-	if (reusable && a->pid == getpid()) {
+	if (reusable && a->pid == shim_self_pid()) {
 		if (u->client) {
 			if (a->slot[u->slot].gen == u->gen) {
 				a->slot[u->slot].ours = false;
