@@ -174,10 +174,12 @@ void shim_upgrade_switch_tx(struct shim_sock *s, int fd)
 	memcpy(frame.nonce, s->tx_nonce, SHIM_NONCE_LEN);
 	/* From here TCP carries one-byte bells: Nagle would hold one back
 	 * behind the peer's delayed ACK (40 ms). The program still reads its
-	 * own TCP_NODELAY setting (sock.c). */
+	 * own TCP_NODELAY setting (sock.c); one that set it already needs
+	 * no second call. */
 	int one = 1;
 
-	REAL(setsockopt)(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (!s->app_nodelay)
+		REAL(setsockopt)(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	s->tx_dir = SHIM_DIR_CHAN;
 	shim_frames_queue(s, fd, &frame, sizeof(frame));
 	SHIM_TRACE(SHIM_TRACE_INFO, "tx.switch", fd, &s->tuple, SHIM_REASON_UPGRADED,

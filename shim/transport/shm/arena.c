@@ -64,9 +64,18 @@ void shim_arena_trim(const struct shim_arena *a, unsigned slot)
 
 	if (ring_len <= warm)
 		return;
-	/* Both rings of the slot: the data past the warm part of each. */
-	for (unsigned r = 0; r < 2; r++)
-		madvise(shim_arena_slot(a, slot) + r * ring_len + warm, ring_len - warm, MADV_REMOVE);
+	/* Both rings of the slot: the data past the warm part of each, if its
+	 * use wrote past it (a ring is formatted, its tail 0, at each use). A
+	 * short connection wrote none there, and the hole punch cost 3 us a
+	 * ring all the same. Its peer writes one tail: a lie keeps pages of
+	 * this slot resident, which holding the connection open would too. */
+	for (unsigned r = 0; r < 2; r++) {
+		uint8_t *ring = shim_arena_slot(a, slot) + r * ring_len;
+		const struct shim_ring_hdr *hdr = (const struct shim_ring_hdr *)ring;
+
+		if (__atomic_load_n(&hdr->tail, __ATOMIC_RELAXED) > SHIM_ARENA_WARM_BYTES)
+			madvise(ring + warm, ring_len - warm, MADV_REMOVE);
+	}
 }
 
 void shim_arena_unmap(struct shim_arena *a)

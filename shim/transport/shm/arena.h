@@ -33,7 +33,8 @@ int shim_arena_map(int memfd, uint32_t ring_bytes, unsigned slots, struct shim_a
 uint8_t *shim_arena_slot(const struct shim_arena *a, unsigned slot);
 /* C, a slot nobody uses: gives back the memory its rings touched beyond
  * the first SHIM_ARENA_WARM_BYTES of each (the warm part stays mapped and
- * faulted in for the next short connection). */
+ * faulted in for the next short connection); a ring whose last use wrote
+ * no more than that is left alone. */
 void shim_arena_trim(const struct shim_arena *a, unsigned slot);
 void shim_arena_unmap(struct shim_arena *a);
 
