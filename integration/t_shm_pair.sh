@@ -22,6 +22,11 @@
 #       it (rv.refused; the decoy's socketpair closes, no COMMIT), and the
 #       real client's connection still upgrades, by the named way, every
 #       byte exact.
+#   (d) a short connection closed right after its HINT went (its server
+#       had not looked yet) is no sign of a prefork server: the pair is
+#       not paused for it, and the next connection still upgrades over the
+#       pair (it took the named way, with a ring memfd of its own, for 10 s).
+#       The close comes well within the 50 ms grace (shm_pair_neg.c).
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_built "$PROGS/conn_hold" "$PROGS/echo_server" "$PROGS/hostile_shm"
 
@@ -98,4 +103,55 @@ check "(c) traced as a refusal ($n rv.refused)" test "$n" -ge 1
 n=$(count "$dir" '"event":"rx.switch"' "\"peer\":\"127.0.0.1:$cport\"")
 check "(c) the real client's connection still upgraded (rx.switch at the server: $n)" test "$n" -ge 1
 stop_bg "$spid"
+
+# ---- (d) a HINT stopped by an early close ----
+dir=$WORK/early
+mkdir -p "$dir"
+cat >"$dir/server.py" <<'PYEOF'
+import socket, sys, time
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", int(sys.argv[1])))
+l.listen(8)
+print("READY %s" % sys.argv[1], flush=True)
+def echo_rounds(c, n):
+    for _ in range(n):
+        c.sendall(c.recv(1))
+a, _ = l.accept(); echo_rounds(a, 6)           # 1: upgrades, makes the pair
+b, _ = l.accept(); time.sleep(0.3)             # 2: not looked at until its client closed
+print("second: %r" % b.recv(10), flush=True)
+c, _ = l.accept(); echo_rounds(c, 6)           # 3
+for x in (a, b, c):
+    x.close()
+PYEOF
+cat >"$dir/client.py" <<'PYEOF'
+import socket, sys, time
+port = int(sys.argv[1])
+def rounds(s, n):
+    for i in range(n):
+        s.sendall(b"x")
+        assert s.recv(1) == b"x"
+a = socket.create_connection(("127.0.0.1", port)); rounds(a, 6)
+b = socket.create_connection(("127.0.0.1", port)); b.sendall(b"y"); b.close()
+c = socket.create_connection(("127.0.0.1", port)); rounds(c, 6)
+print("CLIENT DONE", flush=True)
+a.close(); c.close()
+PYEOF
+evars=(RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_AFTER_MS=0 RDMASHIM_TRACE=debug "RDMASHIM_TRACE_FILE=$dir/trace.%p.jsonl")
+eport=$(free_port)
+start_bg early-server shim RDMASHIM_PORTS="$eport" "${evars[@]}" "$PYTHON" "$dir/server.py" "$eport"
+spid=$BG_PID
+if wait_ready early-server >/dev/null; then
+  out=$(with_shim RDMASHIM_PORTS="$eport" "${evars[@]}" "$PYTHON" "$dir/client.py" "$eport" 2>&1)
+  check "(d) the client's bytes came back ($out)" test "$out" = "CLIENT DONE"
+  wait_bg "$spid" 20
+  check "(d) the second connection's byte reached the server on TCP" grep -q "second: b'y'" "$WORK/early-server.out"
+  n=$(count "$dir" '"event":"upgrade.hint_missed"')
+  check "(d) the second connection's HINT was stopped by its close (hint_missed $n)" test "$n" -ge 1
+  n=$(count "$dir" '"event":"upgrade.done"' '"role":"client".*"pair":true')
+  check "(d) the third connection still upgraded over the pair ($n client upgrade.done with pair:true)" test "$n" -eq 1
+else
+  not_ok "(d) server ready"
+  stop_bg "$spid"
+fi
 finish

@@ -33,6 +33,13 @@
  * up for this connection (a stranger may have queued decoys). */
 #define CLAIM_TRIES 4
 
+/* A HINT our own close stopped sooner than this (50 ms) after it went tells
+ * nothing of the server's processes: a short connection (one request, a
+ * loaded machine) ends before its server's next call could take it. Such a
+ * miss paused the pair for 10 s, and every upgrade meanwhile took the
+ * named way (a ring memfd each). */
+#define CLOSE_MISS_GRACE_NS 50000000ull
+
 static void fill_endpoints(struct shim_msg_hint *h, const struct shim_sock *s)
 {
 	const struct shim_endpoint *c = shm_client_ep(s), *sv = shm_server_ep(s);
@@ -100,16 +107,18 @@ bool shm_c_hint(struct shim_sock *s, int fd, unsigned long long now)
  * Nothing came on the socketpair but its end: S refused, never took the
  * HINT (not the process holding the connection) or was stopped by us. No
  * COMMIT was queued, so nothing switched. The pair pauses either way: a
- * HINT that found no taker before the connection ended (a close, a fork, a
- * pin or a hand-off stopped it) is as much a sign of a prefork server as
- * one that timed out. Stopped, the upgrade ends, as on the named
- * rendezvous; else the named way follows, unless the upgrade's time is up.
+ * HINT that found no taker before the connection ended (a fork, a pin or a
+ * hand-off stopped it, or a close CLOSE_MISS_GRACE_NS or more after it) is
+ * as much a sign of a prefork server as one that timed out. Stopped, the
+ * upgrade ends, as on the named rendezvous; else the named way follows,
+ * unless the upgrade's time is up.
  */
 static enum shm_hint_result c_hint_fell_through(struct shim_sock *s, int fd, unsigned long long now)
 {
 	struct shm_neg *ng = shm_neg_of(s);
 
-	shim_pair_miss(shm_server_ep(s), now);
+	if (!(ng->stopped && s->closing && now - ng->listen_ns < CLOSE_MISS_GRACE_NS))
+		shim_pair_miss(shm_server_ep(s), now);
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.hint_missed", fd, &s->tuple, SHIM_REASON_NONE, "\"stopped\":%s",
 		   ng->stopped ? "true" : "false");
 	if (ng->stopped) {
