@@ -79,6 +79,11 @@ struct shim_sock {
 	enum shim_reason reason;
 	struct shim_tuple tuple;
 	unsigned long long born_ns; /* when it was tracked (shim_now_ns) */
+	/* Turns seen on TCP: data calls that moved bytes the other way than
+	 * the last one that did (upgrade.h, the short-connection rule), and
+	 * that last way (0: none yet, 1: sent, 2: received). */
+	uint16_t tcp_turns;
+	uint8_t tcp_last_way;
 
 	/* Data path (io.c). intercept is read without the lock by the wrappers:
 	 * it is set once, before the first call that needs io.c, and cleared

@@ -22,11 +22,43 @@ static inline bool shim_upgrade_rx_pending(const struct shim_sock *s)
 	return s->rx_dir == SHIM_DIR_TCP && !s->rx_switch_known && s->phase == SHIM_PHASE_COMMITTING;
 }
 
-/* The connection is RDMASHIM_UPGRADE_AFTER_MS old: an idle one may start
- * its handshake now (a shorter-lived one never pays for it). */
+/*
+ * The short-connection rule (both ends use it, so they start close
+ * together): a connection may start its handshake once it is
+ * RDMASHIM_UPGRADE_AFTER_MS old and has shown it goes on: it carried
+ * RDMASHIM_UPGRADE_AFTER_ROUNDS round trips on TCP and began the next one
+ * (two turns of direction each: a request, its answer, the next request;
+ * counted at the end of the call that moved the bytes, so the start comes
+ * at a later call), or 256 KiB either way (a stream), or it lived 25 times
+ * that age (an idle one). Age alone took for long-lived every
+ * connect-request-answer-close connection whose answer took a loaded
+ * machine 2 ms (one turn each end: the client reads its answer, then EOF;
+ * the server reads, answers, reads EOF), and each such start cost both
+ * ends a handshake's calls for nothing. A client and its server reach the
+ * second turn half a round trip apart (the client's second request, the
+ * server's read of it).
+ */
+#define SHIM_UPGRADE_STREAM_BYTES (256u * 1024)
+#define SHIM_UPGRADE_IDLE_FACTOR 25ull
+
 static inline bool shim_upgrade_due(const struct shim_sock *s, unsigned long long now)
 {
-	return now - s->born_ns >= shim_cfg.upgrade_after_ms * 1000000ull;
+	unsigned long long age = now - s->born_ns, after = shim_cfg.upgrade_after_ms * 1000000ull;
+
+	if (age < after)
+		return false;
+	return s->tcp_turns >= 2 * shim_cfg.upgrade_after_rounds || age >= after * SHIM_UPGRADE_IDLE_FACTOR ||
+	       s->rx_tcp_bytes + s->tx_tcp_bytes >= SHIM_UPGRADE_STREAM_BYTES;
+}
+
+/* Bytes moved on TCP, sent or received (at the end of a data call). */
+static inline void shim_upgrade_note_moved(struct shim_sock *s, bool sent)
+{
+	uint8_t way = sent ? 1 : 2;
+
+	if (s->tcp_last_way && s->tcp_last_way != way && s->tcp_turns < UINT16_MAX)
+		s->tcp_turns++;
+	s->tcp_last_way = way;
 }
 
 static inline bool shim_upgrade_settled(const struct shim_sock *s)

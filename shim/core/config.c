@@ -33,6 +33,9 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_UPGRADE_TIMEOUT_MS", "3000", "bound on a whole upgrade attempt, ms" },
 	{ "RDMASHIM_UPGRADE_AFTER_MS", "2",
 	  "a connection starts its upgrade at its first data call once it is this old, ms (0: at once)" },
+	{ "RDMASHIM_UPGRADE_AFTER_ROUNDS", "1",
+	  "and once it carried this many round trips on TCP and began the next, or 256 KiB, or lived 25 times "
+	  "RDMASHIM_UPGRADE_AFTER_MS (0: age alone)" },
 	{ "RDMASHIM_PLAIN_PEER_MS", "50",
 	  "a client stops waiting for a peer that answered over TCP this long after it began to wait, ms "
 	  "(0: wait the whole RDMASHIM_UPGRADE_TIMEOUT_MS)" },
@@ -225,6 +228,8 @@ static const struct uint_var uint_vars[] = {
 	  "expected milliseconds 1-600000" },
 	{ "RDMASHIM_UPGRADE_AFTER_MS", 0, 600000, offsetof(struct shim_config, upgrade_after_ms),
 	  "expected milliseconds 0-600000" },
+	{ "RDMASHIM_UPGRADE_AFTER_ROUNDS", 0, 1000, offsetof(struct shim_config, upgrade_after_rounds),
+	  "expected a count of round trips 0-1000" },
 	{ "RDMASHIM_PLAIN_PEER_MS", 0, 600000, offsetof(struct shim_config, plain_peer_ms),
 	  "expected milliseconds 0-600000" },
 	{ "RDMASHIM_HUGE_PAGES", 0, 1, offsetof(struct shim_config, huge_pages), "expected 0 or 1" },

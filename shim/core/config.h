@@ -51,6 +51,7 @@ struct shim_config {
 	unsigned cm_timeout_ms;
 	unsigned upgrade_timeout_ms;
 	unsigned upgrade_after_ms; /* short connections never pay for a handshake */
+	unsigned upgrade_after_rounds; /* nor one that carried fewer round trips (upgrade.h) */
 	unsigned plain_peer_ms;    /* 0 or how soon a peer that answers over TCP is taken for one without the shim */
 	unsigned huge_pages;        /* 0 or 1: ring pools on 2 MiB pages when possible */
 	unsigned test_fail_rdma_kb; /* testing only: 0 or where RDMA channels break */

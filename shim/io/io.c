@@ -142,6 +142,7 @@ static ssize_t recv_tcp(struct shim_sock *s, int fd, const struct iovec *iov, in
 	}
 	if (!(flags & MSG_PEEK)) {
 		s->rx_tcp_bytes += (size_t)n;
+		shim_upgrade_note_moved(s, false);
 		if (s->rx_switch_known && s->rx_tcp_bytes == s->rx_switch_at)
 			s->rx_dir = SHIM_DIR_SWITCHING;
 	}
@@ -183,6 +184,7 @@ static ssize_t recv_raw(struct shim_sock *s, int fd, const struct iovec *iov, in
 	if (n > 0 && !(flags & MSG_PEEK)) {
 		s->rx_tcp_bytes += (size_t)n;
 		shim_upgrade_progress(s, fd); /* the first byte moved: a deferred attempt may start */
+		shim_upgrade_note_moved(s, false);
 	}
 	return n;
 }
@@ -472,6 +474,7 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 				s->tx_tcp_bytes += (size_t)n;
 				if (s->phase == SHIM_PHASE_IDLE)
 					shim_upgrade_progress(s, fd); /* the first byte moved: a deferred attempt may start */
+				shim_upgrade_note_moved(s, true);
 				continue;
 			}
 			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !nonblock) {
