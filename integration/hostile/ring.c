@@ -298,6 +298,13 @@ void pump(int memfd, int echo)
 		}
 		wait_fd(st.tcp, POLLIN, 1);
 	}
+	/* The victim may end the connection while the cursors still flip: the
+	 * true ones must be back before the last look, or that look reads
+	 * with a head 1 GiB off and counts old echo as never sent. */
+	if (is_mode("flip") && flipping) {
+		flipping = 0;
+		pthread_join(flip_thread, NULL);
+	}
 	if (!echo && !(st.lie_done && head_lie) && !shrunk()) {
 		st.parked = __atomic_load_n(&st.rx.h->tail, __ATOMIC_ACQUIRE) - st.rx.h->head;
 		/* Last look at what the victim left in the ring. */
