@@ -40,6 +40,11 @@
  * named way (a ring memfd each). */
 #define CLOSE_MISS_GRACE_NS 50000000ull
 
+static bool stopped_by_early_close(const struct shim_sock *s, const struct shm_neg *ng, unsigned long long now)
+{
+	return ng->stopped && s->closing && now - ng->listen_ns < CLOSE_MISS_GRACE_NS;
+}
+
 static void fill_endpoints(struct shim_msg_hint *h, const struct shim_sock *s)
 {
 	const struct shim_endpoint *c = shm_client_ep(s), *sv = shm_server_ep(s);
@@ -117,7 +122,7 @@ static enum shm_hint_result c_hint_fell_through(struct shim_sock *s, int fd, uns
 {
 	struct shm_neg *ng = shm_neg_of(s);
 
-	if (!(ng->stopped && s->closing && now - ng->listen_ns < CLOSE_MISS_GRACE_NS))
+	if (!stopped_by_early_close(s, ng, now))
 		shim_pair_miss(shm_server_ep(s), now);
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.hint_missed", fd, &s->tuple, SHIM_REASON_NONE, "\"stopped\":%s",
 		   ng->stopped ? "true" : "false");
