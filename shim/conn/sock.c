@@ -384,10 +384,22 @@ static long long timeval_ms(const void *val, socklen_t len)
 	return (long long)tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000;
 }
 
+/* The options whose setting the sock keeps (the rest are the kernel's
+ * alone: keep-alive, buffer sizes... cost a tracked fd no lookup). */
+static bool option_kept(int level, int name)
+{
+	if (level == IPPROTO_TCP)
+		return name == TCP_NODELAY;
+	return level == SOL_SOCKET && (name == SO_RCVTIMEO || name == SO_SNDTIMEO || name == SO_RCVLOWAT);
+}
+
 void shim_sock_on_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
-	struct shim_sock *sock = shim_sock_get(fd);
+	struct shim_sock *sock;
 
+	if (!option_kept(level, name))
+		return;
+	sock = shim_sock_get(fd);
 	if (!sock)
 		return;
 	pthread_mutex_lock(&sock->lock);

@@ -93,6 +93,16 @@ struct shim_sock {
 	 * under each set's lock; atomic: read without any). With none and
 	 * intercept off, a registration change of its fd is the kernel's. */
 	unsigned ep_items;
+	/* A young connection's registration in one epoll set, left with the
+	 * kernel under the program's own data until its upgrade is near
+	 * (io/epoll_young.c): the set (its shim_ep id; 0: none; atomic, read
+	 * without the lock by the data calls), the number it was added
+	 * under, the program's events and data. Under the lock otherwise.
+	 * While there is one, no upgrade starts (upgrade.c). */
+	uint64_t ep_young_set;
+	int ep_young_fd;
+	uint32_t ep_young_events;
+	uint64_t ep_young_data;
 	bool nonblocking; /* O_NONBLOCK of the open file description */
 	bool rd_shut, wr_shut;
 	bool rx_tcp_eof;

@@ -358,6 +358,13 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 		 * the first byte (retry_when_bytes_move()). */
 		if (s->raw_reads)
 			break;
+		/* A registration of the program's is still the kernel's,
+		 * under the program's data (io/epoll_young.c): a wait could
+		 * not tell the channel's readiness from it. The data call
+		 * that finds the upgrade due takes it over first; one that
+		 * could not left the connection on TCP for good. */
+		if (__atomic_load_n(&s->ep_young_set, __ATOMIC_RELAXED))
+			break;
 		if (!s->await_bytes_used || s->rx_tcp_bytes || s->tx_tcp_bytes)
 			upgrade_start(s, fd, now);
 		break;

@@ -95,6 +95,10 @@ static void closed_in_set(struct shim_ep *ep, void *ctx)
 	struct closing *c = ctx;
 	struct shim_epitem *it, *next;
 
+	/* A registration of it that is still the kernel's becomes an item
+	 * first when the file lives on, and is orphaned below as any. */
+	if (__atomic_load_n(&c->sock->ep_young_set, __ATOMIC_RELAXED) == ep->id)
+		shim_ep_young_closed(ep, c->sock, c->fd, closing_other(c));
 	HASH_FIND_INT(ep->items, &c->fd, it);
 	if (it && it->sock != c->sock) {
 		shim_ep_item_drop(ep, it); /* left from an earlier file of this number */

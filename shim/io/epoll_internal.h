@@ -1,6 +1,8 @@
 /*
- * What epoll.c (the sets and their items) and epoll_wait.c (the wait over
- * a set) share; nothing outside io/ includes it.
+ * What the epoll files share (epoll_set.c: the sets and their items;
+ * epoll.c: the program's registration changes; epoll_wait.c: the wait over
+ * a set; epoll_close.c, epoll_young.c, epoll_early.c); nothing outside io/
+ * includes it.
  */
 #ifndef RDMASHIM_EPOLL_INTERNAL_H
 #define RDMASHIM_EPOLL_INTERNAL_H
@@ -56,6 +58,9 @@ struct shim_epitem {
 
 struct shim_ep {
 	pthread_mutex_t lock;
+	/* Names the set for a young connection's record (sock.h,
+	 * ep_young_set): unique in the process, never reused, never 0. */
+	uint64_t id;
 	struct shim_epitem *items;   /* by fd, orphans left out */
 	struct shim_epitem *by_id;   /* every item, by id */
 	struct shim_epitem *orphans; /* the items whose number was closed */
@@ -110,6 +115,40 @@ void shim_ep_item_ctl(int efd, struct shim_sock *s, struct shim_epitem *it);
  * items whose registration came back in this look (moved_gen is look_gen),
  * the others' events were taken already. Under ep->lock. */
 int shim_ep_translate(struct shim_ep *ep, struct epoll_event *ev, int n, bool moved_only);
+
+/* The tag of our kernel registrations, made once before the first. */
+void shim_ep_tag_init(void);
+/* Whether an event's data is one of our tags. */
+bool shim_ep_tagged(uint64_t data);
+/* A new item (switched: shim_io_is_switched(s), which the caller knows or
+ * asks), not linked yet, or NULL; under ep->lock. */
+struct shim_epitem *shim_ep_item_new(struct shim_ep *ep, int fd, struct shim_sock *s, uint32_t events,
+				     epoll_data_t data, bool switched);
+/* Links a new item into the set's tables; under ep->lock. */
+void shim_ep_item_link(struct shim_ep *ep, struct shim_epitem *it);
+/* The item the kernel would find for (the file fd names, fd), or NULL;
+ * under ep->lock. */
+struct shim_epitem *shim_ep_item_at(struct shim_ep *ep, int fd);
+/* Under ep->lock and s->lock, fd naming s: an item for the registration
+ * the kernel holds of (fd's file, fd) under the program's own events and
+ * data, which becomes the tagged one (a MOD, as the program's would be).
+ * 0 or -errno (then the kernel's registration is as it was). */
+int shim_ep_item_take_over(struct shim_ep *ep, int fd, struct shim_sock *s, uint32_t events, uint64_t data);
+/* Calls fn(ep, ctx) for the live set with that id, under the all-sets lock
+ * and the set's; false when there is none (it was closed). */
+bool shim_ep_with_set(uint64_t id, void (*fn)(struct shim_ep *ep, void *ctx), void *ctx);
+
+/* epoll_young.c: registrations of young connections left with the kernel.
+ * A registration change of intercepted s's fd with no item of ours in ep,
+ * under ep->lock: true when it answered it (*rc), false when the item path
+ * does (an item for it may have been made meanwhile: look again). */
+bool shim_ep_young_ctl(struct shim_ep *ep, struct shim_sock *s, int op, int fd, const struct epoll_event *event,
+		       int *rc);
+/* sock's number fd is closing (its entry cleared, the real close not done;
+ * other: another number of the file's, or -1), under ep->lock: a young
+ * registration of it in ep becomes an item (the file lives on: the item
+ * is then orphaned as any other) or goes. */
+void shim_ep_young_closed(struct shim_ep *ep, struct shim_sock *sock, int fd, int other);
 
 /* epoll_early.c: the sets an untracked fd went into, taken once (0: none
  * noted), and the kernel's registration of fd in epfd. */

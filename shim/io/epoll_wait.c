@@ -417,6 +417,15 @@ int shim_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long lo
 
 	if (!es)
 		return 0;
+	/* No item at all (only young connections' registrations, which are
+	 * the program's, or none yet): the kernel's own wait, as without the
+	 * shim; the wrapper maps back a tagged event that raced it
+	 * (shim_epoll_fixup). Relaxed: an item added meanwhile is one whose
+	 * registration was still the program's when the kernel looked. */
+	if (!__atomic_load_n(&es->ep->n_items, __ATOMIC_RELAXED)) {
+		shim_sock_put(es);
+		return 0;
+	}
 	*rc = maxevents <= 0 ? -EINVAL : wait_loop(es, events, maxevents, timeout_ns, sigmask);
 	shim_sock_put(es);
 	return 1;

@@ -217,6 +217,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	ssize_t n;
 	int rc = 0;
 
+	shim_io_young_check(s);
 	pthread_mutex_lock(&s->lock);
 	fd = io_enter(s, fd, &rc);
 	nonblock |= s->nonblocking;
@@ -439,6 +440,7 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	long long deadline;
 	int rc = 0;
 
+	shim_io_young_check(s);
 	pthread_mutex_lock(&s->lock);
 	fd = io_enter(s, fd, &rc);
 	/* Urgent data: the receiver keeps its byte out of the stream (or, with

@@ -72,5 +72,22 @@ void shim_io_disarm(struct shim_sock *s, int fd, int armed);
  * The caller holds s->lock; shim_io_is_switched() takes it. */
 bool shim_io_switched(const struct shim_sock *s);
 bool shim_io_is_switched(struct shim_sock *s);
+/* Young: all on TCP, no handshake begun, nothing of the peer's switch
+ * known; the kernel's readiness is exact and a wait has nothing of ours to
+ * move on (the upgrade starts at a data call). _locked: under s->lock. */
+bool shim_io_young_locked(const struct shim_sock *s);
+bool shim_io_young(struct shim_sock *s);
+
+/* A young connection's epoll registration is still the kernel's
+ * (epoll_young.c): taken over once the upgrade is due, so that it can
+ * start. With no lock held: the set's lock comes first. */
+void shim_io_young_take_over(struct shim_sock *s);
+static inline void shim_io_young_check(struct shim_sock *s)
+{
+	/* Relaxed: a record made by another thread's registration change
+	 * that this call misses is taken over by the next. */
+	if (unlikely(__atomic_load_n(&s->ep_young_set, __ATOMIC_RELAXED)))
+		shim_io_young_take_over(s);
+}
 
 #endif

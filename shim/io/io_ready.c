@@ -182,6 +182,22 @@ bool shim_io_switched(const struct shim_sock *s)
 	return s->tx_dir != SHIM_DIR_TCP || s->rx_dir != SHIM_DIR_TCP || shim_failover_replaying(s);
 }
 
+bool shim_io_young_locked(const struct shim_sock *s)
+{
+	return s->phase == SHIM_PHASE_IDLE && !shim_io_switched(s) && !s->chan && !s->rx_switch_known &&
+	       !s->fo_started && !s->closed;
+}
+
+bool shim_io_young(struct shim_sock *s)
+{
+	bool young;
+
+	pthread_mutex_lock(&s->lock);
+	young = shim_io_young_locked(s);
+	pthread_mutex_unlock(&s->lock);
+	return young;
+}
+
 bool shim_io_is_switched(struct shim_sock *s)
 {
 	bool sw;

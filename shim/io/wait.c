@@ -31,12 +31,18 @@ static struct shim_sock *switched_sock(int fd)
 	return shim_sock_get_intercepted(fd);
 }
 
-static bool is_intercepted(int fd)
+/* Whether a wait must look at fd itself: its connection moved or is
+ * moving (a channel, a handshake). A young one is the kernel's to report,
+ * and its upgrade starts at its next data call (io.c), as with epoll
+ * (epoll_young.c): a poll over connections that never upgrade is one
+ * system call, as without the shim. */
+static bool needs_us(int fd)
 {
 	struct shim_sock *s = switched_sock(fd);
+	bool needed = s && !shim_io_young(s);
 
 	shim_sock_put(s);
-	return s != NULL;
+	return needed;
 }
 
 /* Gives back the references of one round's ours[]. */
@@ -51,7 +57,7 @@ static void put_ours(struct shim_sock **ours, nfds_t nfds)
 bool shim_wait_poll_needed(const struct pollfd *fds, nfds_t nfds)
 {
 	for (nfds_t i = 0; i < nfds; i++)
-		if (unlikely(shim_fd_get(fds[i].fd) != NULL) && is_intercepted(fds[i].fd))
+		if (unlikely(shim_fd_get(fds[i].fd) != NULL) && needs_us(fds[i].fd))
 			return true;
 	return false;
 }
@@ -61,7 +67,7 @@ bool shim_wait_select_needed(int nfds, const fd_set *r, const fd_set *w)
 	for (int fd = 0; fd < nfds && fd < FD_SETSIZE; fd++) {
 		if (!((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w))))
 			continue;
-		if (unlikely(shim_fd_get(fd) != NULL) && is_intercepted(fd))
+		if (unlikely(shim_fd_get(fd) != NULL) && needs_us(fd))
 			return true;
 	}
 	return false;
