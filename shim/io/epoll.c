@@ -83,6 +83,8 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 
 	if (ctl_is_kernels(fd))
 		return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
+	if (shim_ep_young_change(epfd, op, fd, event, &rc))
+		return rc;
 	s = shim_ep_intercepted_sock(fd);
 	es = shim_ep_sock(epfd);
 	if (!s && !es)

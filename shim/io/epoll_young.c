@@ -106,6 +106,39 @@ bool shim_ep_young_ctl(struct shim_ep *ep, struct shim_sock *s, int op, int fd, 
 	return answered;
 }
 
+bool shim_ep_young_change(int epfd, int op, int fd, const struct epoll_event *event, int *rc)
+{
+	struct shim_sock *s = shim_fd_get(fd), *es;
+	bool answered = false;
+
+	/* Relaxed: a record another thread is making is this call's race
+	 * with it, which the slow path orders. */
+	if (!s || !__atomic_load_n(&s->ep_young_set, __ATOMIC_RELAXED) || (op != EPOLL_CTL_MOD && op != EPOLL_CTL_DEL) ||
+	    (op == EPOLL_CTL_MOD && (!event || !young_kind(event->events))))
+		return false;
+	es = shim_ep_sock(epfd);
+	if (!es)
+		return false;
+	/* Without a reference: the pool is type-stable and a sock's lock
+	 * lives as long as the pool. Under it, a table that still names s
+	 * at fd means the number is s's (close clears the entry, then takes
+	 * the lock), and the record can change in no other way. */
+	pthread_mutex_lock(&s->lock);
+	if (shim_fd_get_acquire(fd) == s && s->ep_young_set == es->ep->id && s->ep_young_fd == fd) {
+		*rc = REAL(epoll_ctl)(es->ep->efd, op, fd, (struct epoll_event *)event) < 0 ? -errno : 0;
+		if (*rc == 0 && op == EPOLL_CTL_MOD) {
+			s->ep_young_events = event->events;
+			s->ep_young_data = event->data.u64;
+		} else if (*rc == 0) {
+			forget(s);
+		}
+		answered = true;
+	}
+	pthread_mutex_unlock(&s->lock);
+	shim_sock_put(es);
+	return answered;
+}
+
 void shim_ep_young_closed(struct shim_ep *ep, struct shim_sock *sock, int fd, int other)
 {
 	/* Relaxed: only this number's close, ordered by the program, or a
