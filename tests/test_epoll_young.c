@@ -145,7 +145,7 @@ END_TEST
 START_TEST(not_taken_over_before_due)
 {
 	add(EPOLLIN);
-	shim_io_young_check(conn);
+	shim_io_young_take_over(conn);
 	ck_assert(__atomic_load_n(&conn->ep_young_set, __ATOMIC_RELAXED) != 0);
 	ck_assert_uint_eq(conn->ep_items, 0);
 }
@@ -158,7 +158,7 @@ START_TEST(due_takes_it_over_and_the_program_keeps_its_data)
 
 	add(EPOLLIN);
 	make_due();
-	shim_io_young_check(conn);
+	shim_io_young_take_over(conn);
 	ck_assert(__atomic_load_n(&conn->ep_young_set, __ATOMIC_RELAXED) == 0);
 	ck_assert_uint_eq(conn->ep_items, 1);
 	/* The kernel's registration is ours now (tagged)... */
@@ -245,7 +245,7 @@ START_TEST(a_closed_set_lets_the_upgrade_go)
 	shim_sock_on_close(epfd);
 	close(epfd);
 	make_due();
-	shim_io_young_check(conn);
+	shim_io_young_take_over(conn);
 	ck_assert(__atomic_load_n(&conn->ep_young_set, __ATOMIC_RELAXED) == 0);
 	ck_assert_uint_eq(conn->ep_items, 0);
 }

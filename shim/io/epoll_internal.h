@@ -144,10 +144,11 @@ bool shim_ep_with_set(uint64_t id, void (*fn)(struct shim_ep *ep, void *ctx), vo
  * does (an item for it may have been made meanwhile: look again). */
 bool shim_ep_young_ctl(struct shim_ep *ep, struct shim_sock *s, int op, int fd, const struct epoll_event *event,
 		       int *rc);
-/* The same for a change (MOD to another level-triggered mask, DEL) of a
- * registration the kernel holds for a young connection, with no lock
- * held: the set's lock and the item lookup are not needed for it, only
- * the sock's. false: not such a change, the slow path answers. */
+/* The same with no lock held, for what needs no set lock nor item lookup,
+ * only the sock's lock: a young connection's first registration in a
+ * set already tracked (level-triggered), a change of the one the kernel
+ * holds for it (MOD to another level-triggered mask, DEL). false: not
+ * such a change, the slow path answers. */
 bool shim_ep_young_change(int epfd, int op, int fd, const struct epoll_event *event, int *rc);
 /* sock's number fd is closing (its entry cleared, the real close not done;
  * other: another number of the file's, or -1), under ep->lock: a young

@@ -108,23 +108,50 @@ bool shim_ep_young_ctl(struct shim_ep *ep, struct shim_sock *s, int op, int fd, 
 
 bool shim_ep_young_change(int epfd, int op, int fd, const struct epoll_event *event, int *rc)
 {
-	struct shim_sock *s = shim_fd_get(fd), *es;
+	struct shim_sock *s, *es;
 	bool answered = false;
 
-	/* Relaxed: a record another thread is making is this call's race
-	 * with it, which the slow path orders. */
-	if (!s || !__atomic_load_n(&s->ep_young_set, __ATOMIC_RELAXED) || (op != EPOLL_CTL_MOD && op != EPOLL_CTL_DEL) ||
-	    (op == EPOLL_CTL_MOD && (!event || !young_kind(event->events))))
+	if (op != EPOLL_CTL_DEL && (!event || !young_kind(event->events)))
+		return false;
+	/* A look without a reference first (the pool is type-stable; its
+	 * atomic words read alike on a sock recycled meanwhile, which the
+	 * checks under the lock then find): a record to change, or none and
+	 * no item for a first ADD. Anything else is the slow path's, at the
+	 * cost of one load. */
+	s = shim_fd_get(fd);
+	if (!s || (op == EPOLL_CTL_ADD) != !__atomic_load_n(&s->ep_young_set, __ATOMIC_RELAXED) ||
+	    (op == EPOLL_CTL_ADD && __atomic_load_n(&s->ep_items, __ATOMIC_RELAXED)))
+		return false;
+	s = shim_ep_intercepted_sock(fd);
+	if (!s)
 		return false;
 	es = shim_ep_sock(epfd);
-	if (!es)
+	if (!es) {
+		shim_sock_put(s);
 		return false;
-	/* Without a reference: the pool is type-stable and a sock's lock
-	 * lives as long as the pool. Under it, a table that still names s
-	 * at fd means the number is s's (close clears the entry, then takes
-	 * the lock), and the record can change in no other way. */
+	}
+	/* Under the lock, a table that still names s at fd means the number
+	 * is s's (close clears the entry, then takes the lock), and the
+	 * record can change in no other way. */
 	pthread_mutex_lock(&s->lock);
-	if (shim_fd_get_acquire(fd) == s && s->ep_young_set == es->ep->id && s->ep_young_fd == fd) {
+	if (shim_fd_get_acquire(fd) != s) {
+		/* closed meanwhile: the slow path answers for what fd is now */
+	} else if (op == EPOLL_CTL_ADD) {
+		/* A first registration, with no item of ours anywhere (the
+		 * slow path's item_at() would find none): the kernel says
+		 * whether the number is registered in the set already, also
+		 * against an item another thread's ADD is making now. */
+		if (!s->ep_young_set && !__atomic_load_n(&s->ep_items, __ATOMIC_RELAXED) && shim_io_young_locked(s)) {
+			*rc = REAL(epoll_ctl)(es->ep->efd, op, fd, (struct epoll_event *)event) < 0 ? -errno : 0;
+			if (*rc == 0) {
+				s->ep_young_fd = fd;
+				s->ep_young_events = event->events;
+				s->ep_young_data = event->data.u64;
+				__atomic_store_n(&s->ep_young_set, es->ep->id, __ATOMIC_RELAXED);
+			}
+			answered = true;
+		}
+	} else if (s->ep_young_set == es->ep->id && s->ep_young_fd == fd) {
 		*rc = REAL(epoll_ctl)(es->ep->efd, op, fd, (struct epoll_event *)event) < 0 ? -errno : 0;
 		if (*rc == 0 && op == EPOLL_CTL_MOD) {
 			s->ep_young_events = event->events;
@@ -136,6 +163,7 @@ bool shim_ep_young_change(int epfd, int op, int fd, const struct epoll_event *ev
 	}
 	pthread_mutex_unlock(&s->lock);
 	shim_sock_put(es);
+	shim_sock_put(s);
 	return answered;
 }
 

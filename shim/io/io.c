@@ -152,22 +152,47 @@ static ssize_t recv_tcp(struct shim_sock *s, int fd, const struct iovec *iov, in
 
 /*
  * A young idle connection: no handshake begun, none due yet
- * (RDMASHIM_UPGRADE_AFTER_MS), nothing off TCP. Nothing in-band can reach
- * it (the peer writes a shim byte only after our side's handshake began,
- * PROTOCOL.md), so a blocking read may be the kernel's own: one system
+ * (RDMASHIM_UPGRADE_AFTER_MS), nothing off TCP, no switch of the peer's
+ * known. Nothing in-band can reach it (the peer writes a shim byte only
+ * after our side's handshake began, PROTOCOL.md), and a call has no step
+ * of ours to take: a blocking read may be the kernel's own (one system
  * call where the shim's would be a try, a poll and a retry, with the
- * kernel's SO_RCVLOWAT, SO_RCVTIMEO, MSG_WAITALL and restart rules. While
- * it runs, no handshake starts in this process (raw_reads, upgrade.c), so
- * nothing in-band can come for it either.
+ * kernel's SO_RCVLOWAT, SO_RCVTIMEO, MSG_WAITALL and restart rules; while
+ * it runs, no handshake starts in this process: raw_reads, upgrade.c),
+ * and a nonblocking read or any send is one kernel call, counted.
  */
-static bool recv_may_go_raw(const struct shim_sock *s)
+static bool young_not_due(const struct shim_sock *s, unsigned long long now)
 {
 	return s->phase == SHIM_PHASE_IDLE && !s->chan && !s->neg && s->rx_dir == SHIM_DIR_TCP &&
 	       s->tx_dir == SHIM_DIR_TCP && !s->tcp_out_len && !s->aborted && !s->rx_tcp_reset &&
-	       !shim_upgrade_due(s, shim_now_ns());
+	       !s->rx_switch_known && !s->fo_started && !shim_upgrade_due(s, now);
 }
 
-/* The kernel's blocking read (recv_may_go_raw() said so), without the lock;
+/*
+ * A data call's first step, under s->lock, before io_enter(): the time,
+ * looked at once for the call's young_not_due() (0 when the connection is
+ * past its idle phase, which asks nothing of the clock), and, when the
+ * upgrade is due while a young epoll registration of the connection is
+ * still the kernel's, that registration taken over first, so that the
+ * upgrade can start in this call (epoll_young.c; the lock is let go
+ * meanwhile: the set's lock comes before the sock's).
+ */
+static unsigned long long young_look(struct shim_sock *s)
+{
+	unsigned long long now;
+
+	if (s->phase != SHIM_PHASE_IDLE)
+		return 0;
+	now = shim_now_ns();
+	if (unlikely(__atomic_load_n(&s->ep_young_set, __ATOMIC_RELAXED)) && shim_upgrade_due(s, now)) {
+		pthread_mutex_unlock(&s->lock);
+		shim_io_young_take_over(s);
+		pthread_mutex_lock(&s->lock);
+	}
+	return now;
+}
+
+/* The kernel's blocking read (young_not_due() said so), without the lock;
  * bytes or -errno. */
 static ssize_t recv_raw(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
@@ -213,12 +238,13 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	/* This call read TCP up to the peer's switch: it goes on into the ring
 	 * for what is already there, as one TCP read would return both. */
 	bool crossing = false;
+	unsigned long long now;
 	long long deadline;
 	ssize_t n;
 	int rc = 0;
 
-	shim_io_young_check(s);
 	pthread_mutex_lock(&s->lock);
+	now = young_look(s);
 	fd = io_enter(s, fd, &rc);
 	nonblock |= s->nonblocking;
 	deadline = shim_deadline_ms(s->rcv_timeout_ms);
@@ -228,7 +254,8 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	size_t enough = waitall || lowat > want ? want : lowat;
 
 	/* The kernel's own read answers the whole call. */
-	bool raw = fd >= 0 && want && !nonblock && recv_may_go_raw(s);
+	bool young = fd >= 0 && want && young_not_due(s, now);
+	bool raw = young && !nonblock, answered = raw;
 
 	if (raw) {
 		n = recv_raw(s, fd, iov, iovcnt, flags);
@@ -236,8 +263,18 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			got = (size_t)n;
 		else
 			rc = (int)n;
+	} else if (young) {
+		/* Nonblocking, young: the loop's first round without its
+		 * steps (nothing to flush, no handshake to move on, no switch
+		 * to cross). What only more rounds answer goes on below. */
+		n = recv_tcp(s, fd, iov, iovcnt, flags);
+		if (n > 0)
+			got = (size_t)n;
+		else
+			rc = (int)n;
+		answered = got >= enough || n <= 0;
 	}
-	while (!raw && fd >= 0 && want && !(got >= enough && !crossing)) {
+	while (!answered && fd >= 0 && want && !(got >= enough && !crossing)) {
 		struct iovec win[IO_MAX_IOV];
 		int wincnt = iov_window(iov, iovcnt, got, (size_t)-1, win);
 
@@ -431,17 +468,46 @@ static bool hand_back_if_quiet(struct shim_sock *s, int fd)
 	return shim_failover_unpaid(s, fd) == 0;
 }
 
+/* One nonblocking TCP send of iov from done on, tx on TCP: the bytes that
+ * went (counted in tx_tcp_bytes), 0 for none asked, -EAGAIN for no room,
+ * or the error this call reports. */
+static ssize_t send_tcp(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags, size_t done)
+{
+	struct iovec win[IO_MAX_IOV];
+	struct msghdr mh = { .msg_iov = win };
+	ssize_t n;
+	int rc;
+
+	mh.msg_iovlen = (size_t)iov_window(iov, iovcnt, done, (size_t)-1, win);
+	n = REAL(sendmsg)(fd, &mh, flags | MSG_DONTWAIT);
+	if (n >= 0) {
+		s->tx_tcp_bytes += (size_t)n;
+		return n;
+	}
+	rc = errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	/* A reset our own read of frames took off the socket (frames.c) is
+	 * this send's to report, as the kernel would have; after bytes
+	 * moved, the next call's. */
+	if (rc == -EPIPE && s->rx_tcp_reset)
+		rc = -ECONNRESET;
+	if (rc == -ECONNRESET) {
+		s->rx_tcp_reset = done != 0;
+		s->peer_gone_told = true;
+	}
+	return rc;
+}
+
 ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	bool nonblock = (flags & MSG_DONTWAIT) != 0;
 	bool on_chan = false, rang = false;
 	size_t total = iov_total(iov, iovcnt), done = 0;
-	unsigned long long stalled_since = 0;
+	unsigned long long stalled_since = 0, now;
 	long long deadline;
 	int rc = 0;
 
-	shim_io_young_check(s);
 	pthread_mutex_lock(&s->lock);
+	now = young_look(s);
 	fd = io_enter(s, fd, &rc);
 	/* Urgent data: the receiver keeps its byte out of the stream (or, with
 	 * SO_OOBINLINE, in it), which our byte counts can not know; such a
@@ -450,13 +516,28 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		shim_upgrade_pin_tcp(s, fd, SHIM_REASON_BYPASS);
 	nonblock |= s->nonblocking;
 	deadline = shim_deadline_ms(s->snd_timeout_ms);
-	if (fd >= 0) do {
+	bool answered = false;
+
+	if (fd >= 0 && !(flags & MSG_OOB) && young_not_due(s, now)) {
+		/* Young: the loop's first round without its steps (nothing
+		 * to flush or replay, no handshake to move on). What only
+		 * more rounds answer (a blocking send the socket can not take
+		 * all of) goes on below. */
+		ssize_t n = send_tcp(s, fd, iov, iovcnt, flags, 0);
+
+		if (n > 0) {
+			done = (size_t)n;
+			shim_upgrade_note_moved(s, true);
+		} else if (n != -EAGAIN || nonblock) {
+			rc = (int)n;
+		}
+		answered = done == total || (nonblock && done) || (n <= 0 && (n != -EAGAIN || nonblock));
+	}
+	if (fd >= 0 && !answered) do {
 		rc = io_round(s, &fd);
 		if (rc < 0)
 			break;
 		if (s->tx_dir == SHIM_DIR_TCP) {
-			struct iovec win[IO_MAX_IOV];
-			struct msghdr mh = { .msg_iov = win };
 			ssize_t n;
 
 			if (shim_failover_replaying(s) ||
@@ -469,32 +550,21 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 				continue;
 			}
 
-			mh.msg_iovlen = (size_t)iov_window(iov, iovcnt, done, (size_t)-1, win);
-			n = REAL(sendmsg)(fd, &mh, flags | MSG_DONTWAIT);
+			n = send_tcp(s, fd, iov, iovcnt, flags, done);
 			if (n > 0) {
 				done += (size_t)n;
-				s->tx_tcp_bytes += (size_t)n;
 				if (s->phase == SHIM_PHASE_IDLE)
 					shim_upgrade_progress(s, fd); /* the first byte moved: a deferred attempt may start */
 				shim_upgrade_note_moved(s, true);
 				continue;
 			}
-			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !nonblock) {
+			if (n == -EAGAIN && !nonblock) {
 				rc = shim_io_sleep_on_tcp(s, fd, POLLOUT, deadline);
 				if (rc < 0)
 					break;
 				continue;
 			}
-			rc = n < 0 ? (errno == EWOULDBLOCK ? -EAGAIN : -errno) : 0;
-			/* A reset our own read of frames took off the socket
-			 * (frames.c) is this send's to report, as the kernel
-			 * would have; after bytes moved, the next call's. */
-			if (rc == -EPIPE && s->rx_tcp_reset)
-				rc = -ECONNRESET;
-			if (rc == -ECONNRESET) {
-				s->rx_tcp_reset = done != 0;
-				s->peer_gone_told = true;
-			}
+			rc = (int)n;
 			break;
 		}
 		struct shim_chan *ch = s->chan;

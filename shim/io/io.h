@@ -80,14 +80,8 @@ bool shim_io_young(struct shim_sock *s);
 
 /* A young connection's epoll registration is still the kernel's
  * (epoll_young.c): taken over once the upgrade is due, so that it can
- * start. With no lock held: the set's lock comes first. */
+ * start (io.c, at a data call's start). With no lock held: the set's lock
+ * comes first. */
 void shim_io_young_take_over(struct shim_sock *s);
-static inline void shim_io_young_check(struct shim_sock *s)
-{
-	/* Relaxed: a record made by another thread's registration change
-	 * that this call misses is taken over by the next. */
-	if (unlikely(__atomic_load_n(&s->ep_young_set, __ATOMIC_RELAXED)))
-		shim_io_young_take_over(s);
-}
 
 #endif

@@ -34,6 +34,7 @@ struct shm_neg {
 	 * rendezvous). */
 	unsigned long long listen_ns;
 	uint64_t rx_at_listen;
+	uint16_t turns_at_hint; /* the connection's tcp_turns when its HINT went (shm_pair_neg.c) */
 	/* S: the bytes read when C's rendezvous was not there, and whether the
 	 * one early retry that new bytes allow was taken (s_retry_due()). */
 	uint64_t rx_at_retry;

@@ -39,10 +39,20 @@
  * miss paused the pair for 10 s, and every upgrade meanwhile took the
  * named way (a ring memfd each). */
 #define CLOSE_MISS_GRACE_NS 50000000ull
+/* ... unless the connection went on for two more round trips after it
+ * (four turns): the process holding the connection answered in calls in
+ * which its own upgrade was due, and would have taken a HINT on its pair.
+ * The HINT went to another process of the server's (prefork): the pair
+ * pauses, and the next connections take the named way, which reaches the
+ * process that accepted them. Without this, a prefork server whose kernel
+ * gave most connections to a process with no pair to the client upgraded
+ * none of them (t_shm_pair (b), 1 run in 4). */
+#define CLOSE_MISS_TURNS 4
 
 static bool stopped_by_early_close(const struct shim_sock *s, const struct shm_neg *ng, unsigned long long now)
 {
-	return ng->stopped && s->closing && now - ng->listen_ns < CLOSE_MISS_GRACE_NS;
+	return ng->stopped && s->closing && now - ng->listen_ns < CLOSE_MISS_GRACE_NS &&
+	       (uint16_t)(s->tcp_turns - ng->turns_at_hint) < CLOSE_MISS_TURNS;
 }
 
 static void fill_endpoints(struct shim_msg_hint *h, const struct shim_sock *s)
@@ -100,6 +110,7 @@ bool shm_c_hint(struct shim_sock *s, int fd, unsigned long long now)
 	ng->step = SHM_C_HINTED;
 	ng->listen_ns = now;
 	ng->rx_at_listen = s->rx_tcp_bytes;
+	ng->turns_at_hint = s->tcp_turns;
 	s->chan = chan;
 	/* S may commit from here on. */
 	shim_upgrade_committing(s);
