@@ -52,6 +52,24 @@ static void forget(struct shim_sock *s)
 	__atomic_store_n(&s->ep_young_set, 0, __ATOMIC_RELAXED);
 }
 
+/* Under s->lock: the kernel's change of fd's registration in ep (through
+ * our copy of the set), and the record kept in step with it: made or
+ * changed by an ADD or MOD the kernel took, gone with a DEL. */
+static int kernel_change(struct shim_ep *ep, struct shim_sock *s, int op, int fd, const struct epoll_event *event)
+{
+	if (REAL(epoll_ctl)(ep->efd, op, fd, (struct epoll_event *)event) < 0)
+		return -errno;
+	if (op == EPOLL_CTL_DEL) {
+		forget(s);
+		return 0;
+	}
+	s->ep_young_fd = fd;
+	s->ep_young_events = event->events;
+	s->ep_young_data = event->data.u64;
+	__atomic_store_n(&s->ep_young_set, ep->id, __ATOMIC_RELAXED);
+	return 0;
+}
+
 /*
  * Under ep->lock and s->lock, the record being ep's: the record becomes an
  * item. closing: its number is closing (the table no longer names s, the
@@ -82,24 +100,12 @@ bool shim_ep_young_ctl(struct shim_ep *ep, struct shim_sock *s, int op, int fd, 
 			 * take-over would change: ours from here on. */
 			take_over(ep, s, false);
 		} else {
-			*rc = REAL(epoll_ctl)(ep->efd, op, fd, (struct epoll_event *)event) < 0 ? -errno : 0;
-			if (*rc == 0 && op == EPOLL_CTL_MOD) {
-				s->ep_young_events = event->events;
-				s->ep_young_data = event->data.u64;
-			} else if (*rc == 0 && op == EPOLL_CTL_DEL) {
-				forget(s);
-			}
+			*rc = kernel_change(ep, s, op, fd, event);
 			answered = true;
 		}
 	} else if (!s->ep_young_set && op == EPOLL_CTL_ADD && event && young_kind(event->events) && shim_io_young_locked(s) &&
 		   shim_fd_get_acquire(fd) == s) {
-		*rc = REAL(epoll_ctl)(ep->efd, op, fd, (struct epoll_event *)event) < 0 ? -errno : 0;
-		if (*rc == 0) {
-			s->ep_young_fd = fd;
-			s->ep_young_events = event->events;
-			s->ep_young_data = event->data.u64;
-			__atomic_store_n(&s->ep_young_set, ep->id, __ATOMIC_RELAXED);
-		}
+		*rc = kernel_change(ep, s, op, fd, event);
 		answered = true;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -142,23 +148,11 @@ bool shim_ep_young_change(int epfd, int op, int fd, const struct epoll_event *ev
 		 * whether the number is registered in the set already, also
 		 * against an item another thread's ADD is making now. */
 		if (!s->ep_young_set && !__atomic_load_n(&s->ep_items, __ATOMIC_RELAXED) && shim_io_young_locked(s)) {
-			*rc = REAL(epoll_ctl)(es->ep->efd, op, fd, (struct epoll_event *)event) < 0 ? -errno : 0;
-			if (*rc == 0) {
-				s->ep_young_fd = fd;
-				s->ep_young_events = event->events;
-				s->ep_young_data = event->data.u64;
-				__atomic_store_n(&s->ep_young_set, es->ep->id, __ATOMIC_RELAXED);
-			}
+			*rc = kernel_change(es->ep, s, op, fd, event);
 			answered = true;
 		}
 	} else if (s->ep_young_set == es->ep->id && s->ep_young_fd == fd) {
-		*rc = REAL(epoll_ctl)(es->ep->efd, op, fd, (struct epoll_event *)event) < 0 ? -errno : 0;
-		if (*rc == 0 && op == EPOLL_CTL_MOD) {
-			s->ep_young_events = event->events;
-			s->ep_young_data = event->data.u64;
-		} else if (*rc == 0) {
-			forget(s);
-		}
+		*rc = kernel_change(es->ep, s, op, fd, event);
 		answered = true;
 	}
 	pthread_mutex_unlock(&s->lock);
