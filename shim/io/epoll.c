@@ -204,25 +204,27 @@ out:
  * nothing to map back, and no lock to take. */
 static bool events_tagged(const struct epoll_event *events, int n)
 {
+	uint32_t hi = shim_ep_tag_hi();
+
 	for (int i = 0; i < n; i++)
-		if (shim_ep_tagged(events[i].data.u64))
+		if ((uint32_t)(events[i].data.u64 >> 32) == hi)
 			return true;
 	return false;
 }
 
 int shim_epoll_fixup(int epfd, struct epoll_event *events, int n)
 {
-	struct shim_sock *es = shim_ep_sock(epfd);
-	struct shim_ep *ep;
+	struct shim_sock *es;
 
+	/* No tag of ours among them: nothing to map back, and no lookup. */
+	if (n <= 0 || !events_tagged(events, n))
+		return n;
+	es = shim_ep_sock(epfd);
 	if (!es)
 		return n;
-	ep = es->ep;
-	if (n > 0 && events_tagged(events, n)) {
-		pthread_mutex_lock(&ep->lock);
-		n = shim_ep_translate(ep, events, n, false);
-		pthread_mutex_unlock(&ep->lock);
-	}
+	pthread_mutex_lock(&es->ep->lock);
+	n = shim_ep_translate(es->ep, events, n, false);
+	pthread_mutex_unlock(&es->ep->lock);
 	shim_sock_put(es);
 	return n;
 }
@@ -231,12 +233,10 @@ int shim_epoll_fixup(int epfd, struct epoll_event *events, int n)
 int shim_epoll_adopt(int epfd, int fd, uint32_t events, uint64_t data)
 {
 	struct shim_sock *s = shim_ep_intercepted_sock(fd), *es;
-	struct shim_epitem *it, *old;
 	int rc = 0;
 
 	if (!s)
 		return -ENOENT;
-	shim_ep_tag_init();
 	es = shim_ep_sock(epfd);
 	if (!es)
 		es = shim_sock_track_epoll(epfd, shim_epoll_new(epfd));
@@ -246,22 +246,11 @@ int shim_epoll_adopt(int epfd, int fd, uint32_t events, uint64_t data)
 	}
 	pthread_mutex_lock(&es->ep->lock);
 	if (!shim_ep_item_at(es->ep, fd)) {
-		it = shim_ep_item_new(es->ep, fd, s, events, (epoll_data_t){ .u64 = data }, shim_io_is_switched(s));
-		if (it) {
-			/* The kernel holds the program's registration: ours
-			 * replaces it, as a MOD does. */
-			rc = shim_ep_kernel_ctl(epfd, EPOLL_CTL_MOD, it);
-			if (rc == 0) {
-				HASH_FIND_INT(es->ep->items, &fd, old);
-				if (old)
-					shim_ep_item_drop(es->ep, old);
-				shim_ep_item_link(es->ep, it);
-			} else {
-				free(it);
-			}
-		} else {
-			rc = -ENOMEM;
-		}
+		/* The kernel holds the program's registration: ours replaces
+		 * it, as a MOD does. */
+		pthread_mutex_lock(&s->lock);
+		rc = shim_ep_item_take_over(es->ep, fd, s, events, data);
+		pthread_mutex_unlock(&s->lock);
 	}
 	pthread_mutex_unlock(&es->ep->lock);
 	shim_sock_put(s);

@@ -96,7 +96,10 @@ static void closed_in_set(struct shim_ep *ep, void *ctx)
 	struct shim_epitem *it, *next;
 
 	/* A registration of it that is still the kernel's becomes an item
-	 * first when the file lives on, and is orphaned below as any. */
+	 * first when the file lives on, and is orphaned below as any.
+	 * Relaxed: only this number's close, ordered by the program, or a
+	 * take-over under ep->lock (held) changes it to or from ep's; the
+	 * look spares every other close the search for another number. */
 	if (__atomic_load_n(&c->sock->ep_young_set, __ATOMIC_RELAXED) == ep->id)
 		shim_ep_young_closed(ep, c->sock, c->fd, closing_other(c));
 	HASH_FIND_INT(ep->items, &c->fd, it);

@@ -118,8 +118,9 @@ int shim_ep_translate(struct shim_ep *ep, struct epoll_event *ev, int n, bool mo
 
 /* The tag of our kernel registrations, made once before the first. */
 void shim_ep_tag_init(void);
-/* Whether an event's data is one of our tags. */
-bool shim_ep_tagged(uint64_t data);
+/* The high half of our tags (an event's data is ours when its high half
+ * is this), made at the first call. */
+uint32_t shim_ep_tag_hi(void);
 /* A new item (switched: shim_io_is_switched(s), which the caller knows or
  * asks), not linked yet, or NULL; under ep->lock. */
 struct shim_epitem *shim_ep_item_new(struct shim_ep *ep, int fd, struct shim_sock *s, uint32_t events,

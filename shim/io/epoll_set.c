@@ -64,10 +64,10 @@ void shim_ep_tag_init(void)
 	pthread_once(&tag_once, make_tag);
 }
 
-bool shim_ep_tagged(uint64_t data)
+uint32_t shim_ep_tag_hi(void)
 {
 	shim_ep_tag_init();
-	return (uint32_t)(data >> 32) == tag_hi;
+	return tag_hi;
 }
 
 static uint64_t tag_of(uint32_t id)

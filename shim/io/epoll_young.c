@@ -163,10 +163,6 @@ bool shim_ep_young_change(int epfd, int op, int fd, const struct epoll_event *ev
 
 void shim_ep_young_closed(struct shim_ep *ep, struct shim_sock *sock, int fd, int other)
 {
-	/* Relaxed: only this number's close, ordered by the program, or a
-	 * take-over under ep->lock (held) changes it to or from ep's. */
-	if (__atomic_load_n(&sock->ep_young_set, __ATOMIC_RELAXED) != ep->id)
-		return;
 	pthread_mutex_lock(&sock->lock);
 	if (sock->ep_young_set == ep->id && sock->ep_young_fd == fd) {
 		if (other >= 0)

@@ -163,9 +163,8 @@ static ssize_t recv_tcp(struct shim_sock *s, int fd, const struct iovec *iov, in
  */
 static bool young_not_due(const struct shim_sock *s, unsigned long long now)
 {
-	return s->phase == SHIM_PHASE_IDLE && !s->chan && !s->neg && s->rx_dir == SHIM_DIR_TCP &&
-	       s->tx_dir == SHIM_DIR_TCP && !s->tcp_out_len && !s->aborted && !s->rx_tcp_reset &&
-	       !s->rx_switch_known && !s->fo_started && !shim_upgrade_due(s, now);
+	return shim_io_young_locked(s) && !s->neg && !s->tcp_out_len && !s->aborted && !s->rx_tcp_reset &&
+	       !shim_upgrade_due(s, now);
 }
 
 /*
