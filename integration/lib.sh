@@ -44,7 +44,8 @@
 #
 # Tunables: CMD_TIMEOUT (default 60 s, per foreground command), BG_TIMEOUT
 # (default 240 s, per background command), SHIM_LIB (another build of the
-# library to test), SHIM_TRANSPORTS (see shim_vars), KEEP_WORK=1,
+# library to test), SHIM_PROGS (another build's test programs, default
+# build/progs), SHIM_TRANSPORTS (see shim_vars), KEEP_WORK=1,
 # INTEGRATION_LOGS (where WORK goes; default build/integration-logs).
 # Sanitizer runs (make test-asan, make test-tsan): SHIM_LIB names the
 # instrumented library and SHIM_PRELOAD_EXTRA (preloaded before it) or
@@ -72,7 +73,7 @@ read -r -a SHIM_DEFAULTS <<<"${SHIM_DEFAULT_VARS:-}"
 # waits RDMASHIM_UPGRADE_AFTER_MS, which t_shm_short_policy tests); a
 # scenario that sets the variable itself wins.
 SHIM_DEFAULTS=(RDMASHIM_UPGRADE_AFTER_MS=0 "${SHIM_DEFAULTS[@]}")
-PROGS=$ROOT/build/progs
+PROGS=${SHIM_PROGS:-$ROOT/build/progs}
 LOG_DIR=${INTEGRATION_LOGS:-$ROOT/build/integration-logs}
 T_NAME=${SCENARIO_NAME:-$(basename "$0" .sh)}
 CMD_TIMEOUT=${CMD_TIMEOUT:-60}

@@ -1,11 +1,13 @@
 /*
- * conn_hold: many 1-byte ping-pong connections between two processes, for
- * the benchmarks (integration/bench/upgrade_time.sh, many_conns.sh).
+ * conn_hold: many ping-pong connections between two processes, for the
+ * benchmarks (integration/bench/upgrade_time.sh, many_conns.sh: 1-byte
+ * rounds) and for integration/vm/guest-rdma-links.sh (--size: rounds whose
+ * every byte is checked).
  *
- *   conn_hold server --port P --conns N [--rounds R] [--host A] [--seq [--fork W]] [--warm MS] [--think US]
- *                    [--hold FILE]
- *   conn_hold client --port P --conns N [--rounds R] [--each E] [--host A] [--seq [--times]] [--warm MS] [--think US]
- *                    [--pause FILE] [--go FILE] [--hold FILE]
+ *   conn_hold server --port P --conns N [--rounds R] [--size B] [--host A] [--seq [--fork W]] [--warm MS]
+ *                    [--think US] [--hold FILE]
+ *   conn_hold client --port P --conns N [--rounds R] [--size B] [--each E] [--host A] [--seq [--times]]
+ *                    [--warm MS] [--think US] [--pause FILE] [--go FILE] [--hold FILE]
  *
  * Both ends use blocking I/O in one thread, in connection order: the client
  * writes one byte (the round's letter, a to z), the server reads it and
@@ -33,11 +35,14 @@
  *           (default 127.0.0.1; the Soft-RoCE VMs use their rxe address).
  *   --warm MS  before the counted connections, one more (both ends given
  *           --warm): the client does 1-byte request/answers over it for MS
- *           milliseconds, then closes it; both then print "WARMED". Under
- *           the shim this runs each process's RDMA warm-up (device probe,
- *           first pool chunk: a second and more in a TCG VM), which is not
- *           what the counted connections are for. The client waits for
- *           --go after it, so memory read before "go" includes it.
+ *           milliseconds, then closes it; each end then waits (at most 60 s)
+ *           until it has no thread named "rdmashim-warm" left and prints
+ *           "WARMED". Under the shim this runs each process's RDMA warm-up
+ *           (device probe, first pool chunk: 2-3 s in a TCG VM, on that
+ *           thread), which is not what the counted connections are for:
+ *           those made while it runs start their handshakes late. The
+ *           client waits for --go after it, so memory read before "go"
+ *           includes it.
  *   --think US  each end waits US microseconds before each of its writes
  *           (default 0): requests far apart and a slow server, whose
  *           receivers are asleep when the bytes come.
@@ -45,17 +50,33 @@
  *           "CONN <i> first_us=<F> total_us=<T>", F from the start of its
  *           connect() to the end of the read of the first answer, T to the
  *           end of its close().
+ *   --size B  each round is a B-byte request and a B-byte answer instead of
+ *           the letter, byte k of each a hash of (connection, round, k,
+ *           direction), and both ends check every byte they read: a byte
+ *           lost, doubled, moved or changed shows where it happens, and one
+ *           that never comes is reported after 60 s instead of waited for.
+ *           In the held mode the ends of the streams are checked too: after
+ *           --hold the client shuts its sending side down, the server must
+ *           read EOF on each connection before it closes it, and the client
+ *           must then read EOF (a byte too many either way shows). Both print
+ *           "CHECKED conns=N rounds=R size=B" once all that held.
  *
- * Prints "READY <port> pid=<pid>" first (the server once it listens); with
+ * Prints "READY <port> pid=<pid>" first (the server once it listens);
+ * "WARMED port=<the --warm connection's client port> wait_ms=<the wait for
+ * the warm-up thread>" after --warm (the port tells that connection from the
+ * counted ones in a trace); with
  * --seq, "DONE ms=<wall> cpu_us=<this process's CPU>" at the end. Exits
  * 0 when every byte came back, 1 (with a line on stderr) otherwise. Every
  * wait is bounded (120 s).
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,32 +148,211 @@ fail:
 	exit(1);
 }
 
+#define READ_WAIT_MS 60000 /* --size: a byte that never comes, reported */
+
+static size_t msg_size;       /* --size; 0: the one-letter rounds */
+static unsigned char *msg;    /* one request or answer */
+
+/* Byte k of a round's request (dir 0) or answer (dir 1): a hash, so that a
+ * byte lost, doubled or taken from another connection or round differs
+ * from the one expected there (a counter would repeat across rounds). */
+static unsigned char pattern(int conn, int round, size_t k, int dir)
+{
+	uint32_t x = (uint32_t)conn * 0x9e3779b1u ^ (uint32_t)round * 0x85ebca77u ^ (uint32_t)k * 0xc2b2ae3du ^
+		     (uint32_t)dir * 0x27d4eb2fu;
+
+	x ^= x >> 15;
+	x *= 0x2c1b3c6du;
+	x ^= x >> 12;
+	x *= 0x297a2d39u;
+	x ^= x >> 15;
+	return (unsigned char)x;
+}
+
+/* Reads up to len bytes, each wait bounded (poll, not a blocking read, so
+ * a missing byte is an error, not a hang): the count read, less at EOF or
+ * when nothing came for READ_WAIT_MS (errno ETIMEDOUT), -1 on an error. */
+static ssize_t read_full(int fd, unsigned char *p, size_t len)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		int ready = poll(&pfd, 1, READ_WAIT_MS);
+		ssize_t n;
+
+		if (ready < 0 && errno == EINTR)
+			continue;
+		if (ready <= 0) {
+			errno = ready ? errno : ETIMEDOUT;
+			return ready ? -1 : (ssize_t)got;
+		}
+		n = read(fd, p + got, len - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			errno = n ? errno : 0;
+			return n ? -1 : (ssize_t)got;
+		}
+		got += (size_t)n;
+	}
+	return (ssize_t)got;
+}
+
+static void write_full(int fd, const unsigned char *p, size_t len, int conn, int round)
+{
+	while (len) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			fprintf(stderr, "conn_hold: connection %d: round %d: write: %s\n", conn, round, strerror(errno));
+			exit(1);
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+/* Reads one request or answer and checks each byte; names the first wrong
+ * one, or how many came when some are missing. */
+static void recv_checked(int fd, int conn, int round, int dir)
+{
+	const char *what = dir ? "answer" : "request";
+	ssize_t got = read_full(fd, msg, msg_size);
+
+	if (got < (ssize_t)msg_size) {
+		fprintf(stderr, "conn_hold: connection %d: round %d: %zd of the %zu bytes of the %s came (%s)\n", conn,
+			round, got < 0 ? (ssize_t)0 : got, msg_size, what,
+			got < 0 ? strerror(errno) : errno == ETIMEDOUT ? "nothing more for 60 s" : "EOF");
+		exit(1);
+	}
+	for (size_t k = 0; k < msg_size; k++) {
+		if (msg[k] != pattern(conn, round, k, dir)) {
+			fprintf(stderr,
+				"conn_hold: connection %d: round %d: byte %zu of the %zu of the %s is 0x%02x, "
+				"expected 0x%02x\n",
+				conn, round, k, msg_size, what, msg[k], pattern(conn, round, k, dir));
+			exit(1);
+		}
+	}
+}
+
+static void send_pattern(int fd, int conn, int round, int dir)
+{
+	if (think_us)
+		usleep(think_us);
+	for (size_t k = 0; k < msg_size; k++)
+		msg[k] = pattern(conn, round, k, dir);
+	write_full(fd, msg, msg_size, conn, round);
+}
+
+/* One round of the connection: the letter, or with --size a checked
+ * request and a checked answer. */
+static void round_trip(int fd, bool client, int conn, int round)
+{
+	if (!msg_size) {
+		one_byte(fd, client, conn, round);
+	} else if (client) {
+		send_pattern(fd, conn, round, 0);
+		recv_checked(fd, conn, round, 1);
+	} else {
+		recv_checked(fd, conn, round, 0);
+		send_pattern(fd, conn, round, 1);
+	}
+}
+
+/* The peer must have ended its side right here: the next read is EOF.
+ * Without --size one blocking read, as before --size came (the benches
+ * count this program's system calls); with it, a bounded one. */
+static void expect_eof(int fd, int conn)
+{
+	unsigned char c;
+	ssize_t got;
+
+	errno = 0;
+	got = msg_size ? read_full(fd, &c, 1) : read(fd, &c, 1);
+	if (got != 0 || errno == ETIMEDOUT) {
+		fprintf(stderr, "conn_hold: connection %d: expected EOF, %s\n", conn,
+			got > 0 ? "a byte came" : got < 0 ? strerror(errno) : "nothing came for 60 s");
+		exit(1);
+	}
+}
+
+/* --size, held mode: the client shuts every sending side down, then each
+ * end must read EOF where the rounds ended (the server closes each
+ * connection once it did, which is the client's EOF). */
+static void end_streams(int *fds, int n, bool server)
+{
+	for (int i = 0; i < n && !server; i++) {
+		if (shutdown(fds[i], SHUT_WR) < 0) {
+			fprintf(stderr, "conn_hold: connection %d: shutdown: %s\n", i, strerror(errno));
+			exit(1);
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		expect_eof(fds[i], i);
+		close(fds[i]);
+	}
+}
+
 /* A prefork worker's connection: the rounds, the client's EOF, close. */
 static void serve_one(int fd, int rounds, int conn)
 {
-	char c;
-	ssize_t got;
-
 	if (fd < 0) {
 		fprintf(stderr, "conn_hold: accept: %s\n", strerror(errno));
 		exit(1);
 	}
 	for (int r = 0; r < rounds; r++)
-		one_byte(fd, false, conn, r);
-	got = read(fd, &c, 1);
-	if (got != 0) {
-		fprintf(stderr, "conn_hold: connection %d: expected EOF, read returned %zd (%s)\n", conn, got,
-			got < 0 ? strerror(errno) : "a byte");
-		exit(1);
-	}
+		round_trip(fd, false, conn, r);
+	expect_eof(fd, conn);
 	close(fd);
+}
+
+/* The client's port of a connection: its local one at the client, the
+ * peer's at the server (the same number at both ends). */
+static int client_port(int fd, bool server)
+{
+	struct sockaddr_in a = { 0 };
+	socklen_t len = sizeof(a);
+
+	if ((server ? getpeername(fd, (struct sockaddr *)&a, &len) : getsockname(fd, (struct sockaddr *)&a, &len)) < 0)
+		return 0;
+	return ntohs(a.sin_port);
+}
+
+/* Whether a thread of this process has that name (the shim's warm-up
+ * thread is the only way to see its warm-up end from outside). */
+static bool thread_named(const char *name)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	bool found = false;
+
+	while (d && !found && (e = readdir(d))) {
+		char path[300], comm[32] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		f = fopen(path, "r");
+		if (f && fgets(comm, sizeof(comm), f))
+			found = !strncmp(comm, name, strlen(name)) && comm[strlen(name)] == '\n';
+		if (f)
+			fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return found;
 }
 
 /* The --warm connection; see the header. */
 static void warm(int lfd, struct in_addr host, int port, double ms)
 {
-	double end = now_ms() + ms;
-	int fd = lfd >= 0 ? accept(lfd, NULL, NULL) : connect_to(host, port);
+	double end = now_ms() + ms, closed;
+	int fd = lfd >= 0 ? accept(lfd, NULL, NULL) : connect_to(host, port), client;
 	char c;
 
 	if (fd < 0) {
@@ -166,8 +366,12 @@ static void warm(int lfd, struct in_addr host, int port, double ms)
 		for (int r = 0; r == 0 || now_ms() < end; r++)
 			one_byte(fd, true, -1, r);
 	}
+	client = client_port(fd, lfd >= 0);
+	closed = now_ms();
 	close(fd);
-	printf("WARMED\n");
+	while (thread_named("rdmashim-warm") && now_ms() < closed + 60e3)
+		usleep(20000);
+	printf("WARMED port=%d wait_ms=%.0f\n", client, now_ms() - closed);
 	fflush(stdout);
 }
 
@@ -187,14 +391,15 @@ static int connect_to(struct in_addr host, int port)
 int main(int argc, char **argv)
 {
 	int port = 0, n = 0, rounds = 10, each = 0, seq = 0, times = 0, workers = 0, *fds, lfd = -1;
+	long size = 0;
 	double warm_ms = -1;
 	struct in_addr host = { .s_addr = htonl(INADDR_LOOPBACK) };
 	const char *go = NULL, *hold = NULL, *pause = NULL;
 	bool server;
 
 	if (argc < 2 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
-		fprintf(stderr, "usage: conn_hold server|client --port P --conns N [--rounds R] [--each E] [--host A] "
-				"[--seq [--times]] [--fork W] [--warm MS] [--pause F] [--go F] [--hold F]\n");
+		fprintf(stderr, "usage: conn_hold server|client --port P --conns N [--rounds R] [--size B] [--each E] "
+				"[--host A] [--seq [--times]] [--fork W] [--warm MS] [--pause F] [--go F] [--hold F]\n");
 		return 2;
 	}
 	server = !strcmp(argv[1], "server");
@@ -213,6 +418,8 @@ int main(int argc, char **argv)
 			rounds = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--each"))
 			each = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--size"))
+			size = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--fork"))
 			workers = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--go"))
@@ -233,10 +440,12 @@ int main(int argc, char **argv)
 			return 2;
 	}
 	if (port <= 0 || n <= 0 || rounds < 0 || each < 0 || (each && seq) || workers < 0 ||
-	    (workers && (!server || !seq)))
+	    (workers && (!server || !seq)) || size < 0 || size > (16l << 20))
 		return 2;
+	msg_size = (size_t)size;
 	fds = calloc((size_t)n, sizeof(*fds));
-	if (!fds)
+	msg = malloc(msg_size ? msg_size : 1);
+	if (!fds || !msg)
 		return 1;
 	if (server) {
 		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = host };
@@ -284,43 +493,39 @@ int main(int argc, char **argv)
 			wait_file(pause);
 		}
 		for (int r = 0; r < each; r++)
-			one_byte(fds[i], !server, i, r);
+			round_trip(fds[i], !server, i, r);
 		if (!seq)
 			continue;
 		first = now_ms(); /* with no rounds: the connect */
 		for (int r = 0; r < rounds; r++) {
-			one_byte(fds[i], !server, i, each + r);
+			round_trip(fds[i], !server, i, each + r);
 			if (r == 0)
 				first = now_ms();
 		}
-		if (server) {
-			char c;
-
-			ssize_t got;
-
-			got = read(fds[i], &c, 1);
-
-			if (got != 0) {
-				fprintf(stderr, "conn_hold: connection %d: expected EOF, read returned %zd (%s)\n", i, got,
-					got < 0 ? strerror(errno) : "a byte");
-				return 1;
-			}
-		}
+		if (server)
+			expect_eof(fds[i], i);
 		close(fds[i]);
 		if (times && !server)
 			printf("CONN %d first_us=%.0f total_us=%.0f\n", i, (first - c0) * 1e3, (now_ms() - c0) * 1e3);
 	}
 	if (seq) {
 		printf("DONE ms=%.1f cpu_us=%.0f\n", now_ms() - t0, cpu_us() - cpu0);
+		if (msg_size)
+			printf("CHECKED conns=%d rounds=%d size=%zu\n", n, each + rounds, msg_size);
 		return 0;
 	}
 	for (int r = 0; r < rounds; r++)
 		for (int i = 0; i < n; i++)
-			one_byte(fds[i], !server, i, each + r);
+			round_trip(fds[i], !server, i, each + r);
 	printf("UP ms=%.1f\n", now_ms() - t0);
 	fflush(stdout);
 	wait_file(hold);
-	for (int i = 0; i < n; i++)
-		close(fds[i]);
+	if (!msg_size) {
+		for (int i = 0; i < n; i++)
+			close(fds[i]);
+		return 0;
+	}
+	end_streams(fds, n, server);
+	printf("CHECKED conns=%d rounds=%d size=%zu\n", n, each + rounds, msg_size);
 	return 0;
 }

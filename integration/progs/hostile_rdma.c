@@ -5,19 +5,24 @@
  * guest script checks the victim (alive, traced the violation, still
  * serving byte-exact) and these reports.
  *
- *   hostile_rdma --host H --port P --mode imm|head|recvs|norecv [--linger S] [--timeout S]
+ *   hostile_rdma --host H --port P --mode imm|head|recvs|norecv|linkmsg [--linger S] [--timeout S]
  *   hostile_rdma --host H --mode squat --ports A-B [--timeout S]
  *
  * Lies (modes imm, head, recvs, norecv): it connects over TCP to a shim
  * server like a shim client, listens with rdma_cm at its own (IP, port),
  * answers the server's OFFER, proves itself honestly (it does own the TCP
  * connection), waits for the server's switch, then:
- *   imm     one WRITE WITH IMMEDIATE announcing 0x7fffffff bytes
+ *   imm     one WRITE WITH IMMEDIATE whose tail word announces 2^40 bytes
  *   head    sets the server's tx_head (our credit to it) to 2^40, then
  *           sends 100 honest bytes for the server to echo
  *   recvs   sets the server's tx_peer_recvs to 2^40, then 100 bytes
  *   norecv  posts no receive after the switch, sets the server's armed
  *           word, then 100 bytes: the echo's immediate meets no receive
+ *   linkmsg link messages (shim/PROTOCOL.md, "Links"): an OFFER naming a
+ *           client that is not the link's peer, a RELEASE of the server's
+ *           live connection, then 100 honest bytes (echoed: the connection
+ *           lives on), then a message of an unknown type (the server
+ *           breaks the link, and the connection goes on over TCP)
  * and prints "hostile: lie sent", then for --linger seconds (default 2) keeps
  * the connection (no DREQ that would end a victim's wait early) and counts
  * the bytes the server announces on our ring ("hostile: ring bytes N after
@@ -87,6 +92,7 @@ struct peer {
 	uint32_t rkey;
 	uint8_t nonce_s[SHIM_NONCE_LEN], nonce_h[SHIM_NONCE_LEN];
 	uint64_t ring_in; /* bytes the victim announced on our ring */
+	uint32_t victim_id; /* the victim's id of the connection (its immediates and SWITCH_AT name it) */
 	bool at_known;
 	uint64_t at;
 	uint64_t wr_seq;
@@ -114,6 +120,15 @@ static void post_recv(struct peer *p)
 		die("ibv_post_recv");
 }
 
+/* The victim's tail on our ring: the word its immediate WRITEs carry. */
+static uint64_t announced(const struct peer *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p->mem + offsetof(struct shim_rdma_ctl, rx_announced), sizeof(v));
+	return v;
+}
+
 /* Takes what the victim's completions say: its SWITCH_AT, its ring bytes. */
 static void reap(struct peer *p, bool repost)
 {
@@ -125,7 +140,7 @@ static void reap(struct peer *p, bool repost)
 			if (wc[i].status != IBV_WC_SUCCESS || !(wc[i].opcode & IBV_WC_RECV))
 				continue;
 			if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-				p->ring_in += be32toh(wc[i].imm_data) & SHIM_RDMA_IMM_BYTES;
+				p->ring_in = announced(p);
 			} else {
 				struct shim_rdma_switch_at at;
 
@@ -154,6 +169,7 @@ static int accept_offer(struct peer *p, struct rdma_cm_event *ev, unsigned recvs
 	p->raddr = be64toh(h.addr);
 	p->rkey = be32toh(h.rkey);
 	p->ring_bytes = be32toh(h.ring_bytes);
+	p->victim_id = be32toh(h.conn_id);
 	memcpy(p->nonce_s, h.nonce, SHIM_NONCE_LEN);
 	if (getrandom(p->nonce_h, SHIM_NONCE_LEN, 0) != SHIM_NONCE_LEN)
 		die("getrandom");
@@ -222,7 +238,7 @@ static int post_wait(struct peer *p, struct ibv_send_wr *wr)
 		if (n > 0 && (wc.opcode & IBV_WC_RECV)) {
 			/* A receive: put it back for reap() by counting here. */
 			if (wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM)
-				p->ring_in += be32toh(wc.imm_data) & SHIM_RDMA_IMM_BYTES;
+				p->ring_in = announced(p);
 			else if (wc.status == IBV_WC_SUCCESS) {
 				struct shim_rdma_switch_at at;
 
@@ -252,6 +268,36 @@ static int write_to(struct peer *p, size_t loff, size_t len, uint64_t roff, bool
 	return post_wait(p, &wr);
 }
 
+/* n honest bytes at the start of the victim's ring, announced as a
+ * producer does: the data, then the tail word with the victim's id. */
+static int announce(struct peer *p, size_t n)
+{
+	uint64_t tail = n;
+
+	memset(p->mem + SHIM_RDMA_CTL_BYTES, 'h', n);
+	memcpy(p->mem + 264, &tail, sizeof(tail));
+	if (write_to(p, SHIM_RDMA_CTL_BYTES, n, SHIM_RDMA_CTL_BYTES, false, 0) < 0)
+		return -1;
+	return write_to(p, 264, sizeof(tail), offsetof(struct shim_rdma_ctl, rx_announced), true, p->victim_id);
+}
+
+/* One link message (a SEND): type, to_id, the client address named. */
+static int send_link_msg(struct peer *p, uint8_t type, uint32_t to_id, const uint8_t client_addr[16])
+{
+	struct shim_rdma_link_msg m;
+	struct ibv_sge sge = { .addr = (uintptr_t)p->mem + 512, .length = sizeof(m), .lkey = p->mr->lkey };
+	struct ibv_send_wr wr = { .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND };
+
+	memset(&m, 0, sizeof(m));
+	m.magic = htobe32(SHIM_RDMA_MAGIC);
+	m.version = (uint8_t)version;
+	m.type = type;
+	m.to_id = htobe32(to_id);
+	memcpy(m.client_addr, client_addr, 16);
+	memcpy(p->mem + 512, &m, sizeof(m));
+	return post_wait(p, &wr);
+}
+
 static int write_word(struct peer *p, size_t ctl_off, uint64_t v)
 {
 	memcpy(p->mem + 256, &v, sizeof(v));
@@ -265,6 +311,7 @@ static int send_switch_at(struct peer *p, uint64_t offset)
 		.version = (uint8_t)version,
 		.type = SHIM_RDMA_SWITCH_AT,
 		.offset = htobe64(offset),
+		.to_id = htobe32(p->victim_id),
 	};
 	struct ibv_sge sge = { .addr = (uintptr_t)p->mem + 192, .length = sizeof(at), .lkey = p->mr->lkey };
 	struct ibv_send_wr wr = { .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND };
@@ -321,15 +368,30 @@ static int lie(const char *host, int port, int timeout)
 	struct shim_frame_switch frame = { .type = SHIM_FRAME_SWITCH }, theirs;
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 	bool norecv = !strcmp(mode, "norecv");
+	/* A v4-mapped 1.2.3.4: a client that is not the link's peer. */
+	static const uint8_t stranger[16] = { [10] = 0xff, [11] = 0xff, 1, 2, 3, 4 };
 
 	if (inet_pton(AF_INET, host, &sa.sin_addr) != 1 || fd < 0 || !ec)
 		die("setup");
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		die("connect");
-	getsockname(fd, (struct sockaddr *)&me, &mlen);
-	if (rdma_create_id(ec, &lid, NULL, RDMA_PS_TCP) || rdma_bind_addr(lid, (struct sockaddr *)&me) ||
-	    rdma_listen(lid, 4))
-		die("rdma listen at our own (IP, port)");
+	/* Our (IP, port) in rdma_cm's space may be held (a CM id of the
+	 * victim's links took that number as its source port): another
+	 * connection then, as a shim client would stay on TCP. */
+	for (int tries = 0;; tries++) {
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+			die("connect");
+		getsockname(fd, (struct sockaddr *)&me, &mlen);
+		if (rdma_create_id(ec, &lid, NULL, RDMA_PS_TCP))
+			die("rdma_create_id");
+		if (rdma_bind_addr(lid, (struct sockaddr *)&me) == 0 && rdma_listen(lid, 4) == 0)
+			break;
+		if (tries == 5)
+			die("rdma listen at our own (IP, port)");
+		rdma_destroy_id(lid);
+		close(fd);
+		fd = socket(AF_INET, SOCK_STREAM, 0);
+		if (fd < 0)
+			die("socket");
+	}
 	/* The victim starts its upgrade at its first data call. */
 	write_all(fd, hello, sizeof(hello));
 	if (read_exact(fd, echo, sizeof(echo), deadline) < 0 || memcmp(echo, hello, sizeof(hello)))
@@ -370,7 +432,12 @@ static int lie(const char *host, int port, int timeout)
 	}
 	printf("hostile: victim switched\n");
 	if (!strcmp(mode, "imm")) {
-		write_to(&p, 0, 0, SHIM_RDMA_CTL_BYTES, true, SHIM_RDMA_IMM_BYTES);
+		{
+			uint64_t lie = 1ull << 40;
+
+			memcpy(p.mem + 256, &lie, sizeof(lie));
+			write_to(&p, 256, sizeof(lie), offsetof(struct shim_rdma_ctl, rx_announced), true, p.victim_id);
+		}
 	} else {
 		if (!strcmp(mode, "head"))
 			write_word(&p, offsetof(struct shim_rdma_ctl, tx_head), 1ull << 40);
@@ -378,10 +445,23 @@ static int lie(const char *host, int port, int timeout)
 			write_word(&p, offsetof(struct shim_rdma_ctl, tx_peer_recvs), 1ull << 40);
 		else if (norecv)
 			write_word(&p, offsetof(struct shim_rdma_ctl, tx_consumer_armed), 1);
+		else if (!strcmp(mode, "linkmsg")) {
+			send_link_msg(&p, SHIM_RDMA_LINK_OFFER, 0, stranger);
+			send_link_msg(&p, SHIM_RDMA_LINK_RELEASE, p.victim_id, stranger);
+		}
 		/* 100 honest bytes for the victim to echo (its receives are
 		 * credited: it posted SHIM_RDMA_RQ_DEPTH). */
-		memset(p.mem + SHIM_RDMA_CTL_BYTES, 'h', 100);
-		write_to(&p, SHIM_RDMA_CTL_BYTES, 100, SHIM_RDMA_CTL_BYTES, true, 100);
+		announce(&p, 100);
+		if (!strcmp(mode, "linkmsg")) {
+			/* The echo comes back over the link: it lives on. Then
+			 * a message no shim sends: the link breaks. */
+			for (double until = now_s() + 10; p.ring_in < 100 && now_s() < until;) {
+				reap(&p, true);
+				usleep(1000);
+			}
+			printf("hostile: echoed %llu before the unknown message\n", (unsigned long long)p.ring_in);
+			send_link_msg(&p, 99, 0, stranger);
+		}
 	}
 	printf("hostile: lie sent (%s)\n", mode);
 	fflush(stdout);
@@ -489,10 +569,11 @@ int main(int argc, char **argv)
 	if (host && mode && !strcmp(mode, "squat") && ports)
 		return squat(host, ports, timeout);
 	if (host && mode && port > 0 &&
-	    (!strcmp(mode, "imm") || !strcmp(mode, "head") || !strcmp(mode, "recvs") || !strcmp(mode, "norecv")))
+	    (!strcmp(mode, "imm") || !strcmp(mode, "head") || !strcmp(mode, "recvs") || !strcmp(mode, "norecv") ||
+	     !strcmp(mode, "linkmsg")))
 		return lie(host, port, timeout);
 usage:
-	fprintf(stderr, "usage: hostile_rdma --host H --port P --mode imm|head|recvs|norecv [--linger S] [--timeout S]\n"
+	fprintf(stderr, "usage: hostile_rdma --host H --port P --mode imm|head|recvs|norecv|linkmsg [--linger S] [--timeout S]\n"
 			"       hostile_rdma --host H --mode squat --ports A-B [--timeout S]\n");
 	return 2;
 }

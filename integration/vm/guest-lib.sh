@@ -13,14 +13,16 @@
 #                                      SECONDS; status of the last attempt
 #
 # It also sets ROOT (the checkout, seen at the same path in the guest), LIB
-# (the shim) and PROGS (the test programs).
+# (the shim: SHIM_LIB if set, else build/lib/librdmashim.so) and PROGS (the
+# test programs: SHIM_PROGS if set, else build/progs); a host script passes
+# those two in RXEVM_ENV to test another build (not under /tmp).
 #
 # Every command that could block runs under `timeout`. Tunables (seconds):
 # RXE_UP_WAIT (default 30) for rxe_up, RXE_CHECK_WAIT (default 60) for rxe_check.
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-LIB=$ROOT/build/lib/librdmashim.so
-PROGS=$ROOT/build/progs
+LIB=${SHIM_LIB:-$ROOT/build/lib/librdmashim.so}
+PROGS=${SHIM_PROGS:-$ROOT/build/progs}
 
 rxe_log() { echo "[guest-lib] $*" >&2; }
 

@@ -5,7 +5,7 @@
 # stall on one connection would stall them all. build/progs/hostile_rdma
 # connects to it as a shim client would, proves itself (it does own the
 # TCP connection) and then lies in what it writes into the victim's memory
-# (imm, head, recvs, norecv; see the program's header). Each time the victim
+# (imm, head, recvs, norecv, linkmsg; see the program's header). Each time the victim
 # must trace the violation (or, for norecv, fail the write at once), stay
 # up, announce nothing on the hostile's ring, and keep serving other
 # connections byte-exact. Then the squatter: it holds the rdma_cm
@@ -39,7 +39,7 @@ for ((i = 0; i < 300; i++)); do
   sleep 0.2
 done
 
-for m in imm head recvs norecv; do
+for m in imm head recvs norecv linkmsg; do
   rc=0
   # norecv keeps its connection 9 s after the lie: a victim that waited for
   # the RNR retries (endless at rnr_retry 7) would wait until then.
@@ -74,12 +74,22 @@ for m in imm head recvs norecv; do
     head) what='"rdma.violation".*"why":"head_out_of_range"' ;;
     recvs) what='"rdma.violation".*"why":"receive_credit_out_of_range"' ;;
     norecv) what='"rdma.broken".*"why":"RNR retry counter exceeded"' ;;
+    linkmsg) what='"rdma.link".*"state":"down".*"why":"bad_message_type"' ;;
   esac
   check "hostile $m: the victim ended the channel ($what)" bash -c "cat '$T/hostile'/trace.*.jsonl | grep -qE '$what'"
-  check "hostile $m: the victim announced nothing on the liar's ring" grep -q 'hostile: ring bytes 0 after' "$T/hostile.$m"
+  if [[ $m == linkmsg ]]; then
+    # The stranger's OFFER is refused, the RELEASE of a live connection
+    # changes nothing: the 100 bytes came back before the unknown type.
+    check "hostile linkmsg: the victim refused an OFFER naming another client" \
+      bash -c "cat '$T/hostile'/trace.*.jsonl | grep -q '\"why\":\"offer_not_from_peer\"'"
+    check "hostile linkmsg: the connection lived on after both (echoed 100)" \
+      grep -q 'hostile: echoed 100 before' "$T/hostile.$m"
+  else
+    check "hostile $m: the victim announced nothing on the liar's ring" grep -q 'hostile: ring bytes 0 after' "$T/hostile.$m"
+  fi
   check "hostile $m: the victim is alive" kill -0 "$hspid"
 done
-hostile_other "imm, head, recvs, norecv"
+hostile_other "imm, head, recvs, norecv, linkmsg"
 
 # The squatter. The real client's connection is made first (bash, no shim)
 # so that its port is known; the squatter takes that port's rdma_cm

@@ -127,6 +127,10 @@ fi
 if wanted failover; then
   port=$((port + 1))
   # Both warm first, as for stress: 5 connections in all at the server.
+  # Each connection on a QP of its own (RDMASHIM_RDMA_LINKS=0): the knob
+  # breaks one channel at a time; a link's break, under all of its
+  # connections at once, is the two-host scenario's (guest-rdma-two.sh).
+  export RDMASHIM_RDMA_LINKS=0
   shim failover "$port" timeout 300 "$PROGS/stress" server --bind "$addr" --port "$port" --exit-after 5 \
     --timeout 120 > "$T/failover.server" 2>&1 &
   spid=$!
@@ -173,6 +177,7 @@ if wanted failover; then
   [[ $starts -eq $((2 * (inj + unp + spl0 + spl))) && $tcps -eq $((2 * inj + unp + spl0 + 2 * spl)) ]] ||
     grep -E '"event":"(failover\.[a-z_]*|rdma\.broken|rdma\.unproven)"' <<< "$ft" | cut -c1-400 | sed 's/^/    /' | head -n 40
   [[ $n -eq 0 ]] || dump failover
+  unset RDMASHIM_RDMA_LINKS
 fi
 
 if wanted redis; then
@@ -320,6 +325,7 @@ if wanted forkconn; then
   ft=$(cat "$T"/forkconn/trace.*.jsonl 2>/dev/null)
   n=$(grep '"upgrade.done"' <<< "$ft" | grep '"transport":"rdma"' | grep -c '"role":"server"' || true)
   check "forkconn: each worker upgraded its connection to rdma ($n of 2)" test "$n" -eq 2
+  [[ $n -eq 2 ]] || dump forkconn
   n=$(grep '"rdma.warm"' <<< "$ft" | grep -c '"state":"ready"' || true)
   check "forkconn: the two workers and the client warmed up, the acceptor did not ($n of 3)" test "$n" -eq 3
   n=$(grep -c '"rdma_inherited"' <<< "$ft" || true)

@@ -11,6 +11,9 @@
 #      attempts time out in the CM (cm_timeout) and after 3 of them A's
 #      breaker for B opens (breaker_open on the later connections); every
 #      byte still arrives over TCP (5 stress runs, one after the other).
+# Before 1, when LINKS_X names a directory both VMs see (t_rdma_two_hosts
+# gives one), guest-rdma-links.sh: 32 connections between one pair of
+# processes share one QP, and all fail over when it breaks (its header).
 # The stress servers' --exit-after orders the two VMs; B retries its clients
 # until A's servers listen. Prints "ok - " / "not ok - " lines.
 set -uo pipefail
@@ -38,6 +41,16 @@ shim() {
 events() { cat "$T/$1"/trace.*.jsonl 2>/dev/null | grep "\"event\":\"$2\"" | grep -c "$3" || true; }
 
 rxe_up "$IFACE" "$ADDR/$PREFIX" || { echo "not ok - rxe up"; exit 1; }
+
+# 0. Links: its own script (it also runs alone); its lines count here.
+if [[ -n ${LINKS_X:-} ]]; then
+  bash "$here/guest-rdma-links.sh" 2>&1 | tee "$T/links.out"
+  n_ok=$((n_ok + $(grep -c '^ok - ' "$T/links.out")))
+  n_fail=$((n_fail + $(grep -c '^not ok - ' "$T/links.out")))
+  check "${ROLE^^}: links: ran to the end" grep -q "^== host $ROLE links: " "$T/links.out"
+else
+  echo "# ${ROLE^^}: links part skipped: no LINKS_X (a directory both VMs see)"
+fi
 
 if [[ $ROLE == a ]]; then
   # 1. stress over RDMA between the hosts.

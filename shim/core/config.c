@@ -42,10 +42,16 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_SHM_PAIRS", "1",
 	  "1: two processes that upgraded a connection keep its rendezvous and upgrade the next ones over it "
 	  "(one message each way); 0: every connection takes its own named rendezvous" },
+	{ "RDMASHIM_RDMA_LINKS", "1",
+	  "1: RDMA connections between the same two processes share one queue pair (a link), and a later one "
+	  "is set up by one message each way on it; 0: every connection makes its own with rdma_cm" },
 	{ "RDMASHIM_HUGE_PAGES", "1",
 	  "1: back RDMA ring pools with 2 MiB huge pages when the system has them; 0: 4 KiB pages" },
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", "0",
 	  "testing only: break each RDMA channel after it sent this many KiB (0: never)" },
+	{ "RDMASHIM_TEST_FAIL_LINK_KB", "0",
+	  "testing only: break each RDMA link (its queue pair, so every connection on it) after this many KiB "
+	  "were posted on it in all (0: never)" },
 	{ "RDMASHIM_TEST_HANDBACK_AFTER", "0",
 	  "testing only: each shm connection goes back to TCP, as unpaid, at its Nth send on the channel "
 	  "(0: never)" },
@@ -233,6 +239,9 @@ static const struct uint_var uint_vars[] = {
 	{ "RDMASHIM_PLAIN_PEER_MS", 0, 600000, offsetof(struct shim_config, plain_peer_ms),
 	  "expected milliseconds 0-600000" },
 	{ "RDMASHIM_HUGE_PAGES", 0, 1, offsetof(struct shim_config, huge_pages), "expected 0 or 1" },
+	{ "RDMASHIM_RDMA_LINKS", 0, 1, offsetof(struct shim_config, rdma_links), "expected 0 or 1" },
+	{ "RDMASHIM_TEST_FAIL_LINK_KB", 0, 4194304, offsetof(struct shim_config, test_fail_link_kb),
+	  "expected KiB 0-4194304" },
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", 0, 4194304, offsetof(struct shim_config, test_fail_rdma_kb),
 	  "expected KiB 0-4194304" },
 	{ "RDMASHIM_TEST_HANDBACK_AFTER", 0, 1000000000, offsetof(struct shim_config, test_handback_after),

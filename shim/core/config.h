@@ -54,7 +54,9 @@ struct shim_config {
 	unsigned upgrade_after_rounds; /* nor one that carried fewer round trips (upgrade.h) */
 	unsigned plain_peer_ms;    /* 0 or how soon a peer that answers over TCP is taken for one without the shim */
 	unsigned huge_pages;        /* 0 or 1: ring pools on 2 MiB pages when possible */
+	unsigned rdma_links;        /* 0 or 1: transport/rdma/rdma_link.h */
 	unsigned test_fail_rdma_kb; /* testing only: 0 or where RDMA channels break */
+	unsigned test_fail_link_kb; /* testing only: 0 or where RDMA links break */
 	unsigned test_handback_after; /* testing only: 0 or the send on the channel that hands back (io.c) */
 };
 

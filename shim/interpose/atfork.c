@@ -35,12 +35,14 @@ static void prepare(void)
 	shim_beacon_atfork_prepare();
 	shim_breaker_atfork(true);
 	shim_rdma_dev_atfork(true);
+	shim_rdma_link_atfork(true);
 	shim_mrpool_atfork(true);
 }
 
 static void parent(void)
 {
 	shim_mrpool_atfork(false);
+	shim_rdma_link_atfork(false);
 	shim_rdma_dev_atfork(false);
 	shim_breaker_atfork(false);
 	shim_beacon_atfork_release();
@@ -54,6 +56,7 @@ static void child(void)
 {
 	shim_self_forget();
 	shim_mrpool_atfork(false);
+	shim_rdma_link_atfork(false);
 	shim_rdma_dev_atfork(false);
 	shim_breaker_atfork(false);
 	/* The child keeps none of its parent's pairs (pair.h), nor its

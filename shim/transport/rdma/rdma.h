@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include "mrpool.h"
+#include "rdma_link.h"
 #include "rdma_wire.h"
 #include "sock.h"
 #include "transport.h"
@@ -81,6 +82,7 @@ enum rdma_step {
 	RDMA_S_ROUTE,     /* S: route resolution */
 	RDMA_S_CONNECT,   /* S: REQ sent, CONNECT_RESPONSE awaited */
 	RDMA_S_RETRY,     /* S: nobody listened yet; resolve again later */
+	RDMA_S_LINK_WAIT, /* S: a link goes to C's host: its OFFER awaited */
 	RDMA_CONNECTED,   /* both: QP in RTS; offsets being exchanged */
 };
 
@@ -88,10 +90,19 @@ struct rdma_conn {
 	struct shim_chan chan; /* first: the channel is the conn */
 	enum rdma_step step;
 	struct rdma_event_channel *ec;
-	struct rdma_cm_id *listen_id, *id;
+	struct rdma_cm_id *listen_id, *id; /* id and ec: the link's once it is up */
 	struct ibv_pd *pd;
-	struct ibv_cq *cq;
-	struct ibv_qp *qp;
+	struct rdma_link *link; /* the QP this connection posts on, shared */
+	uint32_t link_id;       /* our id of the connection: the peer's immediates name it */
+	uint32_t peer_id;       /* the peer's id: ours name it */
+	bool on_link;           /* link_id is valid (attached) */
+	bool link_told_peer;    /* our hello went out: the peer may WRITE into our slot */
+	bool peer_id_known;     /* the peer's hello came: peer_id names it */
+	bool via_link;          /* set up by OFFER and ACCEPT on a link already up */
+	unsigned long long link_wait_ns; /* C: the OFFER's deadline; S: the wait for one */
+	/* C: S's ACCEPT, put here by whichever thread reaped it. */
+	struct shim_rdma_link_msg accept_msg;
+	bool accept_in;         /* atomic, release: accept_msg is complete */
 	struct shim_mr_slot slot;
 	struct ibv_mr *mr; /* remote access to the ctl page and rx ring only */
 	unsigned long long mr_reg_ns; /* what registering it took (traced) */
@@ -120,14 +131,9 @@ struct rdma_conn {
 	bool done;          /* handshake over: CM events are the channel's now */
 	bool peer_disconnected;
 	bool torn_down;
-	/* Send queue accounting: WRs get sequence numbers 1, 2, ...; RC
-	 * completes them in order, so one signaled completion retires all
-	 * earlier ones. */
-	uint64_t posted, completed, last_signaled;
-	/* The highest WR that completed successfully (atomic: reaped from
-	 * the lock-free readable() too). RC completes in order, so every
-	 * earlier WR was placed at the peer as well. */
-	uint64_t completed_ok;
+	/* The link's number of our last signaled WR (completions: the link's
+	 * completed and completed_ok, in order for all its connections). */
+	uint64_t last_signaled;
 	/* tx_announced: the bytes our immediates announced (tx_posted but for
 	 * a test's injected break); tx_imm_seq: the WR that carried the last
 	 * of them. Once it completed successfully, the peer's RESUME can only
@@ -141,14 +147,10 @@ struct rdma_conn {
 	bool close_pending; /* shutdown_tx came before the staged bytes left */
 	unsigned long long staged_since_ns; /* unproven: when bytes started waiting */
 	uint64_t rx_head, rx_head_sent;
-	/* Reaping the CQ: under the sock's lock, and also from the lock-free
-	 * readable() (busy polling), so it has a lock of its own. */
-	pthread_spinlock_t cq_lock;
-	bool cq_lock_ready;
 	uint64_t rx_tail;   /* bytes the peer's immediates announced; atomic */
 	bool rx_closed;     /* the peer's CLOSED immediate arrived; atomic */
 	uint64_t recv_posted, recv_reported; /* our receives, and what the peer knows */
-	uint64_t peer_recvs_used; /* our SENDs and immediates: one peer receive each */
+	uint64_t peer_recvs_used; /* our immediates: one of the peer's receives each */
 	uint64_t peer_head_seen, peer_recvs_seen; /* the peer's credits we accepted last */
 	bool closed_sent;
 	struct shim_sock *sock; /* for traces only */
@@ -165,6 +167,18 @@ static inline struct rdma_conn *shim_rdma_conn_of(const struct shim_chan *ch)
 
 /* rdma_close.c: gives up before any direction moved (TCP stays). */
 void shim_rdma_give_up(struct shim_sock *s, int fd, enum shim_reason reason);
+/* rdma_link_join.c: a connection set up over a link already up.
+ * C: link_offer sends an OFFER on a link to the server's endpoint, if there
+ * is one, beside its rdma_cm listener; link_accepted takes S's ACCEPT
+ * (true: joined, or given up); link_withdraw leaves the link when S took
+ * rdma_cm's way. S: link_begin is true if it took an OFFER or waits for one
+ * (RDMA_S_LINK_WAIT); link_progress is true while it waits or once it took
+ * one, false when the wait ended (the caller takes rdma_cm's way). */
+void shim_rdma_link_offer(struct shim_sock *s, int fd, struct rdma_conn *c);
+bool shim_rdma_link_accepted(struct shim_sock *s, int fd, struct rdma_conn *c);
+void shim_rdma_link_withdraw(struct rdma_conn *c);
+bool shim_rdma_link_begin(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now);
+bool shim_rdma_link_progress(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now);
 /* rdma_switch.c: RDMA_CONNECTED, offsets both ways, then the proof. */
 void shim_rdma_connected(struct shim_sock *s, int fd, struct rdma_conn *c);
 
@@ -191,7 +205,8 @@ size_t shim_rdma_tx_unread(const struct shim_chan *ch);
 
 /* rdma_teardown.c: releases every verbs/cm resource and the slot, then frees c. */
 void shim_rdma_teardown(struct rdma_conn *c);
-/* Moves the QP to ERR (traced), if there is one. */
+/* Nothing more lands for this connection (traced): its link's QP goes to
+ * ERR, and every connection on it fails over. */
 void shim_rdma_qp_error(struct rdma_conn *c);
 /* Whether the peer proved it owns the TCP peer's end (our rx read its
  * SWITCH frame with our nonce); latched. Under the sock's lock. */
@@ -202,7 +217,8 @@ void shim_rdma_unproven(struct rdma_conn *c, const char *why);
 /* Posts what the program wrote while the peer was unproven, once it is;
  * fails the channel when the hold lasted too long. 0 or -errno. */
 int shim_rdma_tx_release(struct rdma_conn *c);
-/* Posts the first SHIM_RDMA_RQ_DEPTH receives (SWITCH_AT, immediates). */
-int shim_rdma_post_recvs(struct rdma_conn *c);
+/* Counts the first SHIM_RDMA_RQ_DEPTH receives of the link as this
+ * connection's (SWITCH_AT, immediates). */
+void shim_rdma_post_recvs(struct rdma_conn *c);
 
 #endif

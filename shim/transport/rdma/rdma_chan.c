@@ -115,14 +115,18 @@ static bool post_staged(struct rdma_conn *c, size_t add)
 	shim_rdma_chain_write(c, &wrs, c->tx_shadow + off, first, SHIM_RDMA_CTL_BYTES + off, false);
 	if (n > first)
 		shim_rdma_chain_write(c, &wrs, c->tx_shadow, n - first, SHIM_RDMA_CTL_BYTES, false);
-	/* Testing only (RDMASHIM_TEST_FAIL_RDMA_KB): the path dies here, as a
-	 * pulled cable would leave it: the program was told these bytes went
-	 * out, and the peer never learns of them (no immediate announces them). */
+	/* Testing only (RDMASHIM_TEST_FAIL_RDMA_KB): the channel dies here: the
+	 * program was told these bytes went out, and the peer never learns of
+	 * them (no immediate announces them). */
 	bool die = shim_cfg.test_fail_rdma_kb && to >= (uint64_t)shim_cfg.test_fail_rdma_kb * 1024u;
 	uint64_t seq;
 
-	if (!die)
-		shim_rdma_chain_imm(&wrs, (uint32_t)n);
+	if (!die) {
+		/* The tail word after the data, on the same QP: placed after
+		 * them, and its immediate names our connection at the peer. */
+		shim_rdma_chain_word(c, &wrs, CTL_OFF(rx_announced), to, true);
+		shim_rdma_chain_imm(&wrs, c->peer_id);
+	}
 	seq = shim_rdma_chain_post(c, &wrs);
 	if (!seq)
 		return false;
@@ -134,8 +138,8 @@ static bool post_staged(struct rdma_conn *c, size_t add)
 		c->tx_announced = to;
 		c->tx_imm_seq = seq;
 	} else {
-		shim_rdma_qp_error(c);
 		shim_rdma_mark_broken(c, "injected", (int)shim_cfg.test_fail_rdma_kb);
+		shim_rdma_qp_error(c);
 	}
 	return true;
 }
@@ -145,8 +149,13 @@ bool shim_rdma_tx_proved(struct rdma_conn *c)
 	/* Our rx read the peer's SWITCH frame carrying the nonce we sent only
 	 * to our CM peer: the TCP peer is the CM peer (PROTOCOL.md, "Proof").
 	 * Latched: a failover moves rx back to TCP later. */
-	if (!c->proved && c->sock && c->sock->rx_dir == SHIM_DIR_CHAN)
+	if (!c->proved && c->sock && c->sock->rx_dir == SHIM_DIR_CHAN) {
 		c->proved = true;
+		/* Its peer is a shim process that owns TCP connections to us:
+		 * later ones may be set up over the link. */
+		if (c->link)
+			shim_rdma_link_trust(c->link);
+	}
 	return c->proved;
 }
 
@@ -287,9 +296,9 @@ static bool rchan_tx_disarm(struct shim_chan *ch)
 	return true;
 }
 
-/* A zero-length WRITE WITH IMMEDIATE carrying CLOSED: after the last data on
- * the same QP, so its completion comes after theirs; signaled so that
- * tx_should_bell waits for it before looking at armed. */
+/* The tail word once more, with CLOSED in its immediate: after the last
+ * data on the same QP, so its completion comes after theirs; signaled so
+ * that tx_should_bell waits for it before looking at armed. */
 static uint64_t post_closed(struct rdma_conn *c)
 {
 	struct wr_chain wrs = { .n = 0 };
@@ -299,9 +308,8 @@ static uint64_t post_closed(struct rdma_conn *c)
 
 	if (c->closed_sent || !take_credits(c, &head, &recvs) || !imm_room(c, recvs, 1, false))
 		return 0;
-	shim_rdma_chain_write(c, &wrs, NULL, 0, 0, true);
-	wrs.wr[0].num_sge = 0;
-	shim_rdma_chain_imm(&wrs, SHIM_RDMA_IMM_CLOSED);
+	shim_rdma_chain_word(c, &wrs, CTL_OFF(rx_announced), c->tx_posted, true);
+	shim_rdma_chain_imm(&wrs, c->peer_id | SHIM_RDMA_IMM_CLOSED);
 	seq = shim_rdma_chain_post(c, &wrs);
 	if (seq) {
 		c->closed_sent = true;
@@ -328,7 +336,8 @@ static void rchan_shutdown_tx(struct shim_chan *ch)
 static size_t rchan_readable(const struct shim_chan *ch)
 {
 	/* Busy polling calls this without the sock's lock: the tail comes
-	 * from our CQ, which shim_rdma_reap_try() polls under cq_lock. */
+	 * from the link's CQ, which shim_rdma_reap_try() polls under the
+	 * link's lock. */
 	struct rdma_conn *c = (struct rdma_conn *)shim_rdma_conn_of(ch);
 
 	if (__atomic_load_n(&c->rx_dropped, __ATOMIC_RELAXED))
@@ -486,10 +495,7 @@ void shim_rdma_chan_init(struct rdma_conn *c)
 	c->rx_data = (uint8_t *)c->slot.addr + SHIM_RDMA_CTL_BYTES;
 	c->tx_shadow = c->rx_data + c->ring_bytes;
 	c->mask = c->ring_bytes - 1;
-	if (!c->cq_lock_ready) {
-		pthread_spin_init(&c->cq_lock, PTHREAD_PROCESS_PRIVATE);
-		c->cq_lock_ready = true;
-	}
+	shim_rdma_link_set_handlers(&shim_rdma_link_handlers);
 }
 
 const struct shim_transport_ops shim_rdma_ops = {

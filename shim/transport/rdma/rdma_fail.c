@@ -51,18 +51,16 @@ void shim_rdma_fail(struct shim_chan *ch)
 	 * that RESUME is here already: the peer's QP is in ERR, and nothing
 	 * in flight will be acknowledged. */
 	if (!c->broken && !(c->sock && c->sock->fo_peer_known)) {
-		if (c->tx_imm_seq > __atomic_load_n(&c->completed_ok, __ATOMIC_RELAXED))
+		if (c->link && c->tx_imm_seq > shim_rdma_link_completed_ok(c->link))
 			shim_rdma_wait_seq(c, c->tx_imm_seq);
 		c->settled = !c->broken;
 	}
 	c->stopped = true;
 	shim_rdma_mark_broken(c, "stopped", 0);
 	/* ERR first: from here on nothing the peer posted lands in our ring,
-	 * so the offset our RESUME announces is final. The DREQ then tells a
-	 * peer spinning on a completion at once rather than after its retries. */
+	 * so the offset our RESUME announces is final. The link's other
+	 * connections fail over with it (shim_rdma_qp_error). */
 	shim_rdma_qp_error(c);
-	if (c->id)
-		rdma_disconnect(c->id);
 	/* We never posted a byte (the peer was unproven): it received nothing
 	 * on the channel, so our replay starts at 0 without its RESUME, which
 	 * may never come (its direction may never switch). */
@@ -89,7 +87,7 @@ bool shim_rdma_tx_offset(const struct shim_chan *ch, uint64_t *offset)
 	 * have broken because the peer stopped it for a hand-off, whose RESUME
 	 * names the bytes it read, not those it received (drop_unread), and
 	 * that RESUME can arrive after we noticed the break. */
-	if (!c->settled || __atomic_load_n(&c->completed_ok, __ATOMIC_RELAXED) < c->tx_imm_seq)
+	if (!c->settled || !c->link || shim_rdma_link_completed_ok(c->link) < c->tx_imm_seq)
 		return false;
 	*offset = c->tx_announced;
 	return true;

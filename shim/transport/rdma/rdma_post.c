@@ -14,16 +14,10 @@
 
 #include "trace.h"
 
-#define SQ_SIGNAL_EVERY 16
-#define SQ_LIMIT 48 /* outstanding WRs kept below this (SQ depth 64) */
-#define RECV_WR_ID UINT64_MAX
-/* Longest wait for a completion the peer's HCA owes us: an ACK is a round
- * trip; far longer means the peer or the path is gone. */
-#define COMPLETION_WAIT_NS (10000ull * 1000 * 1000)
-
 void shim_rdma_mark_broken(struct rdma_conn *c, const char *why, int detail)
 {
-	if (c->broken)
+	/* Also from the link's reaper (another connection's thread). */
+	if (__atomic_load_n(&c->broken, __ATOMIC_RELAXED))
 		return;
 	/* Relaxed: rdma_failed() polls it without the lock; what follows a
 	 * failure is read under the lock. */
@@ -32,33 +26,25 @@ void shim_rdma_mark_broken(struct rdma_conn *c, const char *why, int detail)
 		   "\"why\":\"%s\",\"detail\":%d", why, detail);
 }
 
-static int post_recv_one(struct rdma_conn *c)
+/*
+ * Our receives are the link's, reposted as soon as each is reaped; a
+ * connection's share of them is counted as its credit: each immediate or
+ * SWITCH_AT of the peer's for it is one more we "posted" for it, and the
+ * producer keeps within what we reported (tx_peer_recvs).
+ */
+static void post_recv_one(struct rdma_conn *c)
 {
-	/* Every receive points at recv_buf: only the SWITCH_AT SEND places
-	 * data; a WRITE WITH IMMEDIATE takes the receive and places nothing. */
-	struct ibv_sge sge = { .addr = (uintptr_t)c->ctl->recv_buf,
-			       .length = sizeof(c->ctl->recv_buf),
-			       .lkey = c->slot.lkey };
-	struct ibv_recv_wr wr = { .wr_id = RECV_WR_ID, .sg_list = &sge, .num_sge = 1 }, *bad;
-	int rc = ibv_post_recv(c->qp, &wr, &bad);
-
-	if (rc == 0)
-		__atomic_store_n(&c->recv_posted, c->recv_posted + 1, __ATOMIC_RELAXED);
-	return -rc;
+	__atomic_store_n(&c->recv_posted, c->recv_posted + 1, __ATOMIC_RELAXED);
 }
 
-int shim_rdma_post_recvs(struct rdma_conn *c)
+void shim_rdma_post_recvs(struct rdma_conn *c)
 {
-	for (unsigned i = 0; i < SHIM_RDMA_RQ_DEPTH; i++) {
-		int rc = post_recv_one(c);
-
-		if (rc < 0)
-			return rc;
-	}
-	return 0;
+	__atomic_store_n(&c->recv_posted, c->recv_posted + SHIM_RDMA_RQ_DEPTH, __ATOMIC_RELAXED);
 }
 
-void shim_rdma_violation(struct rdma_conn *c, const char *why, unsigned long long value)
+/* Marks and traces it; the caller stops what lands (the link's reaper
+ * breaks the link itself). */
+static void note_violation(struct rdma_conn *c, const char *why, unsigned long long value)
 {
 	if (__atomic_load_n(&c->violated, __ATOMIC_RELAXED))
 		return;
@@ -67,185 +53,129 @@ void shim_rdma_violation(struct rdma_conn *c, const char *why, unsigned long lon
 	SHIM_TRACE(SHIM_TRACE_ERROR, "rdma.violation", c->fd, c->sock ? &c->sock->tuple : NULL,
 		   SHIM_REASON_PEER_VIOLATION, "\"why\":\"%s\",\"value\":%llu", why, value);
 	shim_rdma_mark_broken(c, "violation", 0);
+}
+
+void shim_rdma_violation(struct rdma_conn *c, const char *why, unsigned long long value)
+{
+	note_violation(c, why, value);
 	/* ERR: nothing the peer posts lands any more, so what we took until
-	 * now (rx_tail) is final for the failover's RESUME. */
-	shim_rdma_qp_error(c);
+	 * now (rx_tail) is final for the failover's RESUME. The link's other
+	 * connections have the same peer: they fail over too. */
+	if (c->link)
+		shim_rdma_link_break(c->link, "violation", 0);
 }
 
 /* The peer's SWITCH_AT: exactly one per connection, exactly its size, no
- * flag we do not know. Read once out of recv_buf (the peer's SEND placed
- * it there; nothing else writes it until we repost). */
-static void take_switch_at(struct rdma_conn *c, const struct ibv_wc *wc)
+ * flag we do not know. The link copied it out of its cell; the reaper runs
+ * on any thread, so peer_at_known publishes the rest (release; the sock's
+ * thread reads it with acquire). false: a violation (the link breaks). */
+static bool take_switch_at(struct rdma_conn *c, const void *buf, size_t len)
 {
 	struct shim_rdma_switch_at at;
 	uint16_t flags;
 
-	memcpy(&at, c->ctl->recv_buf, sizeof(at));
+	memcpy(&at, buf, sizeof(at));
 	flags = be16toh(at.flags);
-	if (wc->byte_len != sizeof(at) || be32toh(at.magic) != SHIM_RDMA_MAGIC || at.version != SHIM_RDMA_VERSION ||
-	    at.type != SHIM_RDMA_SWITCH_AT || (flags & ~SHIM_RDMA_NO_SWITCH) || c->peer_at_known) {
-		shim_rdma_violation(c, "bad_switch_at", wc->byte_len);
-		return;
+	if (len != sizeof(at) || be32toh(at.magic) != SHIM_RDMA_MAGIC || at.version != SHIM_RDMA_VERSION ||
+	    at.type != SHIM_RDMA_SWITCH_AT || (flags & ~SHIM_RDMA_NO_SWITCH) ||
+	    __atomic_load_n(&c->peer_at_known, __ATOMIC_RELAXED)) {
+		note_violation(c, "bad_switch_at", len);
+		return false;
 	}
 	c->peer_no_switch = flags & SHIM_RDMA_NO_SWITCH;
 	c->peer_at = be64toh(at.offset);
-	c->peer_at_known = true;
+	__atomic_store_n(&c->peer_at_known, true, __ATOMIC_RELEASE);
+	post_recv_one(c);
+	return true;
 }
 
-/* The ring's tail and "closed" from the producer's immediate. The HCA
- * writes the completion only after the data is placed. The count must fit
- * the room we credited (the producer saw at most rx_head_sent as our
- * head), and nothing may follow CLOSED: a receive then never reads past
- * the ring nor bytes the producer had no right to announce. */
-static void take_imm(struct rdma_conn *c, const struct ibv_wc *wc)
+/* The ring's tail and "closed" from the producer's immediate and the tail
+ * word it carried (rx_announced). The HCA writes the completion only after
+ * the word and the data before it are placed. The tail must not move back
+ * and must fit the room we credited (the producer saw at most rx_head_sent
+ * as our head), and nothing may follow CLOSED: a receive then never reads
+ * past the ring nor bytes the producer had no right to announce. Under the
+ * link's lock: rx_tail has one writer at a time. false: a violation. */
+static bool take_imm(struct rdma_conn *c, uint32_t imm)
 {
-	uint32_t imm = be32toh(wc->imm_data);
-	uint64_t bytes = imm & SHIM_RDMA_IMM_BYTES;
+	/* Acquire: pairs with the in-order placement of the peer's WRITEs. */
+	uint64_t tail = shim_rdma_load_acq(&c->ctl->rx_announced);
 	/* Acquire: pairs with the release store in chain_credits(), made
 	 * before the credit WRITE whose arrival allowed these bytes. */
 	uint64_t credited = __atomic_load_n(&c->rx_head_sent, __ATOMIC_ACQUIRE);
+	uint64_t had = __atomic_load_n(&c->rx_tail, __ATOMIC_RELAXED);
 
-	if (c->violated)
-		return;
-	if (__atomic_load_n(&c->rx_closed, __ATOMIC_RELAXED) || bytes > c->ring_bytes ||
-	    c->rx_tail + bytes - credited > c->ring_bytes) {
-		shim_rdma_violation(c, "immediate_beyond_credit", bytes);
-		return;
+	if (__atomic_load_n(&c->violated, __ATOMIC_RELAXED))
+		return true;
+	if (__atomic_load_n(&c->rx_closed, __ATOMIC_RELAXED) || tail < had || tail - credited > c->ring_bytes) {
+		note_violation(c, "immediate_beyond_credit", tail - had);
+		return false;
 	}
 	/* Release: pairs with the acquire loads in rdma_readable() and
 	 * rdma_rx_eof(), which may run on threads that did not reap. */
-	__atomic_store_n(&c->rx_tail, c->rx_tail + bytes, __ATOMIC_RELEASE);
+	__atomic_store_n(&c->rx_tail, tail, __ATOMIC_RELEASE);
 	if (imm & SHIM_RDMA_IMM_CLOSED)
 		__atomic_store_n(&c->rx_closed, true, __ATOMIC_RELEASE);
+	post_recv_one(c);
+	return true;
 }
 
-/* Precondition: cq_lock held. */
-static void reap_locked(struct rdma_conn *c)
+/* C: S's ACCEPT of the OFFER we sent on the link, for our progress to take
+ * (rdma_setup.c). A second one is a violation. */
+static bool take_accept(struct rdma_conn *c, const struct shim_rdma_link_msg *m)
 {
-	struct ibv_wc wc[16];
-	int n;
-
-	while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0) {
-		for (int i = 0; i < n; i++) {
-			if (wc[i].status != IBV_WC_SUCCESS) {
-				/* Flushes after we moved the QP to ERR are expected. */
-				if (!c->torn_down && !c->stopped)
-					shim_rdma_mark_broken(c, ibv_wc_status_str(wc[i].status), (int)wc[i].status);
-				if (wc[i].wr_id != RECV_WR_ID && wc[i].wr_id > c->completed)
-					__atomic_store_n(&c->completed, wc[i].wr_id, __ATOMIC_RELAXED);
-				continue;
-			}
-			if (wc[i].opcode & IBV_WC_RECV) {
-				if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM)
-					take_imm(c, &wc[i]);
-				else
-					take_switch_at(c, &wc[i]);
-				if (post_recv_one(c) < 0)
-					shim_rdma_mark_broken(c, "post_recv", 0);
-				continue;
-			}
-			if (wc[i].wr_id > c->completed)
-				__atomic_store_n(&c->completed, wc[i].wr_id, __ATOMIC_RELAXED);
-			if (wc[i].wr_id > c->completed_ok)
-				__atomic_store_n(&c->completed_ok, wc[i].wr_id, __ATOMIC_RELAXED);
-		}
+	if (__atomic_load_n(&c->accept_in, __ATOMIC_ACQUIRE) || c->peer_id_known) {
+		note_violation(c, "second_accept", 0);
+		return false;
 	}
-	if (n < 0)
-		shim_rdma_mark_broken(c, "poll_cq", n);
+	c->accept_msg = *m;
+	/* Release: accept_msg is complete before the flag says so. */
+	__atomic_store_n(&c->accept_in, true, __ATOMIC_RELEASE);
+	return true;
 }
+
+const struct rdma_link_handlers shim_rdma_link_handlers = {
+	.imm = take_imm,
+	.switch_at = take_switch_at,
+	.accept = take_accept,
+	.broken = shim_rdma_mark_broken,
+};
 
 void shim_rdma_reap(struct rdma_conn *c)
 {
-	if (!c->cq)
-		return;
-	pthread_spin_lock(&c->cq_lock);
-	reap_locked(c);
-	pthread_spin_unlock(&c->cq_lock);
+	if (c->link)
+		shim_rdma_link_reap(c->link);
 }
 
-/* For the lock-free readers: whoever holds cq_lock is reaping already. */
+/* For the lock-free readers: whoever holds the link's lock is reaping. */
 void shim_rdma_reap_try(struct rdma_conn *c)
 {
-	if (c->cq && pthread_spin_trylock(&c->cq_lock) == 0) {
-		reap_locked(c);
-		pthread_spin_unlock(&c->cq_lock);
-	}
+	struct rdma_link *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
+
+	if (l)
+		shim_rdma_link_reap_try(l);
 }
 
-static bool cm_disconnected(struct rdma_conn *c)
-{
-	if (shim_rdma_drain_cm_events(c))
-		c->peer_disconnected = true;
-	return c->peer_disconnected;
-}
-
-/* Spins on the CQ until WR seq completed. Bounded: a peer that stops
- * answering breaks the channel instead of hanging the program. */
+/* Spins on the link's CQ until WR seq completed. Bounded: a peer that stops
+ * answering breaks the link instead of hanging the program. */
 bool shim_rdma_wait_seq(struct rdma_conn *c, uint64_t seq)
 {
-	unsigned long long deadline = 0;
-	unsigned spins = 0;
-
-	while (c->completed < seq && !c->broken) {
-		shim_rdma_reap(c);
-		if (c->completed >= seq)
-			break;
-		if (++spins % 256 == 0) {
-			unsigned long long now = shim_now_ns();
-
-			if (!deadline)
-				deadline = now + COMPLETION_WAIT_NS;
-			else if (now > deadline)
-				shim_rdma_mark_broken(c, "completion_timeout", (int)(seq - c->completed));
-			/* Soft-RoCE completes in kernel context: on a small VM a
-			 * tight spin would hold the CPU the ACK needs. */
-			sched_yield();
-			/* A peer that closed sends a DREQ before it destroys its
-			 * QP: notice it instead of waiting for retries to run out. */
-			if ((c->done || c->step == RDMA_CONNECTED) && cm_disconnected(c)) {
-				/* A peer that closed cleanly had its CLOSED immediate
-				 * acknowledged, so completed here, before it sent the
-				 * DREQ; the yield above may have let it in since the
-				 * last reap. Taken in first, the end reads as the
-				 * peer's finish (shim_rdma_peer_finished), not as a
-				 * failure to resume from, which would send failover
-				 * frames to a socket the peer closed (its reset). */
-				shim_rdma_reap(c);
-				shim_rdma_mark_broken(c, "disconnected", 0);
-			}
-		}
-	}
-	return !c->broken;
+	if (!c->link)
+		return false;
+	return shim_rdma_link_wait(c->link, seq) && !__atomic_load_n(&c->broken, __ATOMIC_RELAXED);
 }
 
-/* Makes room for n more WRs in the send queue. */
-static bool sq_room(struct rdma_conn *c, unsigned n)
-{
-	if (c->posted - c->completed + n < SQ_LIMIT)
-		return true;
-	/* Every 16th WR is signaled, so the last signaled one retires all
-	 * but at most 15 of those outstanding. */
-	return shim_rdma_wait_seq(c, c->last_signaled) && c->posted - c->completed + n < SQ_LIMIT;
-}
-
-/*
- * WRITEs are built into a chain and posted with one ibv_post_send: a send's
- * data and its tail cost one doorbell to the HCA (on Soft-RoCE one system
- * call) instead of one each.
- */
 /* Appends one RDMA WRITE of len bytes at local to the peer's remote_off.
  * Precondition: fewer than CHAIN_MAX WRs in the chain. */
 void shim_rdma_chain_write(struct rdma_conn *c, struct wr_chain *ch, const void *local, size_t len, uint64_t remote_off,
 			bool signal)
 {
 	unsigned i = ch->n++;
-	uint64_t seq = c->posted + ch->n;
 
-	signal |= seq % SQ_SIGNAL_EVERY == 0;
 	ch->sge[i] = (struct ibv_sge){ .addr = (uintptr_t)local, .length = (uint32_t)len, .lkey = c->slot.lkey };
-	ch->wr[i] = (struct ibv_send_wr){ .wr_id = seq, .sg_list = &ch->sge[i], .num_sge = 1 };
+	ch->wr[i] = (struct ibv_send_wr){ .sg_list = &ch->sge[i], .num_sge = 1 };
 	ch->wr[i].opcode = IBV_WR_RDMA_WRITE;
-	ch->wr[i].send_flags = (signal ? IBV_SEND_SIGNALED : 0) | (len <= c->max_inline ? IBV_SEND_INLINE : 0);
+	ch->wr[i].send_flags = signal ? IBV_SEND_SIGNALED : 0;
 	ch->wr[i].wr.rdma.remote_addr = c->remote_addr + remote_off;
 	ch->wr[i].wr.rdma.rkey = c->rkey;
 }
@@ -253,13 +183,13 @@ void shim_rdma_chain_write(struct rdma_conn *c, struct wr_chain *ch, const void 
 /* Appends a WRITE of one 8-byte control word into the peer's control page. */
 void shim_rdma_chain_word(struct rdma_conn *c, struct wr_chain *ch, size_t ctl_off, uint64_t value, bool signal)
 {
-	/* Inline copies the value at post time; without inline the source
-	 * must be registered and stay put until the WR is done: one scratch
-	 * word per send-queue slot (SQ_LIMIT < SHIM_RDMA_SCRATCH_WORDS). */
-	uint64_t *src = &c->ctl->scratch[(c->posted + ch->n + 1) % SHIM_RDMA_SCRATCH_WORDS];
+	unsigned i = ch->n;
 
-	*src = value;
-	shim_rdma_chain_write(c, ch, src, sizeof(value), ctl_off, signal);
+	/* Inline copies the value at post time; without inline the link
+	 * copies it into a registered cell (shim_rdma_link_post). */
+	ch->words[i] = value;
+	ch->copy_mask |= 1u << i;
+	shim_rdma_chain_write(c, ch, &ch->words[i], sizeof(value), ctl_off, signal);
 }
 
 /* Makes the chain's last WRITE carry imm (signaled: tx_should_bell waits for
@@ -273,29 +203,21 @@ void shim_rdma_chain_imm(struct wr_chain *ch, uint32_t imm)
 	wr->send_flags |= IBV_SEND_SIGNALED;
 }
 
-/* Posts the chain; returns the last WR's sequence number, or 0 on failure
- * (nothing of the chain was posted, or the channel is broken). */
+/* Posts the chain on the link; returns the last WR's sequence number, or 0
+ * on failure (nothing of the chain was posted, or the channel is broken). */
 uint64_t shim_rdma_chain_post(struct rdma_conn *c, struct wr_chain *ch)
 {
-	struct ibv_send_wr *bad;
-	int rc;
+	uint64_t seq;
 
-	if (c->broken || !ch->n || !sq_room(c, ch->n))
+	if (__atomic_load_n(&c->broken, __ATOMIC_RELAXED) || !c->link || !ch->n)
 		return 0;
-	for (unsigned i = 0; i + 1 < ch->n; i++)
-		ch->wr[i].next = &ch->wr[i + 1];
-	rc = ibv_post_send(c->qp, ch->wr, &bad);
-	if (rc) {
-		/* A partly posted chain leaves a hole in the stream: the
-		 * channel is unusable either way. */
-		shim_rdma_mark_broken(c, "post_send", rc);
+	seq = shim_rdma_link_post(c->link, ch);
+	if (!seq)
 		return 0;
-	}
-	c->posted += ch->n;
 	for (unsigned i = 0; i < ch->n; i++)
 		if (ch->wr[i].send_flags & IBV_SEND_SIGNALED)
 			c->last_signaled = ch->wr[i].wr_id;
-	return c->posted;
+	return seq;
 }
 
 uint64_t shim_rdma_post_word(struct rdma_conn *c, size_t ctl_off, uint64_t value, bool signal)
@@ -314,50 +236,49 @@ int shim_rdma_send_switch_at(struct rdma_conn *c, uint64_t offset, bool no_switc
 		.type = SHIM_RDMA_SWITCH_AT,
 		.flags = htobe16(no_switch ? SHIM_RDMA_NO_SWITCH : 0),
 		.offset = htobe64(offset),
+		.to_id = htobe32(c->peer_id),
 	};
-	struct ibv_sge sge = { .addr = (uintptr_t)c->ctl->send_buf, .length = sizeof(at), .lkey = c->slot.lkey };
-	struct ibv_send_wr wr = { 0 }, *bad;
-	int rc;
+	uint64_t seq;
 
-	if (c->broken || !sq_room(c, 1))
+	if (c->broken || !c->link)
 		return -EIO;
-	memcpy(c->ctl->send_buf, &at, sizeof(at));
-	wr.wr_id = c->posted + 1;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.opcode = IBV_WR_SEND;
-	wr.send_flags = IBV_SEND_SIGNALED | (sizeof(at) <= c->max_inline ? IBV_SEND_INLINE : 0);
-	rc = ibv_post_send(c->qp, &wr, &bad);
-	if (rc) {
-		shim_rdma_mark_broken(c, "post_send", rc);
-		return -rc;
-	}
-	c->posted = c->last_signaled = wr.wr_id;
+	seq = shim_rdma_link_send(c->link, &at, sizeof(at));
+	if (!seq)
+		return -EIO;
+	c->last_signaled = seq;
 	c->peer_recvs_used++;
 	/* The completion is the peer's ACK: its receive is done (and its CQE
 	 * written) before our SWITCH frame can go on TCP. */
-	return shim_rdma_wait_seq(c, wr.wr_id) ? 0 : -EIO;
+	return shim_rdma_wait_seq(c, seq) ? 0 : -EIO;
 }
 
-
+/*
+ * Nothing more lands for this connection: its link's QP goes to ERR, so
+ * every connection on the link stops and fails over, each at its own
+ * offset. A stop of one connection alone (the link's other connections
+ * going on) would let the peer's WRITEs for it still execute after our
+ * stop and be acknowledged, and the failover's offsets rest on "acked means
+ * counted" (rdma_fail.c): that needs ERR.
+ */
 void shim_rdma_qp_error(struct rdma_conn *c)
 {
-	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
-	int rc;
-
-	if (!c->qp)
-		return;
-	rc = ibv_modify_qp(c->qp, &attr, IBV_QP_STATE);
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "qp.state", c->fd, c->sock ? &c->sock->tuple : NULL, SHIM_REASON_NONE,
-		   "\"qp\":%u,\"state\":\"err\",\"rc\":%d", c->qp->qp_num, rc);
+		   "\"link\":%u,\"state\":\"err\"", c->link ? c->link->num : 0);
+	if (c->link)
+		shim_rdma_link_break(c->link, "stopped", 0);
 }
 
-/* Acks what the event channel holds; true if the peer disconnected. */
+/* Acks what the connection's event channel holds (its rendezvous, its
+ * handshake); once its link is up, the link's are looked at. true if the
+ * peer disconnected. */
 bool shim_rdma_drain_cm_events(struct rdma_conn *c)
 {
+	struct rdma_link *l = c->link;
 	struct rdma_cm_event *ev;
 	bool gone = false;
 
+	if (l && l->cm_owned && l->ec == c->ec)
+		return shim_rdma_link_cm_gone(l);
 	/* rdma_destroy_id waits for every event of the id we were handed to
 	 * be acked: ack what is queued (the channel is nonblocking). */
 	while (c->ec && rdma_get_cm_event(c->ec, &ev) == 0) {
@@ -370,6 +291,8 @@ bool shim_rdma_drain_cm_events(struct rdma_conn *c)
 			rdma_destroy_id(child);
 		}
 	}
+	if (l && l->cm_owned)
+		gone |= shim_rdma_link_cm_gone(l);
 	return gone;
 }
 

@@ -17,18 +17,9 @@
 
 #define CTL_OFF(field) offsetof(struct shim_rdma_ctl, field)
 
-/*
- * WRITEs are built into a chain and posted with one ibv_post_send: a send's
- * data WRITEs cost one doorbell to the HCA (on Soft-RoCE one system call).
- */
-#define CHAIN_MAX 4
 
-struct wr_chain {
-	struct ibv_send_wr wr[CHAIN_MAX];
-	struct ibv_sge sge[CHAIN_MAX];
-	unsigned n;
-};
-
+/* What the link's reaper hands to a connection (take_imm and the rest). */
+extern const struct rdma_link_handlers shim_rdma_link_handlers;
 /* Appends one RDMA WRITE of len bytes at local to the peer's remote_off.
  * Precondition: fewer than CHAIN_MAX WRs in the chain. */
 void shim_rdma_chain_write(struct rdma_conn *c, struct wr_chain *ch, const void *local, size_t len, uint64_t remote_off,
@@ -65,6 +56,14 @@ bool shim_rdma_drain_cm_events(struct rdma_conn *c);
 static inline uint64_t shim_rdma_load_acq(const uint64_t *p)
 {
 	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+/* The peer's SWITCH_AT came. Acquire: pairs with the release in
+ * take_switch_at(), which the link's reaper may run on another thread:
+ * peer_at and peer_no_switch are complete. */
+static inline bool shim_rdma_peer_at_known(const struct rdma_conn *c)
+{
+	return __atomic_load_n(&c->peer_at_known, __ATOMIC_ACQUIRE);
 }
 
 /* The peer closed both directions the orderly way (CLOSED immediate and

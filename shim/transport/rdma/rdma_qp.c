@@ -26,9 +26,6 @@
  * gave up under QEMU TCG load, where a VM can stall for 100 ms. */
 #define ACK_TIMEOUT 17
 #define RETRY_COUNT 7
-#define SQ_DEPTH 64
-#define CQ_DEPTH (SQ_DEPTH + SHIM_RDMA_RQ_DEPTH + 8)
-#define WANT_INLINE 64
 
 socklen_t shim_rdma_sockaddr(const struct shim_endpoint *ep, uint16_t port, struct sockaddr_storage *ss)
 {
@@ -80,35 +77,30 @@ int shim_rdma_qp_to(struct rdma_conn *c, enum ibv_qp_state st)
 		if (st == IBV_QPS_RTS) {
 			/* Our retries are ours to bound, whatever the peer's CM
 			 * message asked for (rdma_cm takes them from it). RNR: an
-			 * honest peer never runs out of receives (we send no more
-			 * immediates than it credited), so the first RNR NAK fails
-			 * the WR at once: 7 would mean retry forever, and a peer
-			 * posting no receives would stall us in shim_rdma_wait_seq(). */
+			 * honest peer never runs out of receives (a link's cover
+			 * every credit of its connections: rdma_link.h), so the
+			 * first RNR NAK fails the WR at once: 7 would mean retry
+			 * forever, and a peer posting no receives would stall us in
+			 * shim_rdma_wait_seq(). */
 			attr.rnr_retry = 0;
 			attr.retry_cnt = RETRY_COUNT;
 			mask |= IBV_QP_RNR_RETRY | IBV_QP_RETRY_CNT;
 		}
-		rc = -ibv_modify_qp(c->qp, &attr, mask);
+		rc = -ibv_modify_qp(c->link->qp, &attr, mask);
 	}
 	SHIM_TRACE(rc ? SHIM_TRACE_WARN : SHIM_TRACE_DEBUG, "qp.state", c->fd, &c->sock->tuple, SHIM_REASON_NONE,
-		   "\"qp\":%u,\"state\":\"%s\",\"rc\":%d", c->qp->qp_num, state_name(st), rc);
+		   "\"qp\":%u,\"link\":%u,\"state\":\"%s\",\"rc\":%d", c->link->qp->qp_num, c->link->num,
+		   state_name(st), rc);
 	return rc;
 }
 
-/* PD, slot, CQ and QP on the id's device; the QP in INIT with its receive
- * posted (a SWITCH_AT may arrive as soon as the peer is in RTS). */
-int shim_rdma_make_qp(struct rdma_conn *c)
+/* The connection's own memory on pd: its slot (ring, control page,
+ * staging copy) and the MR the peer writes through. */
+int shim_rdma_conn_memory(struct rdma_conn *c, struct ibv_pd *pd)
 {
-	struct ibv_qp_init_attr init;
-	struct ibv_pd *pd = shim_rdma_pd_for(c->id->verbs);
 	size_t slot_bytes = shim_rdma_slot_bytes(c->ring_bytes);
-	uint8_t timeout = ACK_TIMEOUT;
 	int rc;
 
-	if (!pd)
-		return -ENOMEM;
-	/* Before RTS, whose attributes rdma_init_qp_attr computes from it. */
-	rdma_set_option(c->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof(timeout));
 	if (c->slot.chunk && c->pd != pd) {
 		if (c->mr)
 			ibv_dereg_mr(c->mr);
@@ -135,47 +127,60 @@ int shim_rdma_make_qp(struct rdma_conn *c)
 	}
 	c->pd = pd;
 	shim_rdma_chan_init(c);
-	c->cq = ibv_create_cq(c->id->verbs, CQ_DEPTH, NULL, NULL, 0);
-	if (!c->cq)
-		return -errno;
-	memset(&init, 0, sizeof(init));
-	init.send_cq = init.recv_cq = c->cq;
-	init.qp_type = IBV_QPT_RC;
-	init.sq_sig_all = 0; /* selective signaling: rdma_chan.c decides */
-	init.cap.max_send_wr = SQ_DEPTH;
-	init.cap.max_recv_wr = SHIM_RDMA_RQ_DEPTH;
-	init.cap.max_send_sge = init.cap.max_recv_sge = 1;
-	init.cap.max_inline_data = WANT_INLINE;
-	c->qp = ibv_create_qp(pd, &init);
-	if (!c->qp) {
-		/* A device without inline data: everything from registered memory. */
-		init.cap.max_inline_data = 0;
-		c->qp = ibv_create_qp(pd, &init);
-	}
-	if (!c->qp)
-		return -errno;
-	c->max_inline = init.cap.max_inline_data;
+	shim_rdma_post_recvs(c);
+	return 0;
+}
+
+/* The connection's memory and a new link (CQ, QP) on the id's device, the
+ * QP in INIT with the link's receives posted (a SWITCH_AT may arrive as
+ * soon as the peer is in RTS). */
+int shim_rdma_make_qp(struct rdma_conn *c)
+{
+	struct ibv_pd *pd = shim_rdma_pd_for(c->id->verbs);
+	struct rdma_link *l;
+	uint8_t timeout = ACK_TIMEOUT;
+	int rc;
+
+	if (!pd)
+		return -ENOMEM;
+	/* Before RTS, whose attributes rdma_init_qp_attr computes from it. */
+	rdma_set_option(c->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof(timeout));
+	rc = shim_rdma_conn_memory(c, pd);
+	if (rc == 0)
+		rc = shim_rdma_link_make(c->id, c->ec, pd, c->sock->role == SHIM_ROLE_CLIENT, &c->sock->tuple.peer, &l);
+	if (rc < 0)
+		return rc;
+	rc = shim_rdma_link_attach(l, c);
+	shim_rdma_link_put(l); /* the place holds it now */
+	if (rc < 0)
+		return rc;
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "qp.state", c->fd, &c->sock->tuple, SHIM_REASON_NONE,
-		   "\"qp\":%u,\"state\":\"reset\",\"rc\":0,\"max_inline\":%u", c->qp->qp_num, c->max_inline);
+		   "\"qp\":%u,\"link\":%u,\"state\":\"reset\",\"rc\":0,\"max_inline\":%u", l->qp->qp_num, l->num,
+		   l->max_inline);
 	rc = shim_rdma_qp_to(c, IBV_QPS_INIT);
 	if (rc == 0)
-		rc = shim_rdma_post_recvs(c);
+		rc = shim_rdma_link_post_recvs(l);
 	return rc;
 }
 
+/* S, before a retry: the link made for the attempt goes (it never
+ * connected); the connection's memory stays for the next one. */
 void shim_rdma_drop_qp(struct rdma_conn *c)
 {
-	if (c->qp) {
-		shim_rdma_qp_error(c);
-		ibv_destroy_qp(c->qp);
-		c->qp = NULL;
+	struct shim_mr_slot slot = c->slot;
+	struct ibv_mr *mr = c->mr;
+
+	if (c->link) {
+		/* Not told to anyone: leave frees nothing we still want. */
+		memset(&c->slot, 0, sizeof(c->slot));
+		c->mr = NULL;
+		c->link_told_peer = false;
+		shim_rdma_link_leave(c);
+		c->slot = slot;
+		c->mr = mr;
 	}
-	if (c->cq) {
-		ibv_destroy_cq(c->cq);
-		c->cq = NULL;
-	}
-	/* The next QP starts with its own receives: the peer checks the
-	 * count we report against the queue depth. */
+	/* The next link's make_qp counts our share of receives afresh: the
+	 * peer checks the count we report against the queue depth. */
 	c->recv_posted = c->recv_reported = 0;
 }
 
@@ -190,6 +195,7 @@ void shim_rdma_fill_hello(const struct rdma_conn *c, struct shim_rdma_hello *h, 
 	h->addr = htobe64((uint64_t)(uintptr_t)c->slot.addr);
 	h->rkey = htobe32(c->mr->rkey);
 	h->ring_bytes = htobe32(c->ring_bytes);
+	h->conn_id = htobe32(c->link_id);
 }
 
 /* Checks a hello of type from private data; fills the peer's ring. */
@@ -201,11 +207,14 @@ int shim_rdma_take_hello(struct rdma_conn *c, const void *data, size_t len, uint
 		return -EPROTO;
 	memcpy(&h, data, sizeof(h));
 	if (be32toh(h.magic) != SHIM_RDMA_MAGIC || h.version != SHIM_RDMA_VERSION || h.type != type ||
-	    h.order != 0x0102 || be32toh(h.ring_bytes) != c->ring_bytes || !h.addr)
+	    h.order != 0x0102 || be32toh(h.ring_bytes) != c->ring_bytes || !h.addr ||
+	    be32toh(h.conn_id) > SHIM_RDMA_IMM_ID || h.reserved)
 		return -EPROTO;
 	memcpy(nonce_out, h.nonce, SHIM_NONCE_LEN);
 	c->remote_addr = be64toh(h.addr);
 	c->rkey = be32toh(h.rkey);
+	c->peer_id = be32toh(h.conn_id);
+	c->peer_id_known = true;
 	return 0;
 }
 
@@ -220,5 +229,5 @@ void shim_rdma_conn_param(struct rdma_conn *c, struct rdma_conn_param *p, const 
 	/* What we ask of the peer; our own QP is set in shim_rdma_qp_to() regardless. */
 	p->retry_count = RETRY_COUNT;
 	p->rnr_retry_count = 0; /* receives are posted before RTR, and credited */
-	p->qp_num = c->qp->qp_num;
+	p->qp_num = c->link->qp->qp_num;
 }

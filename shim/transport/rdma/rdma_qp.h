@@ -19,6 +19,8 @@ socklen_t shim_rdma_sockaddr(const struct shim_endpoint *ep, uint16_t port, stru
 int shim_rdma_qp_to(struct rdma_conn *c, enum ibv_qp_state st);
 /* The CQ, the QP, the slot and its MR, the receives; 0 or -errno. */
 int shim_rdma_make_qp(struct rdma_conn *c);
+/* The connection's slot and MR on pd (and its share of receives). 0 or -errno. */
+int shim_rdma_conn_memory(struct rdma_conn *c, struct ibv_pd *pd);
 /* Undoes make_qp (S retries with a new id). */
 void shim_rdma_drop_qp(struct rdma_conn *c);
 /* Our hello of type, with nonce, as CM private data. */

@@ -105,6 +105,8 @@ static void c_connect_request(struct shim_sock *s, int fd, struct rdma_conn *c, 
 		rdma_destroy_id(child);
 		return;
 	}
+	/* S took rdma_cm's way: an OFFER of ours on a link is left unanswered. */
+	shim_rdma_link_withdraw(c);
 	c->id = child;
 	rc = shim_rdma_make_qp(c);
 	if (rc == 0)
@@ -116,6 +118,7 @@ static void c_connect_request(struct shim_sock *s, int fd, struct rdma_conn *c, 
 	if (rc == 0) {
 		shim_rdma_fill_hello(c, &accept, SHIM_RDMA_ACCEPT, s->rx_nonce);
 		shim_rdma_conn_param(c, &param, &accept, sizeof(accept));
+		c->link_told_peer = true;
 		rc = rdma_accept(child, &param) ? -errno : 0;
 	}
 	if (rc < 0) {
@@ -166,6 +169,7 @@ static void s_route_resolved(struct shim_sock *s, int fd, struct rdma_conn *c)
 	if (rc == 0) {
 		shim_rdma_fill_hello(c, &offer, SHIM_RDMA_OFFER, s->rx_nonce);
 		shim_rdma_conn_param(c, &param, &offer, sizeof(offer));
+		c->link_told_peer = true;
 		rc = rdma_connect(c->id, &param) ? -errno : 0;
 	}
 	if (rc < 0) {
@@ -199,6 +203,7 @@ static void s_connect_response(struct shim_sock *s, int fd, struct rdma_conn *c,
 	c->installed = true;
 	c->established = true;
 	c->step = RDMA_CONNECTED;
+	shim_rdma_link_up(c->link);
 }
 
 /* S: nobody listened (C not there yet, or a plain peer): try again. */
@@ -267,7 +272,7 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 		/* S's SWITCH_AT completes (its CQE is ours) before S can close
 		 * and send the DREQ: look at the CQ once more before giving up. */
 		shim_rdma_reap(c);
-		if (!c->peer_at_known)
+		if (!shim_rdma_peer_at_known(c))
 			shim_rdma_give_up(s, fd, reason_of(e));
 		else if (e == RDMA_CM_EVENT_DISCONNECTED || e == RDMA_CM_EVENT_TIMEWAIT_EXIT)
 			c->peer_disconnected = true; /* see RDMA_CONNECTED */
@@ -309,6 +314,7 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 		return;
 	case RDMA_WARMING:
 	case RDMA_S_RETRY:
+	case RDMA_S_LINK_WAIT:
 		return;
 	}
 }
@@ -326,7 +332,7 @@ static void check_deadline(struct shim_sock *s, int fd, struct rdma_conn *c, uns
 		 * look once more: one that got in commits us. */
 		shim_rdma_qp_error(c);
 		shim_rdma_reap(c);
-		if (!c->peer_at_known)
+		if (!shim_rdma_peer_at_known(c))
 			shim_rdma_give_up(s, fd, SHIM_REASON_CM_TIMEOUT);
 		return;
 	case RDMA_S_ADDR:
@@ -340,6 +346,7 @@ static void check_deadline(struct shim_sock *s, int fd, struct rdma_conn *c, uns
 }
 
 static void warm_wait(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now);
+static void link_step(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now);
 
 void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 {
@@ -367,7 +374,21 @@ void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 	/* Completions first: a SWITCH_AT from S proves it committed, even if
 	 * its DISCONNECTED (a short connection) is already queued behind. */
 	shim_rdma_reap(c);
-	while (rdma_get_cm_event(c->ec, &raw) == 0) {
+	if (c->step == RDMA_S_LINK_WAIT) {
+		link_step(s, fd, c, now);
+		return;
+	}
+	if (c->step == RDMA_C_LISTEN && shim_rdma_link_accepted(s, fd, c)) {
+		/* S took our OFFER on the link: our listener goes, what it
+		 * queued acked first (rdma_destroy_id waits for that). */
+		if (s->neg != c)
+			return;
+		shim_rdma_drain_cm_events(c);
+		rdma_destroy_id(c->listen_id);
+		c->listen_id = NULL;
+	}
+	/* Once the link is up its CM events are its own (rdma_link.c). */
+	while (c->ec && !(c->link && c->link->cm_owned) && rdma_get_cm_event(c->ec, &raw) == 0) {
 		struct cm_ev ev = { .e = raw->event, .status = raw->status, .id = raw->id };
 
 		if (raw->param.conn.private_data) {
@@ -393,9 +414,10 @@ void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 		return;
 	}
 	shim_rdma_reap(c);
-	if (c->step == RDMA_C_ACCEPTED && (c->established || c->peer_at_known)) {
+	if (c->step == RDMA_C_ACCEPTED && (c->established || shim_rdma_peer_at_known(c))) {
 		c->established = true;
 		c->step = RDMA_CONNECTED;
+		shim_rdma_link_up(c->link);
 	}
 	if (c->step != RDMA_CONNECTED) {
 		check_deadline(s, fd, c, now);
@@ -404,19 +426,51 @@ void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 	shim_rdma_connected(s, fd, c);
 }
 
-/* The first steps, once the process is warm (s->deadline_ns restarted). */
-static void begin(struct shim_sock *s, int fd, struct rdma_conn *c)
+static bool make_ec(struct shim_sock *s, int fd, struct rdma_conn *c)
 {
+	if (c->ec)
+		return true;
 	c->ec = rdma_create_event_channel();
 	if (!c->ec || REAL(fcntl)(c->ec->fd, F_SETFL, REAL(fcntl)(c->ec->fd, F_GETFL) | O_NONBLOCK) < 0) {
 		shim_rdma_give_up(s, fd, SHIM_REASON_NO_RDMA_DEVICE);
-		return;
+		return false;
 	}
 	REAL(fcntl)(c->ec->fd, F_SETFD, FD_CLOEXEC);
+	return true;
+}
+
+/* The rdma_cm way: a rendezvous of this connection's own, and a new link. */
+static void begin_cm(struct shim_sock *s, int fd, struct rdma_conn *c)
+{
+	if (!make_ec(s, fd, c))
+		return;
 	if (s->role == SHIM_ROLE_CLIENT)
 		c_cm_listen(s, fd, c);
 	else
 		s_resolve(s, fd, c);
+}
+
+/* The first steps, once the process is warm (s->deadline_ns restarted):
+ * S takes an OFFER on a link (or waits for one while a link goes to C's
+ * host), else rdma_cm; C listens with rdma_cm and also offers on a link to
+ * the server's endpoint if it has one (rdma_link_join.c). */
+static void begin(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now)
+{
+	if (shim_rdma_link_begin(s, fd, c, now))
+		return;
+	begin_cm(s, fd, c);
+	if (s->neg == c && c->step == RDMA_C_LISTEN)
+		shim_rdma_link_offer(s, fd, c);
+}
+
+/* S waits for C's OFFER on the link; when none comes in time, the
+ * rdma_cm way. */
+static void link_step(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now)
+{
+	if (!shim_rdma_link_progress(s, fd, c, now))
+		begin_cm(s, fd, c);
+	else if (s->neg == c && c->step == RDMA_CONNECTED)
+		shim_rdma_connected(s, fd, c);
 }
 
 static void warm_wait(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now)
@@ -426,7 +480,7 @@ static void warm_wait(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned
 	if (st == WARM_READY) {
 		/* The upgrade's own time starts now. */
 		shim_upgrade_arm_deadline(s, now);
-		begin(s, fd, c);
+		begin(s, fd, c, now);
 	} else if (shim_rdma_warm_verdict(st) != SHIM_REASON_NONE) {
 		shim_rdma_give_up(s, fd, shim_rdma_warm_verdict(st));
 	} else if (now >= c->step_deadline_ns) {
@@ -476,7 +530,7 @@ void shim_rdma_start(struct shim_sock *s, int fd, unsigned long long now)
 	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.start", fd, &s->tuple, SHIM_REASON_NONE,
 		   "\"role\":\"%s\",\"transport\":\"rdma\"", shim_role_name(s->role));
 	if (st == WARM_READY)
-		begin(s, fd, c);
+		begin(s, fd, c, now);
 }
 
 /* RDMA reaches any peer (even one on this host, when listed before shm). */

@@ -83,12 +83,12 @@ void shim_rdma_connected(struct shim_sock *s, int fd, struct rdma_conn *c)
 	if (!c->tx_decided) {
 		if (s->role == SHIM_ROLE_CLIENT)
 			decide_tx(s, fd, c, s->wr_shut);
-		else if (c->peer_at_known && c->peer_no_switch)
+		else if (shim_rdma_peer_at_known(c) && c->peer_no_switch)
 			decide_tx(s, fd, c, true);
 		else if (c->broken || shim_rdma_tx_proved(c))
 			decide_tx(s, fd, c, s->wr_shut);
 	}
-	if (c->peer_at_known && !c->rx_learned)
+	if (shim_rdma_peer_at_known(c) && !c->rx_learned)
 		learn_rx(s, fd, c);
 	if (c->tx_switched && !c->broken && c->rx_learned && c->peer_no_switch)
 		/* C switched, S stays on TCP: S can never prove itself, so our

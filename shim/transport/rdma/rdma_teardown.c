@@ -34,7 +34,7 @@ static bool teardown_wait(struct rdma_conn *c, uint64_t seq, unsigned long long 
 {
 	unsigned long long end = shim_now_ns() + bound_ns;
 
-	while (seq && c->completed < seq && !c->broken && shim_now_ns() < end) {
+	while (seq && shim_rdma_link_completed(c->link) < seq && !c->broken && shim_now_ns() < end) {
 		shim_rdma_reap(c);
 		if (shim_rdma_drain_cm_events(c)) {
 			*peer_gone = true;
@@ -42,18 +42,20 @@ static bool teardown_wait(struct rdma_conn *c, uint64_t seq, unsigned long long 
 		}
 		sched_yield();
 	}
-	return seq && c->completed >= seq;
+	return seq && shim_rdma_link_completed(c->link) >= seq;
 }
 
 void shim_rdma_teardown(struct rdma_conn *c)
 {
 	bool peer_gone = shim_rdma_drain_cm_events(c) || c->peer_disconnected;
+	/* The CM objects are the link's once it is up (it outlives us). */
+	bool cm_ours = !(c->link && c->link->cm_owned && c->link->id == c->id);
 
-	if (c->qp && c->remote_addr && c->installed && !c->broken && !peer_gone) {
+	if (c->link && c->on_link && c->remote_addr && c->installed && !c->broken && !peer_gone) {
 		if (c->last_signaled && !teardown_wait(c, c->last_signaled, TEARDOWN_WAIT_NS, &peer_gone))
 			SHIM_TRACE(SHIM_TRACE_WARN, "rdma.close_unsent", c->fd, c->sock ? &c->sock->tuple : NULL,
 				   SHIM_REASON_NONE, "\"wrs\":%llu",
-				   (unsigned long long)(c->last_signaled - c->completed));
+				   (unsigned long long)(c->last_signaled - shim_rdma_link_completed(c->link)));
 		if (!c->broken && !peer_gone) {
 			/* The peer sees both directions closed, as with shm
 			 * (CLOSED only to a proved peer, after our last byte);
@@ -71,25 +73,23 @@ void shim_rdma_teardown(struct rdma_conn *c)
 		}
 	}
 	c->torn_down = true;
-	if (c->id && c->installed && !peer_gone)
-		rdma_disconnect(c->id);
-	shim_rdma_qp_error(c);
-	shim_rdma_reap(c);
-	if (c->qp)
-		ibv_destroy_qp(c->qp);
-	if (c->cq)
-		ibv_destroy_cq(c->cq);
-	shim_rdma_drain_cm_events(c);
-	if (c->id)
-		rdma_destroy_id(c->id);
+	/* Our place on the link goes (its memory once the peer released it
+	 * too); the last reference frees the link. */
+	shim_rdma_link_leave(c);
+	if (cm_ours) {
+		if (c->id && c->installed && !peer_gone)
+			rdma_disconnect(c->id);
+		shim_rdma_drain_cm_events(c);
+		if (c->id)
+			rdma_destroy_id(c->id);
+	}
 	if (c->listen_id)
 		rdma_destroy_id(c->listen_id);
-	if (c->ec)
+	if (cm_ours && c->ec)
 		rdma_destroy_event_channel(c->ec);
 	if (c->mr)
 		ibv_dereg_mr(c->mr);
-	shim_mrpool_put(&c->slot);
-	if (c->cq_lock_ready)
-		pthread_spin_destroy(&c->cq_lock);
+	if (c->slot.chunk)
+		shim_mrpool_put(&c->slot);
 	free(c);
 }

@@ -6,7 +6,11 @@
  *    of REQ private data and 196 of REP; rdma_cm keeps 36 of the REQ's for
  *    its own header in RDMA_PS_TCP, which leaves 56 for us. Integers there
  *    are big-endian: the two hosts need not agree on byte order to talk.
- *  - SWITCH_AT is a two-sided SEND on the connected QP, one each way.
+ *  - The QP is a link's (rdma_link.c): every connection between the same
+ *    two processes shares it. SWITCH_AT and the link's own messages
+ *    (struct shim_rdma_link_msg: OFFER and ACCEPT of a later connection,
+ *    RELEASE of a connection's memory) are two-sided SENDs on it; each
+ *    names the connection by the id the receiver gave it.
  *  - The control page (struct shim_rdma_ctl) and the ring data are written
  *    by the peer with RDMA WRITEs, in the writer's byte order: both hosts
  *    must share it (x86-64 and aarch64 do), which the hello's magic checks.
@@ -20,7 +24,7 @@
 #include "wire.h"
 
 #define SHIM_RDMA_MAGIC 0x52534852u /* "RSHR" */
-#define SHIM_RDMA_VERSION 4 /* 2: ring tails by WRITE WITH IMMEDIATE; 3: the proof before any byte; 4: the head exact once the ring is empty */
+#define SHIM_RDMA_VERSION 5 /* 2: ring tails by WRITE WITH IMMEDIATE; 3: the proof before any byte; 4: the head exact once the ring is empty; 5: links (one QP per process pair) */
 #define SHIM_RDMA_REQ_PRIVATE_MAX 56
 #define SHIM_RDMA_REP_PRIVATE_MAX 196
 
@@ -28,6 +32,9 @@ enum shim_rdma_msg {
 	SHIM_RDMA_OFFER = 1,
 	SHIM_RDMA_ACCEPT = 2,
 	SHIM_RDMA_SWITCH_AT = 3,
+	SHIM_RDMA_LINK_OFFER = 4,   /* C -> S on a link: a later connection's OFFER */
+	SHIM_RDMA_LINK_ACCEPT = 5,  /* S -> C: its answer */
+	SHIM_RDMA_LINK_RELEASE = 6, /* either way: I write into that connection's memory no more */
 };
 
 /* SWITCH_AT flag: this direction stays on TCP (its write side was shut). */
@@ -43,8 +50,10 @@ struct shim_rdma_hello {
 	uint64_t addr;    /* the sender's control page (struct shim_rdma_ctl) */
 	uint32_t rkey;    /* covers the control page and the ring after it */
 	uint32_t ring_bytes; /* data bytes of each ring; both ends must agree */
+	uint32_t conn_id; /* the sender's id of this connection on the link (immediates and messages name it) */
+	uint32_t reserved; /* 0 */
 };
-_Static_assert(sizeof(struct shim_rdma_hello) == 40, "hello is 40 bytes");
+_Static_assert(sizeof(struct shim_rdma_hello) == 48, "hello is 48 bytes");
 _Static_assert(sizeof(struct shim_rdma_hello) <= SHIM_RDMA_REQ_PRIVATE_MAX, "OFFER fits a REQ");
 _Static_assert(sizeof(struct shim_rdma_hello) <= SHIM_RDMA_REP_PRIVATE_MAX, "ACCEPT fits a REP");
 
@@ -54,23 +63,48 @@ struct shim_rdma_switch_at {
 	uint8_t type;    /* SHIM_RDMA_SWITCH_AT */
 	uint16_t flags;  /* SHIM_RDMA_NO_SWITCH, big-endian */
 	uint64_t offset; /* TCP bytes before the sender's SWITCH frame, big-endian */
+	uint32_t to_id;  /* the receiver's id of the connection, big-endian */
+	uint32_t reserved; /* 0 */
 };
-_Static_assert(sizeof(struct shim_rdma_switch_at) == 16, "switch_at is 16 bytes");
+_Static_assert(sizeof(struct shim_rdma_switch_at) == 24, "switch_at is 24 bytes");
 
-#define SHIM_RDMA_SCRATCH_WORDS 64
+/*
+ * A link's own messages, SENT on its QP. OFFER: C asks the process at the
+ * link's other end to take the connection named by the four addresses
+ * (C's TCP end, S's TCP end), with C's hello (nonce, control page, rkey,
+ * ring size, C's id). ACCEPT: S's hello for it, to_id naming C's id.
+ * RELEASE: the sender writes nothing more into the memory of the
+ * connection to_id names (the receiver's id); the receiver may give that
+ * memory back once it is done with the connection too.
+ */
+struct shim_rdma_link_msg {
+	uint32_t magic;  /* SHIM_RDMA_MAGIC, big-endian */
+	uint8_t version;
+	uint8_t type;    /* SHIM_RDMA_LINK_* */
+	uint16_t reserved; /* 0 */
+	uint32_t to_id;  /* the receiver's id (ACCEPT, RELEASE); 0 in OFFER */
+	uint16_t client_port, server_port; /* big-endian (OFFER) */
+	uint8_t client_addr[16], server_addr[16]; /* v4-mapped (OFFER) */
+	struct shim_rdma_hello hello; /* OFFER, ACCEPT */
+};
+_Static_assert(sizeof(struct shim_rdma_link_msg) == 96, "link message is 96 bytes");
+
 
 /*
  * The immediate of a ring WRITE WITH IMMEDIATE (big-endian on the wire, as
- * verbs carries it): how many bytes this send added to the ring, and the
- * CLOSED bit for the producer's last word (a zero-length write). The
- * consumer learns both from its completion queue, which the HCA fills only
- * after the data is placed: one packet per small send carries data and tail.
- * Each one takes a posted receive at the consumer; the consumer reposts and
- * reports its count in tx_peer_recvs, and the producer never has more in
- * flight than the consumer posted (SHIM_RDMA_RQ_DEPTH at first).
+ * verbs carries it): the consumer's id of the connection (the link is
+ * shared), and the CLOSED bit for the producer's last word. That WRITE is
+ * the 8-byte tail word itself (rx_announced in the consumer's control page:
+ * the bytes the producer has put into the ring in all), after the data
+ * WRITEs on the same QP; the consumer reads it when the completion comes,
+ * which the HCA writes only after the data and the word are placed.
+ * Each one takes a posted receive at the consumer; the consumer counts a
+ * connection's share of them (tx_peer_recvs) as credit, and the producer
+ * never has more of one connection's in flight than SHIM_RDMA_RQ_DEPTH
+ * plus what was reported taken.
  */
 #define SHIM_RDMA_IMM_CLOSED 0x80000000u
-#define SHIM_RDMA_IMM_BYTES 0x7fffffffu
+#define SHIM_RDMA_IMM_ID 0x00ffffffu
 #define SHIM_RDMA_RQ_DEPTH 128
 
 /*
@@ -91,23 +125,16 @@ struct shim_rdma_ctl {
 	 * with RDMA WRITE WITH IMMEDIATE: the tail and "closed" arrive as
 	 * completions on our CQ (SHIM_RDMA_IMM_*), not as words here. */
 	uint64_t rx_wants_space;
-	uint8_t pad0[64 - 8];
+	uint64_t rx_announced; /* the producer's tail (see the immediate above) */
+	uint8_t pad0[64 - 16];
 	/* Our send ring, written by the peer as consumer. */
 	uint64_t tx_head;
 	uint64_t tx_consumer_armed;
 	uint64_t tx_consumer_closed;
 	uint64_t tx_peer_recvs; /* receives the peer has posted in all (0: not told yet) */
 	uint8_t pad1[64 - 32];
-	/* Local: the peer's SWITCH_AT lands here; ours is sent from here. */
-	uint8_t recv_buf[64];
-	uint8_t send_buf[64];
-	/* Local: sources of control-word writes when inline is not available,
-	 * one per send-queue slot so none is reused before its write is done. */
-	uint64_t scratch[SHIM_RDMA_SCRATCH_WORDS];
 };
 _Static_assert(offsetof(struct shim_rdma_ctl, tx_head) == 64, "tx words on their own line");
-_Static_assert(offsetof(struct shim_rdma_ctl, recv_buf) == 128, "local words after the remote ones");
-_Static_assert(65536u * 1024u <= SHIM_RDMA_IMM_BYTES, "a whole ring's bytes fit the immediate");
 
 #define SHIM_RDMA_CTL_BYTES 4096u
 _Static_assert(sizeof(struct shim_rdma_ctl) <= SHIM_RDMA_CTL_BYTES, "control page fits");

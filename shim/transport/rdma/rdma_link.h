@@ -1,0 +1,210 @@
+/*
+ * Links: one RC queue pair shared by every RDMA connection between two
+ * processes (rdma_link.c; shim/PROTOCOL.md, "Links"). The kernel's SMC-R
+ * link groups are the model: a host pair's connections do not each pay a
+ * QP, a CQ and rdma_cm's round trips.
+ *
+ * A link is made by the rdma_cm handshake of its first connection
+ * (rdma_setup.c) and is offered to later ones only once a connection on it
+ * proved its peer (shim_rdma_link_trust). A later connection between the
+ * same two processes is then one OFFER and one ACCEPT on the link. Each
+ * connection keeps its own registered slot (ring, control page, MR), and
+ * the link names it by an id in every immediate and message.
+ *
+ * Locks: the table's mutex (rdma_link_table.c: which links exist), then
+ * a link's lock (its CQ, its connections' places, pending OFFERs), then its
+ * post lock (sequence numbers and ibv_post_send). A sock's lock comes before
+ * all of them; the reaper touches other connections only through their
+ * atomic words (take_imm, take_switch_at, the ACCEPT mailbox).
+ */
+#ifndef RDMASHIM_RDMA_LINK_H
+#define RDMASHIM_RDMA_LINK_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <infiniband/verbs.h>
+
+#include "mrpool.h"
+#include "rdma_wire.h"
+#include "tuple.h"
+
+struct rdma_conn;
+struct rdma_cm_id;
+struct rdma_event_channel;
+struct ibv_pd;
+struct ibv_cq;
+struct ibv_qp;
+struct ibv_mr;
+
+/*
+ * A link carries at most SHIM_LINK_MAX_CONNS connections (live, or closed
+ * and waiting for the peer's RELEASE), so that its receives cover every
+ * credit it gives out: each connection may have SHIM_RDMA_RQ_DEPTH of the
+ * peer's immediates (and its SWITCH_AT) outstanding, and link messages
+ * (OFFER, ACCEPT, RELEASE) take a few more per connection. An honest peer
+ * then never finds the link's receives used up (no RNR: rnr_retry stays 0),
+ * and a connection beyond the cap makes a new link.
+ */
+#define SHIM_LINK_MAX_CONNS 32
+#define SHIM_LINK_SQ_DEPTH 1024
+#define SHIM_LINK_RQ_DEPTH (SHIM_LINK_MAX_CONNS * SHIM_RDMA_RQ_DEPTH + 8 * SHIM_LINK_MAX_CONNS)
+#define SHIM_LINK_CELL 128 /* one receive or one send's message or word */
+#define SHIM_LINK_OFFERS 32
+
+/*
+ * WRs are built into a chain and posted with one ibv_post_send: a send's
+ * data and its tail cost one doorbell to the HCA (on Soft-RoCE one system
+ * call). A word or a message is posted inline where the device allows it,
+ * else from the link's send cell for its sequence number.
+ */
+#define CHAIN_MAX 4
+struct wr_chain {
+	struct ibv_send_wr wr[CHAIN_MAX];
+	struct ibv_sge sge[CHAIN_MAX];
+	uint64_t words[CHAIN_MAX];
+	unsigned copy_mask; /* entries whose source must sit in a send cell unless inline */
+	unsigned n;
+};
+
+/* What the reaper hands to a connection (rdma_post.c fills it): the link
+ * knows connections only by their places. Called with the link's lock
+ * held, from any thread; false: the peer broke the rules, and the link
+ * breaks (its other connections have the same peer). */
+struct rdma_link_handlers {
+	bool (*imm)(struct rdma_conn *c, uint32_t imm);
+	bool (*switch_at)(struct rdma_conn *c, const void *buf, size_t len);
+	bool (*accept)(struct rdma_conn *c, const struct shim_rdma_link_msg *m);
+	void (*broken)(struct rdma_conn *c, const char *why, int detail);
+};
+void shim_rdma_link_set_handlers(const struct rdma_link_handlers *h);
+
+/* A connection's place on a link: its memory stays until both ends let it
+ * go (the peer may still WRITE there until its RELEASE arrives). */
+struct rdma_link_place {
+	struct rdma_conn *conn; /* NULL once detached: nothing more lands for it */
+	struct shim_mr_slot slot;
+	struct ibv_mr *mr;
+	bool used;
+	bool peer_released; /* the peer's RELEASE came */
+	bool local_done;    /* our connection is gone; slot and mr are ours here */
+};
+
+struct rdma_link_offer {
+	bool used;
+	unsigned long long at_ns;
+	struct shim_rdma_link_msg msg;
+};
+
+struct rdma_link {
+	unsigned num; /* for traces */
+	pid_t pid;
+	int refs; /* connections on it, the table, lookups; atomic */
+	struct rdma_event_channel *ec;
+	struct rdma_cm_id *id;
+	bool cm_owned; /* up: ec and id are the link's (before, its first connection's) */
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	uint8_t *cells; /* SHIM_LINK_RQ_DEPTH receive cells, then SHIM_LINK_SQ_DEPTH send cells */
+	struct ibv_mr *cells_mr;
+	uint32_t max_inline;
+	pthread_mutex_t lock;      /* the CQ, places, offers */
+	pthread_mutex_t post_lock; /* sequence numbers and posting */
+	/* Send queue accounting: WRs are numbered 1, 2, ... on the link; RC
+	 * completes them in order, so one signaled completion retires all
+	 * earlier ones, whichever connection posted them. */
+	uint64_t posted, last_signaled;
+	uint64_t completed, completed_ok; /* atomic */
+	uint64_t bytes_posted; /* RDMASHIM_TEST_FAIL_LINK_KB */
+	bool broken;             /* atomic: the QP failed; every connection on it did */
+	bool peer_disconnected;  /* the CM peer's DREQ came (after up) */
+	bool trusted;            /* a connection on it proved its peer */
+	bool in_table;
+	bool client;             /* we were C of its first connection */
+	struct shim_endpoint peer;   /* C: the server's TCP endpoint; S: the client's address (port 0) */
+	struct rdma_link_place *places;
+	unsigned n_places, live, held; /* held: places waiting for the peer's RELEASE */
+	struct rdma_link_offer offers[SHIM_LINK_OFFERS];
+	/* The ids (the peer's) of OFFERs dropped unclaimed: their RELEASE is
+	 * owed (sent outside the lock, by shim_rdma_link_claim). */
+	uint32_t owed[SHIM_LINK_OFFERS];
+	unsigned n_owed;
+	struct rdma_link *next;
+};
+
+/* Makes a link's CQ and QP (in RESET) on id's device, its cells registered
+ * and receives to be posted in INIT. The CM objects stay the first
+ * connection's until shim_rdma_link_up. 0 or -errno; *out holds one
+ * reference. */
+int shim_rdma_link_make(struct rdma_cm_id *id, struct rdma_event_channel *ec, struct ibv_pd *pd, bool client,
+			const struct shim_endpoint *peer, struct rdma_link **out);
+/* Posts every receive (after INIT). */
+int shim_rdma_link_post_recvs(struct rdma_link *l);
+/* The handshake connected: the CM objects are the link's from now on. */
+void shim_rdma_link_up(struct rdma_link *l);
+/* A connection on it proved its peer: later connections may use it. */
+void shim_rdma_link_trust(struct rdma_link *l);
+/* Gives c a place (its id) on l, with one more reference. 0 or -errno. */
+int shim_rdma_link_attach(struct rdma_link *l, struct rdma_conn *c);
+/* Nothing more lands for c: completions that name it are dropped. */
+void shim_rdma_link_detach(struct rdma_conn *c);
+/* c goes: detach, tell the peer (RELEASE), keep its memory until the peer
+ * released it too, drop the reference (the last one frees the link). */
+void shim_rdma_link_leave(struct rdma_conn *c);
+/* RELEASE of the peer's place peer_id: we write nothing more there (an
+ * OFFER we did not take, or a connection that left). */
+void shim_rdma_link_release_to(struct rdma_link *l, uint32_t peer_id);
+/* One more reference; shim_rdma_link_put drops one (the last frees it). */
+void shim_rdma_link_get(struct rdma_link *l);
+void shim_rdma_link_put(struct rdma_link *l);
+/* Traces rdma.link with its state (up, down) and why. */
+void shim_rdma_link_trace(const struct rdma_link *l, int level, const char *state, const char *why);
+/* S: takes the pending OFFER for connection t (S's view) younger than
+ * max_age_ns, reaping first; sends the RELEASEs owed for OFFERs dropped. */
+bool shim_rdma_link_take_offer(struct rdma_link *l, const struct shim_tuple *t, unsigned long long max_age_ns,
+			       struct shim_rdma_link_msg *out);
+
+/* Reaps the link's CQ and hands what it holds to its connections. */
+void shim_rdma_link_reap(struct rdma_link *l);
+/* The same, unless another thread is reaping. */
+void shim_rdma_link_reap_try(struct rdma_link *l);
+/* The QP goes to ERR and every connection on it is broken. */
+void shim_rdma_link_break(struct rdma_link *l, const char *why, int detail);
+/* Whether the CM peer disconnected (looks at the link's CM events). */
+bool shim_rdma_link_cm_gone(struct rdma_link *l);
+/* One link message (SEND); returns its sequence number, 0 on failure. */
+uint64_t shim_rdma_link_send(struct rdma_link *l, const void *msg, size_t len);
+/* Posts the chain (waiting, bounded, for room in the send queue); the
+ * last WR's sequence number, or 0: nothing posted (the link is broken). */
+uint64_t shim_rdma_link_post(struct rdma_link *l, struct wr_chain *ch);
+/* Spins (bounded) until WR seq completed; false when the link broke. */
+bool shim_rdma_link_wait(struct rdma_link *l, uint64_t seq);
+static inline uint64_t shim_rdma_link_completed(const struct rdma_link *l)
+{
+	return __atomic_load_n(&l->completed, __ATOMIC_ACQUIRE);
+}
+static inline uint64_t shim_rdma_link_completed_ok(const struct rdma_link *l)
+{
+	return __atomic_load_n(&l->completed_ok, __ATOMIC_ACQUIRE);
+}
+static inline bool shim_rdma_link_broken(const struct rdma_link *l)
+{
+	return __atomic_load_n(&l->broken, __ATOMIC_ACQUIRE);
+}
+
+/* C: a trusted link of this process to the server's endpoint, with a
+ * reference, or NULL. */
+struct rdma_link *shim_rdma_link_for_server(const struct shim_endpoint *server);
+/* S: whether a trusted link goes to that client host (wait for its OFFER). */
+bool shim_rdma_link_toward(const struct shim_endpoint *client);
+/* S: takes a pending OFFER for the connection t (S's view: local = server),
+ * younger than max_age_ns, and its link (with a reference). */
+bool shim_rdma_link_claim(const struct shim_tuple *t, unsigned long long max_age_ns, struct rdma_link **link,
+			  struct shim_rdma_link_msg *out);
+/* Fork handler half: true takes the table's lock, false drops it. */
+void shim_rdma_link_atfork(bool prepare);
+
+#endif

@@ -1,0 +1,208 @@
+/*
+ * A connection set up over a link that is up already (shim/PROTOCOL.md,
+ * "Links"): C sends OFFER {the four addresses, its hello} on the link it
+ * holds to the server's endpoint; the server process that holds the TCP
+ * connection takes it (shim_rdma_link_claim) and answers ACCEPT {its
+ * hello}. One message each way, no rdma_cm step, no QP. The switch and its
+ * proof are then those of any RDMA connection (rdma_switch.c): the nonces
+ * travelled only on the link, to the process at its other end, and each
+ * end posts nothing before the peer's SWITCH frame on TCP carried them.
+ *
+ * The process at the link's far end may not hold the connection (a
+ * prefork server's other process), so C also listens with rdma_cm as
+ * always, and follows whichever way S takes: S takes exactly one (an OFFER
+ * it claimed, or rdma_cm's connect). S waits for an OFFER only while a link
+ * to C's host exists, at most 200 ms, then takes rdma_cm's way.
+ */
+#include "rdma.h"
+
+#include <string.h>
+
+#include <endian.h>
+
+#include "rdma_post.h"
+#include "rdma_qp.h"
+#include "trace.h"
+#include "upgrade.h"
+
+#define MS_NS 1000000ull
+
+/* S waits for an OFFER a quarter of the CM bound, at most 200 ms, and
+ * takes none older than the CM bound (C listens that long at least). */
+static unsigned long long s_wait_ns(void)
+{
+	unsigned long long w = (unsigned long long)shim_cfg.cm_timeout_ms * MS_NS / 4;
+
+	return w < 200 * MS_NS ? w : 200 * MS_NS;
+}
+
+static void trace_join(struct shim_sock *s, int fd, const struct rdma_conn *c, const char *event)
+{
+	SHIM_TRACE(SHIM_TRACE_INFO, "rdma.link", fd, &s->tuple, SHIM_REASON_NONE,
+		   "\"state\":\"%s\",\"link\":%u,\"conns\":%u,\"id\":%u", event, c->link ? c->link->num : 0,
+		   c->link ? c->link->live : 0, c->link_id);
+}
+
+static void fill_msg(struct shim_rdma_link_msg *m, uint8_t type, uint32_t to_id)
+{
+	memset(m, 0, sizeof(*m));
+	m->magic = htobe32(SHIM_RDMA_MAGIC);
+	m->version = SHIM_RDMA_VERSION;
+	m->type = type;
+	m->to_id = htobe32(to_id);
+}
+
+/* Leaves the link (our memory stays with it until the peer released it)
+ * and resets what the rdma_cm way starts from. */
+static void drop_link(struct rdma_conn *c)
+{
+	if (c->on_link)
+		shim_rdma_link_leave(c);
+	/* A break of that link (its peer process exited while our OFFER
+	 * waited) is no break of the channel rdma_cm's way makes next; after
+	 * leave, the link's reaper no longer reaches us. */
+	__atomic_store_n(&c->broken, false, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->violated, false, __ATOMIC_RELAXED);
+	c->peer_id_known = c->link_told_peer = c->via_link = false;
+	c->remote_addr = 0;
+	c->recv_posted = c->recv_reported = 0;
+	__atomic_store_n(&c->accept_in, false, __ATOMIC_RELAXED);
+}
+
+/* Our memory on the link's PD and a place on it; the caller's reference to
+ * l is handed to the place. */
+static int join(struct rdma_conn *c, struct rdma_link *l)
+{
+	int rc = shim_rdma_conn_memory(c, l->pd);
+
+	if (rc == 0)
+		rc = shim_rdma_link_attach(l, c);
+	shim_rdma_link_put(l);
+	return rc;
+}
+
+void shim_rdma_link_offer(struct shim_sock *s, int fd, struct rdma_conn *c)
+{
+	struct shim_rdma_link_msg m;
+	struct rdma_link *l;
+
+	/* A shut write side carries no SWITCH frame: rdma_cm's way says so. */
+	if (!shim_cfg.rdma_links || s->wr_shut)
+		return;
+	l = shim_rdma_link_for_server(&s->tuple.peer);
+	if (!l)
+		return;
+	if (join(c, l) < 0 || shim_upgrade_new_nonce(s->rx_nonce) < 0) {
+		drop_link(c);
+		return;
+	}
+	fill_msg(&m, SHIM_RDMA_LINK_OFFER, 0);
+	memcpy(m.client_addr, s->tuple.local.addr, 16);
+	memcpy(m.server_addr, s->tuple.peer.addr, 16);
+	m.client_port = htobe16(s->tuple.local.port);
+	m.server_port = htobe16(s->tuple.peer.port);
+	shim_rdma_fill_hello(c, &m.hello, SHIM_RDMA_OFFER, s->rx_nonce);
+	c->link_told_peer = true;
+	if (!shim_rdma_link_send(c->link, &m, sizeof(m))) {
+		drop_link(c);
+		return;
+	}
+	trace_join(s, fd, c, "offer");
+}
+
+void shim_rdma_link_withdraw(struct rdma_conn *c)
+{
+	if (c->on_link && !c->installed)
+		drop_link(c);
+}
+
+/* Both ends: the hello checked, the channel installed, as after rdma_cm's
+ * ESTABLISHED. */
+static void joined(struct shim_sock *s, int fd, struct rdma_conn *c)
+{
+	c->via_link = true;
+	s->chan = &c->chan;
+	c->installed = true;
+	c->established = true;
+	c->step = RDMA_CONNECTED;
+	trace_join(s, fd, c, "join");
+}
+
+/* S: an OFFER for this connection, taken: our ACCEPT, and we are set.
+ * false: none, or the link could take no more connections (then C's
+ * memory is released to it, and rdma_cm's way follows, which C listens
+ * for too). */
+static bool s_take_offer(struct shim_sock *s, int fd, struct rdma_conn *c)
+{
+	struct shim_rdma_link_msg offer, m;
+	struct rdma_link *l;
+	int rc;
+
+	if (!shim_rdma_link_claim(&s->tuple, (unsigned long long)shim_cfg.cm_timeout_ms * MS_NS, &l, &offer))
+		return false;
+	if (shim_rdma_take_hello(c, &offer.hello, sizeof(offer.hello), SHIM_RDMA_OFFER, s->tx_nonce) < 0) {
+		shim_rdma_link_release_to(l, be32toh(offer.hello.conn_id));
+		shim_rdma_link_put(l);
+		shim_rdma_give_up(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
+		return true;
+	}
+	rc = shim_rdma_conn_memory(c, l->pd);
+	if (rc == 0)
+		rc = shim_rdma_link_attach(l, c);
+	if (rc == 0)
+		rc = shim_upgrade_new_nonce(s->rx_nonce);
+	if (rc < 0) {
+		uint32_t peer_id = c->peer_id;
+
+		drop_link(c);
+		shim_rdma_link_release_to(l, peer_id);
+		shim_rdma_link_put(l);
+		return false;
+	}
+	shim_rdma_link_put(l); /* the place holds its own */
+	fill_msg(&m, SHIM_RDMA_LINK_ACCEPT, c->peer_id);
+	shim_rdma_fill_hello(c, &m.hello, SHIM_RDMA_ACCEPT, s->rx_nonce);
+	c->link_told_peer = true;
+	if (!shim_rdma_link_send(c->link, &m, sizeof(m))) {
+		shim_rdma_give_up(s, fd, SHIM_REASON_CHAN_FAILED);
+		return true;
+	}
+	joined(s, fd, c);
+	return true;
+}
+
+bool shim_rdma_link_begin(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now)
+{
+	if (!shim_cfg.rdma_links || s->role != SHIM_ROLE_SERVER)
+		return false;
+	if (s_take_offer(s, fd, c))
+		return true;
+	if (!shim_rdma_link_toward(&s->tuple.peer))
+		return false;
+	c->step = RDMA_S_LINK_WAIT;
+	c->link_wait_ns = now + s_wait_ns();
+	return true;
+}
+
+bool shim_rdma_link_accepted(struct shim_sock *s, int fd, struct rdma_conn *c)
+{
+	struct shim_rdma_link_msg m;
+
+	/* Acquire: pairs with the reaper's release in take_accept(). */
+	if (!c->on_link || !__atomic_load_n(&c->accept_in, __ATOMIC_ACQUIRE))
+		return false;
+	m = c->accept_msg;
+	if (shim_rdma_take_hello(c, &m.hello, sizeof(m.hello), SHIM_RDMA_ACCEPT, s->tx_nonce) < 0) {
+		shim_rdma_give_up(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
+		return true;
+	}
+	joined(s, fd, c);
+	return true;
+}
+
+bool shim_rdma_link_progress(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now)
+{
+	if (s_take_offer(s, fd, c))
+		return true;
+	return now < c->link_wait_ns;
+}
