@@ -92,6 +92,10 @@ static void c_connect_request(struct shim_sock *s, int fd, struct rdma_conn *c, 
 	struct rdma_conn_param param;
 	int rc = -EPROTO;
 
+	/* S took rdma_cm's way: an OFFER of ours on a link is left unanswered
+	 * (before the hello below, which the link's state must not undo). */
+	if (c->step == RDMA_C_LISTEN)
+		shim_rdma_link_withdraw(c);
 	/* The OFFER must come from the TCP peer's host (the trust unit). */
 	if (c->step != RDMA_C_LISTEN ||
 	    shim_endpoint_from_sockaddr(sa, sa->sa_family == AF_INET ? sizeof(struct sockaddr_in)
@@ -105,8 +109,6 @@ static void c_connect_request(struct shim_sock *s, int fd, struct rdma_conn *c, 
 		rdma_destroy_id(child);
 		return;
 	}
-	/* S took rdma_cm's way: an OFFER of ours on a link is left unanswered. */
-	shim_rdma_link_withdraw(c);
 	c->id = child;
 	rc = shim_rdma_make_qp(c);
 	if (rc == 0)
