@@ -86,6 +86,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "thread_named.h"
+
 static double now_ms(void)
 {
 	struct timespec ts;
@@ -320,32 +322,6 @@ static int client_port(int fd, bool server)
 	if ((server ? getpeername(fd, (struct sockaddr *)&a, &len) : getsockname(fd, (struct sockaddr *)&a, &len)) < 0)
 		return 0;
 	return ntohs(a.sin_port);
-}
-
-/* Whether a thread of this process has that name (the shim's warm-up
- * thread is the only way to see its warm-up end from outside). */
-static bool thread_named(const char *name)
-{
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
-	bool found = false;
-
-	while (d && !found && (e = readdir(d))) {
-		char path[300], comm[32] = "";
-		FILE *f;
-
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-		f = fopen(path, "r");
-		if (f && fgets(comm, sizeof(comm), f))
-			found = !strncmp(comm, name, strlen(name)) && comm[strlen(name)] == '\n';
-		if (f)
-			fclose(f);
-	}
-	if (d)
-		closedir(d);
-	return found;
 }
 
 /* The --warm connection; see the header. */

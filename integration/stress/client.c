@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "stress.h"
+#include "../progs/thread_named.h"
 
 static struct {
 	struct conn *c;
@@ -205,31 +206,6 @@ void client_run(const char *host, int port, struct cli_stats *st)
 	}
 	free(ws);
 	free(thr);
-}
-
-/* Whether a thread of this process is named name (its comm). */
-static bool thread_named(const char *name)
-{
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
-	bool found = false;
-
-	while (d && !found && (e = readdir(d))) {
-		char path[300], comm[32] = "";
-		FILE *f;
-
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-		f = fopen(path, "r");
-		if (f && fgets(comm, sizeof comm, f))
-			found = !strncmp(comm, name, strlen(name)) && comm[strlen(name)] == '\n';
-		if (f)
-			fclose(f);
-	}
-	if (d)
-		closedir(d);
-	return found;
 }
 
 /* --warm-up: see stress.h. */
