@@ -31,13 +31,16 @@ only=${RDMA_TWO_ONLY:-}
 guest=$ROOT/integration/vm/guest-rdma-two.sh
 [[ $only == links ]] && guest=$ROOT/integration/vm/guest-rdma-links.sh
 # The two hosts meet in (and leave the links part's outputs in) a directory
-# on this machine that both see: the guests mount a /tmp of their own.
+# on this machine that both see: the guests mount a /tmp of their own, and
+# bind back only the top directory of a checkout under /tmp (rxe-vm.sh).
 env="SHIM_LIB=$LIB SHIM_PROGS=$PROGS"
+tmp_top() { [[ $1 == /tmp/* ]] && { local r=${1#/tmp/}; echo "${r%%/*}"; }; }
 if [[ $only != base ]]; then
-  case $WORK in
-    /tmp/*) not_ok "links: the scratch directory $WORK is under /tmp, which the VMs do not see (set INTEGRATION_LOGS)" ;;
-    *) mkdir -p "$WORK/links" && env+=" LINKS_X=$WORK/links" ;;
-  esac
+  if [[ $WORK == /tmp/* && $(tmp_top "$WORK") != $(tmp_top "$ROOT") ]]; then
+    not_ok "links: the scratch directory $WORK is under /tmp outside this checkout, which the VMs do not see (set INTEGRATION_LOGS)"
+  else
+    mkdir -p "$WORK/links" && env+=" LINKS_X=$WORK/links"
+  fi
 fi
 for v in $(compgen -e | grep '^LINKS_' | grep -vx LINKS_X); do env+=" $v=${!v}"; done
 
