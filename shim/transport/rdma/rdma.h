@@ -98,7 +98,6 @@ struct rdma_conn {
 	bool on_link;           /* link_id is valid (attached) */
 	bool link_told_peer;    /* our hello went out: the peer may WRITE into our slot */
 	bool peer_id_known;     /* the peer's hello came: peer_id names it */
-	bool via_link;          /* set up by OFFER and ACCEPT on a link already up */
 	unsigned long long link_wait_ns; /* C: the OFFER's deadline; S: the wait for one */
 	/* C: S's ACCEPT, put here by whichever thread reaped it. */
 	struct shim_rdma_link_msg accept_msg;

@@ -228,17 +228,6 @@ int shim_rdma_link_attach(struct rdma_link *l, struct rdma_conn *c)
 	return 0;
 }
 
-void shim_rdma_link_detach(struct rdma_conn *c)
-{
-	struct rdma_link *l = c->link;
-
-	if (!l || !c->on_link)
-		return;
-	pthread_mutex_lock(&l->lock);
-	l->places[c->link_id].conn = NULL;
-	pthread_mutex_unlock(&l->lock);
-}
-
 void shim_rdma_link_release_to(struct rdma_link *l, uint32_t peer_id)
 {
 	struct shim_rdma_link_msg m = {

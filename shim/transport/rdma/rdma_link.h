@@ -149,8 +149,6 @@ void shim_rdma_link_up(struct rdma_link *l);
 void shim_rdma_link_trust(struct rdma_link *l);
 /* Gives c a place (its id) on l, with one more reference. 0 or -errno. */
 int shim_rdma_link_attach(struct rdma_link *l, struct rdma_conn *c);
-/* Nothing more lands for c: completions that name it are dropped. */
-void shim_rdma_link_detach(struct rdma_conn *c);
 /* c goes: detach, tell the peer (RELEASE), keep its memory until the peer
  * released it too, drop the reference (the last one frees the link). */
 void shim_rdma_link_leave(struct rdma_conn *c);

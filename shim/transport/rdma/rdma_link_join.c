@@ -63,7 +63,7 @@ static void drop_link(struct rdma_conn *c)
 	 * leave, the link's reaper no longer reaches us. */
 	__atomic_store_n(&c->broken, false, __ATOMIC_RELAXED);
 	__atomic_store_n(&c->violated, false, __ATOMIC_RELAXED);
-	c->peer_id_known = c->link_told_peer = c->via_link = false;
+	c->peer_id_known = c->link_told_peer = false;
 	c->remote_addr = 0;
 	c->recv_posted = c->recv_reported = 0;
 	__atomic_store_n(&c->accept_in, false, __ATOMIC_RELAXED);
@@ -120,7 +120,6 @@ void shim_rdma_link_withdraw(struct rdma_conn *c)
  * ESTABLISHED. */
 static void joined(struct shim_sock *s, int fd, struct rdma_conn *c)
 {
-	c->via_link = true;
 	s->chan = &c->chan;
 	c->installed = true;
 	c->established = true;
