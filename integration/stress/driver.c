@@ -83,10 +83,15 @@ void run_nonblock(struct conn *c)
 		ww = want_w(c);
 		if (!wr && !ww)
 			break;
-		if ((wr && !rblk) || (ww && !wblk))
+		/* A blocked direction is polled even while the other one
+		 * progresses: a peer that never lets our reads run dry must not
+		 * keep a blocked write from being retried forever. */
+		short blocked = (short)((wr && rblk ? POLLIN : 0) | (ww && wblk ? POLLOUT : 0));
+		bool busy = (wr && !rblk) || (ww && !wblk);
+		if (!blocked)
 			continue;
-		struct pollfd p = { .fd = c->fd, .events = (short)((wr ? POLLIN : 0) | (ww ? POLLOUT : 0)) };
-		int r = poll(&p, 1, 1000);
+		struct pollfd p = { .fd = c->fd, .events = blocked };
+		int r = poll(&p, 1, busy ? 0 : 1000);
 		if (r < 0 && errno != EINTR) {
 			conn_fail(c, c->rx_off, "reason=poll: %s", strerror(errno));
 			break;
