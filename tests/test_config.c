@@ -305,6 +305,8 @@ START_TEST(parse_defaults)
 	ck_assert_uint_eq(cfg.unpaid_percent, 25);
 	ck_assert_uint_eq(cfg.shm_pairs, 1);
 	ck_assert_uint_eq(cfg.huge_pages, 1);
+	ck_assert_uint_eq(cfg.rdma_links, 1);
+	ck_assert_uint_eq(cfg.rdma_link_conns, 128);
 	ck_assert_uint_eq(cfg.test_fail_rdma_kb, 0);
 	ck_assert_uint_eq(cfg.test_handback_after, 0);
 	ck_assert_uint_eq(cfg.breaker_failures, 3);
@@ -358,6 +360,7 @@ START_TEST(parse_full_environment)
 		{ "RDMASHIM_CM_TIMEOUT_MS", "1" },
 		{ "RDMASHIM_UPGRADE_TIMEOUT_MS", "600000" },
 		{ "RDMASHIM_HUGE_PAGES", "0" },
+		{ "RDMASHIM_RDMA_LINK_CONNS", "8" },
 		{ "RDMASHIM_TEST_FAIL_RDMA_KB", "2048" },
 		{ "RDMASHIM_TEST_HANDBACK_AFTER", "3" },
 		{ NULL } } };
@@ -378,6 +381,7 @@ START_TEST(parse_full_environment)
 	ck_assert_str_eq(cfg.trace_file, "/tmp/rdmashim.%p.log");
 	ck_assert_uint_eq(cfg.ring_kb, 4);
 	ck_assert_uint_eq(cfg.spin_us, 0);
+	ck_assert_uint_eq(cfg.rdma_link_conns, 8);
 	ck_assert_uint_eq(cfg.breaker_failures, 7);
 	ck_assert_uint_eq(cfg.breaker_cooldown_ms, 0);
 	ck_assert_uint_eq(cfg.cm_timeout_ms, 1);
@@ -485,6 +489,8 @@ static const struct {
 	{ "RDMASHIM_CM_TIMEOUT_MS", "0" },
 	{ "RDMASHIM_UPGRADE_TIMEOUT_MS", "abc" },
 	{ "RDMASHIM_HUGE_PAGES", "2" },
+	{ "RDMASHIM_RDMA_LINK_CONNS", "0" },
+	{ "RDMASHIM_RDMA_LINK_CONNS", "129" },
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", "4194305" },
 	{ "RDMASHIM_TEST_HANDBACK_AFTER", "1000000001" },
 };

@@ -17,15 +17,19 @@
 # answer is LINKS_SIZE (1024) bytes whose every byte both ends check
 # (conn_hold --size), and the streams must end in EOF exactly where the
 # rounds did (the client shuts its side down, the server reads EOF and
-# closes, the client reads EOF). Three parts, each with its own pair of
-# processes on its own port; the first two run at the same time (set
-# LINKS_SERIAL=1 to run them one after the other), then the third:
+# closes, the client reads EOF). Five parts, each with its own pair of
+# processes on its own port; the first three run at the same time (set
+# LINKS_SERIAL=1 to run them one after the other), then the others:
 #   shared   default settings: every connection reaches upgrade.done
 #            (rdma) at this end, and the process holds at most 2 QPs (the
 #            kernel's count, `rdma res show qp` for its pid, sampled every
 #            2 s and once more with every connection up and idle);
 #   perconn  the control, RDMASHIM_RDMA_LINKS=0: the same run holds one QP
 #            per upgraded connection (so the check above can fail);
+#   full     RDMASHIM_RDMA_LINK_CONNS=LINKS_FULL_CAP (8): a link that is
+#            full makes another, so the same run holds N/8 QPs (one more
+#            while the warm-up connection's place waits for its RELEASE),
+#            every connection still upgrading; it runs beside the two above;
 #   fail     RDMASHIM_TEST_FAIL_LINK_KB=LINKS_FAIL_KB (320: each end posts
 #            3-4 KiB a connection in the first rounds, 32 x 6 KiB at most,
 #            then 32 x 12 KiB: the link's QP goes to ERR in the rounds over
@@ -41,6 +45,13 @@
 #            in one connection's read, the others' failovers must still
 #            deliver what they owe, or the client waits for an answer
 #            forever (conn_hold reports a read that waited 60 s).
+#   failserver  RDMASHIM_TEST_FAIL_RDMA_KB=8 at the server alone: the
+#            first connection whose channel sent 8 KiB breaks as it answers
+#            (its link with it), the answer's tail never sent, and the
+#            server goes on to read the
+#            next connection's request while the client waits for that
+#            answer: only a failover that moves on without the server's
+#            call on it (conn/fo_worker.h) delivers it; the same checks.
 # Each host checks its own end (trace, kernel, program status) and prints
 # "ok - " / "not ok - " lines, one summary line per part (rdma.link events,
 # QP counts, failovers, the resets this host's kernel sent, when each step
@@ -49,7 +60,8 @@
 # LINKS_X (required): an empty directory both VMs see (on the host, not
 # under /tmp); the two hosts meet there (listening, a.warmed, up, a.counted,
 # hold files) and each leaves its outputs and traces in LINKS_X/PART/ROLE.
-# LINKS_PARTS (comma separated, default shared,perconn,fail) picks parts.
+# LINKS_PARTS (comma separated, default shared,perconn,full,fail,failserver)
+# picks parts.
 # LINKS_FAIL_VAR (default RDMASHIM_TEST_FAIL_LINK_KB) names the variable
 # the fail part sets: RDMASHIM_TEST_FAIL_RDMA_KB (LINKS_FAIL_KB=8) breaks
 # each connection's own channel instead, which a library without links
@@ -68,9 +80,10 @@ T=/tmp/rdma-links
 N=${LINKS_N:-32} EACH=${LINKS_EACH:-6} ROUNDS=${LINKS_ROUNDS:-12} SIZE=${LINKS_SIZE:-1024}
 FAIL_VAR=${LINKS_FAIL_VAR:-RDMASHIM_TEST_FAIL_LINK_KB} FAIL_KB=${LINKS_FAIL_KB:-320}
 FAIL_SIDE=${LINKS_FAIL_SIDE:-both}
+FULL_CAP=${LINKS_FULL_CAP:-8}
 WARM=${LINKS_WARM_MS:-1000}
 LIMIT=150 # bound on one part's programs, seconds
-parts=" ${LINKS_PARTS:-shared,perconn,fail} "; parts=${parts//,/ }
+parts=" ${LINKS_PARTS:-shared,perconn,full,fail,failserver} "; parts=${parts//,/ }
 n_ok=0 n_fail=0
 mkdir -p "$T" "$X"
 H=${ROLE^^}
@@ -257,11 +270,12 @@ want() { [[ $parts == *" $1 "* ]]; }
 # its own port (the time a process's warm-up and the handshakes wait is
 # then spent once; QPs are counted per process), unless LINKS_SERIAL=1.
 pids=()
-for p in shared:7211 perconn:7212; do
+for p in shared:7211 perconn:7212 full:7214; do
   want "${p%:*}" || continue
   echo "-- $H: links ${p%:*} on port ${p#*:}, $(date +%T)"
   vars=()
   [[ ${p%:*} == perconn ]] && vars=(RDMASHIM_RDMA_LINKS=0)
+  [[ ${p%:*} == full ]] && vars=(RDMASHIM_RDMA_LINK_CONNS="$FULL_CAP")
   if [[ -n ${LINKS_SERIAL:-} ]]; then
     run_part "${p%:*}" "${p#*:}" ${vars[@]+"${vars[@]}"}
   else
@@ -273,6 +287,8 @@ done
 
 if want shared; then
   check_run shared
+  echo "   $H: links shared: caps the links say: $(cat "$T"/shared/trace.*.jsonl 2>/dev/null |
+    grep '"event":"rdma.link"' | grep '"state":"up"' | grep -o '"cap":[0-9]*' | sort | uniq -c | tr -s ' \n' ' ')"
   check "$H: links shared: this process holds at most 2 QPs for $N connections (kernel: ${held:-?} with all up, at most ${most:-?} sampled)" \
     test "${held:-99}" -le 2 -a "${most:-99}" -le 2
 fi
@@ -285,19 +301,38 @@ if want perconn; then
     test "${held:-0}" -eq "$up" -a "$up" -gt 2
 fi
 
-if want fail; then
-  echo "-- $H: links fail ($FAIL_VAR=$FAIL_KB at $FAIL_SIDE) on port 7213, $(date +%T)"
-  fail_env=("$FAIL_VAR=$FAIL_KB")
-  [[ $FAIL_SIDE == both || $FAIL_SIDE == "$ROLE" ]] || fail_env=()
-  run_part fail 7213 ${fail_env[@]+"${fail_env[@]}"}
-  check_run fail
-  check "$H: links fail: every connection failed over exactly once at this end ($fo failover.start on $fo_conns of $N connections)" \
-    test "$fo" -eq "$N" -a "$fo_conns" -eq "$N"
-  check "$H: links fail: every connection resumed sending on TCP at this end (failover.tx_tcp on $tx of $N)" \
-    test "$tx" -eq "$N"
-  check "$H: links fail: no connection was reset ($resets failover.reset), none failed over on the closed warm-up one ($warm_fo)" \
-    test "$resets" -eq 0 -a "$warm_fo" -eq 0
+if want full; then
+  check_run full
+  # N connections need ceil(N / cap) links; the closed warm-up connection's
+  # place may hold one more until its RELEASE. A link that ignored its cap
+  # holds fewer, one that refused to make another leaves some on TCP.
+  need=$(((N + FULL_CAP - 1) / FULL_CAP))
+  check "$H: links full (RDMASHIM_RDMA_LINK_CONNS=$FULL_CAP): $need or $((need + 1)) QPs for $N connections (kernel: ${held:-?} with all up, at most ${most:-?} sampled; rdma.link up $l_up)" \
+    test "${held:-0}" -ge "$need" -a "${held:-0}" -le $((need + 1)) -a "${most:-99}" -le $((need + 1))
+  n_all=$(cat "$T"/full/trace.*.jsonl 2>/dev/null | grep '"event":"rdma.link"' | grep -c '"state":"up"')
+  n_cap=$(cat "$T"/full/trace.*.jsonl 2>/dev/null | grep '"event":"rdma.link"' | grep '"state":"up"' |
+    grep -c "\"cap\":$FULL_CAP,")
+  check "$H: links full: every link came up saying cap $FULL_CAP ($n_cap of $n_all)" \
+    test "$n_all" -gt 0 -a "$n_cap" -eq "$n_all"
 fi
+
+# fail_part NAME PORT SIDE VAR KB: VAR=KB at SIDE (both, a or b), then the
+# failover checks.
+fail_part() {
+  local name=$1 port=$2 side=$3 var=$4 kb=$5 env=()
+  echo "-- $H: links $name ($var=$kb at $side) on port $port, $(date +%T)"
+  [[ $side == both || $side == "$ROLE" ]] && env=("$var=$kb")
+  run_part "$name" "$port" ${env[@]+"${env[@]}"}
+  check_run "$name"
+  check "$H: links $name: every connection failed over exactly once at this end ($fo failover.start on $fo_conns of $N connections)" \
+    test "$fo" -eq "$N" -a "$fo_conns" -eq "$N"
+  check "$H: links $name: every connection resumed sending on TCP at this end (failover.tx_tcp on $tx of $N)" \
+    test "$tx" -eq "$N"
+  check "$H: links $name: no connection was reset ($resets failover.reset), none failed over on the closed warm-up one ($warm_fo)" \
+    test "$resets" -eq 0 -a "$warm_fo" -eq 0
+}
+want fail && fail_part fail 7213 "$FAIL_SIDE" "$FAIL_VAR" "$FAIL_KB"
+want failserver && fail_part failserver 7215 a RDMASHIM_TEST_FAIL_RDMA_KB 8
 
 if [[ $n_fail -gt 0 ]]; then
   echo "-- warnings in host $ROLE's links traces (outputs and traces in $X/PART/$ROLE):"

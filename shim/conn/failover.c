@@ -258,6 +258,26 @@ void shim_failover_progress(struct shim_sock *s, int fd)
 	leave_to_kernel(s, fd);
 }
 
+bool shim_failover_alone(struct shim_sock *s, int fd)
+{
+	const struct shim_chan *ch;
+	bool done = true;
+
+	pthread_mutex_lock(&s->lock);
+	ch = s->chan;
+	if (!s->closed && !s->aborted && ch && ch->ops->failed && (fd = shim_sock_fd_locked(s, fd)) >= 0) {
+		if (s->tcp_out_len)
+			shim_frames_flush(s, fd);
+		shim_failover_progress(s, fd);
+		if (s->fo_started)
+			done = s->aborted || (s->fo_tx_done && !s->tcp_out_len);
+		else
+			done = s->tx_dir != SHIM_DIR_CHAN && s->rx_dir != SHIM_DIR_CHAN;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return done;
+}
+
 int shim_failover_flush(struct shim_sock *s, int fd)
 {
 	flush_replay(s, fd);

@@ -19,6 +19,16 @@
 void shim_failover_progress(struct shim_sock *s, int fd);
 
 /*
+ * The failover worker's step (fo_worker.h) on a connection no call may be
+ * looking at; takes and lets go the sock's lock itself, and uses fd only
+ * while the table still maps it to s. True when the worker is done with
+ * it: its direction is back on TCP with its RESUME and replay out (the
+ * rest, reading, is the program's), or there is nothing for it to do (no
+ * failed channel, not switched: the upgrade's own; closed; reset).
+ */
+bool shim_failover_alone(struct shim_sock *s, int fd);
+
+/*
  * Our channel is full and the peer has not read for a while (it may be in
  * no call at all, where TCP would have gone on buffering for it): the
  * connection returns to TCP, our direction at once (a lossless channel

@@ -45,6 +45,9 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_RDMA_LINKS", "1",
 	  "1: RDMA connections between the same two processes share one queue pair (a link), and a later one "
 	  "is set up by one message each way on it; 0: every connection makes its own with rdma_cm" },
+	{ "RDMASHIM_RDMA_LINK_CONNS", "128",
+	  "the most connections one link carries (the device may allow fewer: its receives must cover every "
+	  "connection's credits); a connection beyond makes a new link" },
 	{ "RDMASHIM_HUGE_PAGES", "1",
 	  "1: back RDMA ring pools with 2 MiB huge pages when the system has them; 0: 4 KiB pages" },
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", "0",
@@ -240,6 +243,8 @@ static const struct uint_var uint_vars[] = {
 	  "expected milliseconds 0-600000" },
 	{ "RDMASHIM_HUGE_PAGES", 0, 1, offsetof(struct shim_config, huge_pages), "expected 0 or 1" },
 	{ "RDMASHIM_RDMA_LINKS", 0, 1, offsetof(struct shim_config, rdma_links), "expected 0 or 1" },
+	{ "RDMASHIM_RDMA_LINK_CONNS", 1, SHIM_CFG_LINK_CONNS_MAX, offsetof(struct shim_config, rdma_link_conns),
+	  "expected a count of connections 1-128" },
 	{ "RDMASHIM_TEST_FAIL_LINK_KB", 0, 4194304, offsetof(struct shim_config, test_fail_link_kb),
 	  "expected KiB 0-4194304" },
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", 0, 4194304, offsetof(struct shim_config, test_fail_rdma_kb),

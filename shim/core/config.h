@@ -30,6 +30,8 @@ enum shim_trace_level {
 };
 
 #define SHIM_PORT_BITMAP_BYTES (65536 / 8)
+/* Ceiling of RDMASHIM_RDMA_LINK_CONNS (transport/rdma/rdma_link.h sizes by it). */
+#define SHIM_CFG_LINK_CONNS_MAX 128
 
 struct shim_config {
 	/* True when RDMASHIM_PORTS names at least one port and nothing is bad. */
@@ -55,6 +57,7 @@ struct shim_config {
 	unsigned plain_peer_ms;    /* 0 or how soon a peer that answers over TCP is taken for one without the shim */
 	unsigned huge_pages;        /* 0 or 1: ring pools on 2 MiB pages when possible */
 	unsigned rdma_links;        /* 0 or 1: transport/rdma/rdma_link.h */
+	unsigned rdma_link_conns;   /* 1..SHIM_CFG_LINK_CONNS_MAX: transport/rdma/rdma_link.h */
 	unsigned test_fail_rdma_kb; /* testing only: 0 or where RDMA channels break */
 	unsigned test_fail_link_kb; /* testing only: 0 or where RDMA links break */
 	unsigned test_handback_after; /* testing only: 0 or the send on the channel that hands back (io.c) */

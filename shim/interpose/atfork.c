@@ -4,8 +4,8 @@
  *
  *   epoll all_lock > each epoll set's lock > sock pool lock > each sock's
  *   lock > shm pairs > sock_diag's socket > port beacons > global breaker >
- *   RDMA PD
- *   table > MR pool
+ *   RDMA PD table > RDMA link table > MR pool > the failover worker's
+ *   queue
  *
  * A thread that holds one of them never waits for one earlier in the list.
  * The per-connection CQ spinlocks of RDMA are left out: a child never
@@ -19,6 +19,7 @@
 #include "beacon.h"
 #include "breaker.h"
 #include "diag.h"
+#include "fo_worker.h"
 #include "mrpool.h"
 #include "pair.h"
 #include "rdma.h"
@@ -37,10 +38,12 @@ static void prepare(void)
 	shim_rdma_dev_atfork(true);
 	shim_rdma_link_atfork(true);
 	shim_mrpool_atfork(true);
+	shim_fo_worker_atfork_prepare();
 }
 
 static void parent(void)
 {
+	shim_fo_worker_atfork_parent();
 	shim_mrpool_atfork(false);
 	shim_rdma_link_atfork(false);
 	shim_rdma_dev_atfork(false);
@@ -55,6 +58,7 @@ static void parent(void)
 static void child(void)
 {
 	shim_self_forget();
+	shim_fo_worker_atfork_child();
 	shim_mrpool_atfork(false);
 	shim_rdma_link_atfork(false);
 	shim_rdma_dev_atfork(false);

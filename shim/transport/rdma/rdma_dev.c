@@ -6,7 +6,6 @@
 #include "rdma.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -14,6 +13,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "bgthread.h"
 #include "self.h"
 #include "trace.h"
 
@@ -179,25 +179,10 @@ static void warm_register_atfork(void)
 	pthread_atfork(NULL, NULL, warm_after_fork);
 }
 
-/* Starts the thread with every signal blocked, so that it never takes one
- * meant for the program's threads (it inherits the mask). 0 or -errno. */
+/* 0 or -errno (bgthread.h: every signal blocked in it). */
 static int warm_launch(void)
 {
-	pthread_attr_t attr;
-	pthread_t t;
-	sigset_t all, old;
-	int rc;
-
-	rc = pthread_attr_init(&attr);
-	if (rc)
-		return -rc;
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&t, &attr, warm_main, NULL);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	pthread_attr_destroy(&attr);
-	return -rc;
+	return shim_bgthread_start(warm_main, NULL);
 }
 
 bool shim_rdma_owned(void)

@@ -23,7 +23,7 @@
 /* Outstanding WRs kept below this; a send cell is reused only after its WR
  * completed, since at most SQ_LIMIT are outstanding at any time. */
 #define SQ_LIMIT (SHIM_LINK_SQ_DEPTH - 2 * CHAIN_MAX)
-#define CQ_DEPTH (SHIM_LINK_SQ_DEPTH + SHIM_LINK_RQ_DEPTH + 16)
+#define CQ_SPARE 16
 #define WANT_INLINE 64
 /* Longest wait for a completion the peer's HCA owes us: an ACK is a round
  * trip; far longer means the peer or the path is gone. */
@@ -49,27 +49,57 @@ static uint8_t *recv_cell(struct rdma_link *l, unsigned i)
 
 static uint8_t *send_cell(struct rdma_link *l, uint64_t seq)
 {
-	return l->cells + (size_t)(SHIM_LINK_RQ_DEPTH + seq % SHIM_LINK_SQ_DEPTH) * SHIM_LINK_CELL;
+	return l->cells + (size_t)(l->rq_depth + seq % SHIM_LINK_SQ_DEPTH) * SHIM_LINK_CELL;
 }
 
 void shim_rdma_link_trace(const struct rdma_link *l, int level, const char *event, const char *why)
 {
 	SHIM_TRACE(level, "rdma.link", -1, NULL, SHIM_REASON_NONE,
-		   "\"state\":\"%s\",\"link\":%u,\"conns\":%u,\"client\":%s,\"why\":\"%s\"", event, l->num, l->live,
-		   l->client ? "true" : "false", why ? why : "");
+		   "\"state\":\"%s\",\"link\":%u,\"conns\":%u,\"cap\":%u,\"client\":%s,\"why\":\"%s\"", event,
+		   l->num, l->live, l->max_conns, l->client ? "true" : "false", why ? why : "");
 }
 
 /* ---- making and freeing ---- */
 
+/* Connections one link of this device carries: the configured ceiling, or
+ * as many as the device's largest RQ and CQ hold receives for (the CQ also
+ * takes the send queue's completions). 0: not even one. */
+static unsigned link_conn_cap(struct ibv_context *verbs)
+{
+	struct ibv_device_attr a;
+	unsigned cap = shim_cfg.rdma_link_conns, by_wr, by_cqe;
+
+	if (cap == 0 || cap > SHIM_LINK_MAX_CONNS)
+		cap = SHIM_LINK_MAX_CONNS;
+	if (ibv_query_device(verbs, &a))
+		return cap < 32 ? cap : 32; /* what every RoCE device we know holds */
+	by_wr = a.max_qp_wr > 0 ? (unsigned)a.max_qp_wr / SHIM_LINK_RECVS_PER_CONN : 0;
+	by_cqe = a.max_cqe > SHIM_LINK_SQ_DEPTH + CQ_SPARE
+			 ? (unsigned)(a.max_cqe - SHIM_LINK_SQ_DEPTH - CQ_SPARE) / SHIM_LINK_RECVS_PER_CONN
+			 : 0;
+	if (by_wr < cap)
+		cap = by_wr;
+	if (by_cqe < cap)
+		cap = by_cqe;
+	return cap;
+}
+
 int shim_rdma_link_make(struct rdma_cm_id *id, struct rdma_event_channel *ec, struct ibv_pd *pd, bool client,
 			const struct shim_endpoint *peer, struct rdma_link **out)
 {
-	size_t cells_bytes = (size_t)(SHIM_LINK_RQ_DEPTH + SHIM_LINK_SQ_DEPTH) * SHIM_LINK_CELL;
+	unsigned max_conns = link_conn_cap(id->verbs);
+	size_t cells_bytes;
 	struct ibv_qp_init_attr init;
-	struct rdma_link *l = calloc(1, sizeof(*l));
+	struct rdma_link *l;
 
+	if (max_conns == 0)
+		return -ENOSPC;
+	l = calloc(1, sizeof(*l));
 	if (!l)
 		return -ENOMEM;
+	l->max_conns = max_conns;
+	l->rq_depth = max_conns * SHIM_LINK_RECVS_PER_CONN;
+	cells_bytes = (size_t)(l->rq_depth + SHIM_LINK_SQ_DEPTH) * SHIM_LINK_CELL;
 	pthread_mutex_init(&l->lock, NULL);
 	pthread_mutex_init(&l->post_lock, NULL);
 	l->pid = shim_self_pid();
@@ -86,14 +116,14 @@ int shim_rdma_link_make(struct rdma_cm_id *id, struct rdma_event_channel *ec, st
 	if (l->cells)
 		l->cells_mr = ibv_reg_mr(pd, l->cells, cells_bytes, IBV_ACCESS_LOCAL_WRITE);
 	if (l->cells_mr)
-		l->cq = ibv_create_cq(id->verbs, CQ_DEPTH, NULL, NULL, 0);
+		l->cq = ibv_create_cq(id->verbs, (int)(SHIM_LINK_SQ_DEPTH + l->rq_depth + CQ_SPARE), NULL, NULL, 0);
 	if (l->cq) {
 		memset(&init, 0, sizeof(init));
 		init.send_cq = init.recv_cq = l->cq;
 		init.qp_type = IBV_QPT_RC;
 		init.sq_sig_all = 0; /* selective signaling: see shim_rdma_link_post */
 		init.cap.max_send_wr = SHIM_LINK_SQ_DEPTH;
-		init.cap.max_recv_wr = SHIM_LINK_RQ_DEPTH;
+		init.cap.max_recv_wr = l->rq_depth;
 		init.cap.max_send_sge = init.cap.max_recv_sge = 1;
 		init.cap.max_inline_data = WANT_INLINE;
 		l->qp = ibv_create_qp(pd, &init);
@@ -116,7 +146,7 @@ int shim_rdma_link_make(struct rdma_cm_id *id, struct rdma_event_channel *ec, st
 
 int shim_rdma_link_post_recvs(struct rdma_link *l)
 {
-	for (unsigned i = 0; i < SHIM_LINK_RQ_DEPTH; i++) {
+	for (unsigned i = 0; i < l->rq_depth; i++) {
 		struct ibv_sge sge = { .addr = (uintptr_t)recv_cell(l, i), .length = SHIM_LINK_CELL,
 				       .lkey = l->cells_mr->lkey };
 		struct ibv_recv_wr wr = { .wr_id = RECV_FLAG | i, .sg_list = &sge, .num_sge = 1 }, *bad;
@@ -198,7 +228,7 @@ int shim_rdma_link_attach(struct rdma_link *l, struct rdma_conn *c)
 	unsigned i;
 
 	pthread_mutex_lock(&l->lock);
-	if (l->live + l->held >= SHIM_LINK_MAX_CONNS) {
+	if (l->live + l->held >= l->max_conns) {
 		pthread_mutex_unlock(&l->lock);
 		return -EBUSY;
 	}

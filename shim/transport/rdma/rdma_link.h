@@ -27,6 +27,7 @@
 
 #include <infiniband/verbs.h>
 
+#include "config.h"
 #include "mrpool.h"
 #include "rdma_wire.h"
 #include "tuple.h"
@@ -40,17 +41,21 @@ struct ibv_qp;
 struct ibv_mr;
 
 /*
- * A link carries at most SHIM_LINK_MAX_CONNS connections (live, or closed
- * and waiting for the peer's RELEASE), so that its receives cover every
- * credit it gives out: each connection may have SHIM_RDMA_RQ_DEPTH of the
- * peer's immediates (and its SWITCH_AT) outstanding, and link messages
- * (OFFER, ACCEPT, RELEASE) take a few more per connection. An honest peer
- * then never finds the link's receives used up (no RNR: rnr_retry stays 0),
- * and a connection beyond the cap makes a new link.
+ * A link carries at most max_conns connections (live, or closed and
+ * waiting for the peer's RELEASE), so that its receives cover every credit
+ * it gives out: each connection may have SHIM_RDMA_RQ_DEPTH of the peer's
+ * immediates (and its SWITCH_AT) outstanding, and link messages (OFFER,
+ * ACCEPT, RELEASE) take SHIM_LINK_MSGS_PER_CONN more. An honest peer then
+ * never finds the link's receives used up (no RNR: rnr_retry stays 0), and
+ * a connection beyond the cap makes a new link. Each end caps by its own
+ * receives (a connection exists only once both attached it), so the two
+ * ends need not agree: max_conns is RDMASHIM_RDMA_LINK_CONNS, or fewer when
+ * the device's max_qp_wr or max_cqe can not hold that many receives.
  */
-#define SHIM_LINK_MAX_CONNS 32
+#define SHIM_LINK_MAX_CONNS SHIM_CFG_LINK_CONNS_MAX
+#define SHIM_LINK_MSGS_PER_CONN 8
+#define SHIM_LINK_RECVS_PER_CONN (SHIM_RDMA_RQ_DEPTH + SHIM_LINK_MSGS_PER_CONN)
 #define SHIM_LINK_SQ_DEPTH 1024
-#define SHIM_LINK_RQ_DEPTH (SHIM_LINK_MAX_CONNS * SHIM_RDMA_RQ_DEPTH + 8 * SHIM_LINK_MAX_CONNS)
 #define SHIM_LINK_CELL 128 /* one receive or one send's message or word */
 #define SHIM_LINK_OFFERS 32
 
@@ -108,7 +113,9 @@ struct rdma_link {
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
 	struct ibv_qp *qp;
-	uint8_t *cells; /* SHIM_LINK_RQ_DEPTH receive cells, then SHIM_LINK_SQ_DEPTH send cells */
+	unsigned max_conns; /* live + held, at most (see SHIM_LINK_MAX_CONNS) */
+	unsigned rq_depth;  /* max_conns * SHIM_LINK_RECVS_PER_CONN */
+	uint8_t *cells; /* rq_depth receive cells, then SHIM_LINK_SQ_DEPTH send cells */
 	struct ibv_mr *cells_mr;
 	uint32_t max_inline;
 	pthread_mutex_t lock;      /* the CQ, places, offers */

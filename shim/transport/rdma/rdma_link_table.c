@@ -52,7 +52,7 @@ static bool alive(struct rdma_link *l)
 static bool usable(struct rdma_link *l)
 {
 	return alive(l) && __atomic_load_n(&l->live, __ATOMIC_RELAXED) + __atomic_load_n(&l->held, __ATOMIC_RELAXED) <
-				   SHIM_LINK_MAX_CONNS;
+				   l->max_conns;
 }
 
 /* Precondition: table_lock held. Unlinks broken links; returns them in a

@@ -12,6 +12,7 @@
 #include <endian.h>
 #include <rdma/rdma_cma.h>
 
+#include "fo_worker.h"
 #include "trace.h"
 
 void shim_rdma_mark_broken(struct rdma_conn *c, const char *why, int detail)
@@ -24,6 +25,9 @@ void shim_rdma_mark_broken(struct rdma_conn *c, const char *why, int detail)
 	__atomic_store_n(&c->broken, true, __ATOMIC_RELAXED);
 	SHIM_TRACE(shim_rdma_peer_finished(c) ? SHIM_TRACE_DEBUG : SHIM_TRACE_WARN, "rdma.broken", c->fd, c->sock ? &c->sock->tuple : NULL, SHIM_REASON_INTERNAL_ERROR,
 		   "\"why\":\"%s\",\"detail\":%d", why, detail);
+	/* Its failover goes on without waiting for the program's next call
+	 * on it (fo_worker.h): the peer may be waiting for what it owes. */
+	shim_failover_kick(c->sock, c->fd);
 }
 
 /*
