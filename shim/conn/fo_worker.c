@@ -21,8 +21,12 @@
 #define POLL_NS (1000ull * 1000)                 /* 1 ms */
 #define GIVE_UP_NS (30000ull * 1000 * 1000)      /* 30 s */
 
+/* No reference is held between steps: a close must find the connection
+ * as the program left it (sockfd.c settles what is on the wire only when
+ * no one else holds the socket), and each step takes one through the fd
+ * table, as a call would. */
 struct kick {
-	struct shim_sock *s; /* one reference held */
+	struct shim_sock *s;
 	int fd;
 	unsigned long long since_ns;
 	struct kick *next;
@@ -33,19 +37,17 @@ static pthread_cond_t q_cond = PTHREAD_COND_INITIALIZER;
 static struct kick *q_head; /* under q_lock */
 static bool q_running;      /* under q_lock: the worker thread lives */
 
-/* A reference on s unless its last one already went (a sock being freed
- * is left to its release). The pool is type-stable (LIFETIME.md), and the
- * caller's channel keeps s in this life while it holds the channel. */
-static bool hold_if_live(struct shim_sock *s)
+/* One step on k's connection, with a reference taken for it; true when
+ * done: its failover is as far as the worker takes it, or fd names
+ * another socket now (closed: close settled it, or the call that was
+ * under way when it closed goes on with it). */
+static bool step(const struct kick *k)
 {
-	int r = __atomic_load_n(&s->refs, __ATOMIC_RELAXED);
+	struct shim_sock *now = shim_sock_get(k->fd);
+	bool done = now != k->s || shim_failover_alone(now, k->fd);
 
-	do {
-		if (r == 0)
-			return false;
-		/* Acquire: pairs with the acq_rel drop in shim_sock_put. */
-	} while (!__atomic_compare_exchange_n(&s->refs, &r, r + 1, true, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED));
-	return true;
+	shim_sock_put(now);
+	return done;
 }
 
 /* Moves every entry on; drops those done or given up. */
@@ -57,9 +59,8 @@ static void step_all(struct kick **list)
 	while (*pp) {
 		struct kick *k = *pp;
 
-		if (shim_failover_alone(k->s, k->fd) || now - k->since_ns > GIVE_UP_NS) {
+		if (step(k) || now - k->since_ns > GIVE_UP_NS) {
 			*pp = k->next;
-			shim_sock_put(k->s);
 			free(k);
 		} else {
 			pp = &k->next;
@@ -107,25 +108,22 @@ void shim_failover_kick(struct shim_sock *s, int fd)
 {
 	struct kick *k;
 
-	/* Nothing here gives a reference back: the caller may hold a link's
-	 * lock, which a last put's release would take again. */
 	if (!s || fd < 0)
 		return;
 	k = malloc(sizeof(*k));
 	if (!k)
 		return; /* the program's calls move it on, as before */
+	k->s = s;
 	k->fd = fd;
 	k->since_ns = shim_now_ns();
 	pthread_mutex_lock(&q_lock);
 	if (!q_running && shim_bgthread_start(worker_main, NULL) == 0)
 		q_running = true;
-	if (!q_running || !hold_if_live(s)) {
-		/* A worker started for nothing finds its queue empty and ends. */
+	if (!q_running) {
 		pthread_mutex_unlock(&q_lock);
 		free(k);
 		return;
 	}
-	k->s = s;
 	k->next = q_head;
 	q_head = k;
 	pthread_cond_signal(&q_cond);

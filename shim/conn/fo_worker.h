@@ -17,18 +17,17 @@
 #include "sock.h"
 
 /*
- * s's channel broke (fd: the program's number for it, checked again under
- * the sock's lock before any use). Any thread, any of the shim's locks
- * held: the worker's own lock is the last in the lock order
- * (interpose/atfork.c). A sock whose last reference is already going is
- * left alone.
+ * s's channel broke; fd is the program's number for it. Any thread, any
+ * of the shim's locks held: the worker's own lock is the last in the lock
+ * order (interpose/atfork.c), and nothing else is taken here. The worker
+ * holds no reference between its steps; each step looks fd up again and
+ * leaves the connection once fd names anything but s.
  */
 void shim_failover_kick(struct shim_sock *s, int fd);
 
 /* Fork handlers (interpose/atfork.c): prepare takes the worker's lock,
  * the parent lets it go, the child forgets its parent's queue (the worker
- * thread is not in the child; the references its entries held stay
- * taken, as the child does not run those connections). */
+ * thread is not in the child, which does not run those connections). */
 void shim_fo_worker_atfork_prepare(void);
 void shim_fo_worker_atfork_parent(void);
 void shim_fo_worker_atfork_child(void);
