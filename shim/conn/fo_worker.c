@@ -2,10 +2,13 @@
  * The failover worker; see fo_worker.h.
  *
  * One detached thread, started on the first kick and ended once its queue
- * is empty. Each kicked connection is looked at every POLL_NS (the peer's
- * RESUME may still be on its way, or the TCP send buffer full) until
- * shim_failover_alone() says the program's calls can do the rest, or
- * GIVE_UP_NS passed: the program's own calls then go on as before.
+ * is empty. Each kicked connection is looked at again (the peer's RESUME
+ * may still be on its way, or the TCP send buffer full) after FIRST_NS,
+ * then twice as long each time up to MAX_NS, until shim_failover_alone()
+ * says the program's calls can do the rest, or GIVE_UP_NS passed: the
+ * program's own calls then go on as before. The backoff bounds what a
+ * link of 128 connections whose peer is slow to answer costs: about 128
+ * looks every MAX_NS, not every millisecond.
  */
 #include "fo_worker.h"
 
@@ -18,8 +21,9 @@
 #include "clock.h"
 #include "failover.h"
 
-#define POLL_NS (1000ull * 1000)                 /* 1 ms */
-#define GIVE_UP_NS (30000ull * 1000 * 1000)      /* 30 s */
+#define FIRST_NS (1000ull * 1000)            /* 1 ms */
+#define MAX_NS (64ull * 1000 * 1000)         /* 64 ms */
+#define GIVE_UP_NS (30000ull * 1000 * 1000)  /* 30 s */
 
 /* No reference is held between steps: a close must find the connection
  * as the program left it (sockfd.c settles what is on the wire only when
@@ -28,7 +32,7 @@
 struct kick {
 	struct shim_sock *s;
 	int fd;
-	unsigned long long since_ns;
+	unsigned long long since_ns, next_ns, delay_ns;
 	struct kick *next;
 };
 
@@ -50,27 +54,36 @@ static bool step(const struct kick *k)
 	return done;
 }
 
-/* Moves every entry on; drops those done or given up. */
-static void step_all(struct kick **list)
+/* Moves on every entry that is due; drops those done or given up.
+ * Returns the earliest time one is due again (0: the list is empty). */
+static unsigned long long step_all(struct kick **list)
 {
-	unsigned long long now = shim_now_ns();
+	unsigned long long now = shim_now_ns(), earliest = 0;
 	struct kick **pp = list;
 
 	while (*pp) {
 		struct kick *k = *pp;
 
-		if (step(k) || now - k->since_ns > GIVE_UP_NS) {
-			*pp = k->next;
-			free(k);
-		} else {
-			pp = &k->next;
+		if (now >= k->next_ns) {
+			if (step(k) || now - k->since_ns > GIVE_UP_NS) {
+				*pp = k->next;
+				free(k);
+				continue;
+			}
+			k->next_ns = now + k->delay_ns;
+			k->delay_ns = k->delay_ns * 2 > MAX_NS ? MAX_NS : k->delay_ns * 2;
 		}
+		if (!earliest || k->next_ns < earliest)
+			earliest = k->next_ns;
+		pp = &k->next;
 	}
+	return earliest;
 }
 
 static void *worker_main(void *arg)
 {
 	struct kick *mine = NULL;
+	unsigned long long due;
 
 	(void)arg;
 	pthread_mutex_lock(&q_lock);
@@ -85,13 +98,18 @@ static void *worker_main(void *arg)
 		if (!mine)
 			break;
 		pthread_mutex_unlock(&q_lock);
-		step_all(&mine);
+		due = step_all(&mine);
 		pthread_mutex_lock(&q_lock);
 		if (mine && !q_head) {
+			unsigned long long now = shim_now_ns(), wait_ns = due > now ? due - now : 0;
 			struct timespec until;
 
+			/* The condition variable's clock is CLOCK_REALTIME; a
+			 * step of that clock only makes this wait shorter or
+			 * longer once, by the step. */
 			clock_gettime(CLOCK_REALTIME, &until);
-			until.tv_nsec += (long)POLL_NS;
+			until.tv_sec += (time_t)(wait_ns / 1000000000ull);
+			until.tv_nsec += (long)(wait_ns % 1000000000ull);
 			if (until.tv_nsec >= 1000000000L) {
 				until.tv_sec++;
 				until.tv_nsec -= 1000000000L;
@@ -115,7 +133,8 @@ void shim_failover_kick(struct shim_sock *s, int fd)
 		return; /* the program's calls move it on, as before */
 	k->s = s;
 	k->fd = fd;
-	k->since_ns = shim_now_ns();
+	k->since_ns = k->next_ns = shim_now_ns();
+	k->delay_ns = FIRST_NS;
 	pthread_mutex_lock(&q_lock);
 	if (!q_running && shim_bgthread_start(worker_main, NULL) == 0)
 		q_running = true;
