@@ -178,23 +178,28 @@ END_TEST
 
 START_TEST(a_kick_for_a_fd_that_names_another_socket_sends_nothing)
 {
-	struct shim_sock *s = broken_at(sv[0]), *other;
+	struct shim_sock *s = broken_at(sv[0]), *held, *other;
 	uint8_t buf[64];
 
-	/* The program closed it and the number names another socket. */
-	forget(sv[0]);
+	/* The program closed it (a reference of ours keeps its memory from
+	 * being the next sock), and the number names another broken socket:
+	 * a worker that stepped on either would send a RESUME. */
+	held = shim_sock_get(sv[0]);
+	ck_assert_ptr_eq(held, s);
+	shim_sock_unref_fd(shim_fd_clear(sv[0]));
 	other = broken_at(sv[0]);
-	if (other == s) {
-		/* The pool gave the same memory back: a new life, not kicked. */
-		shim_failover_kick(NULL, sv[0]);
-	} else {
-		shim_failover_kick(s, sv[0]);
-	}
+	ck_assert_ptr_ne(other, s);
+	shim_failover_kick(s, sv[0]);
 	ck_assert_uint_eq(peer_read_for(buf, sizeof(buf), 300), 0);
+	pthread_mutex_lock(&s->lock);
+	ck_assert(!s->fo_started);
+	pthread_mutex_unlock(&s->lock);
 	pthread_mutex_lock(&other->lock);
 	ck_assert(!other->fo_started);
 	pthread_mutex_unlock(&other->lock);
 	forget(sv[0]);
+	s->chan = NULL;
+	shim_sock_put(held);
 }
 END_TEST
 
