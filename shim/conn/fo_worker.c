@@ -161,8 +161,16 @@ void shim_fo_worker_atfork_parent(void)
 
 void shim_fo_worker_atfork_child(void)
 {
-	pthread_mutex_init(&q_lock, NULL);
+	struct kick *k;
+
+	/* The parent's worker may have been waiting on the condition: not in
+	 * this process. The lock is this thread's (prepare took it) and is
+	 * let go, as every other one, so that TSan's model stays true. */
 	pthread_cond_init(&q_cond, NULL);
-	q_head = NULL;
+	while ((k = q_head)) {
+		q_head = k->next;
+		free(k);
+	}
 	q_running = false;
+	pthread_mutex_unlock(&q_lock);
 }
