@@ -306,7 +306,7 @@ START_TEST(parse_defaults)
 	ck_assert_uint_eq(cfg.shm_pairs, 1);
 	ck_assert_uint_eq(cfg.huge_pages, 1);
 	ck_assert_uint_eq(cfg.rdma_links, 1);
-	ck_assert_uint_eq(cfg.rdma_link_conns, 128);
+	ck_assert_uint_eq(cfg.rdma_link_conns, 32);
 	ck_assert_uint_eq(cfg.test_fail_rdma_kb, 0);
 	ck_assert_uint_eq(cfg.test_handback_after, 0);
 	ck_assert_uint_eq(cfg.breaker_failures, 3);

@@ -136,17 +136,22 @@ static void one_byte(int fd, bool send_first, int conn, int round)
 {
 	const char want = (char)('a' + round % 26);
 	char c = want;
+	const char *what = "write";
+	ssize_t n = 1;
 
-	if (send_first && ((think_us && usleep(think_us)) || write(fd, &c, 1) != 1))
+	if (send_first && ((think_us && usleep(think_us)) || (n = write(fd, &c, 1)) != 1))
 		goto fail;
-	if (read(fd, &c, 1) != 1 || (send_first && c != want))
+	what = "read";
+	if ((n = read(fd, &c, 1)) != 1 || (send_first && c != want))
 		goto fail;
-	if (!send_first && ((think_us && usleep(think_us)) || write(fd, &c, 1) != 1))
+	what = "write";
+	if (!send_first && ((think_us && usleep(think_us)) || (n = write(fd, &c, 1)) != 1))
 		goto fail;
 	return;
 fail:
-	fprintf(stderr, "conn_hold: connection %d: ping-pong failed in round %d (%s)\n", conn, round,
-		c != want && send_first ? "a wrong byte came back" : strerror(errno));
+	/* errno only where the call said -1: an EOF leaves an old one. */
+	fprintf(stderr, "conn_hold: connection %d: ping-pong failed in round %d (%s %s)\n", conn, round, what,
+		n == 1 ? "brought a wrong byte" : n == 0 ? "returned 0 (EOF)" : strerror(errno));
 	exit(1);
 }
 
