@@ -5,18 +5,23 @@
  * take waits), the drain of bells (early ones kept; what is no frame
  * ends the connection as a reset would), the peer's SWITCH
  * frame read in pieces and refused when its nonce is not ours (the bytes
- * stay in the stream), and what is absorbed past the switch offset.
+ * stay in the stream), and what is absorbed past the switch offset; a
+ * TCP reset after the peer ended the channel cleanly reads as EOF (it
+ * answers a bell of ours), any other stays a reset.
  */
 #include <check.h>
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "frames.h"
+#include "transport.h"
 #include "wire.h"
 #include "check_run.h"
 
@@ -256,6 +261,95 @@ START_TEST(absorb_keeps_the_frame_and_flags_what_is_no_bell)
 }
 END_TEST
 
+/* ---- a reset behind the peer's clean end (TCP: loopback) ---- */
+
+static bool peer_clean;
+
+static bool fake_peer_ended_clean(struct shim_chan *ch)
+{
+	(void)ch;
+	return peer_clean;
+}
+
+static const struct shim_transport_ops clean_end_ops = { .peer_ended_clean = fake_peer_ended_clean };
+static struct shim_chan clean_end_chan = { .ops = &clean_end_ops };
+
+/* A loopback TCP pair whose peer end then resets: *ours stays open. */
+static void tcp_pair_reset_by_peer(int *ours)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	struct linger abortive = { .l_onoff = 1, .l_linger = 0 };
+	struct pollfd p;
+	int l = socket(AF_INET, SOCK_STREAM, 0), peer;
+
+	ck_assert_int_ge(l, 0);
+	ck_assert_int_eq(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(listen(l, 1), 0);
+	ck_assert_int_eq(getsockname(l, (struct sockaddr *)&a, &len), 0);
+	*ours = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_eq(connect(*ours, (struct sockaddr *)&a, sizeof(a)), 0);
+	peer = accept(l, NULL, NULL);
+	ck_assert_int_ge(peer, 0);
+	close(l);
+	ck_assert_int_eq(setsockopt(peer, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive)), 0);
+	close(peer);
+	p = (struct pollfd){ .fd = *ours, .events = POLLIN };
+	ck_assert_int_eq(poll(&p, 1, 5000), 1);
+}
+
+static struct shim_sock *switched_sock(void)
+{
+	struct shim_sock *s = new_sock();
+
+	s->rx_dir = SHIM_DIR_CHAN;
+	s->chan = &clean_end_chan;
+	return s;
+}
+
+START_TEST(a_reset_after_the_peers_clean_end_reads_as_eof)
+{
+	struct shim_sock *s = switched_sock();
+	int fd;
+
+	peer_clean = true;
+	tcp_pair_reset_by_peer(&fd);
+	shim_frames_drain(s, fd);
+	ck_assert(s->rx_tcp_eof);
+	ck_assert(!s->rx_tcp_reset);
+	ck_assert(!s->rx_reset_seen);
+	close(fd);
+	free(s);
+}
+END_TEST
+
+START_TEST(any_other_reset_stays_a_reset)
+{
+	struct shim_sock *s = switched_sock();
+	int fd;
+
+	/* The peer did not end cleanly (no end of its stream, or bytes of
+	 * ours unread, or its program's own SO_LINGER 0: close.c). */
+	peer_clean = false;
+	tcp_pair_reset_by_peer(&fd);
+	shim_frames_drain(s, fd);
+	ck_assert(s->rx_tcp_eof);
+	ck_assert(s->rx_tcp_reset);
+	ck_assert(s->rx_reset_seen);
+	close(fd);
+	/* A failover under way: the channel's word no longer counts. */
+	free(s);
+	s = switched_sock();
+	s->fo_started = true;
+	peer_clean = true;
+	tcp_pair_reset_by_peer(&fd);
+	shim_frames_drain(s, fd);
+	ck_assert(s->rx_tcp_reset);
+	close(fd);
+	free(s);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("frames");
@@ -273,6 +367,8 @@ int main(void)
 	tcase_add_test(tc, a_foreign_nonce_stays_in_the_stream);
 	tcase_add_test(tc, eof_inside_the_switch_frame_is_a_reset);
 	tcase_add_test(tc, absorb_keeps_the_frame_and_flags_what_is_no_bell);
+	tcase_add_test(tc, a_reset_after_the_peers_clean_end_reads_as_eof);
+	tcase_add_test(tc, any_other_reset_stays_a_reset);
 	suite_add_tcase(s, tc);
 	return shim_check_run(s);
 }

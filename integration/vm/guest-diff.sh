@@ -23,10 +23,11 @@
 #
 # Under TCG a scenario's three runs take about 10 s (a fresh process per
 # end, each with its own RDMA warm-up), so the whole corpus takes 12 minutes
-# (measured with the host's load at 8): make test runs VM_SET, ten that
+# (measured with the host's load at 8): make test runs VM_SET, eleven that
 # upgrade to RDMA and between them cover readiness, recv flags, half-close,
 # close with unread bytes, RDHUP, EPOLLONESHOT, SO_RCVLOWAT, kill -9,
-# SIGPIPE and splice. "all" adds the 8 MiB transfers, the moment of the
+# SIGPIPE, splice and the program's own SO_LINGER 0 (its reset must reach
+# the peer's program: no clean end goes on the channel before it). "all" adds the 8 MiB transfers, the moment of the
 # switch and the cases marked "# known-rdma:" (differences of the RDMA
 # transport, reported as known).
 set -uo pipefail
@@ -41,7 +42,7 @@ if ! timeout 10 rdma link show rxe0/1 >/dev/null 2>&1; then
 fi
 
 VM_SET="readiness recv_flags shutdown_wr close_unread close_rdhup epoll_oneshot rcvlowat kill9_idle sigpipe
-        splice_after_switch"
+        splice_after_switch linger0"
 files=()
 sel=${DIFF_VM_CORPUS:-vm}
 if [[ $sel == vm ]]; then

@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -123,19 +124,45 @@ static void take_theirs(struct shim_sock *s, int fd, unsigned long long end_ns)
 /*
  * The program leaves bytes unread. The kernel answers such a close with a
  * reset, but ours are in the ring, where it can not see them: an abortive
- * close (SO_LINGER 0) makes it send the reset all the same.
+ * close (SO_LINGER 0) makes it send the reset all the same. A close the
+ * program made abortive itself resets too. Either way the channel then
+ * ends without a clean end of our stream, which the peer would otherwise
+ * read first (and take the reset behind it for an answer to a frame of
+ * ours: frames.c).
  */
 static void abort_if_unread(struct shim_sock *s, int fd)
 {
-	struct linger abortive = { .l_onoff = 1, .l_linger = 0 };
+	struct linger abortive = { .l_onoff = 1, .l_linger = 0 }, set = { 0 };
+	socklen_t len = sizeof(set);
 
-	if (s->rx_dir != SHIM_DIR_CHAN || !s->chan || s->aborted || !s->chan->ops->readable(s->chan))
+	if (!s->chan || s->aborted)
 		return;
-	SHIM_TRACE(SHIM_TRACE_DEBUG, "close.unread", fd, &s->tuple, SHIM_REASON_NONE, "\"bytes\":%zu",
-		   s->chan->ops->readable(s->chan));
-	REAL(setsockopt)(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
+	if (s->rx_dir == SHIM_DIR_CHAN && s->chan->ops->readable(s->chan)) {
+		SHIM_TRACE(SHIM_TRACE_DEBUG, "close.unread", fd, &s->tuple, SHIM_REASON_NONE, "\"bytes\":%zu",
+			   s->chan->ops->readable(s->chan));
+		REAL(setsockopt)(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
+	} else if (REAL(getsockopt)(fd, SOL_SOCKET, SO_LINGER, &set, &len) < 0 || !set.l_onoff || set.l_linger) {
+		return;
+	}
 	if (s->chan->ops->abortive)
 		s->chan->ops->abortive(s->chan);
+}
+
+/* Bytes still in the kernel socket now make the close a reset. The
+ * program's own are its business (TCP does the same); a frame of ours
+ * there is a shim bug or a race with the peer, and the first byte tells
+ * which (a bell that came after the drain, a RESUME): say so. */
+static void trace_tcp_unread(const struct shim_sock *s, int fd)
+{
+	int unread = 0;
+	uint8_t first = 0;
+
+	if (!shim_trace_enabled(SHIM_TRACE_INFO) || REAL(ioctl)(fd, FIONREAD, &unread) < 0 || unread <= 0)
+		return;
+	if (REAL(recv)(fd, &first, 1, MSG_DONTWAIT | MSG_PEEK) != 1)
+		first = 0;
+	SHIM_TRACE(SHIM_TRACE_INFO, "close.tcp_unread", fd, &s->tuple, SHIM_REASON_NONE,
+		   "\"bytes\":%d,\"first\":%u,\"rx\":%d", unread, first, s->rx_dir);
 }
 
 void shim_close_prepare(struct shim_sock *s, int fd)
@@ -148,6 +175,7 @@ void shim_close_prepare(struct shim_sock *s, int fd)
 	send_ours(s, fd, end_ns);
 	take_theirs(s, fd, end_ns);
 	abort_if_unread(s, fd);
+	trace_tcp_unread(s, fd);
 }
 
 static void settle_at_exit(int fd, void *ctx)

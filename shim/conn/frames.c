@@ -118,6 +118,29 @@ static size_t peer_died_unread(const struct shim_sock *s)
 	return ch->ops->tx_unread(ch);
 }
 
+/*
+ * A reset that came after the peer ended the channel cleanly: its end of
+ * our stream came on the channel, and it closed its reading side having
+ * read every byte of ours (an abortive close, its own or its program's
+ * SO_LINGER 0, sends no such end: close.c). Nothing of the program's was
+ * left for its kernel to reset the connection over, so the reset answers
+ * a frame of ours that reached its closed socket: a bell it could not
+ * know was coming (rdma: a producer takes an arm the consumer can not see
+ * taken). Over TCP the program would read EOF there, and it does: later
+ * sends still fail as after a peer's close (io.c).
+ */
+static bool reset_answers_a_frame(const struct shim_sock *s, int fd)
+{
+	struct shim_chan *ch = s->chan;
+
+	if (!ch || s->rx_dir != SHIM_DIR_CHAN || s->tx_dir != SHIM_DIR_CHAN || s->fo_started ||
+	    !ch->ops->peer_ended_clean || !ch->ops->peer_ended_clean(ch))
+		return false;
+	SHIM_TRACE(SHIM_TRACE_INFO, "conn.reset_after_clean_end", fd, &s->tuple, SHIM_REASON_NONE, "\"bells\":%u",
+		   s->rx_bells);
+	return true;
+}
+
 void shim_frames_drain(struct shim_sock *s, int fd)
 {
 	uint8_t scratch[256];
@@ -139,7 +162,7 @@ void shim_frames_drain(struct shim_sock *s, int fd)
 		}
 		if (n < 0) {
 			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-				s->rx_tcp_reset |= errno == ECONNRESET;
+				s->rx_tcp_reset |= errno == ECONNRESET && !reset_answers_a_frame(s, fd);
 				s->rx_reset_seen |= s->rx_tcp_reset;
 				drain_eof(s); /* reset: the peer is gone */
 			}
@@ -180,6 +203,18 @@ void shim_frames_drain(struct shim_sock *s, int fd)
 		shim_frames_abort(s, fd, SHIM_REASON_PEER_VIOLATION, "frame");
 		return;
 	}
+}
+
+size_t shim_frames_take_late_bells(int fd)
+{
+	uint8_t scratch[256];
+	ssize_t n = REAL(recv)(fd, scratch, sizeof(scratch), MSG_DONTWAIT | MSG_PEEK), bells = 0;
+
+	while (bells < n && is_bell(scratch[bells]))
+		bells++;
+	if (bells && REAL(recv)(fd, scratch, (size_t)bells, MSG_DONTWAIT) != bells)
+		return 0;
+	return (size_t)bells;
 }
 
 void shim_frames_absorb(struct shim_sock *s, const uint8_t *bytes, size_t len)

@@ -20,6 +20,14 @@ int shim_frames_flush(struct shim_sock *s, int fd);
 /* rx switched: reads and discards the bells waiting on TCP. Notices EOF. */
 void shim_frames_drain(struct shim_sock *s, int fd);
 
+/* Takes the bells at the head of fd's stream off it, and nothing else (the
+ * first other byte stops it): those that reached a switched connection
+ * while its channel ended at close, from a peer that could not know we
+ * were no longer armed; left there, they would make the close a reset.
+ * For a connection whose rx ran on the channel (every byte on TCP since
+ * is a frame). Returns how many. */
+size_t shim_frames_take_late_bells(int fd);
+
 /* rx switching: reads the rest of the peer's SWITCH frame. Returns 1 when
  * it is complete and carries our nonce, 0 when more must arrive, -EPROTO
  * when it does not match, -ECONNRESET on EOF before it completed. Only a

@@ -25,9 +25,9 @@
  * after the table entry was cleared and before the real close, under the
  * lock: a thread that holds the lock and still finds fd in the table knows
  * the number is not reused under it (shim_sock_fd_locked()). */
-static void keep_for_callers(struct shim_sock *sock, int fd)
+static bool keep_for_callers(struct shim_sock *sock, int fd)
 {
-	bool in_epoll;
+	bool in_epoll, settled = false;
 
 	pthread_mutex_lock(&sock->lock);
 	if (sock->active && sock->tcp_keep < 0) {
@@ -41,8 +41,13 @@ static void keep_for_callers(struct shim_sock *sock, int fd)
 	 * (close.c). refs is the cleared entry's alone then. */
 	if (!sock->active && __atomic_load_n(&sock->refs, __ATOMIC_RELAXED) == 1 && !sock->shared &&
 	    (sock->role == SHIM_ROLE_CLIENT || sock->role == SHIM_ROLE_SERVER) &&
-	    (!sock->io_pid || sock->io_pid == shim_self_pid()))
+	    (!sock->io_pid || sock->io_pid == shim_self_pid())) {
 		shim_close_prepare(sock, fd);
+		settled = sock->chan && sock->rx_dir == SHIM_DIR_CHAN && !sock->aborted;
+	} else if (sock->chan && __atomic_load_n(&sock->fds, __ATOMIC_RELAXED) == 1)
+		SHIM_TRACE(SHIM_TRACE_DEBUG, "close.unsettled", fd, &sock->tuple, SHIM_REASON_NONE,
+			   "\"active\":%d,\"refs\":%d,\"shared\":%d", sock->active,
+			   __atomic_load_n(&sock->refs, __ATOMIC_RELAXED), sock->shared);
 	/* Items of ours may name fd, also of a connection whose upgrade
 	 * failed since: a new socket on that number is not this one, and
 	 * the file may live on through a dup (io/epoll_close.c). */
@@ -50,6 +55,7 @@ static void keep_for_callers(struct shim_sock *sock, int fd)
 	pthread_mutex_unlock(&sock->lock);
 	if (in_epoll && shim_sock_hooks.fd_closed)
 		shim_sock_hooks.fd_closed(fd, sock);
+	return settled;
 }
 
 static void trace_close(int fd, struct shim_sock *sock)
@@ -65,9 +71,19 @@ void shim_sock_on_close(int fd)
 
 	if (!sock)
 		return;
+	struct shim_tuple tuple = sock->tuple;
+	bool settled;
+	size_t late;
+
 	trace_close(fd, sock);
-	keep_for_callers(sock, fd);
+	settled = keep_for_callers(sock, fd);
 	shim_sock_unref_fd(sock);
+	/* The channel ended in that unref when it was the last reference
+	 * (RDMA waits there for its last WRITEs: a round trip). A bell the
+	 * peer sent meanwhile, for an arm it could not see withdrawn, is in
+	 * the socket now; the close would answer it with a reset. */
+	if (settled && (late = shim_frames_take_late_bells(fd)))
+		SHIM_TRACE(SHIM_TRACE_DEBUG, "close.late_bells", fd, &tuple, SHIM_REASON_NONE, "\"bells\":%zu", late);
 }
 
 struct shim_sock *shim_sock_before_replace(int oldfd, int newfd)

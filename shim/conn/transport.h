@@ -56,6 +56,12 @@ struct shim_transport_ops {
 	 * that read everything (rdma: its head is exact once its ring is
 	 * empty). */
 	size_t (*tx_unread)(const struct shim_chan *ch);
+	/* The peer ended the channel cleanly: the end of its stream came, it
+	 * closed its reading side, and it read every byte we sent. Under the
+	 * lock; may take completions. A TCP reset after that answers a frame
+	 * of ours, not the program's (frames.c). Optional: NULL where our
+	 * frames never reach a peer that closed (shm: a taken arm is seen). */
+	bool (*peer_ended_clean)(struct shim_chan *ch);
 	/* The peer broke the channel's rules (a cursor, length or credit out
 	 * of bounds): sticky, lock-free. send/recv move nothing from then on. */
 	bool (*violated)(const struct shim_chan *ch);

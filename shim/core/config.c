@@ -45,7 +45,7 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_RDMA_LINKS", "1",
 	  "1: RDMA connections between the same two processes share one queue pair (a link), and a later one "
 	  "is set up by one message each way on it; 0: every connection makes its own with rdma_cm" },
-	{ "RDMASHIM_RDMA_LINK_CONNS", "32",
+	{ "RDMASHIM_RDMA_LINK_CONNS", SHIM_CFG_STR(SHIM_CFG_LINK_CONNS_DEFAULT),
 	  "the most connections one link carries (the device may allow fewer: its receives must cover every "
 	  "connection's credits); a connection beyond makes a new link" },
 	{ "RDMASHIM_HUGE_PAGES", "1",

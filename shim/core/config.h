@@ -32,6 +32,10 @@ enum shim_trace_level {
 #define SHIM_PORT_BITMAP_BYTES (65536 / 8)
 /* Ceiling of RDMASHIM_RDMA_LINK_CONNS (transport/rdma/rdma_link.h sizes by it). */
 #define SHIM_CFG_LINK_CONNS_MAX 128
+/* Its default: a link's queues are sized for its cap when it is made. */
+#define SHIM_CFG_LINK_CONNS_DEFAULT 32
+#define SHIM_CFG_STR_(x) #x
+#define SHIM_CFG_STR(x) SHIM_CFG_STR_(x)
 
 struct shim_config {
 	/* True when RDMASHIM_PORTS names at least one port and nothing is bad. */

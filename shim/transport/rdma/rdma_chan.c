@@ -263,6 +263,18 @@ static bool rchan_peer_rx_gone(const struct shim_chan *ch)
 	return __atomic_load_n(&c->proved, __ATOMIC_RELAXED) && shim_rdma_load_acq(&c->ctl->tx_consumer_closed) != 0;
 }
 
+/* Its CLOSED immediate came (taken from the CQ here), then its exact head
+ * and consumer_closed (posted after it on the same QP, rdma_teardown.c):
+ * the peer closed cleanly with nothing of ours unread. */
+static bool rchan_peer_ended_clean(struct shim_chan *ch)
+{
+	struct rdma_conn *c = shim_rdma_conn_of(ch);
+
+	shim_rdma_reap(c);
+	return !__atomic_load_n(&c->violated, __ATOMIC_RELAXED) && __atomic_load_n(&c->rx_closed, __ATOMIC_ACQUIRE) &&
+	       rchan_peer_rx_gone(ch) && shim_rdma_tx_unread(ch) == 0;
+}
+
 static bool rchan_tx_arm(struct shim_chan *ch)
 {
 	struct rdma_conn *c = shim_rdma_conn_of(ch);
@@ -518,6 +530,7 @@ const struct shim_transport_ops shim_rdma_ops = {
 	.abortive = rchan_abortive,
 	.arm_grace = true,
 	.tx_unread = shim_rdma_tx_unread,
+	.peer_ended_clean = rchan_peer_ended_clean,
 	.violated = shim_rdma_violated,
 	.failed = shim_rdma_failed,
 	.fail = shim_rdma_fail,

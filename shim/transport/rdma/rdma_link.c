@@ -70,7 +70,7 @@ static unsigned link_conn_cap(struct ibv_context *verbs)
 	unsigned cap = shim_cfg.rdma_link_conns, by_wr, by_cqe;
 
 	if (cap == 0 || cap > SHIM_LINK_MAX_CONNS)
-		cap = SHIM_LINK_MAX_CONNS;
+		cap = SHIM_CFG_LINK_CONNS_DEFAULT; /* the configuration was not read */
 	if (ibv_query_device(verbs, &a))
 		return cap < 32 ? cap : 32; /* what every RoCE device we know holds */
 	by_wr = a.max_qp_wr > 0 ? (unsigned)a.max_qp_wr / SHIM_LINK_RECVS_PER_CONN : 0;
