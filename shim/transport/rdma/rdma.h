@@ -99,6 +99,10 @@ struct rdma_conn {
 	bool link_told_peer;    /* our hello went out: the peer may WRITE into our slot */
 	bool peer_id_known;     /* the peer's hello came: peer_id names it */
 	unsigned long long link_wait_ns; /* C: the OFFER's deadline; S: the wait for one */
+	bool offered;           /* C: an OFFER went out once (never twice) */
+	bool waits_for_link;    /* S: in RDMA_S_LINK_WAIT for a link being made, then for the OFFER */
+	bool making_link;       /* S: counted as a link being made toward the client host */
+	uint8_t making_addr[16]; /* ... that host */
 	/* C: S's ACCEPT, put here by whichever thread reaped it. */
 	struct shim_rdma_link_msg accept_msg;
 	bool accept_in;         /* atomic, release: accept_msg is complete */
@@ -176,6 +180,10 @@ void shim_rdma_give_up(struct shim_sock *s, int fd, enum shim_reason reason);
 void shim_rdma_link_offer(struct shim_sock *s, int fd, struct rdma_conn *c);
 bool shim_rdma_link_accepted(struct shim_sock *s, int fd, struct rdma_conn *c);
 void shim_rdma_link_withdraw(struct rdma_conn *c);
+/* S: this attempt makes a link toward the client host by rdma_cm (marked)
+ * or no longer does (its link is trusted, or it ended). */
+void shim_rdma_link_making_mark(struct shim_sock *s, struct rdma_conn *c);
+void shim_rdma_link_making_done(struct rdma_conn *c);
 bool shim_rdma_link_begin(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now);
 bool shim_rdma_link_progress(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now);
 /* rdma_switch.c: RDMA_CONNECTED, offsets both ways, then the proof. */

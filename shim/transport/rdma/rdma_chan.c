@@ -155,6 +155,7 @@ bool shim_rdma_tx_proved(struct rdma_conn *c)
 		 * later ones may be set up over the link. */
 		if (c->link)
 			shim_rdma_link_trust(c->link);
+		shim_rdma_link_making_done(c);
 	}
 	return c->proved;
 }

@@ -396,6 +396,8 @@ static void keep_offer(struct rdma_link *l, const struct shim_rdma_link_msg *m)
 	}
 	if (slot->used)
 		owe_release(l, slot);
+	else
+		__atomic_add_fetch(&l->offers_kept, 1, __ATOMIC_RELAXED);
 	slot->used = true;
 	slot->at_ns = shim_now_ns();
 	slot->msg = *m;
@@ -680,6 +682,7 @@ bool shim_rdma_link_take_offer(struct rdma_link *l, const struct shim_tuple *t, 
 		if (!o->used || !offer_names(&o->msg, t))
 			continue;
 		o->used = false;
+		__atomic_sub_fetch(&l->offers_kept, 1, __ATOMIC_RELAXED);
 		/* at_ns may be after the now of a caller that reaped it. */
 		if (o->at_ns + max_age_ns < now) {
 			owe_release(l, o);

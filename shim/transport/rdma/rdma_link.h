@@ -135,6 +135,9 @@ struct rdma_link {
 	struct rdma_link_place *places;
 	unsigned n_places, live, held; /* held: places waiting for the peer's RELEASE */
 	struct rdma_link_offer offers[SHIM_LINK_OFFERS];
+	/* OFFERs kept unclaimed (atomic for lookups): each holds a place at
+	 * C, so a link full at C's end looks full here too. */
+	unsigned offers_kept;
 	/* The ids (the peer's) of OFFERs dropped unclaimed: their RELEASE is
 	 * owed (sent outside the lock, by shim_rdma_link_claim). */
 	uint32_t owed[SHIM_LINK_OFFERS];
@@ -205,6 +208,18 @@ static inline bool shim_rdma_link_broken(const struct rdma_link *l)
 struct rdma_link *shim_rdma_link_for_server(const struct shim_endpoint *server);
 /* S: whether a trusted link goes to that client host (wait for its OFFER). */
 bool shim_rdma_link_toward(const struct shim_endpoint *client);
+/* S: a link toward the client host addr is being made by rdma_cm (start),
+ * or that attempt ended (its link trusted, or it failed). true: counted
+ * (the end must then be told). */
+bool shim_rdma_link_making(const uint8_t addr[16], bool start);
+/* S: how many links toward that client host are being made. From
+ * SHIM_LINK_MAKING_MAX on, a new connection waits for one of them rather
+ * than make another: a burst makes about a link per cap, and up to that
+ * many at once (each rdma_cm handshake takes round trips the program's
+ * calls must carry: 1000 connections served in turn, 10 links in 85 s
+ * one at a time under TCG). */
+#define SHIM_LINK_MAKING_MAX 4
+unsigned shim_rdma_link_makings(const struct shim_endpoint *client);
 /* S: takes a pending OFFER for the connection t (S's view: local = server),
  * younger than max_age_ns, and its link (with a reference). */
 bool shim_rdma_link_claim(const struct shim_tuple *t, unsigned long long max_age_ns, struct rdma_link **link,

@@ -13,6 +13,12 @@
  * always, and follows whichever way S takes: S takes exactly one (an OFFER
  * it claimed, or rdma_cm's connect). S waits for an OFFER only while a link
  * to C's host exists, at most 200 ms, then takes rdma_cm's way.
+ *
+ * A burst: while SHIM_LINK_MAKING_MAX connections of S's make links
+ * toward C's host by rdma_cm, the next ones wait (half the CM bound at
+ * most) for those and then for C's OFFER on one, instead of making a link
+ * each, and C, still listening, sends its OFFER once a link to the
+ * server's endpoint is there (at most one OFFER).
  */
 #include "rdma.h"
 
@@ -22,6 +28,7 @@
 
 #include "rdma_post.h"
 #include "rdma_qp.h"
+#include "self.h"
 #include "trace.h"
 #include "upgrade.h"
 
@@ -34,6 +41,31 @@ static unsigned long long s_wait_ns(void)
 	unsigned long long w = (unsigned long long)shim_cfg.cm_timeout_ms * MS_NS / 4;
 
 	return w < 200 * MS_NS ? w : 200 * MS_NS;
+}
+
+/* S waits for a link being made at most half the CM bound: rdma_cm's way
+ * still fits in the upgrade's time after it (when that link fails, or
+ * goes to another process of C's host). */
+static unsigned long long s_link_wait_ns(void)
+{
+	return (unsigned long long)shim_cfg.cm_timeout_ms * MS_NS / 2;
+}
+
+void shim_rdma_link_making_mark(struct shim_sock *s, struct rdma_conn *c)
+{
+	if (!shim_cfg.rdma_links || c->making_link || s->role != SHIM_ROLE_SERVER)
+		return;
+	memcpy(c->making_addr, s->tuple.peer.addr, 16);
+	c->making_link = shim_rdma_link_making(c->making_addr, true);
+}
+
+void shim_rdma_link_making_done(struct rdma_conn *c)
+{
+	/* A fork child's attempt was counted in its parent, not here. */
+	if (!c->making_link || c->pid != shim_self_pid())
+		return;
+	c->making_link = false;
+	shim_rdma_link_making(c->making_addr, false);
 }
 
 static void trace_join(struct shim_sock *s, int fd, const struct rdma_conn *c, const char *event)
@@ -87,11 +119,12 @@ void shim_rdma_link_offer(struct shim_sock *s, int fd, struct rdma_conn *c)
 	struct rdma_link *l;
 
 	/* A shut write side carries no SWITCH frame: rdma_cm's way says so. */
-	if (!shim_cfg.rdma_links || s->wr_shut)
+	if (!shim_cfg.rdma_links || s->wr_shut || c->offered)
 		return;
 	l = shim_rdma_link_for_server(&s->tuple.peer);
 	if (!l)
 		return;
+	c->offered = true;
 	if (join(c, l) < 0 || shim_upgrade_new_nonce(s->rx_nonce) < 0) {
 		drop_link(c);
 		return;
@@ -176,10 +209,16 @@ bool shim_rdma_link_begin(struct shim_sock *s, int fd, struct rdma_conn *c, unsi
 		return false;
 	if (s_take_offer(s, fd, c))
 		return true;
-	if (!shim_rdma_link_toward(&s->tuple.peer))
+	if (shim_rdma_link_toward(&s->tuple.peer)) {
+		c->link_wait_ns = now + s_wait_ns();
+	} else if (shim_rdma_link_makings(&s->tuple.peer) >= SHIM_LINK_MAKING_MAX) {
+		c->waits_for_link = true;
+		c->link_wait_ns = now + s_link_wait_ns();
+		trace_join(s, fd, c, "wait_link");
+	} else {
 		return false;
+	}
 	c->step = RDMA_S_LINK_WAIT;
-	c->link_wait_ns = now + s_wait_ns();
 	return true;
 }
 
@@ -203,5 +242,14 @@ bool shim_rdma_link_progress(struct shim_sock *s, int fd, struct rdma_conn *c, u
 {
 	if (s_take_offer(s, fd, c))
 		return true;
+	/* While a link with room goes to C's host, C's OFFER comes at C's
+	 * next step on this connection, which the program's calls carry
+	 * (served in turn, a round later): a short wait here made a link of
+	 * its own for each connection whose C had not stepped yet, 61 links
+	 * for 1000 connections. Fewer links on their way (one failed, or came
+	 * up full) and none with room: ours now. */
+	if (c->waits_for_link && now < c->link_wait_ns)
+		return shim_rdma_link_toward(&s->tuple.peer) ||
+		       shim_rdma_link_makings(&s->tuple.peer) >= SHIM_LINK_MAKING_MAX;
 	return now < c->link_wait_ns;
 }

@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "config.h"
 #include "self.h"
@@ -48,11 +49,14 @@ static bool alive(struct rdma_link *l)
 }
 
 /* ... and it has room for one more connection (relaxed look: the place
- * is taken under the link's lock, which says no when full). */
+ * is taken under the link's lock, which says no when full). An OFFER kept
+ * unclaimed holds a place at C: without it, S's waiters took a link full
+ * at C's end for one with room and waited for OFFERs C could not send. */
 static bool usable(struct rdma_link *l)
 {
-	return alive(l) && __atomic_load_n(&l->live, __ATOMIC_RELAXED) + __atomic_load_n(&l->held, __ATOMIC_RELAXED) <
-				   l->max_conns;
+	return alive(l) && __atomic_load_n(&l->live, __ATOMIC_RELAXED) + __atomic_load_n(&l->held, __ATOMIC_RELAXED) +
+				   __atomic_load_n(&l->offers_kept, __ATOMIC_RELAXED) <
+			   l->max_conns;
 }
 
 /* Precondition: table_lock held. Unlinks broken links; returns them in a
@@ -144,6 +148,70 @@ bool shim_rdma_link_claim(const struct shim_tuple *t, unsigned long long max_age
 		shim_rdma_link_put(cand[i]);
 	}
 	return found;
+}
+
+/*
+ * S: links being made toward client hosts (a connection of ours in
+ * rdma_cm's way), counted per host. With SHIM_LINK_MAKING_MAX of them on
+ * the way, a later connection to that host waits for one to come up and
+ * for the client's OFFER on it, instead of making a link of its own: a
+ * burst of connections (a pool that opens at once, or one past a full
+ * link) then makes about a link per cap, not a link per connection, each
+ * sized for a full cap (1000 at once made 528 and the server was killed
+ * for memory). A few hosts at a time; past that, no
+ * waiting. A fork child's attempts are its parent's: it starts afresh.
+ */
+#define PENDING_HOSTS 16
+static struct {
+	uint8_t addr[16];
+	unsigned n;
+} pending[PENDING_HOSTS];
+static pid_t pending_pid;
+
+/* Precondition: table_lock held. */
+static void pending_own_locked(void)
+{
+	if (pending_pid != shim_self_pid()) {
+		memset(pending, 0, sizeof(pending));
+		pending_pid = shim_self_pid();
+	}
+}
+
+bool shim_rdma_link_making(const uint8_t addr[16], bool start)
+{
+	bool counted = false;
+	unsigned i;
+
+	pthread_mutex_lock(&table_lock);
+	pending_own_locked();
+	for (i = 0; i < PENDING_HOSTS && !counted; i++) {
+		if (pending[i].n && memcmp(pending[i].addr, addr, 16) == 0) {
+			pending[i].n += start ? 1 : -1;
+			counted = true;
+		}
+	}
+	for (i = 0; i < PENDING_HOSTS && !counted && start; i++) {
+		if (!pending[i].n) {
+			memcpy(pending[i].addr, addr, 16);
+			pending[i].n = 1;
+			counted = true;
+		}
+	}
+	pthread_mutex_unlock(&table_lock);
+	return counted;
+}
+
+unsigned shim_rdma_link_makings(const struct shim_endpoint *client)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&table_lock);
+	pending_own_locked();
+	for (unsigned i = 0; i < PENDING_HOSTS && !n; i++)
+		if (pending[i].n && memcmp(pending[i].addr, client->addr, 16) == 0)
+			n = pending[i].n;
+	pthread_mutex_unlock(&table_lock);
+	return n;
 }
 
 void shim_rdma_link_atfork(bool prepare)

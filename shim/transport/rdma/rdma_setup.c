@@ -380,6 +380,10 @@ void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 		link_step(s, fd, c, now);
 		return;
 	}
+	/* A link to the server's endpoint came up while we listen (a burst:
+	 * S waits for it rather than make another): offer on it now. */
+	if (c->step == RDMA_C_LISTEN && !c->offered && s->neg == c)
+		shim_rdma_link_offer(s, fd, c);
 	if (c->step == RDMA_C_LISTEN && shim_rdma_link_accepted(s, fd, c)) {
 		/* S took our OFFER on the link: our listener goes, what it
 		 * queued acked first (rdma_destroy_id waits for that). */
@@ -389,8 +393,11 @@ void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 		rdma_destroy_id(c->listen_id);
 		c->listen_id = NULL;
 	}
-	/* Once the link is up its CM events are its own (rdma_link.c). */
-	while (c->ec && !(c->link && c->link->cm_owned) && rdma_get_cm_event(c->ec, &raw) == 0) {
+	/* Once the link is up its CM events are its own (rdma_link.c). A
+	 * listener of ours beside an OFFER on a link has its own channel: S
+	 * may take rdma_cm's way all the same, and its connect request must
+	 * be seen (it was not: such an upgrade waited out its bounds). */
+	while (c->ec && !(c->link && c->link->cm_owned && c->link->ec == c->ec) && rdma_get_cm_event(c->ec, &raw) == 0) {
 		struct cm_ev ev = { .e = raw->event, .status = raw->status, .id = raw->id };
 
 		if (raw->param.conn.private_data) {
@@ -446,10 +453,12 @@ static void begin_cm(struct shim_sock *s, int fd, struct rdma_conn *c)
 {
 	if (!make_ec(s, fd, c))
 		return;
-	if (s->role == SHIM_ROLE_CLIENT)
+	if (s->role == SHIM_ROLE_CLIENT) {
 		c_cm_listen(s, fd, c);
-	else
-		s_resolve(s, fd, c);
+		return;
+	}
+	shim_rdma_link_making_mark(s, c);
+	s_resolve(s, fd, c);
 }
 
 /* The first steps, once the process is warm (s->deadline_ns restarted):

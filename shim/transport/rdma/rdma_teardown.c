@@ -72,6 +72,7 @@ void shim_rdma_teardown(struct rdma_conn *c)
 			teardown_wait(c, shim_rdma_chain_post(c, &wrs), TEARDOWN_WAIT_NS, &peer_gone);
 		}
 	}
+	shim_rdma_link_making_done(c);
 	c->torn_down = true;
 	/* Our place on the link goes (its memory once the peer released it
 	 * too); the last reference frees the link. */
