@@ -180,8 +180,9 @@ void shim_rdma_give_up(struct shim_sock *s, int fd, enum shim_reason reason);
 void shim_rdma_link_offer(struct shim_sock *s, int fd, struct rdma_conn *c);
 bool shim_rdma_link_accepted(struct shim_sock *s, int fd, struct rdma_conn *c);
 void shim_rdma_link_withdraw(struct rdma_conn *c);
-/* S: this attempt makes a link toward the client host by rdma_cm (marked)
- * or no longer does (its link is trusted, or it ended). */
+/* rdma_link_table.c. S: this attempt makes a link toward the client host
+ * by rdma_cm (marked) or no longer does (its link is trusted, or it
+ * ended). */
 void shim_rdma_link_making_mark(struct shim_sock *s, struct rdma_conn *c);
 void shim_rdma_link_making_done(struct rdma_conn *c);
 bool shim_rdma_link_begin(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now);

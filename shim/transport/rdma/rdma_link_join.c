@@ -28,7 +28,6 @@
 
 #include "rdma_post.h"
 #include "rdma_qp.h"
-#include "self.h"
 #include "trace.h"
 #include "upgrade.h"
 
@@ -49,23 +48,6 @@ static unsigned long long s_wait_ns(void)
 static unsigned long long s_link_wait_ns(void)
 {
 	return (unsigned long long)shim_cfg.cm_timeout_ms * MS_NS / 2;
-}
-
-void shim_rdma_link_making_mark(struct shim_sock *s, struct rdma_conn *c)
-{
-	if (!shim_cfg.rdma_links || c->making_link || s->role != SHIM_ROLE_SERVER)
-		return;
-	memcpy(c->making_addr, s->tuple.peer.addr, 16);
-	c->making_link = shim_rdma_link_making(c->making_addr, true);
-}
-
-void shim_rdma_link_making_done(struct rdma_conn *c)
-{
-	/* A fork child's attempt was counted in its parent, not here. */
-	if (!c->making_link || c->pid != shim_self_pid())
-		return;
-	c->making_link = false;
-	shim_rdma_link_making(c->making_addr, false);
 }
 
 static void trace_join(struct shim_sock *s, int fd, const struct rdma_conn *c, const char *event)

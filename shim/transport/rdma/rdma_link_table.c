@@ -6,6 +6,7 @@
  * rdma_link.c's.
  */
 #include "rdma_link.h"
+#include "rdma.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -212,6 +213,23 @@ unsigned shim_rdma_link_makings(const struct shim_endpoint *client)
 			n = pending[i].n;
 	pthread_mutex_unlock(&table_lock);
 	return n;
+}
+
+void shim_rdma_link_making_mark(struct shim_sock *s, struct rdma_conn *c)
+{
+	if (!shim_cfg.rdma_links || c->making_link || s->role != SHIM_ROLE_SERVER)
+		return;
+	memcpy(c->making_addr, s->tuple.peer.addr, 16);
+	c->making_link = shim_rdma_link_making(c->making_addr, true);
+}
+
+void shim_rdma_link_making_done(struct rdma_conn *c)
+{
+	/* A fork child's attempt was counted in its parent, not here. */
+	if (!c->making_link || c->pid != shim_self_pid())
+		return;
+	c->making_link = false;
+	shim_rdma_link_making(c->making_addr, false);
 }
 
 void shim_rdma_link_atfork(bool prepare)
