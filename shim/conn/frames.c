@@ -141,12 +141,25 @@ static bool reset_answers_a_frame(const struct shim_sock *s, int fd)
 	return true;
 }
 
+/* Takes the bells at the head of the n bytes peeked into buf off fd.
+ * Returns how many, or -1 when the stream did not give them back. */
+static ssize_t take_bells(int fd, uint8_t *buf, ssize_t n)
+{
+	ssize_t bells = 0;
+
+	while (bells < n && is_bell(buf[bells]))
+		bells++;
+	if (bells && REAL(recv)(fd, buf, (size_t)bells, MSG_DONTWAIT) != bells)
+		return -1;
+	return bells;
+}
+
 void shim_frames_drain(struct shim_sock *s, int fd)
 {
 	uint8_t scratch[256];
 
 	while (!s->fo_peer_known && !s->rx_tcp_eof) {
-		ssize_t n = REAL(recv)(fd, scratch, sizeof(scratch), MSG_DONTWAIT | MSG_PEEK), bells = 0;
+		ssize_t n = REAL(recv)(fd, scratch, sizeof(scratch), MSG_DONTWAIT | MSG_PEEK), bells;
 
 		if (n == 0) {
 			size_t unread = peer_died_unread(s);
@@ -168,9 +181,8 @@ void shim_frames_drain(struct shim_sock *s, int fd)
 			}
 			return;
 		}
-		while (bells < n && is_bell(scratch[bells]))
-			bells++;
-		if (bells && REAL(recv)(fd, scratch, (size_t)bells, MSG_DONTWAIT) != bells) {
+		bells = take_bells(fd, scratch, n);
+		if (bells < 0) {
 			drain_eof(s);
 			return;
 		}
@@ -208,13 +220,9 @@ void shim_frames_drain(struct shim_sock *s, int fd)
 size_t shim_frames_take_late_bells(int fd)
 {
 	uint8_t scratch[256];
-	ssize_t n = REAL(recv)(fd, scratch, sizeof(scratch), MSG_DONTWAIT | MSG_PEEK), bells = 0;
+	ssize_t bells = take_bells(fd, scratch, REAL(recv)(fd, scratch, sizeof(scratch), MSG_DONTWAIT | MSG_PEEK));
 
-	while (bells < n && is_bell(scratch[bells]))
-		bells++;
-	if (bells && REAL(recv)(fd, scratch, (size_t)bells, MSG_DONTWAIT) != bells)
-		return 0;
-	return (size_t)bells;
+	return bells > 0 ? (size_t)bells : 0;
 }
 
 void shim_frames_absorb(struct shim_sock *s, const uint8_t *bytes, size_t len)

@@ -71,12 +71,14 @@ void shim_sock_on_close(int fd)
 
 	if (!sock)
 		return;
-	struct shim_tuple tuple = sock->tuple;
+	struct shim_tuple tuple;
 	bool settled;
 	size_t late;
 
 	trace_close(fd, sock);
 	settled = keep_for_callers(sock, fd);
+	if (settled)
+		tuple = sock->tuple; /* for the trace below: the unref may free sock */
 	shim_sock_unref_fd(sock);
 	/* The channel ended in that unref when it was the last reference
 	 * (RDMA waits there for its last WRITEs: a round trip). A bell the

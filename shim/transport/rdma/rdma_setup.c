@@ -382,7 +382,7 @@ void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 	}
 	/* A link to the server's endpoint came up while we listen (a burst:
 	 * S waits for it rather than make another): offer on it now. */
-	if (c->step == RDMA_C_LISTEN && !c->offered && s->neg == c)
+	if (c->step == RDMA_C_LISTEN)
 		shim_rdma_link_offer(s, fd, c);
 	if (c->step == RDMA_C_LISTEN && shim_rdma_link_accepted(s, fd, c)) {
 		/* S took our OFFER on the link: our listener goes, what it
