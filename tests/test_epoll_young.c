@@ -177,6 +177,50 @@ START_TEST(due_takes_it_over_and_the_program_keeps_its_data)
 }
 END_TEST
 
+/* A connection that left interception for good (a peer without the shim:
+ * shim_upgrade_fail()) gives its taken-over registration back at the next
+ * wait: the kernel holds the program's data again and the item goes, so
+ * that the set's waits and the fd's changes cost the shim nothing. */
+START_TEST(a_connection_on_tcp_for_good_gives_its_registration_back)
+{
+	struct epoll_event ev[4];
+	bool got;
+
+	add(EPOLLIN);
+	make_due();
+	shim_io_young_take_over(conn);
+	ck_assert_uint_eq(conn->ep_items, 1);
+	ck_assert_uint_ne(kernel_reports(&got), PROGRAM_DATA);
+	__atomic_store_n(&conn->intercept, false, __ATOMIC_RELAXED);
+	ck_assert_int_eq(program_wait(ev, 4), 1);
+	ck_assert_uint_eq(ev[0].data.u64, PROGRAM_DATA);
+	ck_assert_uint_eq(conn->ep_items, 0);
+	ck_assert_uint_eq(kernel_reports(&got), PROGRAM_DATA);
+	ck_assert(got);
+	/* With no item left, a wait is the kernel's alone. */
+	int rc = 0;
+
+	ck_assert_int_eq(shim_epoll_wait(epfd, ev, 4, 0, NULL, &rc), 0);
+}
+END_TEST
+
+/* An edge-triggered item stays ours: a MOD would report an edge that did
+ * not happen. */
+START_TEST(an_edge_item_on_tcp_for_good_stays)
+{
+	struct epoll_event ev[4];
+	bool got;
+
+	add(EPOLLIN | EPOLLET);
+	ck_assert_uint_eq(conn->ep_items, 1);
+	__atomic_store_n(&conn->intercept, false, __ATOMIC_RELAXED);
+	ck_assert_int_eq(program_wait(ev, 4), 1);
+	ck_assert_uint_eq(ev[0].data.u64, PROGRAM_DATA);
+	ck_assert_uint_eq(conn->ep_items, 1);
+	ck_assert_uint_ne(kernel_reports(&got), PROGRAM_DATA);
+}
+END_TEST
+
 /* Kinds whose kernel state a take-over would change get an item at once. */
 START_TEST(edge_oneshot_and_exclusive_are_items_at_once)
 {
@@ -285,6 +329,8 @@ static Suite *epoll_young_suite(void)
 	tcase_add_test(tc, no_upgrade_starts_while_the_kernel_holds_it);
 	tcase_add_test(tc, not_taken_over_before_due);
 	tcase_add_test(tc, due_takes_it_over_and_the_program_keeps_its_data);
+	tcase_add_test(tc, a_connection_on_tcp_for_good_gives_its_registration_back);
+	tcase_add_test(tc, an_edge_item_on_tcp_for_good_stays);
 	tcase_add_test(tc, edge_oneshot_and_exclusive_are_items_at_once);
 	tcase_add_test(tc, close_with_a_dup_left_takes_it_over);
 	tcase_add_test(tc, close_of_the_last_fd_forgets_it);

@@ -88,7 +88,10 @@ SHIM_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 	return (int)shim_ret(shim_epoll_ctl(epfd, op, fd, event));
 }
 
-/* The set may have gained an intercepted fd while the kernel waited. */
+/* The set may have gained an intercepted fd while the kernel waited. An
+ * event of a registration whose item went meanwhile is dropped (epoll_wait.c,
+ * release_for_good): a wait without a timeout that kept none waits again,
+ * as the kernel never returns 0 from one. */
 static inline int kernel_epoll_result(int epfd, struct epoll_event *events, int n)
 {
 	if (likely(n <= 0 || !shim_fd_get(epfd)))
@@ -115,7 +118,10 @@ SHIM_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, 
 
 	if (handled)
 		return rc;
-	return kernel_epoll_result(epfd, events, REAL(epoll_wait)(epfd, events, maxevents, timeout));
+	do
+		rc = kernel_epoll_result(epfd, events, REAL(epoll_wait)(epfd, events, maxevents, timeout));
+	while (rc == 0 && timeout < 0);
+	return rc;
 }
 
 SHIM_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int timeout,
@@ -125,7 +131,10 @@ SHIM_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxevents,
 
 	if (handled)
 		return rc;
-	return kernel_epoll_result(epfd, events, REAL(epoll_pwait)(epfd, events, maxevents, timeout, sigmask));
+	do
+		rc = kernel_epoll_result(epfd, events, REAL(epoll_pwait)(epfd, events, maxevents, timeout, sigmask));
+	while (rc == 0 && timeout < 0);
+	return rc;
 }
 
 SHIM_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
@@ -135,7 +144,10 @@ SHIM_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents
 
 	if (handled)
 		return rc;
-	return kernel_epoll_result(epfd, events, REAL(epoll_pwait2)(epfd, events, maxevents, timeout, sigmask));
+	do
+		rc = kernel_epoll_result(epfd, events, REAL(epoll_pwait2)(epfd, events, maxevents, timeout, sigmask));
+	while (rc == 0 && !timeout);
+	return rc;
 }
 
 SHIM_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdslen)

@@ -89,6 +89,16 @@ struct shim_ep {
 	struct shim_spin_hist spin_hist; /* do this set's waits spin (spin.h) */
 };
 
+/* Registrations whose kernel state is their mask and data alone
+ * (level-triggered, neither one-shot nor exclusive): a MOD between the
+ * program's data and our tag changes nothing the program can see, as it
+ * re-checks readiness, which a level-triggered registration reports anyway
+ * (epoll_young.c takes such a one over, epoll_wait.c gives it back). */
+static inline bool shim_ep_mask_and_data_only(uint32_t events)
+{
+	return !(events & (EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE));
+}
+
 /* The intercepted sock at fd, held (shim_sock_put()), or NULL. */
 struct shim_sock *shim_ep_intercepted_sock(int fd);
 /* The tracked epoll set at epfd, its sock held (shim_sock_put()), or NULL.

@@ -11,6 +11,7 @@
 #include "epoll_internal.h"
 #include "io.h"
 #include "real.h"
+#include "trace.h"
 #include "waitloop.h"
 
 static uint32_t poll_to_epoll(int mask)
@@ -56,6 +57,42 @@ static void give_back_released(int efd, struct shim_ep *ep, struct shim_epitem *
 	shim_sock_put(s);
 }
 
+/*
+ * An item whose connection left the shim's hands for good (a peer without
+ * the shim, a failed upgrade, a failover that ended on TCP), back on the
+ * program's own events: unless its kind needs us (shim_ep_mask_and_data_
+ * only), the kernel's registration gets the program's data again and the
+ * item goes, so that the fd's changes and the set's waits cost nothing of
+ * the shim's from here on. Not in a set a fork may share, whose other
+ * process's copy of the item would still name the tag. An event of the tag
+ * that another thread's kernel wait took just before the MOD finds no item
+ * and is dropped; the level-triggered registration reports it again.
+ * Under ep->lock; lock order ep->lock, then s->lock.
+ */
+static void release_for_good(int efd, struct shim_ep *ep, struct shim_epitem *it)
+{
+	struct shim_sock *s;
+	bool released = false;
+
+	if (it->kernel_switched || it->orphan || it->kfd >= 0 || ep->forked || it->oneshot_fired ||
+	    !shim_ep_mask_and_data_only(it->events))
+		return;
+	s = shim_sock_get(it->via);
+	if (s && s == it->sock && !__atomic_load_n(&s->intercept, __ATOMIC_RELAXED)) {
+		struct epoll_event ev = { .events = it->events, .data = it->data };
+
+		pthread_mutex_lock(&s->lock);
+		if (shim_fd_get_acquire(it->fd) == s)
+			released = REAL(epoll_ctl)(efd, EPOLL_CTL_MOD, it->fd, &ev) == 0;
+		pthread_mutex_unlock(&s->lock);
+		if (released) {
+			SHIM_TRACE(SHIM_TRACE_DEBUG, "epoll.release", it->fd, &s->tuple, SHIM_REASON_NONE, NULL);
+			shim_ep_item_drop(ep, it);
+		}
+	}
+	shim_sock_put(s);
+}
+
 /* Readiness of the switched items, into out[] (report: false, none: a
  * second round of one look, which only gives registrations back); switches
  * kernel registrations of items that switched, or came back, since.
@@ -73,6 +110,7 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 		if (!s) {
 			if (it->kernel_switched)
 				give_back_released(efd, ep, it);
+			release_for_good(efd, ep, it);
 			continue;
 		}
 		if (!shim_io_progress(s, it->via)) {

@@ -41,12 +41,6 @@
 #include "upgrade.h"
 #include "epoll_internal.h"
 
-/* Registrations whose kernel state is their mask and data alone. */
-static bool young_kind(uint32_t events)
-{
-	return !(events & (EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE));
-}
-
 static void forget(struct shim_sock *s)
 {
 	__atomic_store_n(&s->ep_young_set, 0, __ATOMIC_RELAXED);
@@ -95,7 +89,7 @@ bool shim_ep_young_ctl(struct shim_ep *ep, struct shim_sock *s, int op, int fd, 
 
 	pthread_mutex_lock(&s->lock);
 	if (s->ep_young_set == ep->id && s->ep_young_fd == fd) {
-		if (op == EPOLL_CTL_MOD && event && !young_kind(event->events)) {
+		if (op == EPOLL_CTL_MOD && event && !shim_ep_mask_and_data_only(event->events)) {
 			/* Becomes a kind the kernel's state of which a
 			 * take-over would change: ours from here on. */
 			take_over(ep, s, false);
@@ -103,7 +97,7 @@ bool shim_ep_young_ctl(struct shim_ep *ep, struct shim_sock *s, int op, int fd, 
 			*rc = kernel_change(ep, s, op, fd, event);
 			answered = true;
 		}
-	} else if (!s->ep_young_set && op == EPOLL_CTL_ADD && event && young_kind(event->events) && shim_io_young_locked(s) &&
+	} else if (!s->ep_young_set && op == EPOLL_CTL_ADD && event && shim_ep_mask_and_data_only(event->events) && shim_io_young_locked(s) &&
 		   shim_fd_get_acquire(fd) == s) {
 		*rc = kernel_change(ep, s, op, fd, event);
 		answered = true;
@@ -117,7 +111,7 @@ bool shim_ep_young_change(int epfd, int op, int fd, const struct epoll_event *ev
 	struct shim_sock *s, *es;
 	bool answered = false;
 
-	if (op != EPOLL_CTL_DEL && (!event || !young_kind(event->events)))
+	if (op != EPOLL_CTL_DEL && (!event || !shim_ep_mask_and_data_only(event->events)))
 		return false;
 	/* A look without a reference first (the pool is type-stable; its
 	 * atomic words read alike on a sock recycled meanwhile, which the
