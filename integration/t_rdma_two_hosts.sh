@@ -6,7 +6,10 @@
 # connection upgrades, each process holds at most 2 QPs (the kernel's count)
 # where RDMASHIM_RDMA_LINKS=0 holds one per connection, and when the shared
 # QP breaks (RDMASHIM_TEST_FAIL_LINK_KB) every connection fails over at both
-# ends and every stream stays byte-exact. Then, with the default transports
+# ends and every stream stays byte-exact; a burst of connections whose
+# handshakes all start at once (no warm link) shares a few links instead of
+# making one each (at most N/8 + 3 QPs at a cap of 8, and the server's
+# connections wait for the links being made). Then, with the default transports
 # the shim picks RDMA by itself for a peer on another host: stress and
 # sockperf over RDMA. Then host B loses its rxe device: B's shim fails fast
 # (no_rdma_device), A's CM attempts time out, A's breaker for B opens after 3
@@ -15,8 +18,8 @@
 # their "ok"/"not ok" lines are counted here. Skips (77) only when qemu or a
 # kernel with rdma_rxe is missing.
 #
-# RDMA_TWO_ONLY=links runs the links part alone (in VMs of its own: 122 s on
-# an idle 2-core machine, 3.5 minutes with another TCG VM running beside),
+# RDMA_TWO_ONLY=links runs the links part alone (in VMs of its own: 186 s on
+# an idle 2-core machine with the burst part, 34 s of it),
 # RDMA_TWO_ONLY=base everything else (73-90 s idle; the whole: 177 s).
 # LINKS_* variables (see guest-rdma-links.sh) reach the guests. The VMs run
 # SHIM_LIB and SHIM_PROGS (integration/lib.sh) when set: another build, not

@@ -17,7 +17,7 @@
 # answer is LINKS_SIZE (1024) bytes whose every byte both ends check
 # (conn_hold --size), and the streams must end in EOF exactly where the
 # rounds did (the client shuts its side down, the server reads EOF and
-# closes, the client reads EOF). Five parts, each with its own pair of
+# closes, the client reads EOF). Six parts, each with its own pair of
 # processes on its own port; the first three run at the same time (set
 # LINKS_SERIAL=1 to run them one after the other), then the others:
 #   shared   default settings: every connection reaches upgrade.done
@@ -52,6 +52,12 @@
 #            next connection's request while the client waits for that
 #            answer: only a failover that moves on without the server's
 #            call on it (conn/fo_worker.h) delivers it; the same checks.
+#   burst    RDMASHIM_RDMA_LINK_CONNS=LINKS_FULL_CAP (8) and no warm-up
+#            connection: every handshake starts when the RDMA warm-up
+#            ends, at once; the server makes at most 4 links at a time
+#            toward the client's host and its other connections wait for
+#            them (rdma.link wait_link, counted at A) and join by OFFER: at
+#            most N/8 + 3 QPs, where a link per connection would be N.
 # Each host checks its own end (trace, kernel, program status) and prints
 # "ok - " / "not ok - " lines, one summary line per part (rdma.link events,
 # QP counts, failovers, the resets this host's kernel sent, when each step
@@ -60,7 +66,7 @@
 # LINKS_X (required): an empty directory both VMs see (on the host, not
 # under /tmp); the two hosts meet there (listening, a.warmed, up, a.counted,
 # hold files) and each leaves its outputs and traces in LINKS_X/PART/ROLE.
-# LINKS_PARTS (comma separated, default shared,perconn,full,fail,failserver)
+# LINKS_PARTS (comma separated, default shared,perconn,full,fail,failserver,burst)
 # picks parts.
 # LINKS_FAIL_VAR (default RDMASHIM_TEST_FAIL_LINK_KB) names the variable
 # the fail part sets: RDMASHIM_TEST_FAIL_RDMA_KB (LINKS_FAIL_KB=8) breaks
@@ -83,7 +89,7 @@ FAIL_SIDE=${LINKS_FAIL_SIDE:-both}
 FULL_CAP=${LINKS_FULL_CAP:-8}
 WARM=${LINKS_WARM_MS:-1000}
 LIMIT=150 # bound on one part's programs, seconds
-parts=" ${LINKS_PARTS:-shared,perconn,full,fail,failserver} "; parts=${parts//,/ }
+parts=" ${LINKS_PARTS:-shared,perconn,full,fail,failserver,burst} "; parts=${parts//,/ }
 n_ok=0 n_fail=0
 mkdir -p "$T" "$X"
 H=${ROLE^^}
@@ -194,9 +200,10 @@ settle() {
 # lets both close; times: when each step was reached; aborts: the kernel's
 # count of resets sent (see aborts) before and after.
 run_part() {
-  local name=$1 port=$2 d=$X/$1 t=$T/$1 bg pid args=(server) host=$ADDR rc=0 t0=$SECONDS
+  local name=$1 port=$2 d=$X/$1 t=$T/$1 bg pid args=(server) host=$ADDR rc=0 t0=$SECONDS warm=()
   shift 2
   mkdir -p "$d" "$t"
+  ((${PART_WARM:-$WARM} >= 0)) && warm=(--warm "${PART_WARM:-$WARM}")
   aborts > "$t/aborts"
   if [[ $ROLE == b ]]; then
     args=(client --go "$d/a.warmed") host=$PEER
@@ -206,13 +213,14 @@ run_part() {
     RDMASHIM_TRACE_FILE="$t/trace.%p.jsonl" RDMASHIM_CM_TIMEOUT_MS=10000 RDMASHIM_UPGRADE_TIMEOUT_MS=15000 \
     LD_PRELOAD="$LIB" "$@" \
     "$PROGS/conn_hold" "${args[@]}" --host "$host" --port "$port" --conns "$N" --each "$EACH" \
-    --rounds "$ROUNDS" --size "$SIZE" --warm "$WARM" --hold "$d/hold" > "$t/out" 2>&1 &
+    --rounds "$ROUNDS" --size "$SIZE" "${warm[@]}" --hold "$d/hold" > "$t/out" 2>&1 &
   bg=$!
   if wait_line "$t/out" '^READY .* pid=' "$bg"; then
     pid=$(sed -n 's/^READY [0-9]* pid=\([0-9]*\).*/\1/p' "$t/out")
     [[ $ROLE == a ]] && touch "$d/listening"
     sample_qps "$pid" "$t/qps.samples" &
-    wait_line "$t/out" '^WARMED port=' "$bg" && sed -n 's/^WARMED port=\([0-9]*\).*/\1/p' "$t/out" > "$t/warm.port"
+    ((${#warm[@]} == 0)) || { wait_line "$t/out" '^WARMED port=' "$bg" &&
+      sed -n 's/^WARMED port=\([0-9]*\).*/\1/p' "$t/out" > "$t/warm.port"; }
     [[ $ROLE == a ]] && touch "$d/a.warmed"
     stamp warmed
     if [[ $ROLE == b ]]; then
@@ -333,6 +341,26 @@ fail_part() {
 }
 want fail && fail_part fail 7213 "$FAIL_SIDE" "$FAIL_VAR" "$FAIL_KB"
 want failserver && fail_part failserver 7215 a RDMASHIM_TEST_FAIL_RDMA_KB 8
+
+# burst: RDMASHIM_RDMA_LINK_CONNS=FULL_CAP and no warm-up connection, so
+# that every connection's handshake starts when the process's RDMA warm-up
+# ends, all at once and with no link up: at most SHIM_LINK_MAKING_MAX (4)
+# connections of the server make links toward the client's host at a
+# time, the next ones wait for those (rdma.link "wait_link") and join them
+# by OFFER (shim/PROTOCOL.md, "Links", "A burst"). A library that made a
+# link for each connection with none to join holds up to N QPs here.
+if want burst; then
+  echo "-- $H: links burst (RDMASHIM_RDMA_LINK_CONNS=$FULL_CAP, no warm-up) on port 7216, $(date +%T)"
+  PART_WARM=-1 run_part burst 7216 RDMASHIM_RDMA_LINK_CONNS="$FULL_CAP"
+  check_run burst
+  need=$(((N + FULL_CAP - 1) / FULL_CAP))
+  check "$H: links burst: at most $((need + 3)) QPs for $N connections, $need links' worth and 3 more made at once (kernel: ${held:-?} with all up, at most ${most:-?} sampled; rdma.link up $l_up)" \
+    test "${held:-99}" -le $((need + 3)) -a "${most:-99}" -le $((need + 3))
+  if [[ $ROLE == a ]]; then
+    n_wait=$(cat "$T"/burst/trace.*.jsonl 2>/dev/null | grep '"event":"rdma.link"' | grep -c '"state":"wait_link"')
+    check "$H: links burst: server connections waited for the links being made (wait_link on $n_wait)" test "$n_wait" -gt 0
+  fi
+fi
 
 if [[ $n_fail -gt 0 ]]; then
   echo "-- warnings in host $ROLE's links traces (outputs and traces in $X/PART/$ROLE):"
