@@ -367,8 +367,10 @@ static bool msg_head_ok(const uint8_t *buf, size_t len, size_t want)
 	return be32toh(magic) == SHIM_RDMA_MAGIC && buf[4] == SHIM_RDMA_VERSION;
 }
 
-/* An OFFER is kept until a connection of ours claims it, or a younger one
- * needs its cell. It must name the link's CM peer as the client. */
+/* An OFFER is kept until a connection of ours claims it, a younger one
+ * needs its cell, or a claim finds it older than the CM bound
+ * (shim_rdma_link_offers_scan). It must name the link's CM peer as the
+ * client. */
 /* An OFFER we drop unclaimed: the peer holds its memory until we say we
  * will never write there. */
 static void owe_release(struct rdma_link *l, const struct rdma_link_offer *o)
@@ -665,32 +667,40 @@ static bool offer_names(const struct shim_rdma_link_msg *m, const struct shim_tu
 	       memcmp(m->server_addr, t->local.addr, 16) == 0 && be16toh(m->server_port) == t->local.port;
 }
 
-bool shim_rdma_link_take_offer(struct rdma_link *l, const struct shim_tuple *t, unsigned long long max_age_ns,
-			       struct shim_rdma_link_msg *out)
+bool shim_rdma_link_offers_scan(struct rdma_link *l, const struct shim_tuple *t, unsigned long long max_age_ns,
+				unsigned long long now, struct shim_rdma_link_msg *out)
 {
-	uint32_t owed[SHIM_LINK_OFFERS];
-	unsigned n_owed;
 	bool found = false;
 
-	pthread_mutex_lock(&l->lock);
-	reap_locked(l);
-	unsigned long long now = shim_now_ns();
-
-	for (unsigned i = 0; i < SHIM_LINK_OFFERS && !found; i++) {
+	for (unsigned i = 0; i < SHIM_LINK_OFFERS; i++) {
 		struct rdma_link_offer *o = &l->offers[i];
+		/* at_ns may be after the now of a caller that reaped it. */
+		bool aged = o->at_ns + max_age_ns < now;
 
-		if (!o->used || !offer_names(&o->msg, t))
+		if (!o->used || (!aged && (found || !offer_names(&o->msg, t))))
 			continue;
 		o->used = false;
 		__atomic_sub_fetch(&l->offers_kept, 1, __ATOMIC_RELAXED);
-		/* at_ns may be after the now of a caller that reaped it. */
-		if (o->at_ns + max_age_ns < now) {
+		if (aged) {
 			owe_release(l, o);
 			continue;
 		}
 		*out = o->msg;
 		found = true;
 	}
+	return found;
+}
+
+bool shim_rdma_link_take_offer(struct rdma_link *l, const struct shim_tuple *t, unsigned long long max_age_ns,
+			       struct shim_rdma_link_msg *out)
+{
+	uint32_t owed[SHIM_LINK_OFFERS];
+	unsigned n_owed;
+	bool found;
+
+	pthread_mutex_lock(&l->lock);
+	reap_locked(l);
+	found = shim_rdma_link_offers_scan(l, t, max_age_ns, shim_now_ns(), out);
 	n_owed = l->n_owed;
 	memcpy(owed, l->owed, n_owed * sizeof(owed[0]));
 	l->n_owed = 0;

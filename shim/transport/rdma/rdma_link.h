@@ -174,6 +174,14 @@ void shim_rdma_link_trace(const struct rdma_link *l, int level, const char *stat
  * max_age_ns, reaping first; sends the RELEASEs owed for OFFERs dropped. */
 bool shim_rdma_link_take_offer(struct rdma_link *l, const struct shim_tuple *t, unsigned long long max_age_ns,
 			       struct shim_rdma_link_msg *out);
+/* Under l->lock, with now from shim_now_ns(): takes the OFFER for t into
+ * *out unless older than max_age_ns, and drops every OFFER older than that,
+ * whichever connection it names (no claim takes it any more, and a kept one
+ * counts as a held place, so a stale OFFER at a process that will never
+ * claim it made the link look full at both ends); a RELEASE is owed for
+ * each dropped (l->owed, sent by the caller outside the lock). */
+bool shim_rdma_link_offers_scan(struct rdma_link *l, const struct shim_tuple *t, unsigned long long max_age_ns,
+				unsigned long long now, struct shim_rdma_link_msg *out);
 
 /* Reaps the link's CQ and hands what it holds to its connections. */
 void shim_rdma_link_reap(struct rdma_link *l);
