@@ -74,7 +74,7 @@ static void release_for_good(int efd, struct shim_ep *ep, struct shim_epitem *it
 	struct shim_sock *s;
 	bool released = false;
 
-	if (it->kernel_switched || it->orphan || it->kfd >= 0 || ep->forked || it->oneshot_fired ||
+	if (it->kernel_switched || it->orphan || ep->forked || it->oneshot_fired ||
 	    !shim_ep_mask_and_data_only(it->events))
 		return;
 	s = shim_sock_get(it->via);

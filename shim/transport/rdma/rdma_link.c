@@ -367,10 +367,6 @@ static bool msg_head_ok(const uint8_t *buf, size_t len, size_t want)
 	return be32toh(magic) == SHIM_RDMA_MAGIC && buf[4] == SHIM_RDMA_VERSION;
 }
 
-/* An OFFER is kept until a connection of ours claims it, a younger one
- * needs its cell, or a claim finds it older than the CM bound
- * (shim_rdma_link_offers_scan). It must name the link's CM peer as the
- * client. */
 /* An OFFER we drop unclaimed: the peer holds its memory until we say we
  * will never write there. */
 static void owe_release(struct rdma_link *l, const struct rdma_link_offer *o)
@@ -379,6 +375,10 @@ static void owe_release(struct rdma_link *l, const struct rdma_link_offer *o)
 		l->owed[l->n_owed++] = be32toh(o->msg.hello.conn_id);
 }
 
+/* An OFFER is kept until a connection of ours claims it, a younger one
+ * needs its cell, or a claim finds it older than the CM bound
+ * (shim_rdma_link_offers_scan). It must name the link's CM peer as the
+ * client. */
 static void keep_offer(struct rdma_link *l, const struct shim_rdma_link_msg *m)
 {
 	struct rdma_link_offer *slot = &l->offers[0];
