@@ -12,7 +12,8 @@
  * crash for libFuzzer) on any violation:
  *   - the returned type is one of OFFER, ACCEPT, SWITCH_AT, DECLINE, HINT,
  *     COMMIT, RELEASE and is the type in the header;
- *   - magic and version are ours and the reserved word is zero;
+ *   - magic and version are ours and the flags are those the type allows
+ *     (the bell line's, on ACCEPT, HINT, SWITCH_AT and COMMIT only);
  *   - the length field, the input size and the struct size of that type are
  *     all equal (no trailing or missing byte is tolerated), so one byte less
  *     or one byte more is rejected;
@@ -102,7 +103,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		REQUIRE(size >= sizeof(hdr));
 		memcpy(&hdr, buf, sizeof(hdr));
 		REQUIRE(hdr.type == (uint16_t)type);
-		REQUIRE(hdr.magic == SHIM_WIRE_MAGIC && hdr.version == SHIM_WIRE_VERSION && hdr.reserved == 0);
+		REQUIRE(hdr.magic == SHIM_WIRE_MAGIC && hdr.version == SHIM_WIRE_VERSION);
+		REQUIRE((hdr.flags & ~SHIM_MSG_F_BELL_LINE) == 0);
+		REQUIRE(hdr.flags == 0 || type == SHIM_MSG_ACCEPT || type == SHIM_MSG_HINT ||
+			type == SHIM_MSG_SWITCH_AT || type == SHIM_MSG_COMMIT);
 		REQUIRE(hdr.length == size && size == expected_size(type));
 		REQUIRE(size <= SHIM_MSG_MAX);
 		if (type == SHIM_MSG_OFFER || type == SHIM_MSG_ACCEPT || type == SHIM_MSG_HINT) {
@@ -270,8 +274,14 @@ int main(int argc, char **argv)
 	((struct shim_msg_offer *)raw)->hdr.version = SHIM_WIRE_VERSION + 1;
 	put(dir, "offer_bad_version", raw, sizeof(offer), -EPROTO);
 	memcpy(raw, &offer, sizeof(offer));
-	((struct shim_msg_offer *)raw)->hdr.reserved = 1;
-	put(dir, "offer_reserved_set", raw, sizeof(offer), -EPROTO);
+	((struct shim_msg_offer *)raw)->hdr.flags = SHIM_MSG_F_BELL_LINE;
+	put(dir, "offer_flag_not_its", raw, sizeof(offer), -EPROTO);
+	memcpy(raw, &at, sizeof(at));
+	((struct shim_msg_switch_at *)raw)->hdr.flags = SHIM_MSG_F_BELL_LINE << 1;
+	put(dir, "switch_at_flag_unknown", raw, sizeof(at), -EPROTO);
+	memcpy(raw, &at, sizeof(at));
+	((struct shim_msg_switch_at *)raw)->hdr.flags = SHIM_MSG_F_BELL_LINE;
+	put(dir, "switch_at_bell_line", raw, sizeof(at), SHIM_MSG_SWITCH_AT);
 	memcpy(raw, &offer, sizeof(offer));
 	((struct shim_msg_offer *)raw)->hdr.length = sizeof(accept);
 	put(dir, "offer_length_mismatch", raw, sizeof(offer), -EPROTO);

@@ -113,7 +113,28 @@ START_TEST(tail_far_ahead_reads_nothing)
 	/* Sticky: a peer that puts the cursor back is not believed again. */
 	peer_sets_tail(&p, 10);
 	ck_assert_uint_eq(get(&p.cons, in, sizeof(in)), 0);
-	ck_assert(!shim_ring_consumer_arm(&p.cons)); /* no sleep on a dead ring */
+	ck_assert(!shim_ring_consumer_arm(&p.cons, 1)); /* no sleep on a dead ring */
+	pair_fini(&p);
+}
+END_TEST
+
+/* The armed word says how each sleeper wants its bell: the producer gets
+ * every kind asked for since the last take, once; a disarm tells what was
+ * left (0: taken). */
+START_TEST(arms_carry_their_bell_kinds)
+{
+	struct pair p;
+	uint8_t byte = 7;
+
+	pair_init(&p);
+	ck_assert(shim_ring_consumer_arm(&p.cons, 2));
+	ck_assert(shim_ring_consumer_arm(&p.cons, 1));
+	ck_assert_uint_eq(put(&p.prod, &byte, 1), 1);
+	ck_assert_uint_eq(shim_ring_producer_should_bell(&p.prod), 3);
+	ck_assert_uint_eq(shim_ring_producer_should_bell(&p.prod), 0); /* one bell per arm */
+	ck_assert_uint_eq(shim_ring_consumer_disarm(&p.cons), 0);       /* taken */
+	ck_assert(!shim_ring_consumer_arm(&p.cons, 2));                 /* data is there */
+	ck_assert_uint_eq(shim_ring_consumer_disarm(&p.cons), 2);       /* not taken */
 	pair_fini(&p);
 }
 END_TEST
@@ -160,7 +181,7 @@ START_TEST(head_ahead_of_tail_writes_nothing)
 	ck_assert_uint_eq(shim_ring_writable(&p.prod), 0);
 	ck_assert_uint_eq(put(&p.prod, out, sizeof(out)), 0);
 	ck_assert(shim_ring_violated(&p.prod));
-	ck_assert(!shim_ring_producer_arm(&p.prod));
+	ck_assert(!shim_ring_producer_arm(&p.prod, 1));
 	pair_fini(&p);
 }
 END_TEST
@@ -374,6 +395,7 @@ static Suite *ring_suite(void)
 	TCase *tc = tcase_create("ring");
 
 	tcase_add_test(tc, bytes_cross_and_wrap);
+	tcase_add_test(tc, arms_carry_their_bell_kinds);
 	tcase_add_test(tc, each_end_sees_the_other_shared);
 	tcase_add_test(tc, resume_and_close_do_not_cross);
 	tcase_add_test(tc, tail_far_ahead_reads_nothing);

@@ -6,8 +6,12 @@
  *  - send/recv never block; they move what fits or what is there and return
  *    the byte count (0: full or empty). They never return a partial iovec
  *    element out of order: bytes leave in stream order.
+ *  - A sleeper arms saying how it wants its bell (SHIM_BELL_*): on TCP, or
+ *    on the channel's bell line (bell_fd) when it watches that fd.
  *  - After send moved bytes, tx_should_bell says whether the peer is asleep
- *    waiting for them; the caller then sends a DATA bell on TCP. A transport
+ *    waiting for them and wants a TCP bell; the caller then sends a DATA
+ *    bell on TCP (a bell the peer asked for on the line, the transport
+ *    rings itself). A transport
  *    must return true only once the bytes are visible to the peer (for RDMA:
  *    after the write completed), so a bell never overtakes its data.
  *  - After recv consumed bytes, rx_should_bell says whether the peer waits
@@ -33,6 +37,13 @@
 #include "reason.h"
 
 struct shim_chan;
+
+/* How a sleeper wants its bell: a byte on TCP, or a message on the
+ * channel's bell line (bell_fd; shim/PROTOCOL.md, "Bell line"). These are
+ * the bits of a ring's armed words; any other value a peer writes there is
+ * read as TCP. */
+#define SHIM_BELL_TCP 1u
+#define SHIM_BELL_LINE 2u
 
 struct shim_transport_ops {
 	enum shim_transport kind;
@@ -67,11 +78,20 @@ struct shim_transport_ops {
 	bool (*violated)(const struct shim_chan *ch);
 	bool (*tx_should_bell)(struct shim_chan *ch);
 	bool (*rx_should_bell)(struct shim_chan *ch);
-	bool (*rx_arm)(struct shim_chan *ch);
-	/* false: the peer took the arm and its bell is on the way. */
+	/* how: SHIM_BELL_TCP, or SHIM_BELL_LINE when bell_fd gave a line and
+	 * the caller watches it. */
+	bool (*rx_arm)(struct shim_chan *ch, unsigned how);
+	/* false: the peer took the arm and its bell is on the way on TCP (a
+	 * bell on the line is not counted: the line's messages are drained
+	 * here, and mean nothing beyond a wake-up). */
 	bool (*rx_disarm)(struct shim_chan *ch);
-	bool (*tx_arm)(struct shim_chan *ch);
+	bool (*tx_arm)(struct shim_chan *ch, unsigned how);
 	bool (*tx_disarm)(struct shim_chan *ch);
+	/* Optional: the fd whose POLLIN is the peer's bells when we arm with
+	 * SHIM_BELL_LINE, or -1 when this channel has no line the peer rings
+	 * (now: it has none, it was shared by a fork, or the peer did not take
+	 * it). Lock-free; valid while the channel lives. */
+	int (*bell_fd)(const struct shim_chan *ch);
 	void (*shutdown_tx)(struct shim_chan *ch);
 	/* Releases the channel; the peer sees both directions closed. */
 	void (*destroy)(struct shim_chan *ch);

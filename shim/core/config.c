@@ -42,6 +42,9 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_SHM_PAIRS", "1",
 	  "1: two processes that upgraded a connection keep its rendezvous and upgrade the next ones over it "
 	  "(one message each way); 0: every connection takes its own named rendezvous" },
+	{ "RDMASHIM_SHM_BELL_LINE", "1",
+	  "1: a shm connection wakes a sleeping peer with a message on a socketpair of its own (its bell "
+	  "line) instead of a byte on TCP; 0: on TCP" },
 	{ "RDMASHIM_RDMA_LINKS", "1",
 	  "1: RDMA connections between the same two processes share one queue pair (a link), and a later one "
 	  "is set up by one message each way on it; 0: every connection makes its own with rdma_cm" },
@@ -227,6 +230,7 @@ static const struct uint_var uint_vars[] = {
 	{ "RDMASHIM_UNPAID_PERCENT", 0, 100, offsetof(struct shim_config, unpaid_percent),
 	  "expected an integer 0-100" },
 	{ "RDMASHIM_SHM_PAIRS", 0, 1, offsetof(struct shim_config, shm_pairs), "expected 0 or 1" },
+	{ "RDMASHIM_SHM_BELL_LINE", 0, 1, offsetof(struct shim_config, shm_bell_line), "expected 0 or 1" },
 	{ "RDMASHIM_BREAKER_FAILURES", 1, 1000, offsetof(struct shim_config, breaker_failures),
 	  "expected an integer 1-1000" },
 	{ "RDMASHIM_BREAKER_COOLDOWN_MS", 0, 86400000, offsetof(struct shim_config, breaker_cooldown_ms),

@@ -52,6 +52,7 @@ struct shim_config {
 	unsigned spin_adapt; /* 0 or 1: spin.h */
 	unsigned unpaid_percent; /* 0 or the share of exchanges woken by bells that hands a connection back (io.c) */
 	unsigned shm_pairs;  /* 0 or 1: transport/shm/pair.h */
+	unsigned shm_bell_line; /* 0 or 1: bells on a socketpair of the connection's (shm.h) */
 	unsigned breaker_failures;
 	unsigned breaker_cooldown_ms;
 	unsigned cm_timeout_ms;

@@ -16,6 +16,20 @@ static const uint32_t expected_length[] = {
 	[SHIM_MSG_RELEASE] = sizeof(struct shim_msg_release),
 };
 
+/* The flags a message of this type may carry. */
+static uint32_t flags_allowed(int type)
+{
+	switch (type) {
+	case SHIM_MSG_ACCEPT:
+	case SHIM_MSG_HINT:
+	case SHIM_MSG_SWITCH_AT:
+	case SHIM_MSG_COMMIT:
+		return SHIM_MSG_F_BELL_LINE;
+	default:
+		return 0;
+	}
+}
+
 /* Where a message of this type holds a ring size, or 0: none. */
 static size_t ring_bytes_offset(int type)
 {
@@ -62,9 +76,11 @@ int shim_msg_check(const void *buf, size_t n)
 	if (n < sizeof(hdr))
 		return -EPROTO;
 	memcpy(&hdr, buf, sizeof(hdr));
-	if (hdr.magic != SHIM_WIRE_MAGIC || hdr.version != SHIM_WIRE_VERSION || hdr.reserved)
+	if (hdr.magic != SHIM_WIRE_MAGIC || hdr.version != SHIM_WIRE_VERSION)
 		return -EPROTO;
 	if (hdr.type == 0 || hdr.type >= sizeof(expected_length) / sizeof(expected_length[0]))
+		return -EPROTO;
+	if (hdr.flags & ~flags_allowed(hdr.type))
 		return -EPROTO;
 	if (hdr.length != expected_length[hdr.type] || n != hdr.length)
 		return -EPROTO;

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define SHIM_WIRE_MAGIC 0x52534831u /* "RSH1" */
-#define SHIM_WIRE_VERSION 2
+#define SHIM_WIRE_VERSION 3
 #define SHIM_NONCE_LEN 16
 
 enum shim_msg_type {
@@ -37,8 +37,17 @@ struct shim_msg_hdr {
 	uint16_t version;
 	uint16_t type;
 	uint32_t length; /* whole message, header included */
-	uint32_t reserved;
+	uint32_t flags;  /* SHIM_MSG_F_*, only those its type allows (else malformed) */
 };
+
+/*
+ * The bell line (PROTOCOL.md, "Bell line", wire version 3). On ACCEPT: the
+ * connection's bell line, S's end of a socketpair C made, comes as the
+ * last fd; C rings S on it. On HINT: C rings S on the HINT's socketpair
+ * once the handshake is over. On S's SWITCH_AT and on COMMIT: S took the
+ * line and rings C on it. Allowed on those types only.
+ */
+#define SHIM_MSG_F_BELL_LINE 1u
 _Static_assert(sizeof(struct shim_msg_hdr) == 16, "msg header is 16 bytes");
 
 struct shim_msg_offer {

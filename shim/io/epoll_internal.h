@@ -13,6 +13,7 @@
 #include <sys/epoll.h>
 #include <uthash.h>
 
+#include "fdtable.h"
 #include "sock.h"
 #include "spin.h"
 #include "wait.h"
@@ -42,6 +43,10 @@ struct shim_epitem {
 	uint32_t events; /* the application's */
 	epoll_data_t data;
 	bool kernel_switched; /* kernel registration is the bell-only one */
+	/* Our own copy of the connection's bell line, registered in the set
+	 * (edge-triggered, under the line tag) while the item is switched;
+	 * fd -1: none (shim_ep_item_line). */
+	struct shim_owned_fd line;
 	unsigned moved_gen; /* the look that gave the program's registration back (epoll_wait.c) */
 	bool oneshot_fired;
 	/* EPOLLET on a switched fd: the readiness last seen, and the bytes
@@ -120,6 +125,11 @@ void shim_ep_item_drop(struct shim_ep *ep, struct shim_epitem *it);
 struct shim_sock *shim_ep_item_sock(const struct shim_epitem *it);
 /* Changes an item's kernel registration while its fd still names s. */
 void shim_ep_item_ctl(int efd, struct shim_sock *s, struct shim_epitem *it);
+/* Keeps the item's line registration in step with line (the connection's
+ * bell line, shim_io_line(); -1: none, and the registration goes). Returns
+ * line when the set watches it, else -1. Under ep->lock. */
+int shim_ep_item_line(struct shim_ep *ep, struct shim_epitem *it, int line);
+
 /* Maps kernel events back (tagged ones to the item's data, bells of
  * switched items dropped); returns how many are kept. moved_only: only the
  * items whose registration came back in this look (moved_gen is look_gen),

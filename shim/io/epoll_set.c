@@ -75,6 +75,44 @@ static uint64_t tag_of(uint32_t id)
 	return ((uint64_t)tag_hi << 32) | id;
 }
 
+/* A bell line's registration: its events are wake-ups, never the program's. */
+static uint32_t line_tag_hi(void)
+{
+	return tag_hi ^ 1u;
+}
+
+int shim_ep_item_line(struct shim_ep *ep, struct shim_epitem *it, int line)
+{
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLET };
+	int copy;
+
+	/* Gone from the table under us (a program's close-all): forget it. */
+	if (it->line.fd >= 0 && !shim_owned_still(&it->line))
+		it->line.fd = -1;
+	if (line < 0 || it->line.fd >= 0) {
+		if (line < 0 && it->line.fd >= 0) {
+			REAL(epoll_ctl)(ep->efd, EPOLL_CTL_DEL, it->line.fd, NULL);
+			shim_owned_close(&it->line);
+		}
+		return line < 0 ? -1 : line;
+	}
+	/*
+	 * A copy of our own: the registration is keyed by the number, which
+	 * the channel's close would free for reuse. Edge-triggered: a bell
+	 * that came after its wait ended (the disarm drains the line) wakes
+	 * the set once, not at every wait.
+	 */
+	copy = shim_fd_own_checked(REAL(fcntl)(line, F_DUPFD_CLOEXEC, 0));
+	if (copy < 0)
+		return -1;
+	ev.data.u64 = ((uint64_t)line_tag_hi() << 32) | it->id;
+	if (REAL(epoll_ctl)(ep->efd, EPOLL_CTL_ADD, copy, &ev) < 0 || shim_owned_take(&it->line, copy) < 0) {
+		REAL(close)(copy);
+		return -1;
+	}
+	return line;
+}
+
 /* The intercepted sock at fd, held (shim_sock_put()), or NULL. */
 struct shim_sock *shim_ep_intercepted_sock(int fd)
 {
@@ -173,6 +211,7 @@ struct shim_epitem *shim_ep_item_new(struct shim_ep *ep, int fd, struct shim_soc
 	it->fd = it->via = fd;
 	it->sock = s;
 	it->kfd = -1;
+	it->line.fd = -1;
 	it->events = events;
 	it->data = data;
 	it->kernel_switched = switched;
@@ -209,6 +248,7 @@ void shim_ep_item_drop(struct shim_ep *ep, struct shim_epitem *it)
 	__atomic_sub_fetch(&it->sock->ep_items, 1, __ATOMIC_RELAXED);
 	if (it->kfd >= 0)
 		REAL(close)(it->kfd);
+	shim_ep_item_line(ep, it, -1);
 	free(it);
 }
 
@@ -282,6 +322,9 @@ int shim_ep_translate(struct shim_ep *ep, struct epoll_event *ev, int n, bool mo
 	for (int i = 0; i < n; i++) {
 		struct shim_epitem *it = NULL;
 
+		/* A bell on a line: the wake-up was all it had to say. */
+		if ((uint32_t)(ev[i].data.u64 >> 32) == line_tag_hi())
+			continue;
 		if ((uint32_t)(ev[i].data.u64 >> 32) != tag_hi && moved_only)
 			continue;
 		if ((uint32_t)(ev[i].data.u64 >> 32) == tag_hi) {

@@ -40,6 +40,7 @@ static uint32_t poll_to_epoll(int mask)
 static void give_back(int efd, struct shim_ep *ep, struct shim_sock *s, struct shim_epitem *it)
 {
 	it->kernel_switched = false;
+	shim_ep_item_line(ep, it, -1);
 	shim_ep_item_ctl(efd, s, it);
 	it->moved_gen = ep->look_gen;
 	ep->moved_back = true;
@@ -244,7 +245,9 @@ static bool arm_all(struct shim_ep *ep, struct arm *arms, unsigned cap, unsigned
 			    __atomic_load_n(&s->tx_starved, __ATOMIC_RELAXED) == it->et_tx_starved)
 				want &= (short)~POLLOUT;
 		}
-		arms[*n] = (struct arm){ .s = s, .fd = it->via, .armed = shim_io_arm(s, it->via, want) };
+		int line = shim_ep_item_line(ep, it, shim_io_line(s));
+
+		arms[*n] = (struct arm){ .s = s, .fd = it->via, .armed = shim_io_arm(s, it->via, want, line) };
 		if (arms[*n].armed & SHIM_ARM_READY)
 			sleep = false;
 		if (arms[*n].armed & SHIM_ARM_SHORT)

@@ -65,7 +65,12 @@ bool shim_io_drain_bells(struct shim_sock *s, int fd);
 #define SHIM_ARM_READY 4
 #define SHIM_ARM_SHORT 8    /* sleep at most a millisecond (see io.c) */
 #define SHIM_ARM_COUNTED 16 /* counted as a sleeper: disarm must follow */
-int shim_io_arm(struct shim_sock *s, int fd, short events);
+#define SHIM_ARM_LINE 32    /* armed for bells on the line: watch it (POLLIN) */
+/* line: the bell line the caller will watch (shim_io_line()), or -1. */
+int shim_io_arm(struct shim_sock *s, int fd, short events, int line);
+/* The connection's bell line (transport.h, bell_fd), or -1: what a wait may
+ * watch beside TCP; shim_io_arm() checks it again. */
+int shim_io_line(struct shim_sock *s);
 void shim_io_disarm(struct shim_sock *s, int fd, int armed);
 /* The fd's switched directions make TCP readable only for frames: true
  * when the kernel must be asked for POLLIN instead of the app's events.

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "rxswitch.h"
+#include "transport.h"
 #include "sock.h"
 
 /* The channel has room worth reporting (or the peer is gone). Lock-free. */
@@ -31,6 +32,18 @@ int shim_io_wait_for_peer(struct shim_sock *s, int fd, short events, bool nonblo
  * sleep for a bell, disarm. */
 int shim_io_wait_rx(struct shim_sock *s, int fd, long long deadline);
 int shim_io_wait_tx(struct shim_sock *s, int fd, long long deadline);
+
+/* The channel's bell line, to watch for POLLIN beside TCP and arm for
+ * (SHIM_BELL_LINE), or -1: arm for a bell on TCP (transport.h, bell_fd). */
+static inline int shim_io_bell_line(const struct shim_sock *s)
+{
+	return s->chan && s->chan->ops->bell_fd ? s->chan->ops->bell_fd(s->chan) : -1;
+}
+
+static inline unsigned shim_io_bell_how(int line)
+{
+	return line >= 0 ? SHIM_BELL_LINE : SHIM_BELL_TCP;
+}
 
 /* The fd to use for TCP: the program's, or ours after it closed its own
  * while a call was in progress (see shim_sock_on_close); -1 when that close

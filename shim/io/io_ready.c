@@ -336,9 +336,20 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 	return mask;
 }
 
-int shim_io_arm(struct shim_sock *s, int fd, short events)
+int shim_io_line(struct shim_sock *s)
+{
+	int line;
+
+	pthread_mutex_lock(&s->lock);
+	line = s->closed ? -1 : shim_io_bell_line(s);
+	pthread_mutex_unlock(&s->lock);
+	return line;
+}
+
+int shim_io_arm(struct shim_sock *s, int fd, short events, int line)
 {
 	int armed = 0;
+	unsigned how;
 
 	(void)fd;
 	pthread_mutex_lock(&s->lock);
@@ -347,20 +358,24 @@ int shim_io_arm(struct shim_sock *s, int fd, short events)
 		return SHIM_ARM_READY;
 	}
 	armed |= SHIM_ARM_COUNTED;
+	/* The line the caller watches must still be the channel's. */
+	how = shim_io_bell_how(line >= 0 && line == shim_io_bell_line(s) ? line : -1);
+	if (how == SHIM_BELL_LINE && (events & (POLLIN | POLLOUT)))
+		armed |= SHIM_ARM_LINE;
 	if (++s->sleepers > 1)
 		s->shared_sleep = true;
 	if (s->shared_sleep)
 		armed |= SHIM_ARM_SHORT;
 	if ((events & POLLIN) && s->rx_dir == SHIM_DIR_CHAN) {
 		armed |= SHIM_ARMED_RX;
-		if (!s->chan->ops->rx_arm(s->chan))
+		if (!s->chan->ops->rx_arm(s->chan, how))
 			armed |= SHIM_ARM_READY;
 		else if (shim_io_grace_needed(s))
 			armed |= SHIM_ARM_SHORT;
 	}
 	if ((events & POLLOUT) && s->tx_dir == SHIM_DIR_CHAN) {
 		armed |= SHIM_ARMED_TX;
-		if (!s->chan->ops->tx_arm(s->chan))
+		if (!s->chan->ops->tx_arm(s->chan, how))
 			armed |= SHIM_ARM_READY;
 	}
 	pthread_mutex_unlock(&s->lock);

@@ -57,16 +57,19 @@ static bool handlers_restart(void)
 	return true;
 }
 
-/* Sleeps on the TCP fd without the lock, at most cap_ms if cap_ms > 0.
- * Returns 0, -EAGAIN on the SO_*TIMEO deadline, or -EINTR. */
-static int sleep_capped(struct shim_sock *s, int fd, short events, long long deadline, int cap_ms)
+/* Sleeps on the TCP fd (and on the bell line, when line is not -1) without
+ * the lock, at most cap_ms if cap_ms > 0. Returns 0, -EAGAIN on the
+ * SO_*TIMEO deadline, or -EINTR. */
+static int sleep_capped(struct shim_sock *s, int fd, short events, long long deadline, int cap_ms, int line)
 {
 	/* The handshake's messages wake us too: a program blocked in a call
 	 * moves its upgrade on while it waits, not only when bytes come. The
 	 * rendezvous fd may close meanwhile (another thread's call ends the
 	 * handshake): a wake-up for nothing, looked at again under the lock. */
 	int rv = shim_upgrade_wait_fd(s);
-	struct pollfd p[2] = { { .fd = shim_io_fd(s, fd), .events = events }, { .fd = rv, .events = POLLIN } };
+	struct pollfd p[3] = { { .fd = shim_io_fd(s, fd), .events = events },
+			       { .fd = line, .events = POLLIN },
+			       { .fd = rv, .events = POLLIN } };
 	int slice = shim_slice_ms(deadline), rc;
 	bool expired;
 
@@ -81,7 +84,7 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 	if (cap_ms > 0 && slice > cap_ms)
 		slice = cap_ms;
 	pthread_mutex_unlock(&s->lock);
-	rc = REAL(poll)(p, rv >= 0 ? 2 : 1, slice);
+	rc = REAL(poll)(p, rv >= 0 ? 3 : 2, slice); /* a fd of -1 is skipped */
 	expired = rc == 0 && slice == SHIM_SLEEP_SLICE_MS;
 	rc = rc < 0 ? -errno : 0;
 	pthread_mutex_lock(&s->lock);
@@ -103,7 +106,7 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 
 int shim_io_sleep_on_tcp(struct shim_sock *s, int fd, short events, long long deadline)
 {
-	return sleep_capped(s, fd, events, deadline, 0);
+	return sleep_capped(s, fd, events, deadline, 0, -1);
 }
 
 /* Nothing can move until the peer acts: -EAGAIN for a nonblocking call,
@@ -179,6 +182,7 @@ struct call_wait {
 	bool (*ready)(const struct shim_sock *s);
 	bool locked, armed;
 	int cap_ms; /* rx: the arm's grace (transport.h, arm_grace) */
+	int line;   /* the bell line the arm asked the peer to ring, or -1 */
 	int rc;     /* what the round ends with */
 	/* The spin policy (spin.h): asked before the first look and after
 	 * each; a hit, and rx's sleep, are its to learn from. */
@@ -249,7 +253,8 @@ static int rx_arm(void *ctx, bool *short_sleep)
 
 	relock(w);
 	w->armed = true;
-	if (!w->ch->ops->rx_arm(w->ch))
+	w->line = shim_io_bell_line(w->s);
+	if (!w->ch->ops->rx_arm(w->ch, shim_io_bell_how(w->line)))
 		return 0;
 	if (shim_io_grace_needed(w->s)) {
 		w->cap_ms = IO_GRACE_MS;
@@ -263,7 +268,7 @@ static int rx_sleep(void *ctx, int ms)
 	struct call_wait *w = ctx;
 
 	(void)ms; /* the SO_RCVTIMEO deadline and the grace are sleep_capped()'s */
-	return sleep_capped(w->s, w->fd, POLLIN, w->deadline, w->cap_ms);
+	return sleep_capped(w->s, w->fd, POLLIN, w->deadline, w->cap_ms, w->line);
 }
 
 static void rx_disarm(void *ctx)
@@ -311,7 +316,8 @@ static int tx_arm(void *ctx, bool *short_sleep)
 		}
 	}
 	w->armed = true;
-	return w->ch->ops->tx_arm(w->ch) ? 1 : 0;
+	w->line = shim_io_bell_line(w->s);
+	return w->ch->ops->tx_arm(w->ch, shim_io_bell_how(w->line)) ? 1 : 0;
 }
 
 static int tx_sleep(void *ctx, int ms)
@@ -322,9 +328,11 @@ static int tx_sleep(void *ctx, int ms)
 	/* Before our rx switched, TCP still holds application bytes we must
 	 * not consume: sleep a short while instead of on POLLIN. */
 	if (w->s->rx_dir == SHIM_DIR_CHAN)
-		return shim_io_sleep_on_tcp(w->s, w->fd, POLLIN, w->deadline);
+		return sleep_capped(w->s, w->fd, POLLIN, w->deadline, 0, w->line);
+	struct pollfd line = { .fd = w->line, .events = POLLIN };
+
 	pthread_mutex_unlock(&w->s->lock);
-	REAL(poll)(NULL, 0, 1);
+	REAL(poll)(&line, 1, 1);
 	pthread_mutex_lock(&w->s->lock);
 	return 0;
 }
@@ -362,7 +370,7 @@ static const struct shim_waitloop_ops tx_ops = {
 static int call_round(const struct shim_waitloop_ops *ops, struct shim_sock *s, int fd, long long deadline,
 		      bool (*ready)(const struct shim_sock *s))
 {
-	struct call_wait w = { .s = s, .ch = s->chan, .fd = fd, .deadline = deadline, .ready = ready, .locked = true,
+	struct call_wait w = { .s = s, .ch = s->chan, .fd = fd, .deadline = deadline, .ready = ready, .locked = true, .line = -1,
 			       .run = SHIM_SPIN_RUN_INIT, .learn_sleep = ops == &rx_ops };
 
 	/* A ready look ends the round before any arm: 0, look again. */

@@ -101,31 +101,41 @@ static int poll_channel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock 
 	return ready;
 }
 
-/* The kernel's poll over the fds that are not ours (ours ask for bells). */
+/* The kernel's poll over the fds that are not ours (ours ask for bells),
+ * and the bell lines of those armed for them (lines: -1 where none, NULL:
+ * no arms), after the nfds entries of tmp (2 * nfds long). */
 static int kernel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock **ours, struct pollfd *tmp,
-			int timeout_ms, const sigset_t *sigmask)
+			const int *lines, int timeout_ms, const sigset_t *sigmask)
 {
 	int rc, ready = 0;
+	nfds_t all = nfds;
 
 	for (nfds_t i = 0; i < nfds; i++) {
 		tmp[i] = fds[i];
 		if (ours[i])
 			tmp[i].events = POLLIN;
 		tmp[i].revents = 0;
+		if (lines && lines[i] >= 0)
+			tmp[all++] = (struct pollfd){ .fd = lines[i], .events = POLLIN };
 	}
 	if (sigmask) {
 		struct timespec ts = { timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L };
 
-		rc = REAL(ppoll)(tmp, nfds, &ts, sigmask);
+		rc = REAL(ppoll)(tmp, all, &ts, sigmask);
 	} else {
-		rc = REAL(poll)(tmp, nfds, timeout_ms);
+		rc = REAL(poll)(tmp, all, timeout_ms);
 	}
 	if (rc < 0)
 		return -errno;
-	for (nfds_t i = 0; i < nfds; i++) {
+	for (nfds_t i = 0, k = nfds; i < nfds; i++) {
+		/* A bell on the line wakes its entry as one on TCP would; the
+		 * disarm took it off the line already. */
+		bool line_rang = lines && lines[i] >= 0 && tmp[k++].revents;
+
 		if (ours[i]) {
-			if (tmp[i].revents) {
-				shim_io_drain_bells(ours[i], fds[i].fd);
+			if (tmp[i].revents || line_rang) {
+				if (tmp[i].revents)
+					shim_io_drain_bells(ours[i], fds[i].fd);
 				/* What the bells' TCP said (EOF, a reset) changes
 				 * what the channel round reports: look again. */
 				fds[i].revents = 0;
@@ -177,7 +187,7 @@ struct poll_wait {
 	const sigset_t *sigmask;
 	struct shim_sock **ours; /* held for one round (poll_channel_round()) */
 	struct pollfd *tmp;
-	int armed_stack[WAIT_STACK_FDS], *armed;
+	int armed_stack[2 * WAIT_STACK_FDS], *armed; /* then the lines watched */
 	struct shim_spin_run spin;
 };
 
@@ -204,7 +214,7 @@ static int poll_look(void *ctx)
 {
 	struct poll_wait *w = ctx;
 	int mine = poll_channel_round(w->fds, w->nfds, w->ours);
-	int theirs = kernel_round(w->fds, w->nfds, w->ours, w->tmp, 0, NULL);
+	int theirs = kernel_round(w->fds, w->nfds, w->ours, w->tmp, NULL, 0, NULL);
 
 	if (theirs < 0)
 		return theirs;
@@ -217,11 +227,14 @@ static int poll_arm(void *ctx, bool *short_sleep)
 	struct poll_wait *w = ctx;
 	int sleep = 1;
 
-	w->armed = w->nfds > WAIT_STACK_FDS ? calloc(w->nfds, sizeof(int)) : w->armed_stack;
+	w->armed = w->nfds > WAIT_STACK_FDS ? calloc(2 * w->nfds, sizeof(int)) : w->armed_stack;
 	if (!w->armed)
 		return -ENOMEM;
 	for (nfds_t i = 0; i < w->nfds; i++) {
-		w->armed[i] = w->ours[i] ? shim_io_arm(w->ours[i], w->fds[i].fd, w->fds[i].events) : 0;
+		int line = w->ours[i] ? shim_io_line(w->ours[i]) : -1;
+
+		w->armed[i] = w->ours[i] ? shim_io_arm(w->ours[i], w->fds[i].fd, w->fds[i].events, line) : 0;
+		w->armed[w->nfds + i] = w->armed[i] & SHIM_ARM_LINE ? line : -1;
 		if (w->armed[i] & SHIM_ARM_READY)
 			sleep = 0;
 		if (w->armed[i] & SHIM_ARM_SHORT)
@@ -233,7 +246,7 @@ static int poll_arm(void *ctx, bool *short_sleep)
 static int poll_sleep(void *ctx, int ms)
 {
 	struct poll_wait *w = ctx;
-	int theirs = kernel_round(w->fds, w->nfds, w->ours, w->tmp, ms, w->sigmask);
+	int theirs = kernel_round(w->fds, w->nfds, w->ours, w->tmp, w->armed + w->nfds, ms, w->sigmask);
 
 	if (ms == SHIM_SLEEP_SLICE_MS && shim_trace_enabled(SHIM_TRACE_DEBUG)) {
 		int any = 0;
@@ -283,7 +296,7 @@ static const struct shim_waitloop_ops poll_ops = {
 int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const sigset_t *sigmask)
 {
 	struct shim_sock *ours_stack[WAIT_STACK_FDS];
-	struct pollfd tmp_stack[WAIT_STACK_FDS];
+	struct pollfd tmp_stack[2 * WAIT_STACK_FDS];
 	struct poll_wait w = { .fds = fds, .nfds = nfds, .sigmask = sigmask, .ours = ours_stack, .tmp = tmp_stack,
 			       .spin = SHIM_SPIN_RUN_INIT };
 	int rc;
@@ -291,7 +304,7 @@ int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const 
 	memset(ours_stack, 0, sizeof(ours_stack));
 	if (nfds > WAIT_STACK_FDS) {
 		w.ours = calloc(nfds, sizeof(*w.ours));
-		w.tmp = calloc(nfds, sizeof(*w.tmp));
+		w.tmp = calloc(2 * nfds, sizeof(*w.tmp));
 		if (!w.ours || !w.tmp) {
 			free(w.ours);
 			free(w.tmp);

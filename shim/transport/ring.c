@@ -205,9 +205,10 @@ bool shim_ring_producer_closed(const struct shim_ring *ring)
 	return __atomic_load_n(&ring->hdr->producer_closed, __ATOMIC_ACQUIRE) != 0;
 }
 
-bool shim_ring_consumer_arm(struct shim_ring *ring)
+bool shim_ring_consumer_arm(struct shim_ring *ring, uint32_t how)
 {
-	__atomic_store_n(&ring->hdr->consumer_armed, 1, __ATOMIC_RELAXED);
+	/* Or: another sleeper of ours may have armed for a bell of its kind. */
+	__atomic_fetch_or(&ring->hdr->consumer_armed, how, __ATOMIC_RELAXED);
 	/* Full fence: orders our armed store before our tail load; pairs with
 	 * the fence in shim_ring_producer_should_bell() (Dekker). */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -215,47 +216,47 @@ bool shim_ring_consumer_arm(struct shim_ring *ring)
 	       !shim_ring_violated(ring);
 }
 
-bool shim_ring_consumer_disarm(struct shim_ring *ring)
+uint32_t shim_ring_consumer_disarm(struct shim_ring *ring)
 {
-	return __atomic_exchange_n(&ring->hdr->consumer_armed, 0, __ATOMIC_RELAXED) != 0;
+	return __atomic_exchange_n(&ring->hdr->consumer_armed, 0, __ATOMIC_RELAXED);
 }
 
-bool shim_ring_producer_should_bell(struct shim_ring *ring)
+uint32_t shim_ring_producer_should_bell(struct shim_ring *ring)
 {
 	/* Full fence: orders our tail (or closed) store before the armed load;
 	 * pairs with the fence in shim_ring_consumer_arm(). */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (!__atomic_load_n(&ring->hdr->consumer_armed, __ATOMIC_RELAXED))
-		return false;
+		return 0;
 	/* Exchange so that one armed wait gets one bell, not one per write. */
-	return __atomic_exchange_n(&ring->hdr->consumer_armed, 0, __ATOMIC_RELAXED) != 0;
+	return __atomic_exchange_n(&ring->hdr->consumer_armed, 0, __ATOMIC_RELAXED);
 }
 
-bool shim_ring_producer_arm(struct shim_ring *ring)
+bool shim_ring_producer_arm(struct shim_ring *ring, uint32_t how)
 {
-	__atomic_store_n(&ring->hdr->producer_wants_space, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_or(&ring->hdr->producer_wants_space, how, __ATOMIC_RELAXED);
 	/* Full fence: pairs with the fence in shim_ring_consumer_should_bell(). */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	return shim_ring_writable(ring) < shim_ring_space_lowat(ring) && !shim_ring_consumer_gone(ring) &&
 	       !shim_ring_violated(ring);
 }
 
-bool shim_ring_producer_disarm(struct shim_ring *ring)
+uint32_t shim_ring_producer_disarm(struct shim_ring *ring)
 {
-	return __atomic_exchange_n(&ring->hdr->producer_wants_space, 0, __ATOMIC_RELAXED) != 0;
+	return __atomic_exchange_n(&ring->hdr->producer_wants_space, 0, __ATOMIC_RELAXED);
 }
 
-bool shim_ring_consumer_should_bell(struct shim_ring *ring)
+uint32_t shim_ring_consumer_should_bell(struct shim_ring *ring)
 {
 	/* Full fence: pairs with the fence in shim_ring_producer_arm(). */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (!__atomic_load_n(&ring->hdr->producer_wants_space, __ATOMIC_RELAXED))
-		return false;
+		return 0;
 	/* Wake the producer only for room worth writing into; a later read
 	 * frees more and looks again, so the wake-up is delayed, not lost. */
 	if (ring->mask + 1 - shim_ring_readable(ring) < shim_ring_space_lowat(ring))
-		return false;
-	return __atomic_exchange_n(&ring->hdr->producer_wants_space, 0, __ATOMIC_RELAXED) != 0;
+		return 0;
+	return __atomic_exchange_n(&ring->hdr->producer_wants_space, 0, __ATOMIC_RELAXED);
 }
 
 void shim_ring_producer_close(struct shim_ring *ring)

@@ -104,13 +104,17 @@ size_t shim_ring_readable(struct shim_ring *ring);
 size_t shim_ring_read(struct shim_ring *ring, const struct iovec *iov, int iovcnt, bool peek);
 bool shim_ring_eof(struct shim_ring *ring); /* closed and drained */
 bool shim_ring_producer_closed(const struct shim_ring *ring); /* closed, drained or not */
-/* Arms for a data wake-up; returns true when the ring is still empty (sleep).
+/* Arms for a data wake-up, adding how (the caller's bell bits, transport.h)
+ * to the armed word; returns true when the ring is still empty (sleep).
  * Every arm is followed by one disarm, slept or not. */
-bool shim_ring_consumer_arm(struct shim_ring *ring);
-/* Returns false when the producer took the arm: its bell is on the way. */
-bool shim_ring_consumer_disarm(struct shim_ring *ring);
-/* After head advanced: true when the producer was waiting for space (ring it). */
-bool shim_ring_consumer_should_bell(struct shim_ring *ring);
+bool shim_ring_consumer_arm(struct shim_ring *ring, uint32_t how);
+/* Clears the armed word; returns what it held: 0 when the producer took
+ * the arm (its bell is on the way). */
+uint32_t shim_ring_consumer_disarm(struct shim_ring *ring);
+/* After head advanced: the armed word the producer left when it was waiting
+ * for space (ring it as those bits ask), else 0. The peer wrote it: any
+ * value. */
+uint32_t shim_ring_consumer_should_bell(struct shim_ring *ring);
 
 /*
  * Room the producer waits for before it is woken or told "writable": a
@@ -137,10 +141,11 @@ size_t shim_ring_copy_iov_in(uint8_t *data, uint32_t mask, uint64_t cursor, cons
 int shim_ring_span(uint8_t *data, uint32_t mask, uint64_t from, uint64_t tail, struct iovec out[2]);
 /* Copies in as much of the iovec as fits (from byte skip on); publishes tail. */
 size_t shim_ring_write(struct shim_ring *ring, const struct iovec *iov, int iovcnt, size_t skip);
-bool shim_ring_producer_arm(struct shim_ring *ring);
-bool shim_ring_producer_disarm(struct shim_ring *ring);
-/* After tail advanced: true when the consumer was waiting for data (ring it). */
-bool shim_ring_producer_should_bell(struct shim_ring *ring);
+bool shim_ring_producer_arm(struct shim_ring *ring, uint32_t how);
+uint32_t shim_ring_producer_disarm(struct shim_ring *ring);
+/* After tail advanced: the armed word the consumer left when it was waiting
+ * for data (ring it as those bits ask), else 0. Any value: the peer's. */
+uint32_t shim_ring_producer_should_bell(struct shim_ring *ring);
 void shim_ring_producer_close(struct shim_ring *ring);
 
 /*

@@ -276,11 +276,13 @@ static bool rchan_peer_ended_clean(struct shim_chan *ch)
 	       rchan_peer_rx_gone(ch) && shim_rdma_tx_unread(ch) == 0;
 }
 
-static bool rchan_tx_arm(struct shim_chan *ch)
+/* how: TCP always; an RDMA channel has no bell line (no bell_fd). */
+static bool rchan_tx_arm(struct shim_chan *ch, unsigned how)
 {
 	struct rdma_conn *c = shim_rdma_conn_of(ch);
 	uint64_t seq;
 
+	(void)how;
 	/* Broken: what wakes us now is the peer's RESUME (or EOF) on TCP. */
 	if (c->broken)
 		return true;
@@ -461,11 +463,12 @@ static bool rchan_rx_should_bell(struct shim_chan *ch)
 	return __atomic_exchange_n(&c->ctl->rx_wants_space, 0, __ATOMIC_ACQ_REL) != 0;
 }
 
-static bool rchan_rx_arm(struct shim_chan *ch)
+static bool rchan_rx_arm(struct shim_chan *ch, unsigned how)
 {
 	struct rdma_conn *c = shim_rdma_conn_of(ch);
 	uint64_t seq;
 
+	(void)how;
 	if (c->broken)
 		return true; /* see rchan_tx_arm() */
 	struct wr_chain wrs = { .n = 0 };

@@ -32,6 +32,9 @@ void shm_neg_end(struct shim_sock *s)
 
 	if (!ng)
 		return;
+	/* The pair way's socketpair becomes the channel's bell line. */
+	if (ng->keep_line && s->chan && ng->rv_fd >= 0 && shim_shm_line_adopt(s->chan, ng->rv_fd) == 0)
+		ng->rv_fd = -1;
 	shm_close_fd(&ng->rv_listen_fd);
 	shm_close_fd(&ng->rv_fd);
 	free(ng);
@@ -100,13 +103,14 @@ bool shm_tx_may_switch(const struct shim_sock *s)
 /* Where our SWITCH frame will sit, or SHIM_SWITCH_NEVER when our direction
  * stays on TCP. -errno if it could not go out (then we must not switch:
  * the peer would not know where). */
-int shm_send_switch_at(struct shim_sock *s, bool switching)
+int shm_send_switch_at(struct shim_sock *s, bool switching, uint32_t flags)
 {
 	struct shm_neg *ng = shm_neg_of(s);
 	struct shim_msg_switch_at at;
 
 	memset(&at, 0, sizeof(at));
 	shim_msg_init(&at.hdr, SHIM_MSG_SWITCH_AT, sizeof(at));
+	at.hdr.flags = flags;
 	at.switch_offset = switching ? s->tx_tcp_bytes : SHIM_SWITCH_NEVER;
 	return shim_rv_send(ng->rv_fd, &at, sizeof(at), -1);
 }
@@ -167,7 +171,7 @@ void shm_c_follow(struct shim_sock *s, int fd, uint64_t offset)
 		return;
 	struct shm_neg *ng = shm_neg_of(s);
 	/* Our offset first, then our frame. */
-	bool sent = shm_tx_may_switch(s) && shm_send_switch_at(s, true) == 0;
+	bool sent = shm_tx_may_switch(s) && shm_send_switch_at(s, true, 0) == 0;
 
 	if (sent)
 		shim_upgrade_switch_tx(s, fd);

@@ -51,6 +51,10 @@ struct shm_neg {
 	pid_t pair_pid;
 	/* The transport's stop_peer ran: what it stopped ends the upgrade. */
 	bool stopped;
+	/* The pair way: the connection's socketpair stays on as its bell line
+	 * when the handshake ends with a channel (both ends said so: C in its
+	 * HINT, S in its COMMIT). */
+	bool keep_line;
 	/* C: a HINT for this server went unanswered and C went the named way:
 	 * the server runs the shim (its pair did), and its process that holds
 	 * the connection comes once its back-off lets it, however long the
@@ -85,7 +89,7 @@ bool shm_peer_answers_plain(const struct shim_sock *s, const struct shm_neg *ng,
 /* May our direction move? Not with our write side shut, nor closing. */
 bool shm_tx_may_switch(const struct shim_sock *s);
 /* Our SWITCH_AT on the rendezvous (switching: our offset; else NEVER). */
-int shm_send_switch_at(struct shim_sock *s, bool switching);
+int shm_send_switch_at(struct shim_sock *s, bool switching, uint32_t flags);
 /* The peer's offset (or NEVER); false when it lies behind what we read as
  * plain bytes (the connection was reset: a peer breaking the protocol). */
 bool shm_take_peer_switch_at(struct shim_sock *s, int fd, uint64_t offset);

@@ -5,12 +5,14 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "fdtable.h"
 #include "real.h"
 #include "ring.h"
+#include "wire.h"
 
 struct shm_chan {
 	struct shim_chan chan;
@@ -27,6 +29,17 @@ struct shm_chan {
 	 * pages, which it could write. */
 	uint32_t failed;
 	bool abortive; /* our close resets the connection (transport.h) */
+	/*
+	 * The bell line (PROTOCOL.md, "Bell line"): our end of the
+	 * connection's socketpair (fd -1: none). line_rung: the peer rings us
+	 * on it when we arm for it; line_off: a fork shares the channel, and a
+	 * bell drained by one process would be lost to the other, so we arm
+	 * for TCP bells only. rx_how, tx_how: the bell bits armed since the
+	 * last disarm. All under the sock's lock.
+	 */
+	struct shim_owned_fd line;
+	bool line_rung, line_off;
+	uint32_t rx_how, tx_how;
 };
 
 static struct shm_chan *shm_of(const struct shim_chan *ch)
@@ -35,6 +48,15 @@ static struct shm_chan *shm_of(const struct shim_chan *ch)
 }
 
 static bool shm_failed(const struct shim_chan *ch);
+
+static struct shm_chan *shm_chan_new(void)
+{
+	struct shm_chan *sc = calloc(1, sizeof(*sc));
+
+	if (sc)
+		sc->line.fd = -1;
+	return sc;
+}
 
 uint64_t shim_shm_footprint(uint32_t ring_bytes)
 {
@@ -87,7 +109,7 @@ static int shm_attach_rings(struct shm_chan *sc, uint8_t *base, uint32_t ring_by
 /* Maps the memfd and attaches. */
 static int shm_map(int memfd, uint32_t ring_bytes, bool is_client, bool format, struct shim_chan **out)
 {
-	struct shm_chan *sc = calloc(1, sizeof(*sc));
+	struct shm_chan *sc = shm_chan_new();
 	size_t map_len;
 	uint8_t *map;
 	int rc;
@@ -117,7 +139,7 @@ static int shm_map(int memfd, uint32_t ring_bytes, bool is_client, bool format, 
 int shim_shm_on_slot(uint8_t *base, uint32_t ring_bytes, bool is_client, void (*done)(void *ctx, bool reusable),
 		     void *ctx, struct shim_chan **out)
 {
-	struct shm_chan *sc = calloc(1, sizeof(*sc));
+	struct shm_chan *sc = shm_chan_new();
 	int rc;
 
 	if (!sc)
@@ -244,36 +266,166 @@ static bool shm_violated(const struct shim_chan *ch)
 	return shim_ring_violated(&shm_of(ch)->tx) || shim_ring_violated(&shm_of(ch)->rx);
 }
 
+/* One bell on the line: a message of one byte, never waiting (the peer
+ * holds the other end and may leave its queue full: then it has a bell to
+ * read already). false when it could not go (our end is gone or not ours
+ * any more, the peer closed its end): the caller rings on TCP instead,
+ * which the peer watches too. */
+static bool line_ring(struct shm_chan *sc)
+{
+	static const uint8_t bell = SHIM_FRAME_DATA_BELL;
+
+	if (sc->line.fd < 0 || !shim_owned_still(&sc->line))
+		return false;
+	return REAL(send)(sc->line.fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1 || errno == EAGAIN;
+}
+
+/* Takes what came on the line: a few messages a round (a peer that floods
+ * it only wakes us, as its bells on TCP would); fds sent with them are
+ * closed by the kernel, as we give no room for them. */
+static void line_drain(struct shm_chan *sc)
+{
+	uint8_t buf[16];
+
+	if (sc->line.fd < 0 || !shim_owned_still(&sc->line))
+		return;
+	for (int i = 0; i < 8; i++)
+		if (REAL(recv)(sc->line.fd, buf, sizeof(buf), MSG_DONTWAIT) <= 0)
+			break;
+}
+
+/* The peer's armed word, as left when we took it: the bell on the line
+ * when that alone was asked for and could go, else (any other value, from
+ * a sleeper of its own that wants TCP, or a peer that lies) on TCP:
+ * returns whether the caller must send one there. */
+static bool shm_ring_as_asked(struct shm_chan *sc, uint32_t armed)
+{
+	if (!armed)
+		return false;
+	if ((armed & SHIM_BELL_LINE) && !line_ring(sc))
+		return true;
+	return (armed & ~SHIM_BELL_LINE) != 0;
+}
+
 /* Shared memory: the release store of tail already made the bytes visible,
  * so the bell may follow at once. */
 static bool shm_tx_should_bell(struct shim_chan *ch)
 {
-	return shim_ring_producer_should_bell(&shm_of(ch)->tx);
+	return shm_ring_as_asked(shm_of(ch), shim_ring_producer_should_bell(&shm_of(ch)->tx));
 }
 
 static bool shm_rx_should_bell(struct shim_chan *ch)
 {
-	return shim_ring_consumer_should_bell(&shm_of(ch)->rx);
+	return shm_ring_as_asked(shm_of(ch), shim_ring_consumer_should_bell(&shm_of(ch)->rx));
 }
 
-static bool shm_rx_arm(struct shim_chan *ch)
+/* What a disarm reports (transport.h): whether a TCP bell is on the way,
+ * as false. left: the armed word now cleared (0: the peer took it); how:
+ * the bits armed since the last disarm. */
+static bool shm_disarmed(struct shm_chan *sc, uint32_t left, uint32_t how)
 {
-	return shim_ring_consumer_arm(&shm_of(ch)->rx);
+	if (how & SHIM_BELL_LINE)
+		line_drain(sc);
+	return left != 0 || !(how & SHIM_BELL_TCP);
+}
+
+static bool shm_rx_arm(struct shim_chan *ch, unsigned how)
+{
+	shm_of(ch)->rx_how |= how;
+	return shim_ring_consumer_arm(&shm_of(ch)->rx, how);
 }
 
 static bool shm_rx_disarm(struct shim_chan *ch)
 {
-	return shim_ring_consumer_disarm(&shm_of(ch)->rx);
+	struct shm_chan *sc = shm_of(ch);
+	uint32_t how = sc->rx_how;
+
+	sc->rx_how = 0;
+	return shm_disarmed(sc, shim_ring_consumer_disarm(&sc->rx), how);
 }
 
-static bool shm_tx_arm(struct shim_chan *ch)
+static bool shm_tx_arm(struct shim_chan *ch, unsigned how)
 {
-	return shim_ring_producer_arm(&shm_of(ch)->tx);
+	shm_of(ch)->tx_how |= how;
+	return shim_ring_producer_arm(&shm_of(ch)->tx, how);
 }
 
 static bool shm_tx_disarm(struct shim_chan *ch)
 {
-	return shim_ring_producer_disarm(&shm_of(ch)->tx);
+	struct shm_chan *sc = shm_of(ch);
+	uint32_t how = sc->tx_how;
+
+	sc->tx_how = 0;
+	return shm_disarmed(sc, shim_ring_producer_disarm(&sc->tx), how);
+}
+
+static int shm_bell_fd(const struct shim_chan *ch)
+{
+	const struct shm_chan *sc = shm_of(ch);
+
+	return sc->line_rung && !sc->line_off ? sc->line.fd : -1;
+}
+
+int shim_shm_line_make(struct shim_chan *ch)
+{
+	struct shm_chan *sc = shm_of(ch);
+	int sv[2], rc;
+
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) < 0)
+		return -errno;
+	sv[0] = shim_fd_own_checked(sv[0]);
+	sv[1] = shim_fd_own_checked(sv[1]);
+	rc = sv[0] < 0 ? sv[0] : sv[1] < 0 ? sv[1] : shim_owned_take(&sc->line, sv[0]);
+	if (rc < 0) {
+		if (sv[0] >= 0)
+			REAL(close)(sv[0]);
+		if (sv[1] >= 0)
+			REAL(close)(sv[1]);
+		return rc;
+	}
+	return sv[1];
+}
+
+int shim_shm_line_take(struct shim_chan *ch, int line, int rv_fd)
+{
+	struct shm_chan *sc = shm_of(ch);
+	struct ucred theirs, maker;
+	socklen_t len = sizeof(theirs), mlen = sizeof(maker);
+	int type = 0, domain = 0, rc = -EPROTO;
+	socklen_t tlen = sizeof(type), dlen = sizeof(domain);
+
+	/* Made by the process on the rendezvous (a socketpair names its maker
+	 * at both ends): not a socket connected to a service elsewhere, where
+	 * our bells would go with our credentials. */
+	if (REAL(getsockopt)(line, SOL_SOCKET, SO_TYPE, &type, &tlen) == 0 &&
+	    REAL(getsockopt)(line, SOL_SOCKET, SO_DOMAIN, &domain, &dlen) == 0 && type == SOCK_SEQPACKET &&
+	    domain == AF_UNIX && REAL(getsockopt)(line, SOL_SOCKET, SO_PEERCRED, &theirs, &len) == 0 &&
+	    REAL(getsockopt)(rv_fd, SOL_SOCKET, SO_PEERCRED, &maker, &mlen) == 0 && theirs.pid == maker.pid &&
+	    theirs.uid == maker.uid && theirs.pid > 0)
+		rc = shim_owned_take(&sc->line, line);
+	if (rc < 0) {
+		REAL(close)(line);
+		return rc;
+	}
+	sc->line_rung = true;
+	return 0;
+}
+
+int shim_shm_line_adopt(struct shim_chan *ch, int rv_fd)
+{
+	struct shm_chan *sc = shm_of(ch);
+	int rc = sc->line.fd >= 0 ? -EEXIST : shim_owned_take(&sc->line, rv_fd);
+
+	if (rc == 0)
+		sc->line_rung = true;
+	return rc;
+}
+
+void shim_shm_line_rung(struct shim_chan *ch)
+{
+	struct shm_chan *sc = shm_of(ch);
+
+	sc->line_rung = sc->line.fd >= 0;
 }
 
 static void shm_shutdown_tx(struct shim_chan *ch)
@@ -288,6 +440,7 @@ static void shm_abortive(struct shim_chan *ch)
 
 static void shm_unmap(struct shm_chan *sc, bool reusable)
 {
+	shim_owned_close(&sc->line);
 	if (sc->slot_done)
 		sc->slot_done(sc->slot_ctx, reusable);
 	else
@@ -362,6 +515,7 @@ static int shm_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct i
 
 static void shm_share(struct shim_chan *ch)
 {
+	shm_of(ch)->line_off = true;
 	shim_ring_share_cursors(&shm_of(ch)->tx, true);
 	shim_ring_share_cursors(&shm_of(ch)->rx, false);
 }
@@ -404,6 +558,7 @@ const struct shim_transport_ops shim_shm_ops = {
 	.rx_disarm = shm_rx_disarm,
 	.tx_arm = shm_tx_arm,
 	.tx_disarm = shm_tx_disarm,
+	.bell_fd = shm_bell_fd,
 	.shutdown_tx = shm_shutdown_tx,
 	.destroy = shm_destroy,
 	.abortive = shm_abortive,

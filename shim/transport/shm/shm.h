@@ -27,6 +27,23 @@ int shim_shm_attach(int memfd, uint32_t ring_bytes, struct shim_chan **out);
  * still use the rings. */
 int shim_shm_on_slot(uint8_t *base, uint32_t ring_bytes, bool is_client, void (*done)(void *ctx, bool reusable),
 		     void *ctx, struct shim_chan **out);
+/*
+ * The bell line (shim/PROTOCOL.md, "Bell line"). C makes it with the
+ * channel: shim_shm_line_make keeps C's end and returns S's, to be sent
+ * with the ACCEPT or HINT and closed (-errno: no line, the connection
+ * rings on TCP). S takes what came: shim_shm_line_take checks it is a
+ * socketpair made by the process on rv_fd and keeps it (closed on -errno);
+ * C made it, so C rings S on it. C learns from S's flag that S took it
+ * (shim_shm_line_rung): S rings C on it from then on.
+ */
+int shim_shm_line_make(struct shim_chan *ch);
+int shim_shm_line_take(struct shim_chan *ch, int line, int rv_fd);
+/* The pair way: the connection's own socketpair (verified in the
+ * handshake) becomes the line, both ends having said so; 0 (the channel
+ * keeps rv_fd) or -errno (the caller still owns it). */
+int shim_shm_line_adopt(struct shim_chan *ch, int rv_fd);
+void shim_shm_line_rung(struct shim_chan *ch);
+
 /* C: fresh headers for the two rings of one connection at base. */
 void shim_shm_format(uint8_t *base, uint32_t ring_bytes);
 

@@ -168,8 +168,16 @@ static void s_read_accept(struct shim_sock *s, int fd)
 		uint8_t raw[SHIM_MSG_MAX + 1];
 	} msg;
 	struct shim_chan *chan;
-	int memfd, rc;
-	ssize_t n = shim_rv_recv(ng->rv_fd, &msg, sizeof(msg), &memfd);
+	int fds[2] = { -1, -1 }, memfd, rc;
+	ssize_t n = shim_rv_recv_fds(ng->rv_fd, &msg, sizeof(msg), fds, 2);
+	uint32_t flags = 0;
+
+	memfd = fds[0];
+	/* The bell line comes last, and only with the flag. */
+	if (n > 0 && shim_msg_check(&msg, (size_t)n) == SHIM_MSG_ACCEPT && !(msg.accept.hdr.flags & SHIM_MSG_F_BELL_LINE)) {
+		shim_rv_close_if(fds[1]);
+		fds[1] = -1;
+	}
 
 	if (n == -EAGAIN)
 		return;
@@ -179,8 +187,8 @@ static void s_read_accept(struct shim_sock *s, int fd)
 		return;
 	}
 	if (shim_msg_check(&msg, (size_t)n) != SHIM_MSG_ACCEPT || memfd < 0) {
-		if (memfd >= 0)
-			REAL(close)(memfd);
+		shim_rv_close_if(memfd);
+		shim_rv_close_if(fds[1]);
 		shim_upgrade_fail(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
 		return;
 	}
@@ -194,6 +202,7 @@ static void s_read_accept(struct shim_sock *s, int fd)
 	rc = shim_rv_verify_peer(ng->rv_fd, shm_client_ep(s), shm_server_ep(s), msg.accept.tcp_fd, &ng->rv_owner);
 	if (rc < 0) {
 		REAL(close)(memfd);
+		shim_rv_close_if(fds[1]);
 		/* A C that closes its connection closes the rendezvous first:
 		 * its fd is then gone or reused, and that is no spoofing. */
 		if (shim_rv_peer_gone(ng->rv_fd, rc)) {
@@ -206,6 +215,7 @@ static void s_read_accept(struct shim_sock *s, int fd)
 	}
 	rc = shm_s_attach_ring(s, fd, memfd, msg.accept.ring_bytes, &chan);
 	if (rc < 0) {
+		shim_rv_close_if(fds[1]);
 		/* Nothing switched anywhere: C sees our rendezvous close. */
 		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);
 		return;
@@ -215,7 +225,10 @@ static void s_read_accept(struct shim_sock *s, int fd)
 	 * the frame's bytes can reach it. */
 	bool switching = shm_tx_may_switch(s);
 
-	if (shm_send_switch_at(s, switching) < 0) {
+	/* A line that is not C's own socketpair is refused: bells stay on TCP. */
+	if (fds[1] >= 0 && shim_shm_line_take(chan, fds[1], ng->rv_fd) == 0)
+		flags |= SHIM_MSG_F_BELL_LINE;
+	if (shm_send_switch_at(s, switching, flags) < 0) {
 		chan->ops->destroy(chan);
 		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
 		return;
@@ -374,8 +387,14 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 		return;
 	}
 	memcpy(accept.nonce, s->rx_nonce, SHIM_NONCE_LEN);
-	rc = shim_rv_send(ng->rv_fd, &accept, sizeof(accept), memfd);
+	/* S's end of the bell line, when one could be made (else bells on TCP). */
+	int fds[2] = { memfd, shim_cfg.shm_bell_line ? shim_shm_line_make(chan) : -1 };
+
+	if (fds[1] >= 0)
+		accept.hdr.flags |= SHIM_MSG_F_BELL_LINE;
+	rc = shim_rv_send_fds(ng->rv_fd, &accept, sizeof(accept), fds, fds[1] >= 0 ? 2 : 1);
 	REAL(close)(memfd);
+	shim_rv_close_if(fds[1]);
 	if (rc < 0) {
 		chan->ops->destroy(chan);
 		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
@@ -407,6 +426,8 @@ static void c_read_switch_at(struct shim_sock *s, int fd)
 		shm_c_give_up(s, fd, n <= 0 ? SHIM_REASON_PEER_CLOSED : SHIM_REASON_HANDSHAKE_MALFORMED);
 		return;
 	}
+	if (msg.at.hdr.flags & SHIM_MSG_F_BELL_LINE)
+		shim_shm_line_rung(s->chan);
 	shm_c_follow(s, fd, msg.at.switch_offset);
 }
 

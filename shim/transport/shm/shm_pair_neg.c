@@ -96,6 +96,8 @@ bool shm_c_hint(struct shim_sock *s, int fd, unsigned long long now)
 		return false;
 	}
 	memcpy(hint.nonce, s->rx_nonce, SHIM_NONCE_LEN);
+	if (shim_cfg.shm_bell_line)
+		hint.hdr.flags |= SHIM_MSG_F_BELL_LINE;
 	int rc = shim_pair_send_hint(shm_server_ep(s), &hint, sp[1], now, &pid, &chan);
 
 	/* The kernel holds S's copy now (or nobody does). */
@@ -180,6 +182,8 @@ static void c_take_commit(struct shim_sock *s, int fd, const struct shim_msg_com
 		return;
 	}
 	memcpy(s->tx_nonce, commit->nonce, SHIM_NONCE_LEN);
+	/* S rings us on the socketpair, which stays on as the bell line. */
+	ng->keep_line = commit->hdr.flags & SHIM_MSG_F_BELL_LINE;
 	shm_c_follow(s, fd, commit->switch_offset);
 }
 
@@ -284,6 +288,9 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 	shim_msg_init(&commit.hdr, SHIM_MSG_COMMIT, sizeof(commit));
 	commit.switch_offset = switching ? s->tx_tcp_bytes : SHIM_SWITCH_NEVER;
 	commit.tcp_fd = fd;
+	/* C rings us on this socketpair once the handshake is over; so do we. */
+	if ((h->msg.hdr.flags & SHIM_MSG_F_BELL_LINE) && shim_cfg.shm_bell_line)
+		commit.hdr.flags |= SHIM_MSG_F_BELL_LINE;
 	if (tcp < 0 || shim_upgrade_new_nonce(s->rx_nonce) < 0) {
 		chan->ops->destroy(chan);
 		REAL(close)(h->rv_fd);
@@ -300,6 +307,7 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 	memcpy(s->tx_nonce, h->msg.nonce, SHIM_NONCE_LEN);
 	ng->rv_fd = h->rv_fd;
 	ng->via_pair = true;
+	ng->keep_line = commit.hdr.flags & SHIM_MSG_F_BELL_LINE;
 	shm_s_committed(s, fd, chan, switching, h->msg.ring_bytes);
 	return true;
 }
