@@ -11,8 +11,8 @@
 # 1-byte ping-pong here turns around in about 12 us, mostly before the
 # receiver arms, and 13-16 of 64 exchanges needed bells.
 #
-#  (a) RDMASHIM_SPIN_US=0 at both ends: every exchange is woken by bells
-#      both ways. One end traces io.unpaid and failover.unpaid, both ends
+#  (a) RDMASHIM_SPIN_US=0 and RDMASHIM_SHM_BELL_LINE=0 at both ends:
+#      every exchange is woken by bells on TCP both ways. One end traces io.unpaid and failover.unpaid, both ends
 #      end on TCP (failover.rx_tcp), and every byte came back.
 #  (b) the same with RDMASHIM_UNPAID_PERCENT=0: no hand-back, both
 #      directions switched (rx.switch at both ends) and stay so.
@@ -22,6 +22,11 @@
 #  (d) after (a)'s hand-back both ends leave the connection to the kernel
 #      (failover.kernel): its later calls cost what a connection that never
 #      moved costs.
+#  (e) RDMASHIM_SPIN_US=0 with the bell line (the default): every exchange
+#      is woken by a bell on the line, which costs less than the TCP message
+#      it saves (shim/PROTOCOL.md, "Bell line"): both ends say the peer
+#      rings them there (upgrade.done bell_line), windows are judged, and
+#      none is unpaid: the connection stays on shm.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_built "$PROGS/conn_hold"
 HOLD_FLAGS=(--think 300)
@@ -40,7 +45,7 @@ run_case() {
 
 count() { cat "$dir"/trace.*.jsonl | grep -c "\"event\":\"$1\"" || true; }
 
-run_case bells RDMASHIM_SPIN_US=0
+run_case bells RDMASHIM_SPIN_US=0 RDMASHIM_SHM_BELL_LINE=0
 check "(a) no spinning: one end handed the connection back as unpaid (io.unpaid $(count io.unpaid))" \
   test "$(count io.unpaid)" -ge 1
 check "(a) its failover was the one on purpose (failover.unpaid $(count failover.unpaid))" \
@@ -52,6 +57,14 @@ check "(d) both ends left the connection to the kernel (failover.kernel $(count 
   test "$(count failover.kernel)" -eq 2
 check "(a) windows of 64 exchanges were judged (io.exchanges $(count io.exchanges))" \
   test "$(count io.exchanges)" -ge 2
+
+run_case bells_on_line RDMASHIM_SPIN_US=0
+check "(e) both ends are rung on the bell line ($(cat "$dir"/trace.*.jsonl | grep -c '"bell_line":true') of 2)" \
+  test "$(cat "$dir"/trace.*.jsonl | grep -c '"event":"upgrade.done".*"bell_line":true')" -eq 2
+check "(e) windows of 64 exchanges were judged (io.exchanges $(count io.exchanges))" \
+  test "$(count io.exchanges)" -ge 2
+check "(e) none unpaid: both ends stay switched (io.unpaid $(count io.unpaid), rx.switch $(count rx.switch))" \
+  test "$(count io.unpaid)" -eq 0 -a "$(count failover.start)" -eq 0 -a "$(count rx.switch)" -eq 2
 
 run_case bells_kept RDMASHIM_SPIN_US=0 RDMASHIM_UNPAID_PERCENT=0
 check "(b) RDMASHIM_UNPAID_PERCENT=0: both ends switched (rx.switch $(count rx.switch) of 2)" \

@@ -92,6 +92,11 @@ struct shim_transport_ops {
 	 * (now: it has none, it was shared by a fork, or the peer did not take
 	 * it). Lock-free; valid while the channel lives. */
 	int (*bell_fd)(const struct shim_chan *ch);
+	/* Optional, with bell_fd: a wait armed for the line saw it readable;
+	 * the next disarm takes everything on it (else only the bells its
+	 * taken arms are owed), so that a stray message does not keep a
+	 * level-triggered wait awake. */
+	void (*line_rang)(struct shim_chan *ch);
 	void (*shutdown_tx)(struct shim_chan *ch);
 	/* Releases the channel; the peer sees both directions closed. */
 	void (*destroy)(struct shim_chan *ch);

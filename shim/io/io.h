@@ -71,6 +71,8 @@ int shim_io_arm(struct shim_sock *s, int fd, short events, int line);
 /* The connection's bell line (transport.h, bell_fd), or -1: what a wait may
  * watch beside TCP; shim_io_arm() checks it again. */
 int shim_io_line(struct shim_sock *s);
+/* A wait armed for the line saw it readable: the disarm drains it. */
+void shim_io_note_line_rang(struct shim_sock *s);
 void shim_io_disarm(struct shim_sock *s, int fd, int armed);
 /* The fd's switched directions make TCP readable only for frames: true
  * when the kernel must be asked for POLLIN instead of the app's events.

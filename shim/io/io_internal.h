@@ -40,6 +40,13 @@ static inline int shim_io_bell_line(const struct shim_sock *s)
 	return s->chan && s->chan->ops->bell_fd ? s->chan->ops->bell_fd(s->chan) : -1;
 }
 
+/* A wait armed for the line saw it readable (transport.h, line_rang). */
+static inline void shim_io_line_rang(struct shim_sock *s)
+{
+	if (s->chan && s->chan->ops->line_rang)
+		s->chan->ops->line_rang(s->chan);
+}
+
 static inline unsigned shim_io_bell_how(int line)
 {
 	return line >= 0 ? SHIM_BELL_LINE : SHIM_BELL_TCP;

@@ -346,6 +346,14 @@ int shim_io_line(struct shim_sock *s)
 	return line;
 }
 
+void shim_io_note_line_rang(struct shim_sock *s)
+{
+	pthread_mutex_lock(&s->lock);
+	if (!s->closed)
+		shim_io_line_rang(s);
+	pthread_mutex_unlock(&s->lock);
+}
+
 int shim_io_arm(struct shim_sock *s, int fd, short events, int line)
 {
 	int armed = 0;

@@ -57,10 +57,15 @@ static bool handlers_restart(void)
 	return true;
 }
 
+/* What woke a sleep (sleep_capped's *woke). */
+#define WOKE_TCP 1
+#define WOKE_LINE 2
+
 /* Sleeps on the TCP fd (and on the bell line, when line is not -1) without
- * the lock, at most cap_ms if cap_ms > 0. Returns 0, -EAGAIN on the
- * SO_*TIMEO deadline, or -EINTR. */
-static int sleep_capped(struct shim_sock *s, int fd, short events, long long deadline, int cap_ms, int line)
+ * the lock, at most cap_ms if cap_ms > 0; *woke (if not NULL): which of the
+ * two had events. Returns 0, -EAGAIN on the SO_*TIMEO deadline, or -EINTR. */
+static int sleep_capped(struct shim_sock *s, int fd, short events, long long deadline, int cap_ms, int line,
+			int *woke)
 {
 	/* The handshake's messages wake us too: a program blocked in a call
 	 * moves its upgrade on while it waits, not only when bytes come. The
@@ -88,6 +93,10 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 	expired = rc == 0 && slice == SHIM_SLEEP_SLICE_MS;
 	rc = rc < 0 ? -errno : 0;
 	pthread_mutex_lock(&s->lock);
+	if (woke)
+		*woke = (p[0].revents ? WOKE_TCP : 0) | (rc == 0 && p[1].revents ? WOKE_LINE : 0);
+	if (line >= 0 && rc == 0 && p[1].revents)
+		shim_io_line_rang(s);
 	s->sleepers--;
 	/* Traced under the lock: the directions are the lock's to read. */
 	if (expired)
@@ -106,7 +115,7 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 
 int shim_io_sleep_on_tcp(struct shim_sock *s, int fd, short events, long long deadline)
 {
-	return sleep_capped(s, fd, events, deadline, 0, -1);
+	return sleep_capped(s, fd, events, deadline, 0, -1, NULL);
 }
 
 /* Nothing can move until the peer acts: -EAGAIN for a nonblocking call,
@@ -183,6 +192,7 @@ struct call_wait {
 	bool locked, armed;
 	int cap_ms; /* rx: the arm's grace (transport.h, arm_grace) */
 	int line;   /* the bell line the arm asked the peer to ring, or -1 */
+	int woke;   /* what woke the sleep (WOKE_*) */
 	int rc;     /* what the round ends with */
 	/* The spin policy (spin.h): asked before the first look and after
 	 * each; a hit, and rx's sleep, are its to learn from. */
@@ -247,6 +257,17 @@ static void relock(struct call_wait *w)
 	}
 }
 
+/* After a sleep: whether TCP may hold bells or news (EOF, a reset, a
+ * RESUME) to take. Armed for TCP bells: always, as before. Armed for the
+ * line: when TCP woke us or bells are owed there (a peer that fell back to
+ * TCP), so that a bell on the line costs no look at TCP. */
+static bool tcp_may_hold_bells(const struct call_wait *w)
+{
+	if (shim_io_fd(w->s, w->fd) < 0)
+		return false;
+	return w->line < 0 || (w->woke & WOKE_TCP) || w->s->bells_owed || w->s->bells_early;
+}
+
 static int rx_arm(void *ctx, bool *short_sleep)
 {
 	struct call_wait *w = ctx;
@@ -268,7 +289,7 @@ static int rx_sleep(void *ctx, int ms)
 	struct call_wait *w = ctx;
 
 	(void)ms; /* the SO_RCVTIMEO deadline and the grace are sleep_capped()'s */
-	return sleep_capped(w->s, w->fd, POLLIN, w->deadline, w->cap_ms, w->line);
+	return sleep_capped(w->s, w->fd, POLLIN, w->deadline, w->cap_ms, w->line, &w->woke);
 }
 
 static void rx_disarm(void *ctx)
@@ -276,7 +297,7 @@ static void rx_disarm(void *ctx)
 	struct call_wait *w = ctx;
 
 	shim_io_note_disarm(w->s, !w->ch->ops->rx_disarm(w->ch));
-	if (shim_io_fd(w->s, w->fd) >= 0)
+	if (tcp_may_hold_bells(w))
 		shim_frames_drain(w->s, shim_io_fd(w->s, w->fd));
 }
 
@@ -328,7 +349,7 @@ static int tx_sleep(void *ctx, int ms)
 	/* Before our rx switched, TCP still holds application bytes we must
 	 * not consume: sleep a short while instead of on POLLIN. */
 	if (w->s->rx_dir == SHIM_DIR_CHAN)
-		return sleep_capped(w->s, w->fd, POLLIN, w->deadline, 0, w->line);
+		return sleep_capped(w->s, w->fd, POLLIN, w->deadline, 0, w->line, &w->woke);
 	struct pollfd line = { .fd = w->line, .events = POLLIN };
 
 	pthread_mutex_unlock(&w->s->lock);
@@ -344,7 +365,7 @@ static void tx_disarm(void *ctx)
 	if (!w->armed)
 		return;
 	shim_io_note_disarm(w->s, !w->ch->ops->tx_disarm(w->ch));
-	if (w->s->rx_dir == SHIM_DIR_CHAN && shim_io_fd(w->s, w->fd) >= 0)
+	if (w->s->rx_dir == SHIM_DIR_CHAN && tcp_may_hold_bells(w))
 		shim_frames_drain(w->s, shim_io_fd(w->s, w->fd));
 }
 

@@ -133,6 +133,8 @@ static int kernel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock **ours
 		bool line_rang = lines && lines[i] >= 0 && tmp[k++].revents;
 
 		if (ours[i]) {
+			if (line_rang)
+				shim_io_note_line_rang(ours[i]);
 			if (tmp[i].revents || line_rang) {
 				if (tmp[i].revents)
 					shim_io_drain_bells(ours[i], fds[i].fd);

@@ -72,11 +72,17 @@ void shm_trace_refused(struct shim_sock *s, int fd, const char *side, int err)
 
 void shm_trace_done(struct shim_sock *s, int fd, uint32_t ring)
 {
+	const struct shm_neg *ng = shm_neg_of(s);
+	/* The peer rings us on a line (the pair way's comes at the end). */
+	bool line = (ng && ng->keep_line) || (s->chan && s->chan->ops->bell_fd(s->chan) >= 0);
+
 	shim_stats_count(SHIM_REASON_UPGRADED);
 	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.done", fd, &s->tuple, SHIM_REASON_UPGRADED,
-		   "\"role\":\"%s\",\"transport\":\"shm\",\"ring_bytes\":%u,\"tx\":%d,\"rx\":%s,\"pair\":%s",
+		   "\"role\":\"%s\",\"transport\":\"shm\",\"ring_bytes\":%u,\"tx\":%d,\"rx\":%s,\"pair\":%s,"
+		   "\"bell_line\":%s",
 		   s->role == SHIM_ROLE_CLIENT ? "client" : "server", ring, s->tx_dir,
-		   s->rx_switch_known ? "true" : "false", shm_neg_of(s) && shm_neg_of(s)->via_pair ? "true" : "false");
+		   s->rx_switch_known ? "true" : "false", ng && ng->via_pair ? "true" : "false",
+		   line ? "true" : "false");
 }
 
 /*

@@ -40,6 +40,11 @@ struct shm_chan {
 	struct shim_owned_fd line;
 	bool line_rung, line_off;
 	uint32_t rx_how, tx_how;
+	/* Bells on the line due to taken arms and not read yet (at most
+	 * LINE_OWED_MAX: a peer that takes arms and sends nothing costs a
+	 * look each); line_seen: a wait saw the line readable (line_rang). */
+	unsigned line_owed;
+	bool line_seen;
 };
 
 static struct shm_chan *shm_of(const struct shim_chan *ch)
@@ -280,18 +285,32 @@ static bool line_ring(struct shm_chan *sc)
 	return REAL(send)(sc->line.fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1 || errno == EAGAIN;
 }
 
-/* Takes what came on the line: a few messages a round (a peer that floods
- * it only wakes us, as its bells on TCP would); fds sent with them are
- * closed by the kernel, as we give no room for them. */
+#define LINE_OWED_MAX 4
+
+/* Takes the bells owed off the line, or, once a wait saw it readable,
+ * what is there: a few messages a round (a peer that floods it only wakes
+ * us, as its bells on TCP would). One system call for the usual one bell;
+ * fds sent with them are closed by the kernel, as we give no room for
+ * them. A bell owed that has not come yet makes the line readable later,
+ * which the wait then reports (line_rang). */
 static void line_drain(struct shm_chan *sc)
 {
 	uint8_t buf[16];
 
-	if (sc->line.fd < 0 || !shim_owned_still(&sc->line))
+	if ((!sc->line_owed && !sc->line_seen) || sc->line.fd < 0 || !shim_owned_still(&sc->line))
 		return;
-	for (int i = 0; i < 8; i++)
-		if (REAL(recv)(sc->line.fd, buf, sizeof(buf), MSG_DONTWAIT) <= 0)
+	for (int i = 0; i < 8; i++) {
+		ssize_t n = REAL(recv)(sc->line.fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+		/* EOF: the peer's end is gone; it rings on TCP from now on. */
+		if (n <= 0)
 			break;
+		if (sc->line_owed)
+			sc->line_owed--;
+		if (!sc->line_owed && !sc->line_seen)
+			break;
+	}
+	sc->line_seen = false;
 }
 
 /* The peer's armed word, as left when we took it: the bell on the line
@@ -324,8 +343,11 @@ static bool shm_rx_should_bell(struct shim_chan *ch)
  * the bits armed since the last disarm. */
 static bool shm_disarmed(struct shm_chan *sc, uint32_t left, uint32_t how)
 {
-	if (how & SHIM_BELL_LINE)
+	if (how & SHIM_BELL_LINE) {
+		if (!left && sc->line_owed < LINE_OWED_MAX)
+			sc->line_owed++;
 		line_drain(sc);
+	}
 	return left != 0 || !(how & SHIM_BELL_TCP);
 }
 
@@ -357,6 +379,11 @@ static bool shm_tx_disarm(struct shim_chan *ch)
 
 	sc->tx_how = 0;
 	return shm_disarmed(sc, shim_ring_producer_disarm(&sc->tx), how);
+}
+
+static void shm_line_rang(struct shim_chan *ch)
+{
+	shm_of(ch)->line_seen = true;
 }
 
 static int shm_bell_fd(const struct shim_chan *ch)
@@ -559,6 +586,7 @@ const struct shim_transport_ops shim_shm_ops = {
 	.tx_arm = shm_tx_arm,
 	.tx_disarm = shm_tx_disarm,
 	.bell_fd = shm_bell_fd,
+	.line_rang = shm_line_rang,
 	.shutdown_tx = shm_shutdown_tx,
 	.destroy = shm_destroy,
 	.abortive = shm_abortive,
