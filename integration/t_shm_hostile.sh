@@ -228,6 +228,12 @@ attack_server() {
     # sized holds what the peer likes, in the victim's memory.
     check "$label: the server holds at most 16 MiB of echo the attacker never read ($(field parked "$res"))" \
       test "$(field parked "$res")" -le $((16 << 20))
+  elif [[ $mode == line_foreign ]]; then
+    # The line is a socket connected to another process's service: taken,
+    # the victim's bells would go there with its credentials.
+    check "$label: the echo is exact" test "$(field good "$res")" = "$(field sent "$res")"
+    check "$label: the victim sent nothing to the foreign service ($(grep -o 'LINE_FOREIGN rang=[-0-9]*' "$out"))" \
+      grep -q 'LINE_FOREIGN rang=0$' "$out"
   elif [[ $mode == honest || $mode == extra_fds || $mode == hdr_after ]]; then
     check "$label: the echo is exact" test "$(field good "$res")" = "$(field sent "$res")"
   fi
@@ -243,7 +249,7 @@ attack_server() {
 if wants a; then
 SHAPE=epoll
 for m in honest tail_far tail_over head_ahead head_behind flip hdr_after ring_size ring_hdr tiny noseal sealwrite \
-         notmemfd trunc ctrunc extra_fds resume garbage badnonce offset_huge; do
+         notmemfd trunc ctrunc extra_fds line_foreign resume garbage badnonce offset_huge; do
   attack_server "$m"
 done
 attack_server ring_huge --payload $((24 << 20)) --seconds 3

@@ -8,8 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +33,83 @@ static int make_memfd(uint32_t size, size_t *len_out)
 		fail_setup("seals");
 	*len_out = len;
 	return fd;
+}
+
+/*
+ * line_foreign: a service of another process (our child, listening on an
+ * abstract SEQPACKET name) and our socket connected to it, which we pass as
+ * the bell line. A victim that took it would send its bells, with its own
+ * credentials, to that service. The child counts what it gets until we hang
+ * up and writes the count to *count_fd.
+ */
+static pid_t line_service;
+static int line_count_fd = -1, line_sock = -1;
+
+static int foreign_line(void)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	socklen_t len;
+	int ready[2], count[2], s;
+	char c;
+
+	snprintf(sun.sun_path + 1, sizeof(sun.sun_path) - 1, "hostile-line-%d", (int)getpid());
+	len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(sun.sun_path + 1));
+	if (pipe2(ready, O_CLOEXEC) < 0 || pipe2(count, O_CLOEXEC) < 0)
+		fail_setup("pipe");
+	line_service = fork();
+	if (line_service < 0)
+		fail_setup("fork");
+	if (line_service == 0) {
+		int l = socket(AF_UNIX, SOCK_SEQPACKET, 0), a, n = 0;
+		uint8_t buf[64];
+
+		if (l < 0 || bind(l, (struct sockaddr *)&sun, len) < 0 || listen(l, 1) < 0)
+			_exit(1);
+		(void)!write(ready[1], "r", 1);
+		a = accept(l, NULL, NULL);
+		while (a >= 0 && wait_fd(a, POLLIN, 30000) && recv(a, buf, sizeof(buf), 0) > 0)
+			n++;
+		(void)!write(count[1], &n, sizeof(n));
+		_exit(0);
+	}
+	close(count[1]);
+	line_count_fd = count[0];
+	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (read(ready[0], &c, 1) != 1 || s < 0 || connect(s, (struct sockaddr *)&sun, len) < 0)
+		fail_setup("foreign line service");
+	return s;
+}
+
+static void report_foreign_line(void)
+{
+	int n = -1;
+
+	if (line_sock < 0)
+		return;
+	close(line_sock);
+	if (!wait_fd(line_count_fd, POLLIN, 5000) || read(line_count_fd, &n, sizeof(n)) != sizeof(n))
+		n = -1;
+	waitpid(line_service, NULL, 0);
+	printf("LINE_FOREIGN rang=%d\n", n);
+}
+
+static int send_two_fds(int sock, const void *msg, size_t len, int fd0, int fd1)
+{
+	int fds[2] = { fd0, fd1 };
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(fds))];
+	} control;
+	struct iovec iov = { (void *)msg, len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+			     .msg_controllen = sizeof(control.buf) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(fds));
+	memcpy(CMSG_DATA(c), fds, sizeof(fds));
+	return sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -1;
 }
 
 void run_client(void)
@@ -111,8 +191,14 @@ void run_client(void)
 			fail_setup("pipe");
 		pass = pfd[0];
 	}
-	if (send_with_fds(st.rv, &acc, sizeof(acc), pass, 1) < 0)
+	if (is_mode("line_foreign")) {
+		line_sock = foreign_line();
+		acc.hdr.flags = 1;
+		if (send_two_fds(st.rv, &acc, sizeof(acc), memfd, line_sock) < 0)
+			fail_setup("send ACCEPT");
+	} else if (send_with_fds(st.rv, &acc, sizeof(acc), pass, 1) < 0) {
 		fail_setup("send ACCEPT");
+	}
 	say("ACCEPT sent (%s)", o.mode);
 	if (is_mode("trunc") || is_mode("ctrunc") || is_mode("ring_size") || is_mode("ring_hdr") ||
 	    is_mode("noseal") || is_mode("notmemfd") || is_mode("sealwrite"))
@@ -157,15 +243,21 @@ void run_client(void)
 		sw.nonce[0] ^= 0xff;
 	tcp_send(&sw, sizeof(sw));
 	say("%s", "both directions switched");
+	/* Ask for every bell on the line (the victim refused it, or rings it). */
+	if (is_mode("line_foreign")) {
+		__atomic_store_n(&st.rx.h->consumer_armed, 2, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&st.tx.h->producer_wants_space, 2, __ATOMIC_SEQ_CST);
+	}
 	if (is_mode("pair_decoy"))
 		pair_decoy(&srv);
 	if (is_mode("offset_huge"))
 		tcp_becomes_data();
-	if (lie_in_ring() || is_mode("honest") || is_mode("tiny") || is_mode("extra_fds") ||
+	if (lie_in_ring() || is_mode("honest") || is_mode("tiny") || is_mode("extra_fds") || is_mode("line_foreign") ||
 	    is_mode("offset_huge") || is_mode("ring_huge") || is_mode("idle") || is_mode("badnonce"))
 		st.reached = 1;
 	if (fcntl(st.tcp, F_SETFL, O_NONBLOCK) < 0)
 		fail_setup("nonblock");
 	pump(memfd, 0);
+	report_foreign_line();
 	result();
 }

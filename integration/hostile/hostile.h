@@ -20,7 +20,7 @@ enum { MSG_OFFER = 1, MSG_ACCEPT = 2, MSG_SWITCH_AT = 3, MSG_HINT = 5 };
 struct hdr {
 	uint32_t magic;
 	uint16_t version, type;
-	uint32_t length, reserved;
+	uint32_t length, flags; /* flags: 1 = the bell line (ACCEPT: its fd comes last) */
 };
 struct offer {
 	struct hdr hdr;

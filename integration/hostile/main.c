@@ -49,6 +49,11 @@
  *   ctrunc        ACCEPT (SWITCH_AT) with 8 fds (MSG_CTRUNC at the receiver)
  *   extra_fds     a valid ACCEPT (SWITCH_AT) with 2 more fds
  *   offer_fds     a valid OFFER with 3 fds attached (server role)
+ *   line_foreign  a valid ACCEPT whose bell line is a socket connected to a
+ *                 service of another process (a child of this one), then
+ *                 both armed words ask for bells on the line: prints
+ *                 "LINE_FOREIGN rang=N", the messages that service got
+ *                 (client role)
  *   resume        a RESUME frame on the switched shm connection
  *   garbage       a byte that starts no frame ('X') after the switch
  *   badnonce      the in-band SWITCH frame carries a wrong nonce

@@ -119,10 +119,11 @@ struct shim_transport_ops {
 	 * after an rx arm must then be short (IO_GRACE_MS in io/io_sleep.c), so that it
 	 * looks at its ring again. */
 	bool arm_grace;
-	/* A message that must wake its sleeping receiver with a bell costs
-	 * more than TCP would: the bell is a TCP send and receive of its own
-	 * on top of the ring's copy (shm: 64-byte ping-pong with no spinning
-	 * 1.2x TCP's round trip, still 1.1x at 64 KB). The data path then
+	/* A message that must wake its sleeping receiver with a bell on TCP
+	 * costs more than TCP would: the bell is a TCP send and receive of its
+	 * own on top of the ring's copy (shm: 64-byte ping-pong with no
+	 * spinning 1.2x TCP's round trip, still 1.1x at 64 KB; a bell on the
+	 * line costs less and tx_should_bell does not report it). The data path then
 	 * hands a connection whose exchanges keep doing so back to TCP
 	 * (RDMASHIM_UNPAID_PERCENT; io.c). false where the channel still pays
 	 * (rdma: the NIC moves the bytes without the CPUs). */
