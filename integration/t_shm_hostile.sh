@@ -185,16 +185,16 @@ attack_server() {
   lpid=$BG_PID
   lname=legit-$SHAPE-$mode
   sleep 0.3
-  if [[ $mode == idle ]]; then
+  if [[ $mode == idle || $mode == line_hup ]]; then
     # The attacker's connection switched and says nothing: the server must
     # sleep meanwhile (the legitimate client is done by then).
     local apid c0 c1 i n
     wait_bg "$lpid" 20 >/dev/null
-    start_bg "a-$SHAPE-idle" plain "${AS_OTHER[@]}" "$HOSTILE" --role client --connect "127.0.0.1:$VPORT" \
-      --mode idle --seconds 4
+    start_bg "a-$SHAPE-$mode" plain "${AS_OTHER[@]}" "$HOSTILE" --role client --connect "127.0.0.1:$VPORT" \
+      --mode "$mode" --seconds 4
     apid=$BG_PID
     for ((i = 0; i < 100; i++)); do
-      grep -q 'both directions switched' "$WORK/a-$SHAPE-idle.out" 2>/dev/null && break
+      grep -q 'both directions switched' "$WORK/a-$SHAPE-$mode.out" 2>/dev/null && break
       sleep 0.05
     done
     sleep 0.5
@@ -204,7 +204,7 @@ attack_server() {
     check "$label: the server sleeps while the attacker's switched connection idles (runnable $n of 20 looks; $((c1 - c0)) ticks)" \
       test "$n" -le "$SPIN_MAX"
     wait_bg "$apid" 20 || arc=$?
-    out=$WORK/a-$SHAPE-idle.out
+    out=$WORK/a-$SHAPE-$mode.out
     start_bg "legit-$SHAPE-$mode-2" shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 \
       "$PROGS/echo_client" --port "$VPORT" --bytes 256K --conns 2 --timeout 10
     lpid=$BG_PID
@@ -254,6 +254,7 @@ for m in honest tail_far tail_over head_ahead head_behind flip hdr_after ring_si
 done
 attack_server ring_huge --payload $((24 << 20)) --seconds 3
 attack_server idle
+attack_server line_hup
 # The attacker picks the ring size: a 4 KiB ring under the server's 64 KiB
 # reads (the over-read reaches the neighbouring mapping: the legitimate
 # connection's ring).
@@ -262,6 +263,7 @@ for m in tail_far tail_over flip; do
 done
 SHAPE=threads
 attack_server tail_far --ring 4096
+attack_server line_hup
 attack_server ctrunc
 attack_server resume
 # A server that writes more at once than it read (an echo never does): redis

@@ -191,11 +191,18 @@ void run_client(void)
 			fail_setup("pipe");
 		pass = pfd[0];
 	}
-	if (is_mode("line_foreign")) {
-		line_sock = foreign_line();
+	int own_line[2] = { -1, -1 };
+
+	if (is_mode("line_foreign") || is_mode("line_hup")) {
+		if (is_mode("line_hup") && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, own_line) < 0)
+			fail_setup("socketpair");
+		if (is_mode("line_foreign"))
+			line_sock = foreign_line();
 		acc.hdr.flags = 1;
-		if (send_two_fds(st.rv, &acc, sizeof(acc), memfd, line_sock) < 0)
+		if (send_two_fds(st.rv, &acc, sizeof(acc), memfd, own_line[1] >= 0 ? own_line[1] : line_sock) < 0)
 			fail_setup("send ACCEPT");
+		if (own_line[1] >= 0)
+			close(own_line[1]);
 	} else if (send_with_fds(st.rv, &acc, sizeof(acc), pass, 1) < 0) {
 		fail_setup("send ACCEPT");
 	}
@@ -243,6 +250,9 @@ void run_client(void)
 		sw.nonce[0] ^= 0xff;
 	tcp_send(&sw, sizeof(sw));
 	say("%s", "both directions switched");
+	/* line_hup: the victim's line reads EOF from here on. */
+	if (own_line[0] >= 0)
+		close(own_line[0]);
 	/* Ask for every bell on the line (the victim refused it, or rings it). */
 	if (is_mode("line_foreign")) {
 		__atomic_store_n(&st.rx.h->consumer_armed, 2, __ATOMIC_SEQ_CST);
@@ -253,7 +263,7 @@ void run_client(void)
 	if (is_mode("offset_huge"))
 		tcp_becomes_data();
 	if (lie_in_ring() || is_mode("honest") || is_mode("tiny") || is_mode("extra_fds") || is_mode("line_foreign") ||
-	    is_mode("offset_huge") || is_mode("ring_huge") || is_mode("idle") || is_mode("badnonce"))
+	    is_mode("line_hup") || is_mode("offset_huge") || is_mode("ring_huge") || is_mode("idle") || is_mode("badnonce"))
 		st.reached = 1;
 	if (fcntl(st.tcp, F_SETFL, O_NONBLOCK) < 0)
 		fail_setup("nonblock");

@@ -39,7 +39,10 @@
  *   ring_hdr      ring header size field half of ring_bytes (client role)
  *   tiny          honest, with a 4 KiB ring (client role)
  *   ring_huge     honest, with a 64 MiB ring whose echo it never reads
- *                 (client role): "parked" says how much the victim holds
+ *                 (client role)
+ *   line_hup      honest, with a bell line of its own (a socketpair it
+ *                 made), whose end it closes once switched; then silent
+ *                 for --seconds, as idle (client role): "parked" says how much the victim holds
  *   idle          honest switch, then nothing for --seconds (client role)
  *   noseal        memfd without seals; shrunk to 0 once S switched
  *   sealwrite     memfd sealed against new writable mappings

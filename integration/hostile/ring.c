@@ -259,7 +259,7 @@ void pump(int memfd, int echo)
 			} else if (!echo) {
 				/* idle is silent once switched; hdr_after lies in no
 				 * cursor, so its exchange goes on. */
-				if ((!st.lie_done || head_lie || !lie_in_ring() || is_mode("hdr_after")) && !is_mode("idle"))
+				if ((!st.lie_done || head_lie || !lie_in_ring() || is_mode("hdr_after")) && !is_mode("idle") && !is_mode("line_hup"))
 					if (st.sent < out_target(st.lie_done))
 						produce(out_target(st.lie_done) - st.sent);
 				/* ring_huge leaves the echo where the victim put it. */

@@ -45,6 +45,10 @@ struct shm_chan {
 	 * look each); line_seen: a wait saw the line readable (line_rang). */
 	unsigned line_owed;
 	bool line_seen;
+	/* The peer's end went (EOF on it, or a send refused): it rings on TCP
+	 * from now on, and a line that stays readable at EOF must not keep
+	 * level-triggered waits awake. */
+	bool line_dead;
 };
 
 static struct shm_chan *shm_of(const struct shim_chan *ch)
@@ -280,9 +284,12 @@ static bool line_ring(struct shm_chan *sc)
 {
 	static const uint8_t bell = SHIM_FRAME_DATA_BELL;
 
-	if (sc->line.fd < 0 || !shim_owned_still(&sc->line))
+	if (sc->line_dead || sc->line.fd < 0 || !shim_owned_still(&sc->line))
 		return false;
-	return REAL(send)(sc->line.fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1 || errno == EAGAIN;
+	if (REAL(send)(sc->line.fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1 || errno == EAGAIN)
+		return true;
+	sc->line_dead = true;
+	return false;
 }
 
 #define LINE_OWED_MAX 4
@@ -302,7 +309,8 @@ static void line_drain(struct shm_chan *sc)
 	for (int i = 0; i < 8; i++) {
 		ssize_t n = REAL(recv)(sc->line.fd, buf, sizeof(buf), MSG_DONTWAIT);
 
-		/* EOF: the peer's end is gone; it rings on TCP from now on. */
+		if (n == 0)
+			sc->line_dead = true;
 		if (n <= 0)
 			break;
 		if (sc->line_owed)
@@ -390,7 +398,7 @@ static int shm_bell_fd(const struct shim_chan *ch)
 {
 	const struct shm_chan *sc = shm_of(ch);
 
-	return sc->line_rung && !sc->line_off ? sc->line.fd : -1;
+	return sc->line_rung && !sc->line_off && !sc->line_dead ? sc->line.fd : -1;
 }
 
 int shim_shm_line_make(struct shim_chan *ch)
