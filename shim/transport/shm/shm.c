@@ -410,7 +410,9 @@ int shim_shm_line_make(struct shim_chan *ch)
 		return -errno;
 	sv[0] = shim_fd_own_checked(sv[0]);
 	sv[1] = shim_fd_own_checked(sv[1]);
-	rc = sv[0] < 0 ? sv[0] : sv[1] < 0 ? sv[1] : shim_owned_take(&sc->line, sv[0]);
+	/* A line is kept as long as the connection: only while the program's
+	 * fd table has room for it (fdtable.h), else bells go on TCP. */
+	rc = sv[0] < 0 ? sv[0] : sv[1] < 0 ? sv[1] : !shim_fd_keepable(sv[0]) ? -EMFILE : shim_owned_take(&sc->line, sv[0]);
 	if (rc < 0) {
 		if (sv[0] >= 0)
 			REAL(close)(sv[0]);
@@ -432,7 +434,7 @@ int shim_shm_line_take(struct shim_chan *ch, int line, int rv_fd)
 	/* Made by the process on the rendezvous (a socketpair names its maker
 	 * at both ends): not a socket connected to a service elsewhere, where
 	 * our bells would go with our credentials. */
-	if (REAL(getsockopt)(line, SOL_SOCKET, SO_TYPE, &type, &tlen) == 0 &&
+	if (shim_fd_keepable(line) && REAL(getsockopt)(line, SOL_SOCKET, SO_TYPE, &type, &tlen) == 0 &&
 	    REAL(getsockopt)(line, SOL_SOCKET, SO_DOMAIN, &domain, &dlen) == 0 && type == SOCK_SEQPACKET &&
 	    domain == AF_UNIX && REAL(getsockopt)(line, SOL_SOCKET, SO_PEERCRED, &theirs, &len) == 0 &&
 	    REAL(getsockopt)(rv_fd, SOL_SOCKET, SO_PEERCRED, &maker, &mlen) == 0 && theirs.pid == maker.pid &&
@@ -449,7 +451,7 @@ int shim_shm_line_take(struct shim_chan *ch, int line, int rv_fd)
 int shim_shm_line_adopt(struct shim_chan *ch, int rv_fd)
 {
 	struct shm_chan *sc = shm_of(ch);
-	int rc = sc->line.fd >= 0 ? -EEXIST : shim_owned_take(&sc->line, rv_fd);
+	int rc = sc->line.fd >= 0 ? -EEXIST : !shim_fd_keepable(rv_fd) ? -EMFILE : shim_owned_take(&sc->line, rv_fd);
 
 	if (rc == 0)
 		sc->line_rung = true;
