@@ -93,25 +93,6 @@ static void report_foreign_line(void)
 	printf("LINE_FOREIGN rang=%d\n", n);
 }
 
-static int send_two_fds(int sock, const void *msg, size_t len, int fd0, int fd1)
-{
-	int fds[2] = { fd0, fd1 };
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(fds))];
-	} control;
-	struct iovec iov = { (void *)msg, len };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-			     .msg_controllen = sizeof(control.buf) };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(fds));
-	memcpy(CMSG_DATA(c), fds, sizeof(fds));
-	return sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -1;
-}
-
 void run_client(void)
 {
 	struct sockaddr_in srv, me;
@@ -199,7 +180,7 @@ void run_client(void)
 		if (is_mode("line_foreign"))
 			line_sock = foreign_line();
 		acc.hdr.flags = 1;
-		if (send_two_fds(st.rv, &acc, sizeof(acc), memfd, own_line[1] >= 0 ? own_line[1] : line_sock) < 0)
+		if (send_fd_pair(st.rv, &acc, sizeof(acc), memfd, own_line[1] >= 0 ? own_line[1] : line_sock) < 0)
 			fail_setup("send ACCEPT");
 		if (own_line[1] >= 0)
 			close(own_line[1]);

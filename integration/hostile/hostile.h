@@ -138,6 +138,8 @@ int parse_addr(const char *text, struct sockaddr_in *sin);
 int wait_fd(int fd, short ev, int ms);
 int send_all(int fd, const void *buf, size_t len);
 int send_with_fds(int sock, const void *msg, size_t len, int fd, int lie);
+/* One message with two fds, in order (the bell line's ACCEPT). */
+int send_fd_pair(int sock, const void *msg, size_t len, int fd0, int fd1);
 
 /* stream.c: what this side sends, and the verdict on what comes back */
 void resp_build(void);

@@ -136,14 +136,41 @@ int wait_fd(int fd, short ev, int ms)
  * extra_fds 3. The extra fds are memfds named "hostile-extra", so a leak
  * shows in the victim's /proc/<pid>/fd.
  */
+/* One message with nfds (at most 8) fds, in order; 0 or -1. */
+static int send_fds(int sock, const void *msg, size_t len, const int *fds, int nfds)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(8 * sizeof(int))];
+	} control;
+	struct iovec iov = { (void *)msg, len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (nfds) {
+		mh.msg_control = control.buf;
+		mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+		memset(control.buf, 0, sizeof(control.buf));
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+	}
+	return sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -1;
+}
+
+int send_fd_pair(int sock, const void *msg, size_t len, int fd0, int fd1)
+{
+	int fds[2] = { fd0, fd1 };
+
+	return send_fds(sock, msg, len, fds, 2);
+}
+
 int send_with_fds(int sock, const void *msg, size_t len, int fd, int lie)
 {
 	uint8_t buf[100];
 	int fds[8] = { fd, -1, -1, -1, -1, -1, -1, -1 }, nfds = fd >= 0 ? 1 : 0;
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(fds))];
-	} control;
 
 	if (len > sizeof(buf))
 		return -1;
@@ -158,25 +185,12 @@ int send_with_fds(int sock, const void *msg, size_t len, int fd, int lie)
 	for (int i = 0; i < nfds; i++)
 		if (fds[i] < 0)
 			fds[i] = memfd_create("hostile-extra", MFD_CLOEXEC);
-	struct iovec iov = { buf, len };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (nfds) {
-		mh.msg_control = control.buf;
-		mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
-		memset(control.buf, 0, sizeof(control.buf));
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-		memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
-	}
-	ssize_t n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+	int rc = send_fds(sock, buf, len, fds, nfds);
 
 	for (int i = 0; i < nfds; i++)
 		if (fds[i] != fd)
 			close(fds[i]);
-	return n == (ssize_t)len ? 0 : -1;
+	return rc;
 }
 
 int send_all(int fd, const void *buf, size_t len)
