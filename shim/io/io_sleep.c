@@ -355,6 +355,9 @@ static int tx_sleep(void *ctx, int ms)
 	pthread_mutex_unlock(&w->s->lock);
 	REAL(poll)(&line, 1, 1);
 	pthread_mutex_lock(&w->s->lock);
+	/* As in sleep_capped: a stray message is taken at the disarm. */
+	if (line.fd >= 0 && line.revents)
+		shim_io_line_rang(w->s);
 	return 0;
 }
 
