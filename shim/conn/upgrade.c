@@ -11,10 +11,10 @@
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "frames.h"
+#include "nonce.h"
 #include "real.h"
 #include "self.h"
 #include "stats.h"
@@ -129,7 +129,7 @@ void shim_upgrade_done(struct shim_sock *s)
 
 int shim_upgrade_new_nonce(uint8_t nonce[SHIM_NONCE_LEN])
 {
-	return getrandom(nonce, SHIM_NONCE_LEN, GRND_NONBLOCK) == SHIM_NONCE_LEN ? 0 : -EIO;
+	return shim_nonce_draw(nonce, SHIM_NONCE_LEN) == 0 ? 0 : -EIO;
 }
 
 bool shim_upgrade_retry_later(struct shim_sock *s, unsigned long long now)

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -293,30 +294,42 @@ static bool line_ring(struct shm_chan *sc)
 }
 
 #define LINE_OWED_MAX 4
+/* Messages one drain takes off the line at most. */
+#define LINE_DRAIN_MAX 8
 
 /* Takes the bells owed off the line, or, once a wait saw it readable,
  * what is there: a few messages a round (a peer that floods it only wakes
- * us, as its bells on TCP would). One system call for the usual one bell;
- * fds sent with them are closed by the kernel, as we give no room for
- * them. A bell owed that has not come yet makes the line readable later,
- * which the wait then reports (line_rang). */
+ * us, as its bells on TCP would). One system call, whether one bell or
+ * several are there (recvmmsg with MSG_DONTWAIT returns what is queued,
+ * never waits for the rest); fds sent with them are closed by the kernel,
+ * as we give no room for them. A bell owed that has not come yet makes the
+ * line readable later, which the wait then reports (line_rang). A message
+ * of no bytes is the end of the line (EOF: SEQPACKET gives every read one
+ * then), or a peer's empty message: either way the line is done with. */
 static void line_drain(struct shm_chan *sc)
 {
-	uint8_t buf[16];
+	uint8_t buf[LINE_DRAIN_MAX][16];
+	struct iovec iov[LINE_DRAIN_MAX];
+	struct mmsghdr msgs[LINE_DRAIN_MAX];
+	unsigned want = sc->line_seen ? LINE_DRAIN_MAX : sc->line_owed;
+	int got;
 
-	if ((!sc->line_owed && !sc->line_seen) || sc->line.fd < 0 || !shim_owned_still(&sc->line))
+	if (!want || sc->line.fd < 0 || !shim_owned_still(&sc->line))
 		return;
-	for (int i = 0; i < 8; i++) {
-		ssize_t n = REAL(recv)(sc->line.fd, buf, sizeof(buf), MSG_DONTWAIT);
-
-		if (n == 0)
+	memset(msgs, 0, sizeof(msgs[0]) * want);
+	for (unsigned i = 0; i < want; i++) {
+		iov[i] = (struct iovec){ buf[i], sizeof(buf[i]) };
+		msgs[i].msg_hdr.msg_iov = &iov[i];
+		msgs[i].msg_hdr.msg_iovlen = 1;
+	}
+	got = REAL(recvmmsg)(sc->line.fd, msgs, want, MSG_DONTWAIT, NULL);
+	for (int i = 0; i < got; i++) {
+		if (msgs[i].msg_len == 0) {
 			sc->line_dead = true;
-		if (n <= 0)
 			break;
+		}
 		if (sc->line_owed)
 			sc->line_owed--;
-		if (!sc->line_owed && !sc->line_seen)
-			break;
 	}
 	sc->line_seen = false;
 }

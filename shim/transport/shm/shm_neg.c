@@ -81,6 +81,20 @@ static bool s_client_plain(struct shim_sock *s, int fd, struct shm_neg *ng, unsi
 	return false;
 }
 
+/* C's rendezvous is not there (yet): the next try after the back-off, or
+ * at once when bytes come meanwhile (s_retry_due). */
+static void s_retry_later(struct shim_sock *s, int fd, unsigned long long now)
+{
+	struct shm_neg *ng = shm_neg_of(s);
+
+	if (!shim_upgrade_retry_later(s, now)) {
+		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_NO_SHIM);
+		return;
+	}
+	ng->step = SHM_S_RETRY;
+	ng->rx_at_retry = s->rx_tcp_bytes;
+}
+
 static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 {
 	struct shm_neg *ng = shm_neg_of(s);
@@ -95,12 +109,7 @@ static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 			shim_upgrade_fail_for_good(s, fd, SHIM_REASON_PEER_NO_SHIM);
 			return;
 		}
-		if (!shim_upgrade_retry_later(s, now)) {
-			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_NO_SHIM);
-			return;
-		}
-		ng->step = SHM_S_RETRY;
-		ng->rx_at_retry = s->rx_tcp_bytes;
+		s_retry_later(s, fd, now);
 		return;
 	}
 	if (rv < 0) {
@@ -475,8 +484,15 @@ static void shm_start(struct shim_sock *s, int fd, unsigned long long now)
 			return;
 		}
 		c_rv_listen(s, fd);
-	} else {
-		if (!shm_s_claim(s, fd, now))
+	} else if (!shm_s_claim(s, fd, now)) {
+		/* A client that keeps a pair with us HINTs in its first data
+		 * call, and the HINT wakes us (shm_wait_fd): a named try now
+		 * would find nobody and cost a socket, a connect and a close.
+		 * A client without a pair listens before its first bytes, which
+		 * make the first try come at once (s_retry_due). */
+		if (shim_cfg.shm_pairs && shim_pair_hub_fd() >= 0)
+			s_retry_later(s, fd, now);
+		else
 			s_connect(s, fd, now);
 	}
 }
@@ -553,6 +569,13 @@ static int shm_wait_fd(const struct shim_sock *s)
 	 * bytes are still on their way. */
 	if (ng->step == SHM_S_RETRY)
 		return shim_pair_hub_fd();
+	/* S committed and waits for C's SWITCH_AT, which C sends just before
+	 * its frame on TCP: the frame wakes a call that waits for bytes, and
+	 * is what that call needs (our rx reads TCP up to it). A wake on the
+	 * SWITCH_AT as well would come first and find no frame yet, one more
+	 * sleep and wake-up for both processes. */
+	if (ng->step == SHM_S_AWAIT_C)
+		return -1;
 	return ng->rv_fd >= 0 ? ng->rv_fd : ng->rv_listen_fd;
 }
 
