@@ -2,7 +2,8 @@
  * Unit tests for the pair channels (shim/transport/shm/pair.c): what a kept
  * pair brings is found by the connection it names and by nothing else; the
  * pending table is bounded; a pair that sends anything but a well-formed
- * HINT is dropped; a pair fd that the program closed and whose number it
+ * HINT is dropped, and closes the fds of the rest of the batch it read
+ * (one recvmmsg); a pair fd that the program closed and whose number it
  * got back for a file of its own is never read, written or closed; and
  * the ring arena's slots: C hands a slot out again only when its own
  * channel on it went and S released that very use, S maps the arena once,
@@ -177,6 +178,38 @@ START_TEST(a_pair_that_sends_anything_else_is_dropped)
 	ck_assert(!shim_pair_claim(&mine, &got, 1000));
 	/* S closed its end: the next HINT can not even be sent. */
 	ck_assert_int_lt(send(c, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT), 0);
+}
+END_TEST
+
+static int open_fds(void)
+{
+	int n = 0;
+
+	for (int fd = 0; fd < 1024; fd++)
+		n += fd_open(fd);
+	return n;
+}
+
+/* HINTs are read in batches (one recvmmsg): a pair dropped for a bad
+ * message closes the fds of every message of that batch after it. */
+START_TEST(a_dropped_pair_leaks_no_fd_of_its_batch)
+{
+	int before = open_fds(), c = server_pair(); /* c, S's end, the hub */
+	struct shim_tuple mine = tuple_of(40000), other = tuple_of(40001);
+	struct shim_msg_hint h = hint_for(&mine), h2 = hint_for(&other);
+	struct shim_msg_switch_at at;
+	struct shim_pair_hint got;
+
+	memset(&at, 0, sizeof(at));
+	shim_msg_init(&at.hdr, SHIM_MSG_SWITCH_AT, sizeof(at));
+	ck_assert_int_eq(send(c, &at, sizeof(at), 0), (ssize_t)sizeof(at));
+	send_with_two(c, &h, sizeof(h));
+	send_with_two(c, &h2, sizeof(h2));
+	ck_assert(!shim_pair_claim(&mine, &got, 1000));
+	ck_assert(!shim_pair_claim(&other, &got, 1000));
+	/* Only c is left: S's end and the hub went with the pair, and the
+	 * four fds the two HINTs brought were closed unread. */
+	ck_assert_int_eq(open_fds(), before + 1);
 }
 END_TEST
 
@@ -485,6 +518,7 @@ int main(void)
 	tcase_add_test(tc, pending_hints_expire);
 	tcase_add_test(tc, a_pair_that_sends_anything_else_is_dropped);
 	tcase_add_test(tc, a_hint_without_its_two_fds_is_not_kept);
+	tcase_add_test(tc, a_dropped_pair_leaks_no_fd_of_its_batch);
 	tcase_add_test(tc, a_reused_client_pair_number_is_never_written);
 	tcase_add_test(tc, a_reused_server_pair_number_is_never_read);
 	tcase_add_test(tc, a_slot_is_handed_out_again_only_when_both_ends_are_done);

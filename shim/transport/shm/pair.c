@@ -50,12 +50,16 @@ struct pending {
 	struct shim_owned_fd rv, mem; /* rv.fd -1: a free slot; mem.fd -1 with a slot */
 	struct pair_arena *arena; /* the HINT's slot's, or NULL */
 	unsigned long long at_ns;
+	unsigned long drained;    /* the drain that brought it (drains) */
 };
 
 static struct client_pair clients[PAIR_CLIENT_MAX];
 static struct server_pair servers[PAIR_SERVER_MAX];
 static struct shim_owned_fd hub; /* epoll set of servers[], made with the first */
 static struct pending pending[PENDING_MAX];
+/* Drains of the hub so far: a HINT that came in the claim's own drain was
+ * checked (fstat) as it was taken, under the same hold of the lock. */
+static unsigned long drains;
 static bool tables_ready;
 
 /* Under pair_lock: every slot free (static storage starts at fd 0). */
@@ -89,25 +93,45 @@ static void client_drop(struct client_pair *c)
 	shim_slots_retire(&c->arena);
 }
 
-/* C: S's RELEASEs since our last HINT (a bounded number: more wait for
- * the next one, so that an S that keeps sending can not hold us here).
- * false: the pair broke or S sent something else (the pair is dropped). */
+/* The fds of messages [from, n) of a batch nobody takes. */
+static void batch_close_fds(struct shim_rv_msg *msgs, int from, int n)
+{
+	for (int i = from; i < n; i++)
+		for (unsigned k = 0; k < SHIM_RV_MAX_FDS; k++)
+			shim_rv_close_if(msgs[i].fds[k]);
+}
+
+/* C: S's RELEASEs since we last read them (a bounded number: more wait for
+ * the next read, so that an S that keeps sending can not hold us here).
+ * false: the pair broke or S sent something else (the pair is dropped).
+ * A batch a system call. */
 static bool client_drain(struct client_pair *c)
 {
-	for (unsigned m = 0; m < 4 * SHIM_ARENA_SLOTS_MAX; m++) {
-		union {
-			struct shim_msg_release rel;
-			uint8_t raw[SHIM_MSG_MAX + 1];
-		} msg;
-		ssize_t n = shim_rv_recv(c->fd.fd, &msg, sizeof(msg), NULL);
+	struct shim_rv_msg msgs[SHIM_RV_BATCH_MAX];
+
+	for (unsigned m = 0; m < 4 * SHIM_ARENA_SLOTS_MAX; m += SHIM_RV_BATCH_MAX) {
+		int n = shim_rv_recv_batch(c->fd.fd, msgs, SHIM_RV_BATCH_MAX);
 
 		if (n == -EAGAIN)
 			return true;
-		if (n <= 0 || shim_msg_check(&msg, (size_t)n) != SHIM_MSG_RELEASE) {
+		if (n < 0) {
 			client_drop(c);
 			return false;
 		}
-		shim_slots_peer_released(c->arena, msg.rel.slot, msg.rel.slot_gen);
+		/* A RELEASE carries no fd: any that came is closed. */
+		batch_close_fds(msgs, 0, n);
+		for (int i = 0; i < n; i++) {
+			struct shim_msg_release rel;
+
+			if (msgs[i].len <= 0 || shim_msg_check(msgs[i].raw, (size_t)msgs[i].len) != SHIM_MSG_RELEASE) {
+				client_drop(c);
+				return false;
+			}
+			memcpy(&rel, msgs[i].raw, sizeof(rel));
+			shim_slots_peer_released(c->arena, rel.slot, rel.slot_gen);
+		}
+		if (n < SHIM_RV_BATCH_MAX)
+			return true;
 	}
 	return true;
 }
@@ -307,6 +331,7 @@ static void pending_add(const struct shim_msg_hint *msg, int rv_fd, int memfd, s
 	}
 	slot->msg = *msg;
 	slot->at_ns = now;
+	slot->drained = drains;
 	slot->mem.fd = -1;
 	slot->arena = arena;
 	if (arena)
@@ -343,38 +368,43 @@ static bool hint_ring(struct server_pair *sp, const struct shim_msg_hint *h, int
 	return *memfd < 0 && shim_slots_fit(sp->arena, h->slot, h->ring_bytes);
 }
 
-/* Under pair_lock: the HINTs one pair brought. A pair that closed, or sent
- * anything but well-formed HINTs, is dropped. */
+/* Under pair_lock: the HINTs one pair brought, a batch a system call. A
+ * pair that closed, or sent anything but well-formed HINTs, is dropped. */
 static void drain_one(struct server_pair *sp, unsigned long long now)
 {
-	for (unsigned m = 0; m < DRAIN_MSGS_PER_PAIR; m++) {
-		union {
-			struct shim_msg_hint hint;
-			uint8_t raw[SHIM_MSG_MAX + 1];
-		} msg;
-		int fds[2];
-		ssize_t n = shim_rv_recv_fds(sp->fd.fd, &msg, sizeof(msg), fds, 2);
+	struct shim_rv_msg msgs[SHIM_RV_BATCH_MAX];
+
+	for (unsigned m = 0; m < DRAIN_MSGS_PER_PAIR; m += SHIM_RV_BATCH_MAX) {
+		int n = shim_rv_recv_batch(sp->fd.fd, msgs, SHIM_RV_BATCH_MAX);
 
 		if (n == -EAGAIN)
 			return;
-		bool hint = n > 0 && shim_msg_check(&msg, (size_t)n) == SHIM_MSG_HINT;
+		for (int i = 0; i < (n < 0 ? 1 : n); i++) {
+			struct shim_msg_hint hint;
+			int *fds = msgs[i].fds;
+			ssize_t len = n < 0 ? n : msgs[i].len;
+			bool is_hint = len > 0 && shim_msg_check(msgs[i].raw, (size_t)len) == SHIM_MSG_HINT;
 
-		if (hint && (fds[0] == -EMFILE || fds[1] == -EMFILE)) {
-			/* Near our fd limit the HINT alone is lost (its slot,
-			 * if any, with it: C does not reuse it). */
-			shim_rv_close_if(fds[0]);
-			shim_rv_close_if(fds[1]);
-			continue;
+			if (is_hint)
+				memcpy(&hint, msgs[i].raw, sizeof(hint));
+			if (is_hint && (fds[0] == -EMFILE || fds[1] == -EMFILE)) {
+				/* Near our fd limit the HINT alone is lost (its
+				 * slot, if any, with it: C does not reuse it). */
+				batch_close_fds(msgs, i, i + 1);
+				continue;
+			}
+			if (n < 0 || !is_hint || fds[0] < 0 || !hint_ring(sp, &hint, &fds[1])) {
+				if (n >= 0)
+					batch_close_fds(msgs, i, n);
+				SHIM_TRACE(SHIM_TRACE_DEBUG, "pair.drop", -1, NULL, SHIM_REASON_NONE,
+					   "\"side\":\"server\",\"read\":%zd", len);
+				server_drop(sp);
+				return;
+			}
+			pending_add(&hint, fds[0], fds[1], hint.slot == SHIM_SLOT_NONE ? NULL : sp->arena, now);
 		}
-		if (!hint || fds[0] < 0 || !hint_ring(sp, &msg.hint, &fds[1])) {
-			shim_rv_close_if(fds[0]);
-			shim_rv_close_if(fds[1]);
-			SHIM_TRACE(SHIM_TRACE_DEBUG, "pair.drop", -1, NULL, SHIM_REASON_NONE,
-				   "\"side\":\"server\",\"read\":%zd", n);
-			server_drop(sp);
+		if (n < SHIM_RV_BATCH_MAX)
 			return;
-		}
-		pending_add(&msg.hint, fds[0], fds[1], msg.hint.slot == SHIM_SLOT_NONE ? NULL : sp->arena, now);
 	}
 }
 
@@ -383,6 +413,7 @@ static void drain(unsigned long long now)
 	struct epoll_event evs[16];
 	int n;
 
+	drains++;
 	if (hub.fd < 0)
 		return;
 	if (!shim_owned_still(&hub)) {
@@ -430,7 +461,9 @@ bool shim_pair_claim(const struct shim_tuple *t, struct shim_pair_hint *out, uns
 
 		if (p->rv.fd < 0 || !names(&p->msg, t))
 			continue;
-		if (shim_owned_still(&p->rv) && (p->arena || shim_owned_still(&p->mem))) {
+		bool fresh = p->drained == drains;
+
+		if (fresh || (shim_owned_still(&p->rv) && (p->arena || shim_owned_still(&p->mem)))) {
 			out->msg = p->msg;
 			out->rv_fd = p->rv.fd;
 			out->memfd = p->mem.fd;

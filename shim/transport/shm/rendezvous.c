@@ -213,23 +213,30 @@ int shim_rv_send(int rv_fd, const void *msg, size_t len, int pass_fd)
 	return shim_rv_send_fds(rv_fd, msg, len, &pass_fd, pass_fd >= 0 ? 1 : 0);
 }
 
-ssize_t shim_rv_recv_fds(int rv_fd, void *buf, size_t len, int *fds_out, unsigned max_fds)
+/* Room for the fds of one message: as many as any of ours carries, and a
+ * few more, so that an attacker's extra ones arrive (and are closed) rather
+ * than truncate the message. */
+#define RV_CONTROL_FDS 4
+
+union rv_control {
+	struct cmsghdr align;
+	char buf[CMSG_SPACE(RV_CONTROL_FDS * sizeof(int))];
+};
+
+/*
+ * The fds one received message brought (mh, whose read returned n): the
+ * first max_fds in fds_out (the rest -1), extra ones closed. A truncated
+ * message is malformed, and so is an fd that came with one: closed here,
+ * or every such message would leak one of our fds (any local user can
+ * send them). Returns n, or -EPROTO for a truncated message.
+ */
+static ssize_t take_fds(struct msghdr *mh, ssize_t n, int *fds_out, unsigned max_fds)
 {
-	struct iovec iov = { buf, len };
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(4 * sizeof(int))];
-	} control;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-			     .msg_controllen = sizeof(control.buf) };
-	ssize_t n = REAL(recvmsg)(rv_fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 	unsigned got = 0;
 
 	for (unsigned i = 0; i < max_fds; i++)
 		fds_out[i] = -1;
-	if (n < 0)
-		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
 		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
 			continue;
 		size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -245,10 +252,7 @@ ssize_t shim_rv_recv_fds(int rv_fd, void *buf, size_t len, int *fds_out, unsigne
 				REAL(close)(fd);
 		}
 	}
-	/* A truncated message is malformed, and so is an fd that came with
-	 * one: close it here, or every such message would leak one of our fds
-	 * (any local user can send them). */
-	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+	if (mh->msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
 		for (unsigned i = 0; i < got; i++) {
 			REAL(close)(fds_out[i]);
 			fds_out[i] = -1;
@@ -257,6 +261,48 @@ ssize_t shim_rv_recv_fds(int rv_fd, void *buf, size_t len, int *fds_out, unsigne
 	}
 	for (unsigned i = 0; i < got; i++)
 		fds_out[i] = shim_fd_own_checked(fds_out[i]);
+	return n;
+}
+
+ssize_t shim_rv_recv_fds(int rv_fd, void *buf, size_t len, int *fds_out, unsigned max_fds)
+{
+	struct iovec iov = { buf, len };
+	union rv_control control;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+			     .msg_controllen = sizeof(control.buf) };
+	ssize_t n = REAL(recvmsg)(rv_fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+	if (n < 0) {
+		for (unsigned i = 0; i < max_fds; i++)
+			fds_out[i] = -1;
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	}
+	return take_fds(&mh, n, fds_out, max_fds);
+}
+
+int shim_rv_recv_batch(int rv_fd, struct shim_rv_msg *msgs, unsigned count)
+{
+	struct mmsghdr mm[SHIM_RV_BATCH_MAX];
+	struct iovec iov[SHIM_RV_BATCH_MAX];
+	union rv_control control[SHIM_RV_BATCH_MAX];
+	int n;
+
+	if (count > SHIM_RV_BATCH_MAX)
+		count = SHIM_RV_BATCH_MAX;
+	memset(mm, 0, sizeof(mm[0]) * count);
+	for (unsigned i = 0; i < count; i++) {
+		iov[i] = (struct iovec){ msgs[i].raw, sizeof(msgs[i].raw) };
+		mm[i].msg_hdr.msg_iov = &iov[i];
+		mm[i].msg_hdr.msg_iovlen = 1;
+		mm[i].msg_hdr.msg_control = control[i].buf;
+		mm[i].msg_hdr.msg_controllen = sizeof(control[i].buf);
+	}
+	/* MSG_DONTWAIT: what is queued, never a wait for the rest. */
+	n = REAL(recvmmsg)(rv_fd, mm, count, MSG_DONTWAIT | MSG_CMSG_CLOEXEC, NULL);
+	if (n < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	for (int i = 0; i < n; i++)
+		msgs[i].len = take_fds(&mm[i].msg_hdr, (ssize_t)mm[i].msg_len, msgs[i].fds, SHIM_RV_MAX_FDS);
 	return n;
 }
 
@@ -273,6 +319,17 @@ ssize_t shim_rv_recv(int rv_fd, void *buf, size_t len, int *fd_out)
 		return -EMFILE;
 	}
 	return n;
+}
+
+bool shim_rv_is_seqpacket(int fd)
+{
+	int type = 0, domain = 0;
+	socklen_t len = sizeof(type);
+
+	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0 || type != SOCK_SEQPACKET)
+		return false;
+	len = sizeof(domain);
+	return REAL(getsockopt)(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_UNIX;
 }
 
 #define RV_EXIT_WAIT_MS 100

@@ -10,10 +10,12 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "real.h"
 #include "tuple.h"
+#include "wire.h"
 
 /* C: listens on the name of (client endpoint, server endpoint). */
 int shim_rv_listen(const struct shim_endpoint *client, const struct shim_endpoint *server);
@@ -76,6 +78,26 @@ ssize_t shim_rv_recv(int rv_fd, void *buf, size_t len, int *fd_out);
 /* The same keeping up to max_fds fds, in order (-1 where none came, -EMFILE
  * where one came but the process is near its fd limit: closed). */
 ssize_t shim_rv_recv_fds(int rv_fd, void *buf, size_t len, int *fds_out, unsigned max_fds);
+
+/* One message of a batch: its bytes (len: as shim_rv_recv_fds returns,
+ * -EPROTO for a truncated one) and its fds (-1: none; -EMFILE: one came
+ * but the process is near its fd limit: closed). */
+struct shim_rv_msg {
+	uint8_t raw[SHIM_MSG_MAX + 1];
+	ssize_t len;
+	int fds[SHIM_RV_MAX_FDS];
+};
+#define SHIM_RV_BATCH_MAX 8
+/* Up to count (at most SHIM_RV_BATCH_MAX) messages queued on rv_fd, in
+ * one system call that never waits: how many came, or -EAGAIN (none), or
+ * -errno. A message of 0 bytes is the peer's end (EOF); the messages
+ * after it in the batch are too. */
+int shim_rv_recv_batch(int rv_fd, struct shim_rv_msg *msgs, unsigned count);
+
+/* Whether fd is a unix SEQPACKET socket: what a rendezvous, a pair's
+ * socketpair end or a bell line must be (a stream socket would merge and
+ * split the messages; another family's, connect our bells elsewhere). */
+bool shim_rv_is_seqpacket(int fd);
 
 /* Whether the peer on rv_fd gave the handshake up (closed its end). rc:
  * the verification's result; after -ENOENT (the TCP fd it named is gone)

@@ -12,6 +12,7 @@
 
 #include "fdtable.h"
 #include "real.h"
+#include "rendezvous.h"
 #include "ring.h"
 #include "wire.h"
 
@@ -441,15 +442,13 @@ int shim_shm_line_take(struct shim_chan *ch, int line, int rv_fd)
 	struct shm_chan *sc = shm_of(ch);
 	struct ucred theirs, maker;
 	socklen_t len = sizeof(theirs), mlen = sizeof(maker);
-	int type = 0, domain = 0, rc = -EPROTO;
-	socklen_t tlen = sizeof(type), dlen = sizeof(domain);
+	int rc = -EPROTO;
 
 	/* Made by the process on the rendezvous (a socketpair names its maker
 	 * at both ends): not a socket connected to a service elsewhere, where
 	 * our bells would go with our credentials. */
-	if (shim_fd_keepable(line) && REAL(getsockopt)(line, SOL_SOCKET, SO_TYPE, &type, &tlen) == 0 &&
-	    REAL(getsockopt)(line, SOL_SOCKET, SO_DOMAIN, &domain, &dlen) == 0 && type == SOCK_SEQPACKET &&
-	    domain == AF_UNIX && REAL(getsockopt)(line, SOL_SOCKET, SO_PEERCRED, &theirs, &len) == 0 &&
+	if (shim_fd_keepable(line) && shim_rv_is_seqpacket(line) &&
+	    REAL(getsockopt)(line, SOL_SOCKET, SO_PEERCRED, &theirs, &len) == 0 &&
 	    REAL(getsockopt)(rv_fd, SOL_SOCKET, SO_PEERCRED, &maker, &mlen) == 0 && theirs.pid == maker.pid &&
 	    theirs.uid == maker.uid && theirs.pid > 0)
 		rc = shim_owned_take(&sc->line, line);

@@ -182,12 +182,6 @@ static void s_read_accept(struct shim_sock *s, int fd)
 	uint32_t flags = 0;
 
 	memfd = fds[0];
-	/* The bell line comes last, and only with the flag. */
-	if (n > 0 && shim_msg_check(&msg, (size_t)n) == SHIM_MSG_ACCEPT && !(msg.accept.hdr.flags & SHIM_MSG_F_BELL_LINE)) {
-		shim_rv_close_if(fds[1]);
-		fds[1] = -1;
-	}
-
 	if (n == -EAGAIN)
 		return;
 	if (n <= 0) {
@@ -200,6 +194,11 @@ static void s_read_accept(struct shim_sock *s, int fd)
 		shim_rv_close_if(fds[1]);
 		shim_upgrade_fail(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
 		return;
+	}
+	/* The bell line comes last, and only with the flag. */
+	if (!(msg.accept.hdr.flags & SHIM_MSG_F_BELL_LINE)) {
+		shim_rv_close_if(fds[1]);
+		fds[1] = -1;
 	}
 	/*
 	 * C's user was checked when we connected; now that it named its fd,

@@ -24,6 +24,7 @@
 #include "neg_state.h"
 #include "pair.h"
 #include "real.h"
+#include "rendezvous.h"
 #include "shm.h"
 #include "trace.h"
 #include "upgrade.h"
@@ -224,20 +225,6 @@ enum shm_hint_result shm_c_read_commit(struct shim_sock *s, int fd, unsigned lon
 	return read_commit(s, fd, now, false);
 }
 
-/* What S may take a socketpair end for: a unix SEQPACKET socket. */
-static bool is_rendezvous(int rv_fd)
-{
-	int type = 0, domain = 0;
-	socklen_t len = sizeof(type);
-
-	if (REAL(getsockopt)(rv_fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
-		return false;
-	len = sizeof(domain);
-	if (REAL(getsockopt)(rv_fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0)
-		return false;
-	return type == SOCK_SEQPACKET && domain == AF_UNIX;
-}
-
 /*
  * One pending HINT naming our connection. The process that made its
  * socketpair (SO_PEERCRED of either end names the maker) must hold C's TCP
@@ -252,7 +239,7 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 	struct shim_chan *chan;
 	int rc, tcp;
 
-	if (!is_rendezvous(h->rv_fd)) {
+	if (!shim_rv_is_seqpacket(h->rv_fd)) {
 		REAL(close)(h->rv_fd);
 		shim_pair_hint_drop_ring(h);
 		return false;
