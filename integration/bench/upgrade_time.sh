@@ -19,6 +19,15 @@
 #
 # Prints
 #   bench upgrade_shm: N upgrades, first data call to both directions switched: median X us p90 Y us
+#
+# That span holds the program's own round trips (a switch happens inside a
+# data call), so it also measures what the upgrade adds to the program:
+# connections of one 1-byte round (conn_hold --seq --times: from connect()
+# to the answer read), the upgrade starting at the first data call, against
+# the same connections tracked only (RDMASHIM_TRANSPORTS=tcp: the shim
+# loaded, no upgrade), BENCH_UPG_PAIRS alternated runs (default 4) of
+# BENCH_UPG_FIRST_CONNS (default 300):
+#   bench upgrade_first_rtt: connect to first answer, median of run medians: upgraded X us, tracked Y us, added Z us
 # Environment: BENCH_UPG_CONNS (default 200), BENCH_UPG_ROUNDS, BENCH_SHIM_ENV
 # (more words for both ends, e.g. RDMASHIM_SHM_PAIRS=0).
 . "$(dirname "${BASH_SOURCE[0]}")/common.bash"
@@ -73,4 +82,33 @@ p90 = times[min(len(times) - 1, int(len(times) * 0.9))]
 print("bench upgrade_shm: %d of %d connections switched both ways; first data call to both directions switched: median %.0f us p90 %.0f us (min %.0f max %.0f)"
       % (len(times), n, med, p90, times[0], times[-1]))
 PY
+# What the upgrade adds to the first round trip (see the head).
+first_median() { # TRANSPORTS -> the median first_us of one run
+	local p log=$WORK/first.$1.log
+	p=$(free_port)
+	start_bg "$WORK/first-server.log" env LD_PRELOAD="$LIB" RDMASHIM_PORTS="$p" RDMASHIM_TRANSPORTS="$1" \
+		RDMASHIM_UPGRADE_AFTER_MS=0 ${BENCH_SHIM_ENV:-} timeout -k 5 300 "$PROGS/conn_hold" server --port "$p" \
+		--conns "$FIRST_CONNS" --rounds 1 --seq
+	wait_listen "$p"
+	env LD_PRELOAD="$LIB" RDMASHIM_PORTS="$p" RDMASHIM_TRANSPORTS="$1" RDMASHIM_UPGRADE_AFTER_MS=0 ${BENCH_SHIM_ENV:-} \
+		timeout -k 5 300 "$PROGS/conn_hold" client --port "$p" --conns "$FIRST_CONNS" --rounds 1 --seq --times >"$log" 2>&1 ||
+		die "the client failed: $(tail -n 3 "$log")"
+	wait "$LAST_BG" || die "the server failed"
+	python3 -c 'import sys, statistics
+v = [int(l.split("first_us=")[1].split()[0]) for l in open(sys.argv[1]) if l.startswith("CONN ")]
+print(int(statistics.median(v)))' "$log"
+}
+FIRST_CONNS=${BENCH_UPG_FIRST_CONNS:-300}
+up=() tr=()
+for ((r = 0; r < ${BENCH_UPG_PAIRS:-4}; r++)); do
+	if ((r % 2 == 0)); then
+		up+=("$(first_median shm)") tr+=("$(first_median tcp)")
+	else
+		tr+=("$(first_median tcp)") up+=("$(first_median shm)")
+	fi
+done
+python3 -c 'import sys, statistics
+up = [int(x) for x in sys.argv[1].split()]; tr = [int(x) for x in sys.argv[2].split()]
+u, t = statistics.median(up), statistics.median(tr)
+print("bench upgrade_first_rtt: connect to first answer, median of run medians: upgraded %.0f us, tracked %.0f us, added %.0f us (runs: %s / %s)" % (u, t, u - t, sys.argv[1], sys.argv[2]))' "${up[*]}" "${tr[*]}"
 exit 0

@@ -61,6 +61,29 @@ static bool handlers_restart(void)
 #define WOKE_TCP 1
 #define WOKE_LINE 2
 
+/*
+ * A wait of the handshake (its rendezvous fd is among p) looks before it
+ * sleeps, by the spin policy (spin.h), as a wait on a channel does: the
+ * peer's answer (a COMMIT, an ACCEPT) comes within tens of microseconds,
+ * which a sleep and a wake-up on another core cost again. A look is a
+ * poll that does not wait. Returns poll's result (0: nothing came).
+ */
+static int handshake_spin(struct shim_sock *s, int fd, struct pollfd *p, nfds_t n)
+{
+	struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
+	int rc = 0;
+
+	if (p[2].fd < 0 || n < 3)
+		return 0;
+	while (shim_spin_more(&run, &s->spin_hist, fd)) {
+		rc = REAL(poll)(p, n, 0);
+		if (rc != 0)
+			break;
+	}
+	shim_spin_end(&run, &s->spin_hist, rc > 0, fd);
+	return rc;
+}
+
 /* Sleeps on the TCP fd (and on the bell line, when line is not -1) without
  * the lock, at most cap_ms if cap_ms > 0; *woke (if not NULL): which of the
  * two had events. Returns 0, -EAGAIN on the SO_*TIMEO deadline, or -EINTR. */
@@ -89,7 +112,9 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 	if (cap_ms > 0 && slice > cap_ms)
 		slice = cap_ms;
 	pthread_mutex_unlock(&s->lock);
-	rc = REAL(poll)(p, rv >= 0 ? 3 : 2, slice); /* a fd of -1 is skipped */
+	rc = handshake_spin(s, fd, p, rv >= 0 ? 3 : 2);
+	if (rc == 0)
+		rc = REAL(poll)(p, rv >= 0 ? 3 : 2, slice); /* a fd of -1 is skipped */
 	expired = rc == 0 && slice == SHIM_SLEEP_SLICE_MS;
 	rc = rc < 0 ? -errno : 0;
 	pthread_mutex_lock(&s->lock);
