@@ -188,6 +188,33 @@ START_TEST(new_waiters_start_from_the_process_prior)
 }
 END_TEST
 
+/* A history apart (the handshake waits): its late hits pay, and its own
+ * back-off neither comes from nor goes to the process's prior, which the
+ * data waits' new waiters start from. */
+START_TEST(a_history_apart_keeps_to_itself)
+{
+	struct shim_spin_hist apart = { .apart = 1 }, fresh = { 0 };
+
+	shim_cfg.spin_us = 20;
+	for (int i = 0; i < SHIM_SPIN_MISS_LIMIT; i++) {
+		struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
+		struct timespec ts = { 0, 15000 };
+
+		ck_assert(shim_spin_more(&run, &apart, -1));
+		nanosleep(&ts, NULL); /* past half of the budget */
+		shim_spin_end(&run, &apart, true, -1);
+	}
+	ck_assert_uint_eq(apart.level, 0);
+	shim_cfg.spin_us = ROOMY_SPIN_US;
+	for (int i = 0; i < SHIM_SPIN_MISS_LIMIT; i++)
+		ck_assert(one_wait(&apart, false));
+	ck_assert_uint_eq(apart.level, 1);
+	ck_assert(one_wait(&fresh, true)); /* not backed off by the other's verdict */
+	ck_assert_uint_eq(fresh.level, 0);
+	ck_assert_uint_eq(shim_spin_spinners(), 0);
+}
+END_TEST
+
 /* A spin that lost its core (here: a sleep between two looks) ends, and
  * holds the spins of every waiter of the process for a while. */
 START_TEST(a_spin_that_loses_its_core_holds_the_spins)
@@ -239,6 +266,7 @@ static Suite *spin_suite(void)
 	tcase_add_test(tc, adapt_off_always_spins);
 	tcase_add_test(tc, spin_us_zero_never_spins);
 	tcase_add_test(tc, new_waiters_start_from_the_process_prior);
+	tcase_add_test(tc, a_history_apart_keeps_to_itself);
 	tcase_add_test(tc, a_spin_that_loses_its_core_holds_the_spins);
 	suite_add_tcase(s, tc);
 	return s;

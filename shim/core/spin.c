@@ -72,7 +72,7 @@ static void spin_finish(struct shim_spin_run *run, struct shim_spin_hist *h, boo
 	/* Data found only in the second half of the budget did not pay for
 	 * the core burnt on it (a sleep and a wake-up cost less): for the
 	 * history it is a miss. */
-	if (hit && shim_now_ns() - run->start_ns > (unsigned long long)shim_cfg.spin_us * 500ull)
+	if (hit && !LOAD(h->apart) && shim_now_ns() - run->start_ns > (unsigned long long)shim_cfg.spin_us * 500ull)
 		hit = false;
 	shim_stats_spin_count(hit ? SHIM_SPIN_STAT_HIT : SHIM_SPIN_STAT_MISS);
 	if (hit) {
@@ -80,7 +80,8 @@ static void spin_finish(struct shim_spin_run *run, struct shim_spin_hist *h, boo
 		if (level) {
 			STORE(h->level, 0);
 			STORE(h->skip, 0);
-			STORE(prior_level, 0);
+			if (!LOAD(h->apart))
+				STORE(prior_level, 0);
 			shim_stats_spin_count(SHIM_SPIN_STAT_RESUME);
 			SHIM_TRACE(SHIM_TRACE_DEBUG, "spin.resume", fd, NULL, SHIM_REASON_NONE, "\"level\":%u", level);
 		}
@@ -92,7 +93,8 @@ static void spin_finish(struct shim_spin_run *run, struct shim_spin_hist *h, boo
 			level++;
 		STORE(h->level, level);
 		STORE(h->skip, 1u << level);
-		STORE(prior_level, level);
+		if (!LOAD(h->apart))
+			STORE(prior_level, level);
 		return;
 	}
 	if (LOAD(h->misses) + 1 < SHIM_SPIN_MISS_LIMIT) {
@@ -102,7 +104,8 @@ static void spin_finish(struct shim_spin_run *run, struct shim_spin_hist *h, boo
 	STORE(h->misses, 0);
 	STORE(h->level, 1);
 	STORE(h->skip, 2);
-	STORE(prior_level, 1);
+	if (!LOAD(h->apart))
+		STORE(prior_level, 1);
 	shim_stats_spin_count(SHIM_SPIN_STAT_BACKOFF);
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "spin.backoff", fd, NULL, SHIM_REASON_NONE, "\"misses\":%u,\"spin_us\":%u",
 		   SHIM_SPIN_MISS_LIMIT, shim_cfg.spin_us);
@@ -165,7 +168,7 @@ static bool backed_off(struct shim_spin_hist *h)
 {
 	unsigned skip;
 
-	if (unlikely(!LOAD(h->seeded)))
+	if (unlikely(!LOAD(h->seeded)) && !LOAD(h->apart))
 		seed(h);
 	if (!LOAD(h->level))
 		return false;

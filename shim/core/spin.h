@@ -71,6 +71,12 @@ struct shim_spin_hist {
 	uint8_t level;  /* back-off level, 0: not backed off */
 	uint16_t skip;  /* waits left to skip before the next probe */
 	uint8_t seeded; /* taken the process's prior (zero: a new waiter) */
+	/* Not zero: a history apart (the handshake waits of the process,
+	 * io_sleep.c), which neither starts from the process's prior nor
+	 * sets it, and for which a hit anywhere within the budget pays: such
+	 * a wait comes once or twice a connection, and a spin that ends it
+	 * saves the wake-up the upgrade would wait for. */
+	uint8_t apart;
 };
 
 /* One wait's spin, on the stack of the waiting thread. */

@@ -66,21 +66,30 @@ static bool handlers_restart(void)
  * sleeps, by the spin policy (spin.h), as a wait on a channel does: the
  * peer's answer (a COMMIT, an ACCEPT) comes within tens of microseconds,
  * which a sleep and a wake-up on another core cost again. A look is a
- * poll that does not wait. Returns poll's result (0: nothing came).
+ * poll that does not wait, then a yield (the peer may share our core).
+ * The handshake waits of the process share one history apart (spin.h):
+ * a connection has one or two, too few for a history of its own, and
+ * where the answers do not come while we look (one core for both ends,
+ * a loaded machine) the spins back off together. Returns poll's result
+ * (0: nothing came).
  */
-static int handshake_spin(struct shim_sock *s, int fd, struct pollfd *p, nfds_t n)
+static struct shim_spin_hist handshake_hist = { .apart = 1 };
+
+static int handshake_spin(int fd, struct pollfd *p, nfds_t n)
 {
 	struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
 	int rc = 0;
 
 	if (p[2].fd < 0 || n < 3)
 		return 0;
-	while (shim_spin_more(&run, &s->spin_hist, fd)) {
+	while (shim_spin_more(&run, &handshake_hist, fd)) {
 		rc = REAL(poll)(p, n, 0);
 		if (rc != 0)
 			break;
+		/* The peer may share our core: its answer is what we wait for. */
+		sched_yield();
 	}
-	shim_spin_end(&run, &s->spin_hist, rc > 0, fd);
+	shim_spin_end(&run, &handshake_hist, rc > 0, fd);
 	return rc;
 }
 
@@ -112,7 +121,7 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 	if (cap_ms > 0 && slice > cap_ms)
 		slice = cap_ms;
 	pthread_mutex_unlock(&s->lock);
-	rc = handshake_spin(s, fd, p, rv >= 0 ? 3 : 2);
+	rc = handshake_spin(fd, p, rv >= 0 ? 3 : 2);
 	if (rc == 0)
 		rc = REAL(poll)(p, rv >= 0 ? 3 : 2, slice); /* a fd of -1 is skipped */
 	expired = rc == 0 && slice == SHIM_SLEEP_SLICE_MS;
