@@ -163,17 +163,24 @@ START_TEST(pending_hints_expire)
 }
 END_TEST
 
+/* A well-formed message that has no place on a pair (a SWITCH_AT). */
+static void send_not_a_hint(int c)
+{
+	struct shim_msg_switch_at at;
+
+	memset(&at, 0, sizeof(at));
+	shim_msg_init(&at.hdr, SHIM_MSG_SWITCH_AT, sizeof(at));
+	ck_assert_int_eq(send(c, &at, sizeof(at), 0), (ssize_t)sizeof(at));
+}
+
 START_TEST(a_pair_that_sends_anything_else_is_dropped)
 {
 	int c = server_pair();
 	struct shim_tuple mine = tuple_of(40000);
 	struct shim_msg_hint h = hint_for(&mine);
-	struct shim_msg_switch_at at;
 	struct shim_pair_hint got;
 
-	memset(&at, 0, sizeof(at));
-	shim_msg_init(&at.hdr, SHIM_MSG_SWITCH_AT, sizeof(at));
-	ck_assert_int_eq(send(c, &at, sizeof(at), 0), (ssize_t)sizeof(at));
+	send_not_a_hint(c);
 	send_with_two(c, &h, sizeof(h));
 	ck_assert(!shim_pair_claim(&mine, &got, 1000));
 	/* S closed its end: the next HINT can not even be sent. */
@@ -197,12 +204,9 @@ START_TEST(a_dropped_pair_leaks_no_fd_of_its_batch)
 	int before = open_fds(), c = server_pair(); /* c, S's end, the hub */
 	struct shim_tuple mine = tuple_of(40000), other = tuple_of(40001);
 	struct shim_msg_hint h = hint_for(&mine), h2 = hint_for(&other);
-	struct shim_msg_switch_at at;
 	struct shim_pair_hint got;
 
-	memset(&at, 0, sizeof(at));
-	shim_msg_init(&at.hdr, SHIM_MSG_SWITCH_AT, sizeof(at));
-	ck_assert_int_eq(send(c, &at, sizeof(at), 0), (ssize_t)sizeof(at));
+	send_not_a_hint(c);
 	send_with_two(c, &h, sizeof(h));
 	send_with_two(c, &h2, sizeof(h2));
 	ck_assert(!shim_pair_claim(&mine, &got, 1000));
