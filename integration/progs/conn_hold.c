@@ -6,7 +6,7 @@
  *
  *   conn_hold server --port P --conns N [--rounds R] [--size B] [--host A] [--seq [--fork W]] [--warm MS]
  *                    [--think US] [--hold FILE]
- *   conn_hold client --port P --conns N [--rounds R] [--size B] [--each E] [--host A] [--seq [--times]]
+ *   conn_hold client --port P --conns N [--rounds R] [--size B] [--each E] [--host A] [--from-port P] [--seq [--times]]
  *                    [--warm MS] [--think US] [--pause FILE] [--go FILE] [--hold FILE]
  *
  * Both ends use blocking I/O in one thread, in connection order: the client
@@ -31,6 +31,11 @@
  *           <local port>" and waits for FILE before its first byte.
  *   --go FILE  the client waits for FILE before its first connect (so its
  *           memory can be read before any connection).
+ *   --from-port P  (client) its connections' local ports are P, P+1, ...
+ *           in the order they are made (the --warm one first), instead of
+ *           the kernel's: Linux gives one ephemeral port to connections to
+ *           different servers, and clients run side by side must not share
+ *           one (an RDMA upgrade listens with rdma_cm on it).
  *   --host A   the IPv4 address the server binds and the client connects to
  *           (default 127.0.0.1; the Soft-RoCE VMs use their rxe address).
  *   --warm MS  before the counted connections, one more (both ends given
@@ -356,11 +361,23 @@ static void warm(int lfd, struct in_addr host, int port, double ms)
 	fflush(stdout);
 }
 
+/* --from-port: the local port of the next connection (0: the kernel's). */
+static int next_from_port;
+
 static int connect_to(struct in_addr host, int port)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr = host };
 	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
 
+	if (fd >= 0 && next_from_port) {
+		struct sockaddr_in from = { .sin_family = AF_INET, .sin_port = htons((uint16_t)next_from_port++) };
+
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(fd, (struct sockaddr *)&from, sizeof(from)) < 0) {
+			fprintf(stderr, "conn_hold: bind to port %d: %s\n", next_from_port - 1, strerror(errno));
+			exit(1);
+		}
+	}
 	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
 		fprintf(stderr, "conn_hold: connect: %s\n", strerror(errno));
 		exit(1);
@@ -380,7 +397,7 @@ int main(int argc, char **argv)
 
 	if (argc < 2 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
 		fprintf(stderr, "usage: conn_hold server|client --port P --conns N [--rounds R] [--size B] [--each E] "
-				"[--host A] [--seq [--times]] [--fork W] [--warm MS] [--pause F] [--go F] [--hold F]\n");
+				"[--host A] [--from-port P] [--seq [--times]] [--fork W] [--warm MS] [--pause F] [--go F] [--hold F]\n");
 		return 2;
 	}
 	server = !strcmp(argv[1], "server");
@@ -411,6 +428,8 @@ int main(int argc, char **argv)
 			hold = argv[++i];
 		else if (!strcmp(argv[i], "--think"))
 			think_us = (unsigned)atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--from-port") && i + 1 < argc)
+			next_from_port = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--warm"))
 			warm_ms = atof(argv[++i]);
 		else if (!strcmp(argv[i], "--host")) {

@@ -206,7 +206,12 @@ run_part() {
   ((${PART_WARM:-$WARM} >= 0)) && warm=(--warm "${PART_WARM:-$WARM}")
   aborts > "$t/aborts"
   if [[ $ROLE == b ]]; then
-    args=(client --go "$d/a.warmed") host=$PEER
+    # Local ports of its own for each part's client: the parts run side by
+    # side, Linux would give one ephemeral port to connections to two of
+    # them, and C's rdma_cm listener for the second would find the port
+    # busy (rendezvous_busy: it stays on TCP, as designed). 200 apart: N
+    # below 199.
+    args=(client --go "$d/a.warmed" --from-port $((30000 + (port - 7210) * 200))) host=$PEER
     wait_for "$d/listening" "$LIMIT" || { echo 124 > "$t/rc"; return; }
   fi
   timeout -k 5 "$LIMIT" env RDMASHIM_PORTS="$port" RDMASHIM_UPGRADE_AFTER_MS=0 RDMASHIM_TRACE=info \

@@ -192,7 +192,8 @@ static void s_read_accept(struct shim_sock *s, int fd)
 	if (shim_msg_check(&msg, (size_t)n) != SHIM_MSG_ACCEPT || memfd < 0) {
 		shim_rv_close_if(memfd);
 		shim_rv_close_if(fds[1]);
-		shim_upgrade_fail(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
+		/* The ring came, and we are too near our fd limit to keep it. */
+		shim_upgrade_fail(s, fd, memfd == -EMFILE ? SHIM_REASON_FD_LIMIT : SHIM_REASON_HANDSHAKE_MALFORMED);
 		return;
 	}
 	/* The bell line comes last, and only with the flag. */
