@@ -61,9 +61,9 @@ for t in "${scenarios[@]}"; do
       why="status $rc"
       ((rc == 124 || rc == 137)) && why="timed out after ${lim}s"
       printf 'FAIL  %-28s %6ss  %s (log: %s)\n' "$name" "$secs" "$why" "${log#"$ROOT"/}"
-      if grep -q '^not ok - ' "$log"; then
+      if grep -E -q '^(\[[A-Za-z0-9_]+\] )?not ok - ' "$log"; then
         echo "      failed checks:"
-        grep -A3 '^not ok - ' "$log" | head -n 40 | sed 's/^/      | /'
+        grep -E -A3 '^(\[[A-Za-z0-9_]+\] )?not ok - ' "$log" | head -n 40 | sed 's/^/      | /'
       fi
       echo "      log tail:"
       tail -n 25 "$log" | sed 's/^/      | /'

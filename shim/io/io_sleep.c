@@ -75,15 +75,11 @@ static bool handlers_restart(void)
  */
 static struct shim_spin_hist handshake_hist = { .apart = 1 };
 
-static int handshake_spin(const struct shim_sock *s, int fd, struct pollfd *p, nfds_t n)
+static int handshake_spin(int fd, struct pollfd *p, nfds_t n)
 {
 	struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
 	int rc = 0;
 
-	/* Same host only: an RDMA handshake's next message (rdma_cm's) comes
-	 * milliseconds later, far past any spin's budget. */
-	if (p[2].fd < 0 || n < 3 || !s->xport || s->xport->kind != SHIM_TRANSPORT_SHM)
-		return 0;
 	while (shim_spin_more(&run, &handshake_hist, fd)) {
 		rc = REAL(poll)(p, n, 0);
 		if (rc != 0)
@@ -106,6 +102,10 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 	 * rendezvous fd may close meanwhile (another thread's call ends the
 	 * handshake): a wake-up for nothing, looked at again under the lock. */
 	int rv = shim_upgrade_wait_fd(s);
+	/* Same host only: an RDMA handshake's next message (rdma_cm's) comes
+	 * milliseconds later, far past any spin's budget. Decided under the
+	 * lock: s->xport is the lock's. */
+	bool spin = rv >= 0 && s->xport && s->xport->kind == SHIM_TRANSPORT_SHM;
 	struct pollfd p[3] = { { .fd = shim_io_fd(s, fd), .events = events },
 			       { .fd = line, .events = POLLIN },
 			       { .fd = rv, .events = POLLIN } };
@@ -123,7 +123,7 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 	if (cap_ms > 0 && slice > cap_ms)
 		slice = cap_ms;
 	pthread_mutex_unlock(&s->lock);
-	rc = handshake_spin(s, fd, p, rv >= 0 ? 3 : 2);
+	rc = spin ? handshake_spin(fd, p, 3) : 0;
 	if (rc == 0)
 		rc = REAL(poll)(p, rv >= 0 ? 3 : 2, slice); /* a fd of -1 is skipped */
 	expired = rc == 0 && slice == SHIM_SLEEP_SLICE_MS;

@@ -368,8 +368,15 @@ static bool hint_ring(struct server_pair *sp, const struct shim_msg_hint *h, int
 	return *memfd < 0 && shim_slots_fit(sp->arena, h->slot, h->ring_bytes);
 }
 
-/* Under pair_lock: the HINTs one pair brought, a batch a system call. A
- * pair that closed, or sent anything but well-formed HINTs, is dropped. */
+/* Under pair_lock: a pair that closed, failed a read (len < 0) or sent
+ * anything but a well-formed HINT is dropped. */
+static void drain_drop(struct server_pair *sp, ssize_t len)
+{
+	SHIM_TRACE(SHIM_TRACE_DEBUG, "pair.drop", -1, NULL, SHIM_REASON_NONE, "\"side\":\"server\",\"read\":%zd", len);
+	server_drop(sp);
+}
+
+/* Under pair_lock: the HINTs one pair brought, a batch a system call. */
 static void drain_one(struct server_pair *sp, unsigned long long now)
 {
 	struct shim_rv_msg msgs[SHIM_RV_BATCH_MAX];
@@ -379,26 +386,30 @@ static void drain_one(struct server_pair *sp, unsigned long long now)
 
 		if (n == -EAGAIN)
 			return;
-		for (int i = 0; i < (n < 0 ? 1 : n); i++) {
+		if (n < 0) {
+			drain_drop(sp, n);
+			return;
+		}
+		for (int i = 0; i < n; i++) {
 			struct shim_msg_hint hint;
 			int *fds = msgs[i].fds;
-			ssize_t len = n < 0 ? n : msgs[i].len;
-			bool is_hint = len > 0 && shim_msg_check(msgs[i].raw, (size_t)len) == SHIM_MSG_HINT;
+			ssize_t len = msgs[i].len;
 
-			if (is_hint)
-				memcpy(&hint, msgs[i].raw, sizeof(hint));
-			if (is_hint && (fds[0] == -EMFILE || fds[1] == -EMFILE)) {
+			if (len <= 0 || shim_msg_check(msgs[i].raw, (size_t)len) != SHIM_MSG_HINT) {
+				batch_close_fds(msgs, i, n);
+				drain_drop(sp, len);
+				return;
+			}
+			memcpy(&hint, msgs[i].raw, sizeof(hint));
+			if (fds[0] == -EMFILE || fds[1] == -EMFILE) {
 				/* Near our fd limit the HINT alone is lost (its
 				 * slot, if any, with it: C does not reuse it). */
 				batch_close_fds(msgs, i, i + 1);
 				continue;
 			}
-			if (n < 0 || !is_hint || fds[0] < 0 || !hint_ring(sp, &hint, &fds[1])) {
-				if (n >= 0)
-					batch_close_fds(msgs, i, n);
-				SHIM_TRACE(SHIM_TRACE_DEBUG, "pair.drop", -1, NULL, SHIM_REASON_NONE,
-					   "\"side\":\"server\",\"read\":%zd", len);
-				server_drop(sp);
+			if (fds[0] < 0 || !hint_ring(sp, &hint, &fds[1])) {
+				batch_close_fds(msgs, i, n);
+				drain_drop(sp, len);
 				return;
 			}
 			pending_add(&hint, fds[0], fds[1], hint.slot == SHIM_SLOT_NONE ? NULL : sp->arena, now);
