@@ -263,7 +263,7 @@ static const char *fake_get(const char *name, void *ctx)
 	struct fake_env *env = ctx;
 
 	env->lookups++;
-	for (unsigned i = 0; i < 16 && env->vars[i][0]; i++)
+	for (unsigned i = 0; i < sizeof(env->vars) / sizeof(env->vars[0]) && env->vars[i][0]; i++)
 		if (strcmp(env->vars[i][0], name) == 0)
 			return env->vars[i][1];
 	return NULL;
@@ -307,6 +307,7 @@ START_TEST(parse_defaults)
 	ck_assert_uint_eq(cfg.huge_pages, 1);
 	ck_assert_uint_eq(cfg.rdma_links, 1);
 	ck_assert_uint_eq(cfg.rdma_link_conns, 32);
+	ck_assert_uint_eq(cfg.rdma_link_idle_ms, 60000);
 	ck_assert_uint_eq(cfg.test_fail_rdma_kb, 0);
 	ck_assert_uint_eq(cfg.test_handback_after, 0);
 	ck_assert_uint_eq(cfg.breaker_failures, 3);
@@ -361,6 +362,7 @@ START_TEST(parse_full_environment)
 		{ "RDMASHIM_UPGRADE_TIMEOUT_MS", "600000" },
 		{ "RDMASHIM_HUGE_PAGES", "0" },
 		{ "RDMASHIM_RDMA_LINK_CONNS", "8" },
+		{ "RDMASHIM_RDMA_LINK_IDLE_MS", "0" },
 		{ "RDMASHIM_TEST_FAIL_RDMA_KB", "2048" },
 		{ "RDMASHIM_TEST_HANDBACK_AFTER", "3" },
 		{ NULL } } };
@@ -382,6 +384,7 @@ START_TEST(parse_full_environment)
 	ck_assert_uint_eq(cfg.ring_kb, 4);
 	ck_assert_uint_eq(cfg.spin_us, 0);
 	ck_assert_uint_eq(cfg.rdma_link_conns, 8);
+	ck_assert_uint_eq(cfg.rdma_link_idle_ms, 0);
 	ck_assert_uint_eq(cfg.breaker_failures, 7);
 	ck_assert_uint_eq(cfg.breaker_cooldown_ms, 0);
 	ck_assert_uint_eq(cfg.cm_timeout_ms, 1);
@@ -491,6 +494,8 @@ static const struct {
 	{ "RDMASHIM_HUGE_PAGES", "2" },
 	{ "RDMASHIM_RDMA_LINK_CONNS", "0" },
 	{ "RDMASHIM_RDMA_LINK_CONNS", "129" },
+	{ "RDMASHIM_RDMA_LINK_IDLE_MS", "86400001" },
+	{ "RDMASHIM_RDMA_LINK_IDLE_MS", "-1" },
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", "4194305" },
 	{ "RDMASHIM_TEST_HANDBACK_AFTER", "1000000001" },
 };

@@ -54,10 +54,21 @@
 #            call on it (conn/fo_worker.h) delivers it; the same checks.
 #   burst    RDMASHIM_RDMA_LINK_CONNS=LINKS_FULL_CAP (8) and no warm-up
 #            connection: every handshake starts when the RDMA warm-up
-#            ends, at once; the server makes at most 4 links at a time
-#            toward the client's host and its other connections wait for
-#            them (rdma.link wait_link, counted at A) and join by OFFER: at
-#            most N/8 + 3 QPs, where a link per connection would be N.
+#            ends, at once; the server's connections wait to join the
+#            links on their way while those have room for every waiter
+#            (rdma.link wait_link, counted at A), and join by OFFER: N/8
+#            QPs here (4), at most N/8 + 3 (a waiter whose bound ran out
+#            makes its own), where a link per connection would be N. The
+#            rule before (wait only while 4 links were on their way) made
+#            up to 9.
+#   idle     RDMASHIM_RDMA_LINK_IDLE_MS=LINKS_IDLE_MS (1500) at both ends
+#            and a longer warm-up connection (3 s): its link carries
+#            nothing once it closed, and each process lets it go (rdma.link
+#            down idle, or the peer's disconnect) before the counted
+#            connections begin: 0 QPs for the process (the kernel's count,
+#            looked at until it is 0, 30 s at most), then every counted
+#            connection upgrades on a new link (rdma.link up at least
+#            twice). With the variable 0 the warm-up's QP stays.
 # Each host checks its own end (trace, kernel, program status) and prints
 # "ok - " / "not ok - " lines, one summary line per part (rdma.link events,
 # QP counts, failovers, the resets this host's kernel sent, when each step
@@ -66,7 +77,7 @@
 # LINKS_X (required): an empty directory both VMs see (on the host, not
 # under /tmp); the two hosts meet there (listening, a.warmed, up, a.counted,
 # hold files) and each leaves its outputs and traces in LINKS_X/PART/ROLE.
-# LINKS_PARTS (comma separated, default shared,perconn,full,fail,failserver,burst)
+# LINKS_PARTS (comma separated, default shared,perconn,full,fail,failserver,burst,idle)
 # picks parts.
 # LINKS_FAIL_VAR (default RDMASHIM_TEST_FAIL_LINK_KB) names the variable
 # the fail part sets: RDMASHIM_TEST_FAIL_RDMA_KB (LINKS_FAIL_KB=8) breaks
@@ -89,7 +100,8 @@ FAIL_SIDE=${LINKS_FAIL_SIDE:-both}
 FULL_CAP=${LINKS_FULL_CAP:-8}
 WARM=${LINKS_WARM_MS:-1000}
 LIMIT=150 # bound on one part's programs, seconds
-parts=" ${LINKS_PARTS:-shared,perconn,full,fail,failserver,burst} "; parts=${parts//,/ }
+IDLE_MS=${LINKS_IDLE_MS:-1500}
+parts=" ${LINKS_PARTS:-shared,perconn,full,fail,failserver,burst,idle} "; parts=${parts//,/ }
 n_ok=0 n_fail=0
 mkdir -p "$T" "$X"
 H=${ROLE^^}
@@ -129,6 +141,14 @@ qps() { timeout 20 rdma res show qp 2>/dev/null | grep -c " pid $1 " || true; }
 # look costs the one vCPU a process start and a netlink dump).
 sample_qps() {
   while kill -0 "$1" 2>/dev/null; do qps "$1" >> "$2"; sleep 2; done
+}
+# idle_wait PID FILE: until the kernel lists no QP for PID (30 s at most);
+# FILE gets the last count and how long that took.
+idle_wait() {
+  local n d=$((SECONDS + 30)) t1=$SECONDS
+  n=$(qps "$1")
+  while ((n > 0 && SECONDS < d)) && kill -0 "$1" 2>/dev/null; do sleep 0.5; n=$(qps "$1"); done
+  echo "$n $((SECONDS - t1))" > "$2"
 }
 # stamp WHAT: when run_part's part reached WHAT (seconds since it began),
 # into its times file (parts may run at once, in subshells).
@@ -226,6 +246,14 @@ run_part() {
     sample_qps "$pid" "$t/qps.samples" &
     ((${#warm[@]} == 0)) || { wait_line "$t/out" '^WARMED port=' "$bg" &&
       sed -n 's/^WARMED port=\([0-9]*\).*/\1/p' "$t/out" > "$t/warm.port"; }
+    if [[ -n ${PART_IDLE:-} ]]; then
+      # Each end's link of the warm-up connection closes before the
+      # counted connections (part idle); A goes on once B's did too.
+      idle_wait "$pid" "$t/idle.qps"
+      stamp idle
+      [[ $ROLE == b ]] && touch "$d/b.idle"
+      [[ $ROLE == a ]] && wait_for "$d/b.idle" 60 "$bg"
+    fi
     [[ $ROLE == a ]] && touch "$d/a.warmed"
     stamp warmed
     if [[ $ROLE == b ]]; then
@@ -359,12 +387,27 @@ if want burst; then
   PART_WARM=-1 run_part burst 7216 RDMASHIM_RDMA_LINK_CONNS="$FULL_CAP"
   check_run burst
   need=$(((N + FULL_CAP - 1) / FULL_CAP))
-  check "$H: links burst: at most $((need + 3)) QPs for $N connections, $need links' worth and 3 more made at once (kernel: ${held:-?} with all up, at most ${most:-?} sampled; rdma.link up $l_up)" \
+  check "$H: links burst: at most $((need + 3)) QPs for $N connections, $need links' worth and 3 more for waits cut short (kernel: ${held:-?} with all up, at most ${most:-?} sampled; rdma.link up $l_up)" \
     test "${held:-99}" -le $((need + 3)) -a "${most:-99}" -le $((need + 3))
   if [[ $ROLE == a ]]; then
     n_wait=$(cat "$T"/burst/trace.*.jsonl 2>/dev/null | grep '"event":"rdma.link"' | grep -c '"state":"wait_link"')
     check "$H: links burst: server connections waited for the links being made (wait_link on $n_wait)" test "$n_wait" -gt 0
   fi
+fi
+
+# idle: the warm-up connection's link goes once idle, at each end, and the
+# counted connections make a new one.
+if want idle; then
+  echo "-- $H: links idle (RDMASHIM_RDMA_LINK_IDLE_MS=$IDLE_MS, warm-up 3 s) on port 7217, $(date +%T)"
+  PART_WARM=3000 PART_IDLE=1 run_part idle 7217 RDMASHIM_RDMA_LINK_IDLE_MS="$IDLE_MS"
+  check_run idle
+  read -r idle_n idle_s < "$T/idle/idle.qps" 2>/dev/null
+  n_idle=$(cat "$T"/idle/trace.*.jsonl 2>/dev/null | grep '"event":"rdma.link"' | grep '"state":"down"' |
+    grep -c '"why":"idle"')
+  check "$H: links idle: the warm-up connection's link was let go before the counted connections: 0 QPs for this process (kernel: ${idle_n:-?} after ${idle_s:-?} s; rdma.link down idle here: $n_idle)" \
+    test "${idle_n:-1}" -eq 0
+  check "$H: links idle: the warm-up connection upgraded and the counted ones made a new link (rdma.link up $l_up, at least 2)" \
+    test "$l_up" -ge 2
 fi
 
 if [[ $n_fail -gt 0 ]]; then

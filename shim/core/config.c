@@ -51,6 +51,9 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_RDMA_LINK_CONNS", SHIM_CFG_STR(SHIM_CFG_LINK_CONNS_DEFAULT),
 	  "the most connections one link carries (the device may allow fewer: its receives must cover every "
 	  "connection's credits); a connection beyond makes a new link" },
+	{ "RDMASHIM_RDMA_LINK_IDLE_MS", "60000",
+	  "a link that carried no connection for this long is closed, its queue pair and memory freed; the "
+	  "next connection between the two processes makes a new one (0: kept while both processes live)" },
 	{ "RDMASHIM_HUGE_PAGES", "1",
 	  "1: back RDMA ring pools with 2 MiB huge pages when the system has them; 0: 4 KiB pages" },
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", "0",
@@ -249,6 +252,8 @@ static const struct uint_var uint_vars[] = {
 	{ "RDMASHIM_RDMA_LINKS", 0, 1, offsetof(struct shim_config, rdma_links), "expected 0 or 1" },
 	{ "RDMASHIM_RDMA_LINK_CONNS", 1, SHIM_CFG_LINK_CONNS_MAX, offsetof(struct shim_config, rdma_link_conns),
 	  "expected a count of connections 1-128" },
+	{ "RDMASHIM_RDMA_LINK_IDLE_MS", 0, 86400000, offsetof(struct shim_config, rdma_link_idle_ms),
+	  "expected milliseconds 0-86400000" },
 	{ "RDMASHIM_TEST_FAIL_LINK_KB", 0, 4194304, offsetof(struct shim_config, test_fail_link_kb),
 	  "expected KiB 0-4194304" },
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", 0, 4194304, offsetof(struct shim_config, test_fail_rdma_kb),

@@ -102,6 +102,7 @@ struct rdma_conn {
 	bool offered;           /* C: an OFFER went out once (never twice) */
 	bool waits_for_link;    /* S: in RDMA_S_LINK_WAIT for a link being made, then for the OFFER */
 	bool making_link;       /* S: counted as a link being made toward the client host */
+	bool waiting_counted;   /* S: counted as waiting to join a link toward it */
 	uint8_t making_addr[16]; /* ... that host */
 	/* C: S's ACCEPT, put here by whichever thread reaped it. */
 	struct shim_rdma_link_msg accept_msg;
@@ -185,6 +186,10 @@ void shim_rdma_link_withdraw(struct rdma_conn *c);
  * ended). */
 void shim_rdma_link_making_mark(struct shim_sock *s, struct rdma_conn *c);
 void shim_rdma_link_making_done(struct rdma_conn *c);
+/* ... this connection waits to join a link toward the client host
+ * (counted), or no longer does. */
+void shim_rdma_link_waiting_mark(struct shim_sock *s, struct rdma_conn *c);
+void shim_rdma_link_waiting_done(struct rdma_conn *c);
 bool shim_rdma_link_begin(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now);
 bool shim_rdma_link_progress(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now);
 /* rdma_switch.c: RDMA_CONNECTED, offsets both ways, then the proof. */

@@ -104,6 +104,7 @@ int shim_rdma_link_make(struct rdma_cm_id *id, struct rdma_event_channel *ec, st
 	pthread_mutex_init(&l->post_lock, NULL);
 	l->pid = shim_self_pid();
 	l->refs = 1;
+	l->busy_ns = shim_now_ns();
 	l->id = id;
 	l->ec = ec;
 	l->pd = pd;
@@ -201,6 +202,11 @@ static void destroy(struct rdma_link *l)
 	free(l);
 }
 
+void shim_rdma_link_busy(struct rdma_link *l)
+{
+	__atomic_store_n(&l->busy_ns, shim_now_ns(), __ATOMIC_RELAXED);
+}
+
 void shim_rdma_link_get(struct rdma_link *l)
 {
 	__atomic_add_fetch(&l->refs, 1, __ATOMIC_RELAXED);
@@ -249,6 +255,7 @@ int shim_rdma_link_attach(struct rdma_link *l, struct rdma_conn *c)
 	l->places[i].used = true;
 	l->places[i].conn = c;
 	__atomic_add_fetch(&l->live, 1, __ATOMIC_RELAXED);
+	shim_rdma_link_busy(l);
 	pthread_mutex_unlock(&l->lock);
 	shim_rdma_link_get(l);
 	c->link = l;
@@ -297,6 +304,7 @@ void shim_rdma_link_leave(struct rdma_conn *c)
 		else
 			__atomic_add_fetch(&l->held, 1, __ATOMIC_RELAXED);
 		__atomic_sub_fetch(&l->live, 1, __ATOMIC_RELAXED);
+		shim_rdma_link_busy(l);
 		pthread_mutex_unlock(&l->lock);
 		c->on_link = false;
 		/* After our last WRITE for it, on the same QP: placed after them. */
@@ -403,6 +411,7 @@ static void keep_offer(struct rdma_link *l, const struct shim_rdma_link_msg *m)
 	slot->used = true;
 	slot->at_ns = shim_now_ns();
 	slot->msg = *m;
+	shim_rdma_link_busy(l);
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "rdma.link", -1, NULL, SHIM_REASON_NONE,
 		   "\"state\":\"offer_in\",\"link\":%u,\"client_port\":%u", l->num, be16toh(m->client_port));
 }
@@ -418,6 +427,7 @@ static void peer_released(struct rdma_link *l, uint32_t id)
 	if (p->local_done) {
 		free_place_memory(p);
 		__atomic_sub_fetch(&l->held, 1, __ATOMIC_RELAXED);
+		shim_rdma_link_busy(l);
 	}
 }
 
@@ -681,6 +691,7 @@ bool shim_rdma_link_offers_scan(struct rdma_link *l, const struct shim_tuple *t,
 			continue;
 		o->used = false;
 		__atomic_sub_fetch(&l->offers_kept, 1, __ATOMIC_RELAXED);
+		shim_rdma_link_busy(l);
 		if (aged) {
 			owe_release(l, o);
 			continue;

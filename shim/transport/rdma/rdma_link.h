@@ -142,6 +142,10 @@ struct rdma_link {
 	 * owed (sent outside the lock, by shim_rdma_link_claim). */
 	uint32_t owed[SHIM_LINK_OFFERS];
 	unsigned n_owed;
+	/* Atomic: when a place or a kept OFFER last came or went (its idle
+	 * time starts there: rdma_link_table.c closes a link that carried
+	 * nothing for RDMASHIM_RDMA_LINK_IDLE_MS). */
+	unsigned long long busy_ns;
 	struct rdma_link *next;
 };
 
@@ -165,6 +169,8 @@ void shim_rdma_link_leave(struct rdma_conn *c);
 /* RELEASE of the peer's place peer_id: we write nothing more there (an
  * OFFER we did not take, or a connection that left). */
 void shim_rdma_link_release_to(struct rdma_link *l, uint32_t peer_id);
+/* A place or a kept OFFER came or went (l->busy_ns). */
+void shim_rdma_link_busy(struct rdma_link *l);
 /* One more reference; shim_rdma_link_put drops one (the last frees it). */
 void shim_rdma_link_get(struct rdma_link *l);
 void shim_rdma_link_put(struct rdma_link *l);
@@ -217,17 +223,26 @@ struct rdma_link *shim_rdma_link_for_server(const struct shim_endpoint *server);
 /* S: whether a trusted link goes to that client host (wait for its OFFER). */
 bool shim_rdma_link_toward(const struct shim_endpoint *client);
 /* S: a link toward the client host addr is being made by rdma_cm (start),
- * or that attempt ended (its link trusted, or it failed). true: counted
- * (the end must then be told). */
+ * or that attempt ended (its link trusted, or it failed); a connection
+ * waits to join a link toward it, or no longer does. true: counted (the
+ * end must then be told). */
 bool shim_rdma_link_making(const uint8_t addr[16], bool start);
-/* S: how many links toward that client host are being made. From
- * SHIM_LINK_MAKING_MAX on, a new connection waits for one of them rather
- * than make another: a burst makes about a link per cap, and up to that
- * many at once (each rdma_cm handshake takes round trips the program's
- * calls must carry: 1000 connections served in turn, 10 links in 85 s
- * one at a time under TCG). */
+bool shim_rdma_link_waiting(const uint8_t addr[16], bool start);
+/* S: how many links toward that client host are being made. At most
+ * SHIM_LINK_MAKING_MAX at once (each rdma_cm handshake takes round trips
+ * the program's calls must carry: 1000 connections served in turn, 10
+ * links in 85 s one at a time under TCG). */
 #define SHIM_LINK_MAKING_MAX 4
 unsigned shim_rdma_link_makings(const struct shim_endpoint *client);
+/* S: whether the connections waiting to join a link toward that client
+ * host fit on what is there and on its way: the room on the trusted links
+ * with room, plus RDMASHIM_RDMA_LINK_CONNS - 1 for each link being made
+ * (its maker takes a place), covers them all; or SHIM_LINK_MAKING_MAX are
+ * on their way. false: one of them makes a link (a burst makes about a
+ * link per cap; before this count it made one whenever a link filled up
+ * while others were still on their way: 9 for 32 connections at a cap of
+ * 8). */
+bool shim_rdma_link_room_coming(const struct shim_endpoint *client);
 /* S: takes a pending OFFER for the connection t (S's view: local = server),
  * younger than max_age_ns, and its link (with a reference). */
 bool shim_rdma_link_claim(const struct shim_tuple *t, unsigned long long max_age_ns, struct rdma_link **link,

@@ -14,8 +14,9 @@
  * it claimed, or rdma_cm's connect). S waits for an OFFER only while a link
  * to C's host exists, at most 200 ms, then takes rdma_cm's way.
  *
- * A burst: while SHIM_LINK_MAKING_MAX connections of S's make links
- * toward C's host by rdma_cm, the next ones wait (half the CM bound at
+ * A burst: while the links toward C's host that are up or on their way
+ * have room for every connection waiting to join one
+ * (shim_rdma_link_room_coming), the next ones wait (half the CM bound at
  * most) for those and then for C's OFFER on one, instead of making a link
  * each, and C, still listening, sends its OFFER once a link to the
  * server's endpoint is there (at most one OFFER).
@@ -193,12 +194,17 @@ bool shim_rdma_link_begin(struct shim_sock *s, int fd, struct rdma_conn *c, unsi
 		return true;
 	if (shim_rdma_link_toward(&s->tuple.peer)) {
 		c->link_wait_ns = now + s_wait_ns();
-	} else if (shim_rdma_link_makings(&s->tuple.peer) >= SHIM_LINK_MAKING_MAX) {
+	} else {
+		/* None with room: wait for those on their way when they have
+		 * room for every waiter, this one counted. */
+		shim_rdma_link_waiting_mark(s, c);
+		if (!c->waiting_counted || !shim_rdma_link_room_coming(&s->tuple.peer)) {
+			shim_rdma_link_waiting_done(c);
+			return false;
+		}
 		c->waits_for_link = true;
 		c->link_wait_ns = now + s_link_wait_ns();
 		trace_join(s, fd, c, "wait_link");
-	} else {
-		return false;
 	}
 	c->step = RDMA_S_LINK_WAIT;
 	return true;
@@ -222,16 +228,23 @@ bool shim_rdma_link_accepted(struct shim_sock *s, int fd, struct rdma_conn *c)
 
 bool shim_rdma_link_progress(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now)
 {
-	if (s_take_offer(s, fd, c))
+	bool waits;
+
+	if (s_take_offer(s, fd, c)) {
+		shim_rdma_link_waiting_done(c);
 		return true;
-	/* While a link with room goes to C's host, C's OFFER comes at C's
-	 * next step on this connection, which the program's calls carry
-	 * (served in turn, a round later): a short wait here made a link of
-	 * its own for each connection whose C had not stepped yet, 61 links
-	 * for 1000 connections. Fewer links on their way (one failed, or came
-	 * up full) and none with room: ours now. */
+	}
+	/* While the links with room and those on their way can take every
+	 * waiter, C's OFFER comes at C's next step on this connection, which
+	 * the program's calls carry (served in turn, a round later): a short
+	 * wait here made a link of its own for each connection whose C had
+	 * not stepped yet, 61 links for 1000 connections. Less room than
+	 * waiters (a link failed, or came up full): ours now. */
 	if (c->waits_for_link && now < c->link_wait_ns)
-		return shim_rdma_link_toward(&s->tuple.peer) ||
-		       shim_rdma_link_makings(&s->tuple.peer) >= SHIM_LINK_MAKING_MAX;
-	return now < c->link_wait_ns;
+		waits = shim_rdma_link_room_coming(&s->tuple.peer);
+	else
+		waits = now < c->link_wait_ns;
+	if (!waits)
+		shim_rdma_link_waiting_done(c);
+	return waits;
 }

@@ -9,15 +9,21 @@
 #include "rdma.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <string.h>
+#include <time.h>
 #include <sys/types.h>
 
+#include "bgthread.h"
+#include "clock.h"
 #include "config.h"
 #include "self.h"
 #include "trace.h"
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rdma_link *table;
+
+static void sweeper_start_locked(void);
 
 void shim_rdma_link_trust(struct rdma_link *l)
 {
@@ -34,6 +40,7 @@ void shim_rdma_link_trust(struct rdma_link *l)
 			l->next = table;
 			table = l;
 			added = true;
+			sweeper_start_locked();
 		}
 	}
 	pthread_mutex_unlock(&table_lock);
@@ -53,26 +60,54 @@ static bool alive(struct rdma_link *l)
  * is taken under the link's lock, which says no when full). An OFFER kept
  * unclaimed holds a place at C: without it, S's waiters took a link full
  * at C's end for one with room and waited for OFFERs C could not send. */
-static bool usable(struct rdma_link *l)
+static unsigned room_on(struct rdma_link *l)
 {
-	return alive(l) && __atomic_load_n(&l->live, __ATOMIC_RELAXED) + __atomic_load_n(&l->held, __ATOMIC_RELAXED) +
-				   __atomic_load_n(&l->offers_kept, __ATOMIC_RELAXED) <
-			   l->max_conns;
+	unsigned used = __atomic_load_n(&l->live, __ATOMIC_RELAXED) + __atomic_load_n(&l->held, __ATOMIC_RELAXED) +
+			__atomic_load_n(&l->offers_kept, __ATOMIC_RELAXED);
+
+	return used < l->max_conns ? l->max_conns - used : 0;
 }
 
-/* Precondition: table_lock held. Unlinks broken links; returns them in a
- * list for the caller to put once the lock is let go. */
+static bool usable(struct rdma_link *l)
+{
+	return alive(l) && room_on(l) > 0;
+}
+
+/* Precondition: table_lock held. A link that carried nothing (no place,
+ * no kept OFFER) for RDMASHIM_RDMA_LINK_IDLE_MS, and that only the table
+ * holds: every other reference is a connection's on it or a lookup's,
+ * taken under this lock, so none can come while we hold it. */
+static bool idle_out(struct rdma_link *l, unsigned long long now)
+{
+	unsigned long long idle_ns = (unsigned long long)shim_cfg.rdma_link_idle_ms * 1000000ull;
+	unsigned long long busy = __atomic_load_n(&l->busy_ns, __ATOMIC_RELAXED);
+
+	return idle_ns && __atomic_load_n(&l->refs, __ATOMIC_ACQUIRE) == 1 && room_on(l) == l->max_conns &&
+	       now > busy && now - busy >= idle_ns;
+}
+
+/* Precondition: table_lock held. Unlinks broken links, those whose CM
+ * peer left, and idle ones; returns them in a list for the caller to put
+ * once the lock is let go (the last reference disconnects and frees). */
 static struct rdma_link *prune_locked(void)
 {
 	struct rdma_link **pp = &table, *gone = NULL;
+	unsigned long long now = shim_now_ns();
 
 	while (*pp) {
 		struct rdma_link *l = *pp;
+		bool idle = false;
 
-		if (l->pid == shim_self_pid() && !shim_rdma_link_broken(l) && !l->peer_disconnected) {
+		if (l->pid == shim_self_pid() && !shim_rdma_link_broken(l) &&
+		    !__atomic_load_n(&l->peer_disconnected, __ATOMIC_ACQUIRE) &&
+		    !(idle = idle_out(l, now))) {
 			pp = &l->next;
 			continue;
 		}
+		if (idle)
+			shim_rdma_link_trace(l, SHIM_TRACE_INFO, "down", "idle");
+		else if (l->pid == shim_self_pid() && !shim_rdma_link_broken(l))
+			shim_rdma_link_trace(l, SHIM_TRACE_INFO, "down", "peer_left");
 		*pp = l->next;
 		l->in_table = false;
 		l->next = gone;
@@ -89,6 +124,60 @@ static void put_all(struct rdma_link *gone)
 		shim_rdma_link_put(gone);
 		gone = next;
 	}
+}
+
+/*
+ * The sweeper: while the table holds links of this process, a thread of
+ * the shim's own looks at them every SWEEP_MS (or a quarter of the idle
+ * bound, when shorter) and lets go of those prune_locked drops: an idle
+ * link is closed though no connection comes to look (a server whose
+ * clients went quiet keeps no QP and no cells for them), and one whose CM
+ * peer left is freed at once, with the port its CM id holds. It ends when
+ * the table has no link left; a fork child starts its own.
+ */
+#define SWEEP_MS 1000
+static pid_t sweeper_pid; /* under table_lock: the process whose sweeper runs */
+
+static unsigned sweep_ms(void)
+{
+	unsigned q = shim_cfg.rdma_link_idle_ms / 4;
+
+	return q && q < SWEEP_MS ? (q < 10 ? 10 : q) : SWEEP_MS;
+}
+
+static void *sweeper_main(void *arg)
+{
+	(void)arg;
+	pthread_setname_np(pthread_self(), "rdmashim-links");
+	for (;;) {
+		struct timespec pause = { .tv_sec = sweep_ms() / 1000, .tv_nsec = (long)(sweep_ms() % 1000) * 1000000L };
+		struct rdma_link *gone;
+		bool more;
+
+		nanosleep(&pause, NULL);
+		pthread_mutex_lock(&table_lock);
+		/* The CM events say whether a peer left (it sent its DREQ). */
+		for (struct rdma_link *l = table; l; l = l->next)
+			if (l->pid == shim_self_pid())
+				(void)shim_rdma_link_cm_gone(l);
+		gone = prune_locked();
+		more = table != NULL;
+		if (!more)
+			sweeper_pid = 0;
+		pthread_mutex_unlock(&table_lock);
+		put_all(gone);
+		if (!more)
+			return NULL;
+	}
+}
+
+/* Precondition: table_lock held, and the table holds a link of ours. */
+static void sweeper_start_locked(void)
+{
+	if (sweeper_pid == shim_self_pid())
+		return;
+	if (shim_bgthread_start(sweeper_main, NULL) == 0)
+		sweeper_pid = shim_self_pid();
 }
 
 struct rdma_link *shim_rdma_link_for_server(const struct shim_endpoint *server)
@@ -152,67 +241,109 @@ bool shim_rdma_link_claim(const struct shim_tuple *t, unsigned long long max_age
 }
 
 /*
- * S: links being made toward client hosts (a connection of ours in
- * rdma_cm's way), counted per host. With SHIM_LINK_MAKING_MAX of them on
- * the way, a later connection to that host waits for one to come up and
- * for the client's OFFER on it, instead of making a link of its own: a
- * burst of connections (a pool that opens at once, or one past a full
- * link) then makes about a link per cap, not a link per connection, each
- * sized for a full cap (1000 at once made 528 and the server was killed
- * for memory). A few hosts at a time; past that, no
- * waiting. A fork child's attempts are its parent's: it starts afresh.
+ * S: per client host, the links being made toward it (a connection of
+ * ours in rdma_cm's way) and the connections waiting to join one. A burst
+ * of connections (a pool that opens at once, or one past a full link)
+ * then makes about a link per cap, not a link per connection, each sized
+ * for a full cap (1000 at once made 528 and the server was killed for
+ * memory): a connection waits while the room on the links up and on their
+ * way covers every waiter (shim_rdma_link_room_coming). A few hosts at a
+ * time; past that, no waiting. A fork child's counts are its parent's: it
+ * starts afresh.
  */
 #define PENDING_HOSTS 16
-static struct {
+struct host_count {
 	uint8_t addr[16];
-	unsigned n;
-} pending[PENDING_HOSTS];
+	unsigned making;  /* links on their way */
+	unsigned waiting; /* connections waiting to join one */
+};
+static struct host_count pending[PENDING_HOSTS];
 static pid_t pending_pid;
 
-/* Precondition: table_lock held. */
-static void pending_own_locked(void)
+/* Precondition: table_lock held. The host's counts; a free entry taken
+ * for it when make is true; NULL when it has none. */
+static struct host_count *host_counts(const uint8_t addr[16], bool make)
 {
+	struct host_count *spare = NULL;
+
 	if (pending_pid != shim_self_pid()) {
 		memset(pending, 0, sizeof(pending));
 		pending_pid = shim_self_pid();
 	}
+	for (unsigned i = 0; i < PENDING_HOSTS; i++) {
+		bool used = pending[i].making || pending[i].waiting;
+
+		if (used && memcmp(pending[i].addr, addr, 16) == 0)
+			return &pending[i];
+		if (!used && !spare)
+			spare = &pending[i];
+	}
+	if (!make || !spare)
+		return NULL;
+	memcpy(spare->addr, addr, 16);
+	return spare;
 }
 
-bool shim_rdma_link_making(const uint8_t addr[16], bool start)
+/* One more (start) or one fewer in *field of addr's counts; true:
+ * counted (the end must then be told). */
+static bool count_host(const uint8_t addr[16], size_t field, bool start)
 {
+	struct host_count *h;
 	bool counted = false;
-	unsigned i;
 
 	pthread_mutex_lock(&table_lock);
-	pending_own_locked();
-	for (i = 0; i < PENDING_HOSTS && !counted; i++) {
-		if (pending[i].n && memcmp(pending[i].addr, addr, 16) == 0) {
-			pending[i].n += start ? 1 : -1;
-			counted = true;
-		}
-	}
-	for (i = 0; i < PENDING_HOSTS && !counted && start; i++) {
-		if (!pending[i].n) {
-			memcpy(pending[i].addr, addr, 16);
-			pending[i].n = 1;
-			counted = true;
-		}
+	h = host_counts(addr, start);
+	if (h) {
+		unsigned *n = (unsigned *)((char *)h + field);
+
+		*n += start ? 1 : -1;
+		counted = true;
 	}
 	pthread_mutex_unlock(&table_lock);
 	return counted;
 }
 
+bool shim_rdma_link_making(const uint8_t addr[16], bool start)
+{
+	return count_host(addr, offsetof(struct host_count, making), start);
+}
+
+bool shim_rdma_link_waiting(const uint8_t addr[16], bool start)
+{
+	return count_host(addr, offsetof(struct host_count, waiting), start);
+}
+
 unsigned shim_rdma_link_makings(const struct shim_endpoint *client)
 {
-	unsigned n = 0;
+	struct host_count *h;
+	unsigned n;
 
 	pthread_mutex_lock(&table_lock);
-	pending_own_locked();
-	for (unsigned i = 0; i < PENDING_HOSTS && !n; i++)
-		if (pending[i].n && memcmp(pending[i].addr, client->addr, 16) == 0)
-			n = pending[i].n;
+	h = host_counts(client->addr, false);
+	n = h ? h->making : 0;
 	pthread_mutex_unlock(&table_lock);
 	return n;
+}
+
+bool shim_rdma_link_room_coming(const struct shim_endpoint *client)
+{
+	unsigned room = 0, per_new = shim_cfg.rdma_link_conns > 1 ? shim_cfg.rdma_link_conns - 1 : 0;
+	struct host_count *h;
+	struct rdma_link *gone;
+	bool enough;
+
+	pthread_mutex_lock(&table_lock);
+	gone = prune_locked();
+	for (struct rdma_link *l = table; l; l = l->next)
+		if (!l->client && alive(l) && memcmp(l->peer.addr, client->addr, 16) == 0)
+			room += room_on(l);
+	h = host_counts(client->addr, false);
+	/* Each link on its way comes up with its maker on it. */
+	enough = h && (h->making >= SHIM_LINK_MAKING_MAX ||
+		       ((room > 0 || h->making > 0) && room + h->making * per_new >= h->waiting));
+	pthread_mutex_unlock(&table_lock);
+	put_all(gone);
+	return enough;
 }
 
 void shim_rdma_link_making_mark(struct shim_sock *s, struct rdma_conn *c)
@@ -221,6 +352,23 @@ void shim_rdma_link_making_mark(struct shim_sock *s, struct rdma_conn *c)
 		return;
 	memcpy(c->making_addr, s->tuple.peer.addr, 16);
 	c->making_link = shim_rdma_link_making(c->making_addr, true);
+}
+
+void shim_rdma_link_waiting_mark(struct shim_sock *s, struct rdma_conn *c)
+{
+	if (c->waiting_counted)
+		return;
+	memcpy(c->making_addr, s->tuple.peer.addr, 16);
+	c->waiting_counted = shim_rdma_link_waiting(c->making_addr, true);
+}
+
+void shim_rdma_link_waiting_done(struct rdma_conn *c)
+{
+	/* A fork child's wait was counted in its parent, not here. */
+	if (!c->waiting_counted || c->pid != shim_self_pid())
+		return;
+	c->waiting_counted = false;
+	shim_rdma_link_waiting(c->making_addr, false);
 }
 
 void shim_rdma_link_making_done(struct rdma_conn *c)

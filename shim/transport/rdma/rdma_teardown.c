@@ -73,6 +73,7 @@ void shim_rdma_teardown(struct rdma_conn *c)
 		}
 	}
 	shim_rdma_link_making_done(c);
+	shim_rdma_link_waiting_done(c);
 	c->torn_down = true;
 	/* Our place on the link goes (its memory once the peer released it
 	 * too); the last reference frees the link. */
