@@ -135,6 +135,23 @@ START_TEST(aging_goes_on_past_the_taken_offer)
 }
 END_TEST
 
+/* The sweeper's look (no connection of its own): the aged OFFERs go, a
+ * RELEASE owed for each, and no young one is taken, whatever it names. */
+START_TEST(with_no_connection_the_scan_only_ages)
+{
+	struct shim_rdma_link_msg m;
+
+	keep(0, 40001, NOW - 2 * MAX_AGE, 11);
+	keep(1, 0, NOW - MS, 12);
+	ck_assert(!shim_rdma_link_offers_scan(link_, NULL, MAX_AGE, NOW, &m));
+	ck_assert(!link_->offers[0].used);
+	ck_assert(link_->offers[1].used);
+	ck_assert_uint_eq(link_->n_owed, 1);
+	ck_assert_uint_eq(link_->owed[0], 11);
+	ck_assert_uint_eq(link_->offers_kept, 1);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("link_offers");
@@ -145,6 +162,7 @@ int main(void)
 	tcase_add_test(tc, aged_offers_of_other_connections_go_with_a_release_each);
 	tcase_add_test(tc, its_own_aged_offer_is_released_not_taken);
 	tcase_add_test(tc, aging_goes_on_past_the_taken_offer);
+	tcase_add_test(tc, with_no_connection_the_scan_only_ages);
 	suite_add_tcase(s, tc);
 	return shim_check_run(s);
 }

@@ -687,7 +687,7 @@ bool shim_rdma_link_offers_scan(struct rdma_link *l, const struct shim_tuple *t,
 		/* at_ns may be after the now of a caller that reaped it. */
 		bool aged = o->at_ns + max_age_ns < now;
 
-		if (!o->used || (!aged && (found || !offer_names(&o->msg, t))))
+		if (!o->used || (!aged && (found || !t || !offer_names(&o->msg, t))))
 			continue;
 		o->used = false;
 		__atomic_sub_fetch(&l->offers_kept, 1, __ATOMIC_RELAXED);

@@ -177,7 +177,8 @@ void shim_rdma_link_put(struct rdma_link *l);
 /* Traces rdma.link with its state (up, down) and why. */
 void shim_rdma_link_trace(const struct rdma_link *l, int level, const char *state, const char *why);
 /* S: takes the pending OFFER for connection t (S's view) younger than
- * max_age_ns, reaping first; sends the RELEASEs owed for OFFERs dropped. */
+ * max_age_ns, reaping first; sends the RELEASEs owed for OFFERs dropped
+ * (t NULL: takes none, only drops the aged ones). */
 bool shim_rdma_link_take_offer(struct rdma_link *l, const struct shim_tuple *t, unsigned long long max_age_ns,
 			       struct shim_rdma_link_msg *out);
 /* Under l->lock, with now from shim_now_ns(): takes the OFFER for t into
@@ -185,7 +186,8 @@ bool shim_rdma_link_take_offer(struct rdma_link *l, const struct shim_tuple *t, 
  * whichever connection it names (no claim takes it any more, and a kept one
  * counts as a held place, so a stale OFFER at a process that will never
  * claim it made the link look full at both ends); a RELEASE is owed for
- * each dropped (l->owed, sent by the caller outside the lock). */
+ * each dropped (l->owed, sent by the caller outside the lock). t NULL:
+ * takes none, only ages (the sweeper, rdma_link_table.c). */
 bool shim_rdma_link_offers_scan(struct rdma_link *l, const struct shim_tuple *t, unsigned long long max_age_ns,
 				unsigned long long now, struct shim_rdma_link_msg *out);
 

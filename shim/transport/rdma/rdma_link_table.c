@@ -154,6 +154,9 @@ static void *sweeper_main(void *arg)
 		struct rdma_link *gone;
 		bool more;
 
+		struct rdma_link *aging[8];
+		unsigned n_aging = 0;
+
 		nanosleep(&pause, NULL);
 		pthread_mutex_lock(&table_lock);
 		/* The CM events say whether a peer left (it sent its DREQ). */
@@ -161,11 +164,26 @@ static void *sweeper_main(void *arg)
 			if (l->pid == shim_self_pid())
 				(void)shim_rdma_link_cm_gone(l);
 		gone = prune_locked();
+		/* OFFERs kept for connections no claim here takes (another
+		 * process's) age out here too: each holds a place at both
+		 * ends, and the link would never be idle. */
+		for (struct rdma_link *l = table; l && n_aging < 8; l = l->next)
+			if (!l->client && __atomic_load_n(&l->offers_kept, __ATOMIC_RELAXED)) {
+				shim_rdma_link_get(l);
+				aging[n_aging++] = l;
+			}
 		more = table != NULL;
 		if (!more)
 			sweeper_pid = 0;
 		pthread_mutex_unlock(&table_lock);
 		put_all(gone);
+		for (unsigned i = 0; i < n_aging; i++) {
+			struct shim_rdma_link_msg none;
+
+			(void)shim_rdma_link_take_offer(aging[i], NULL, (unsigned long long)shim_cfg.cm_timeout_ms * 1000000ull,
+							&none);
+			shim_rdma_link_put(aging[i]);
+		}
 		if (!more)
 			return NULL;
 	}
