@@ -54,13 +54,13 @@
 #            call on it (conn/fo_worker.h) delivers it; the same checks.
 #   burst    RDMASHIM_RDMA_LINK_CONNS=LINKS_FULL_CAP (8) and no warm-up
 #            connection: every handshake starts when the RDMA warm-up
-#            ends, at once; the server's connections wait to join the
-#            links on their way while those have room for every waiter
-#            (rdma.link wait_link, counted at A), and join by OFFER: N/8
-#            QPs here (4), at most N/8 + 3 (a waiter whose bound ran out
-#            makes its own), where a link per connection would be N. The
-#            rule before (wait only while 4 links were on their way) made
-#            up to 9.
+#            ends, at once; the server makes 4 links at once and its
+#            other connections wait to join them while they have room for
+#            every waiter (rdma.link wait_link, counted at A), and join by
+#            OFFER: N/8 QPs here (4), at most N/8 + 3 (a waiter whose bound
+#            ran out makes its own), where a link per connection would be
+#            N. The rule before (a waiter made a link whenever none with
+#            room was up and fewer than 4 were on their way) made up to 9.
 #   idle     RDMASHIM_RDMA_LINK_IDLE_MS=LINKS_IDLE_MS (1500) at both ends
 #            and a longer warm-up connection (3 s): its link carries
 #            nothing once it closed, and each process lets it go (rdma.link

@@ -39,6 +39,14 @@ shim() {
       LD_PRELOAD="$LIB" "$@"
 }
 events() { cat "$T/$1"/trace.*.jsonl 2>/dev/null | grep "\"event\":\"$2\"" | grep -c "$3" || true; }
+# outcomes NAME: how NAME's connections ended their upgrades, and its
+# links' events (printed when a check on them failed: the traces stay in
+# the VM).
+outcomes() {
+  echo "   ${ROLE^^}: $1: upgrade outcomes: $(cat "$T/$1"/trace.*.jsonl 2>/dev/null |
+    grep -E '"event":"(upgrade\.(done|fail)|rdma\.link)"' |
+    sed -E 's/.*"event":"([a-z.]*)".*("reason":"[a-z_]*"|"state":"[a-z_]*").*/\1 \2/' | sort | uniq -c | tr -s ' \n' ' ')"
+}
 
 rxe_up "$IFACE" "$ADDR/$PREFIX" || { echo "not ok - rxe up"; exit 1; }
 
@@ -63,6 +71,7 @@ if [[ $ROLE == a ]]; then
     grep -q 'stress-server: OK conns=7 failed=0' "$T/stress.server"
   n=$(events stress upgrade.done '"transport":"rdma"')
   check "A: server side upgraded to rdma by itself ($n of 4)" test "$n" -eq 4
+  ((n == 4)) || outcomes stress
   # sockperf runs in the background; the phase-2 server below outlives B's
   # sockperf client, since B only starts phase 2 after it.
   shim sockperf "$P3" timeout 400 sockperf sr --tcp -i "$ADDR" -p "$P3" > "$T/sockperf.server" 2>&1 &
@@ -109,6 +118,7 @@ else
   check "B: stress client 16M 4 conns mixed half-close (status $rc)" grep -q '^stress: OK' "$T/stress.client"
   n=$(events stress upgrade.done '"transport":"rdma"')
   check "B: client side upgraded to rdma by itself ($n of 4)" test "$n" -eq 4
+  ((n == 4)) || outcomes stress
   # Plain peers across the hosts, both ways: a plain client (no shim) for 3 s
   # against A's shim server, and a shim client against A's plain server.
   rc=0

@@ -222,8 +222,10 @@ static inline bool shim_rdma_link_broken(const struct rdma_link *l)
 /* C: a trusted link of this process to the server's endpoint, with a
  * reference, or NULL. */
 struct rdma_link *shim_rdma_link_for_server(const struct shim_endpoint *server);
-/* S: whether a trusted link goes to that client host (wait for its OFFER). */
-bool shim_rdma_link_toward(const struct shim_endpoint *client);
+/* S: whether a trusted link goes to that client host, and whether one of
+ * them has room (wait for C's OFFER on it). */
+enum shim_link_toward { SHIM_LINK_NONE, SHIM_LINK_FULL, SHIM_LINK_ROOM };
+enum shim_link_toward shim_rdma_link_toward(const struct shim_endpoint *client);
 /* S: a link toward the client host addr is being made by rdma_cm (start),
  * or that attempt ended (its link trusted, or it failed); a connection
  * waits to join a link toward it, or no longer does. true: counted (the
@@ -237,11 +239,12 @@ bool shim_rdma_link_waiting(const uint8_t addr[16], bool start);
 #define SHIM_LINK_MAKING_MAX 4
 unsigned shim_rdma_link_makings(const struct shim_endpoint *client);
 /* S: whether the connections waiting to join a link toward that client
- * host fit on what is there and on its way: the room on the trusted links
- * with room, plus RDMASHIM_RDMA_LINK_CONNS - 1 for each link being made
- * (its maker takes a place), covers them all; or SHIM_LINK_MAKING_MAX are
- * on their way. false: one of them makes a link (a burst makes about a
- * link per cap; before this count it made one whenever a link filled up
+ * host (those that found SHIM_LINK_MAKING_MAX on their way) fit on what is
+ * there and on its way: the room on the trusted links, plus
+ * RDMASHIM_RDMA_LINK_CONNS - 1 for each link being made (its maker takes a
+ * place), covers them all; or SHIM_LINK_MAKING_MAX are on their way.
+ * false: the asking waiter makes a link (a burst makes about a link per
+ * cap; before this count a waiter made one whenever a link filled up
  * while others were still on their way: 9 for 32 connections at a cap of
  * 8). */
 bool shim_rdma_link_room_coming(const struct shim_endpoint *client);

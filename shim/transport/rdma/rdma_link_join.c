@@ -14,12 +14,12 @@
  * it claimed, or rdma_cm's connect). S waits for an OFFER only while a link
  * to C's host exists, at most 200 ms, then takes rdma_cm's way.
  *
- * A burst: while the links toward C's host that are up or on their way
- * have room for every connection waiting to join one
- * (shim_rdma_link_room_coming), the next ones wait (half the CM bound at
- * most) for those and then for C's OFFER on one, instead of making a link
- * each, and C, still listening, sends its OFFER once a link to the
- * server's endpoint is there (at most one OFFER).
+ * A burst: once SHIM_LINK_MAKING_MAX connections of S's make links toward
+ * C's host by rdma_cm, the next ones wait (half the CM bound at most) for
+ * those and then for C's OFFER on one, instead of making a link each,
+ * while the links up and on their way have room for every waiter
+ * (shim_rdma_link_room_coming); C, still listening, sends its OFFER once
+ * a link to the server's endpoint is there (at most one OFFER).
  */
 #include "rdma.h"
 
@@ -188,24 +188,35 @@ static bool s_take_offer(struct shim_sock *s, int fd, struct rdma_conn *c)
 
 bool shim_rdma_link_begin(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now)
 {
+	enum shim_link_toward toward;
+	unsigned makings;
+
 	if (!shim_cfg.rdma_links || s->role != SHIM_ROLE_SERVER)
 		return false;
 	if (s_take_offer(s, fd, c))
 		return true;
-	if (shim_rdma_link_toward(&s->tuple.peer)) {
+	toward = shim_rdma_link_toward(&s->tuple.peer);
+	if (toward == SHIM_LINK_ROOM) {
 		c->link_wait_ns = now + s_wait_ns();
-	} else {
-		/* None with room: wait for those on their way when they have
-		 * room for every waiter, this one counted. */
-		shim_rdma_link_waiting_mark(s, c);
-		if (!c->waiting_counted || !shim_rdma_link_room_coming(&s->tuple.peer)) {
-			shim_rdma_link_waiting_done(c);
-			return false;
-		}
-		c->waits_for_link = true;
-		c->link_wait_ns = now + s_link_wait_ns();
-		trace_join(s, fd, c, "wait_link");
+		c->step = RDMA_S_LINK_WAIT;
+		return true;
 	}
+	/* None with room. With none up at all (the start of a burst, or a
+	 * few connections at once), ours is made now beside up to 3 others:
+	 * they do not wait for one link's rdma_cm round trips (seconds under
+	 * emulation). Past that, or once links to C's host are up and full,
+	 * we wait for those on their way while they have room for every
+	 * waiter, this one counted. */
+	shim_rdma_link_waiting_mark(s, c);
+	makings = shim_rdma_link_makings(&s->tuple.peer);
+	if (makings < SHIM_LINK_MAKING_MAX &&
+	    (toward == SHIM_LINK_NONE || !shim_rdma_link_room_coming(&s->tuple.peer))) {
+		shim_rdma_link_waiting_done(c);
+		return false;
+	}
+	c->waits_for_link = true;
+	c->link_wait_ns = now + s_link_wait_ns();
+	trace_join(s, fd, c, "wait_link");
 	c->step = RDMA_S_LINK_WAIT;
 	return true;
 }

@@ -214,15 +214,16 @@ struct rdma_link *shim_rdma_link_for_server(const struct shim_endpoint *server)
 	return found;
 }
 
-bool shim_rdma_link_toward(const struct shim_endpoint *client)
+enum shim_link_toward shim_rdma_link_toward(const struct shim_endpoint *client)
 {
+	enum shim_link_toward found = SHIM_LINK_NONE;
 	struct rdma_link *gone;
-	bool found = false;
 
 	pthread_mutex_lock(&table_lock);
 	gone = prune_locked();
-	for (struct rdma_link *l = table; l && !found; l = l->next)
-		found = !l->client && usable(l) && memcmp(l->peer.addr, client->addr, 16) == 0;
+	for (struct rdma_link *l = table; l && found != SHIM_LINK_ROOM; l = l->next)
+		if (!l->client && alive(l) && memcmp(l->peer.addr, client->addr, 16) == 0)
+			found = room_on(l) > 0 ? SHIM_LINK_ROOM : SHIM_LINK_FULL;
 	pthread_mutex_unlock(&table_lock);
 	/* A broken link's CM id holds a port in rdma_cm's space until it is
 	 * freed: let it go now. */
