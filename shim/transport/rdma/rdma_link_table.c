@@ -151,11 +151,9 @@ static void *sweeper_main(void *arg)
 	pthread_setname_np(pthread_self(), "rdmashim-links");
 	for (;;) {
 		struct timespec pause = { .tv_sec = sweep_ms() / 1000, .tv_nsec = (long)(sweep_ms() % 1000) * 1000000L };
-		struct rdma_link *gone;
-		bool more;
-
-		struct rdma_link *aging[8];
+		struct rdma_link *gone, *aging[8];
 		unsigned n_aging = 0;
+		bool more;
 
 		nanosleep(&pause, NULL);
 		pthread_mutex_lock(&table_lock);
