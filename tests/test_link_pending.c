@@ -7,13 +7,15 @@
  * ended; an end that was never counted changes nothing (no wrap that would
  * make every later connection wait); past the table's hosts nothing is
  * counted (and the caller is told so); a fork child starts with none of
- * its parent's attempts, which it does not own.
+ * its parent's attempts, which it does not own. The waiters are counted
+ * beside them, and wait while the links on their way have room for all.
  */
 #include <check.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "rdma_link.h"
 #include "self.h"
 #include "check_run.h"
@@ -104,6 +106,50 @@ START_TEST(a_fork_child_starts_with_none_of_its_parents)
 }
 END_TEST
 
+/* A host's entry kept by its waiters alone: an end of a link attempt
+ * that was never counted does not wrap the count of those on their way
+ * (every later connection would wait for links that do not come). */
+START_TEST(an_uncounted_end_does_not_wrap_a_host_kept_by_its_waiters)
+{
+	struct shim_endpoint a = host(5);
+
+	ck_assert(shim_rdma_link_waiting(a.addr, true));
+	ck_assert(!shim_rdma_link_making(a.addr, false));
+	ck_assert_uint_eq(shim_rdma_link_makings(&a), 0);
+	ck_assert(shim_rdma_link_waiting(a.addr, false));
+	ck_assert(!shim_rdma_link_waiting(a.addr, false));
+}
+END_TEST
+
+/* The burst rule (shim/PROTOCOL.md, "A burst"), with no link up: waiters
+ * wait while the links on their way have a place for each of them (a cap
+ * less the maker's), or while SHIM_LINK_MAKING_MAX are on their way; with
+ * none on its way nobody waits. */
+START_TEST(waiters_wait_while_the_links_on_their_way_have_room_for_them)
+{
+	struct shim_endpoint a = host(6);
+	unsigned i;
+
+	shim_cfg.rdma_link_conns = 8;
+	ck_assert(shim_rdma_link_waiting(a.addr, true));
+	ck_assert(!shim_rdma_link_room_coming(&a));
+	ck_assert(shim_rdma_link_making(a.addr, true));
+	for (i = 1; i < 7; i++)
+		ck_assert(shim_rdma_link_waiting(a.addr, true));
+	ck_assert(shim_rdma_link_room_coming(&a));
+	ck_assert(shim_rdma_link_waiting(a.addr, true));
+	ck_assert(!shim_rdma_link_room_coming(&a));
+	ck_assert(shim_rdma_link_making(a.addr, true));
+	ck_assert(shim_rdma_link_room_coming(&a));
+	for (i = 0; i < 21; i++) /* 29 waiters: 4 links on their way hold 28 */
+		ck_assert(shim_rdma_link_waiting(a.addr, true));
+	ck_assert(!shim_rdma_link_room_coming(&a));
+	for (i = 2; i < SHIM_LINK_MAKING_MAX; i++)
+		ck_assert(shim_rdma_link_making(a.addr, true));
+	ck_assert(shim_rdma_link_room_coming(&a));
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("link_pending");
@@ -113,6 +159,8 @@ int main(void)
 	tcase_add_test(tc, an_end_never_counted_changes_nothing);
 	tcase_add_test(tc, past_the_tables_hosts_nothing_is_counted);
 	tcase_add_test(tc, a_fork_child_starts_with_none_of_its_parents);
+	tcase_add_test(tc, an_uncounted_end_does_not_wrap_a_host_kept_by_its_waiters);
+	tcase_add_test(tc, waiters_wait_while_the_links_on_their_way_have_room_for_them);
 	suite_add_tcase(s, tc);
 	return shim_check_run(s);
 }

@@ -313,8 +313,11 @@ static bool count_host(const uint8_t addr[16], size_t field, bool start)
 	if (h) {
 		unsigned *n = (unsigned *)((char *)h + field);
 
-		*n += start ? 1 : -1;
-		counted = true;
+		/* An end never counted (the host's entry kept by its other
+		 * count) must not wrap this one. */
+		counted = start || *n > 0;
+		if (counted)
+			*n += start ? 1 : -1;
 	}
 	pthread_mutex_unlock(&table_lock);
 	return counted;
