@@ -189,7 +189,6 @@ static bool s_take_offer(struct shim_sock *s, int fd, struct rdma_conn *c)
 bool shim_rdma_link_begin(struct shim_sock *s, int fd, struct rdma_conn *c, unsigned long long now)
 {
 	enum shim_link_toward toward;
-	unsigned makings;
 
 	if (!shim_cfg.rdma_links || s->role != SHIM_ROLE_SERVER)
 		return false;
@@ -206,11 +205,12 @@ bool shim_rdma_link_begin(struct shim_sock *s, int fd, struct rdma_conn *c, unsi
 	 * they do not wait for one link's rdma_cm round trips (seconds under
 	 * emulation). Past that, or once links to C's host are up and full,
 	 * we wait for those on their way while they have room for every
-	 * waiter, this one counted. */
+	 * waiter, this one counted (room_coming holds while 4 are on their
+	 * way). */
+	if (toward == SHIM_LINK_NONE && shim_rdma_link_makings(&s->tuple.peer) < SHIM_LINK_MAKING_MAX)
+		return false;
 	shim_rdma_link_waiting_mark(s, c);
-	makings = shim_rdma_link_makings(&s->tuple.peer);
-	if (makings < SHIM_LINK_MAKING_MAX &&
-	    (toward == SHIM_LINK_NONE || !shim_rdma_link_room_coming(&s->tuple.peer))) {
+	if (toward == SHIM_LINK_FULL && !shim_rdma_link_room_coming(&s->tuple.peer)) {
 		shim_rdma_link_waiting_done(c);
 		return false;
 	}

@@ -73,6 +73,12 @@ static bool usable(struct rdma_link *l)
 	return alive(l) && room_on(l) > 0;
 }
 
+/* Precondition: table_lock held. S's live link toward client host addr. */
+static bool toward_host(struct rdma_link *l, const uint8_t addr[16])
+{
+	return !l->client && alive(l) && memcmp(l->peer.addr, addr, 16) == 0;
+}
+
 /* Precondition: table_lock held. A link that carried nothing (no place,
  * no kept OFFER) for RDMASHIM_RDMA_LINK_IDLE_MS, and that only the table
  * holds: every other reference is a connection's on it or a lookup's,
@@ -150,7 +156,8 @@ static void *sweeper_main(void *arg)
 	(void)arg;
 	pthread_setname_np(pthread_self(), "rdmashim-links");
 	for (;;) {
-		struct timespec pause = { .tv_sec = sweep_ms() / 1000, .tv_nsec = (long)(sweep_ms() % 1000) * 1000000L };
+		unsigned ms = sweep_ms();
+		struct timespec pause = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
 		struct rdma_link *gone, *aging[8];
 		unsigned n_aging = 0;
 		bool more;
@@ -220,7 +227,7 @@ enum shim_link_toward shim_rdma_link_toward(const struct shim_endpoint *client)
 	pthread_mutex_lock(&table_lock);
 	gone = prune_locked();
 	for (struct rdma_link *l = table; l && found != SHIM_LINK_ROOM; l = l->next)
-		if (!l->client && alive(l) && memcmp(l->peer.addr, client->addr, 16) == 0)
+		if (toward_host(l, client->addr))
 			found = room_on(l) > 0 ? SHIM_LINK_ROOM : SHIM_LINK_FULL;
 	pthread_mutex_unlock(&table_lock);
 	/* A broken link's CM id holds a port in rdma_cm's space until it is
@@ -241,7 +248,7 @@ bool shim_rdma_link_claim(const struct shim_tuple *t, unsigned long long max_age
 	 * its OFFER is taken and released (rdma_link_join.c). */
 	pthread_mutex_lock(&table_lock);
 	for (struct rdma_link *l = table; l && n < 8; l = l->next)
-		if (!l->client && alive(l) && memcmp(l->peer.addr, t->peer.addr, 16) == 0) {
+		if (toward_host(l, t->peer.addr)) {
 			shim_rdma_link_get(l);
 			cand[n++] = l;
 		}
@@ -355,7 +362,7 @@ bool shim_rdma_link_room_coming(const struct shim_endpoint *client)
 	pthread_mutex_lock(&table_lock);
 	gone = prune_locked();
 	for (struct rdma_link *l = table; l; l = l->next)
-		if (!l->client && alive(l) && memcmp(l->peer.addr, client->addr, 16) == 0)
+		if (toward_host(l, client->addr))
 			room += room_on(l);
 	h = host_counts(client->addr, false);
 	/* Each link on its way comes up with its maker on it. */
@@ -366,38 +373,44 @@ bool shim_rdma_link_room_coming(const struct shim_endpoint *client)
 	return enough;
 }
 
+/* c counted in one of its client host's counts (field), *counted saying
+ * so; and the end of that. */
+static void conn_count(struct rdma_conn *c, bool *counted, size_t field, const uint8_t addr[16])
+{
+	if (*counted)
+		return;
+	memcpy(c->making_addr, addr, 16);
+	*counted = count_host(c->making_addr, field, true);
+}
+
+static void conn_uncount(struct rdma_conn *c, bool *counted, size_t field)
+{
+	/* A fork child's count was its parent's, not here. */
+	if (!*counted || c->pid != shim_self_pid())
+		return;
+	*counted = false;
+	count_host(c->making_addr, field, false);
+}
+
 void shim_rdma_link_making_mark(struct shim_sock *s, struct rdma_conn *c)
 {
-	if (!shim_cfg.rdma_links || c->making_link || s->role != SHIM_ROLE_SERVER)
-		return;
-	memcpy(c->making_addr, s->tuple.peer.addr, 16);
-	c->making_link = shim_rdma_link_making(c->making_addr, true);
-}
-
-void shim_rdma_link_waiting_mark(struct shim_sock *s, struct rdma_conn *c)
-{
-	if (c->waiting_counted)
-		return;
-	memcpy(c->making_addr, s->tuple.peer.addr, 16);
-	c->waiting_counted = shim_rdma_link_waiting(c->making_addr, true);
-}
-
-void shim_rdma_link_waiting_done(struct rdma_conn *c)
-{
-	/* A fork child's wait was counted in its parent, not here. */
-	if (!c->waiting_counted || c->pid != shim_self_pid())
-		return;
-	c->waiting_counted = false;
-	shim_rdma_link_waiting(c->making_addr, false);
+	if (shim_cfg.rdma_links && s->role == SHIM_ROLE_SERVER)
+		conn_count(c, &c->making_link, offsetof(struct host_count, making), s->tuple.peer.addr);
 }
 
 void shim_rdma_link_making_done(struct rdma_conn *c)
 {
-	/* A fork child's attempt was counted in its parent, not here. */
-	if (!c->making_link || c->pid != shim_self_pid())
-		return;
-	c->making_link = false;
-	shim_rdma_link_making(c->making_addr, false);
+	conn_uncount(c, &c->making_link, offsetof(struct host_count, making));
+}
+
+void shim_rdma_link_waiting_mark(struct shim_sock *s, struct rdma_conn *c)
+{
+	conn_count(c, &c->waiting_counted, offsetof(struct host_count, waiting), s->tuple.peer.addr);
+}
+
+void shim_rdma_link_waiting_done(struct rdma_conn *c)
+{
+	conn_uncount(c, &c->waiting_counted, offsetof(struct host_count, waiting));
 }
 
 void shim_rdma_link_atfork(bool prepare)
