@@ -28,9 +28,11 @@
 #
 # Tunables: SAN_SCENARIOS (names, as for integration/run-all.sh), SAN_LEAKS=1
 # (leak checks in the scenarios too, see below), STRESS_BYTES
-# (t_shm_stress's volume; default 1G, 512M under TSan, where
-# the copies are several times slower; not less: t_shm_stress wants every
-# connection upgraded before its stream ends, which short streams are not).
+# (t_shm_stress's volume under ASan; default 1G), STRESS_DURATION
+# (t_shm_stress's streams under TSan, seconds; default 4: unbounded
+# streams for that long instead of a volume, because t_shm_stress wants
+# every connection upgraded before its stream ends, and under TSan a
+# bounded share could end first, see t_shm_stress.sh).
 # Under TSan, and in t_shm_shapes under both, the shimmed commands get
 # RDMASHIM_UPGRADE_TIMEOUT_MS=15000 (unless a scenario sets its own): in
 # t_shm_shapes' prefork cases a connection waits in the accept queue for a
@@ -47,6 +49,7 @@ case $KIND in
     RUNTIME=$(gcc -print-file-name=libasan.so)
     WHERE=SHIM_PRELOAD_EXTRA
     STRESS_DEFAULT=1G
+    DURATION_DEFAULT=
     DEFAULT_VARS=
     # Not t_shm_http: curl itself hangs at start-up in setlocale's lock
     # with libasan preloaded, with or without the shim.
@@ -71,6 +74,7 @@ case $KIND in
     RUNTIME=$(gcc -print-file-name=libtsan.so)
     WHERE=SHIM_PRELOAD_AFTER
     STRESS_DEFAULT=512M
+    DURATION_DEFAULT=4
     DEFAULT_VARS=RDMASHIM_UPGRADE_TIMEOUT_MS=15000
     # Not t_concurrency: its programs close fds other threads are using on
     # purpose, which TSan reports as races on the fd (with the shim
@@ -117,7 +121,8 @@ run_scenarios() {
   shift
   (($# > 0)) || return 0
   env "${SCENARIO_OPTS[@]}" SHIM_LIB="$BUILD/lib/librdmashim.so" $WHERE="$RUNTIME" \
-    STRESS_BYTES="${STRESS_BYTES:-$STRESS_DEFAULT}" SHIM_DEFAULT_VARS="$vars" \
+    STRESS_BYTES="${STRESS_BYTES:-$STRESS_DEFAULT}" STRESS_DURATION="${STRESS_DURATION-$DURATION_DEFAULT}" \
+    SHIM_DEFAULT_VARS="$vars" \
     INTEGRATION_LOGS="$BUILD/integration-logs" "$ROOT/integration/run-all.sh" "$@"
 }
 read -r -d '' -a names <<<"${SAN_SCENARIOS:-$DEFAULT_SCENARIOS}" || true # -d '': all lines
