@@ -55,7 +55,7 @@ case $KIND in
     # with libasan preloaded, with or without the shim.
     DEFAULT_SCENARIOS="t_passfd t_shm_security t_shm_plain_peers t_shm_shapes t_shm_stress t_shm_calls
                        t_shm_close_answer t_redis t_shm_inetd t_sandboxed t_shm_peer_killed
-                       t_concurrency t_shm_hostile t_shm_pair t_shm_unpaid"
+                       t_concurrency t_shm_hostile t_shm_pair t_shm_unpaid t_shm_loop_handshake"
     # Leaks: always in the unit tests; in the scenarios with SAN_LEAKS=1
     # only: the check at exit of a shimmed echo_client adds 0.4-0.5 s (the
     # medians of t_shm_plain_peers' cases 1-5 went from 20-60 ms to
@@ -79,7 +79,7 @@ case $KIND in
     # Not t_concurrency: its programs close fds other threads are using on
     # purpose, which TSan reports as races on the fd (with the shim
     # TSan-clean otherwise; CONC_TSAN=1 runs its own TSan pass).
-    DEFAULT_SCENARIOS="t_shm_shapes t_shm_stress t_shm_calls t_shm_close_answer t_redis t_shm_inetd t_shm_peer_killed t_shm_pair t_shm_unpaid"
+    DEFAULT_SCENARIOS="t_shm_shapes t_shm_stress t_shm_calls t_shm_close_answer t_redis t_shm_inetd t_shm_peer_killed t_shm_pair t_shm_unpaid t_shm_loop_handshake"
     SCENARIO_OPTS=("TSAN_OPTIONS=suppressions=$ROOT/tests/tsan.supp:second_deadlock_stack=1")
     UNIT_OPTS=("${SCENARIO_OPTS[@]}")
     ;;

@@ -80,6 +80,8 @@ struct shim_sock *shim_sock_alloc(void)
 	/* The fds a sock may own: none yet (0 is a valid fd). */
 	s->tcp_keep = -1;
 	s->neg_fd = -1;
+	s->neg_wake.fd = -1;
+	s->neg_wake_watch = -1;
 	/* Release: the cleared fields are in place before a stale lookup's
 	 * increment can succeed; pairs with the acquire CAS in shim_sock_get(). */
 	__atomic_store_n(&s->refs, 1, __ATOMIC_RELEASE);

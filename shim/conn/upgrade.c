@@ -56,6 +56,7 @@ void shim_upgrade_release(struct shim_sock *s)
 		REAL(close)(s->tcp_keep);
 		s->tcp_keep = -1;
 	}
+	shim_upgrade_wake_close(s);
 }
 
 /*
@@ -84,6 +85,7 @@ void shim_upgrade_fail(struct shim_sock *s, int fd, enum shim_reason reason)
 {
 	if (s->xport && s->xport->abandon)
 		s->xport->abandon(s);
+	shim_upgrade_wake_close(s);
 	if (retry_when_bytes_move(s, fd, reason))
 		return;
 	s->phase = SHIM_PHASE_FAILED;
@@ -125,6 +127,7 @@ void shim_upgrade_committing(struct shim_sock *s)
 void shim_upgrade_done(struct shim_sock *s)
 {
 	s->phase = SHIM_PHASE_DONE;
+	shim_upgrade_wake_close(s);
 }
 
 int shim_upgrade_new_nonce(uint8_t nonce[SHIM_NONCE_LEN])
@@ -157,13 +160,6 @@ bool shim_upgrade_stoppable(const struct shim_sock *s)
 bool shim_upgrade_holds_chan(const struct shim_sock *s)
 {
 	return s->neg && s->xport && s->xport->neg_is_chan;
-}
-
-int shim_upgrade_wait_fd(const struct shim_sock *s)
-{
-	if (!s->neg || !s->xport || !s->xport->wait_fd)
-		return -1;
-	return s->xport->wait_fd(s);
 }
 
 /* Our direction moves to the channel: SWITCH frame in-band at tx_tcp_bytes. */
@@ -302,6 +298,8 @@ int shim_upgrade_pin_tcp(struct shim_sock *s, int fd, enum shim_reason reason)
  */
 void shim_upgrade_settle_for_fork(struct shim_sock *s, int fd)
 {
+	/* Its wake fd is an epoll set the child would share with us. */
+	shim_upgrade_wake_close(s);
 	if (s->phase == SHIM_PHASE_NEGOTIATING) {
 		/* No second attempt: either copy could make it. */
 		shim_upgrade_fail_for_good(s, fd, SHIM_REASON_FORKED);

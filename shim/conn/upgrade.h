@@ -78,6 +78,15 @@ bool shim_upgrade_holds_chan(const struct shim_sock *s);
 /* A fd a sleeping data call also waits on (the negotiation's), or -1. */
 int shim_upgrade_wait_fd(const struct shim_sock *s);
 
+/* For an event loop's wait (upgrade_wake.c): an epoll fd of the
+ * connection's own that is readable whenever the negotiation's wait fd is,
+ * and stays the same while that fd changes; -1 when there is nothing to
+ * wait for (a settled or stopped negotiation: its fd is closed then).
+ * Under s->lock; costs a system call or two per call while negotiating. */
+int shim_upgrade_wake_fd(struct shim_sock *s);
+/* Closes that fd (the sock's release, a fork's child). Under s->lock. */
+void shim_upgrade_wake_close(struct shim_sock *s);
+
 /* A fork is coming: leaves no handshake that both processes would inherit
  * half-way (upgrade.c). */
 void shim_upgrade_settle_for_fork(struct shim_sock *s, int fd);

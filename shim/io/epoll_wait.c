@@ -123,6 +123,7 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 		shim_items++;
 		if (!it->kernel_switched) {
 			it->kernel_switched = true;
+			shim_ep_item_wake(ep, it, NULL);
 			shim_ep_item_ctl(efd, s, it);
 		}
 		mask = (report && n >= max) || it->oneshot_fired ? -1 : shim_io_poll_mask(s, it->via);
@@ -225,9 +226,15 @@ static bool arm_all(struct shim_ep *ep, struct arm *arms, unsigned cap, unsigned
 
 		if (*n == cap)
 			return false; /* more items than room: look again at once */
-		if (!it->kernel_switched || it->oneshot_fired)
+		if (it->oneshot_fired)
 			continue;
 		s = shim_ep_item_sock(it);
+		if (!it->kernel_switched) {
+			/* Its handshake's messages wake the sleep too. */
+			shim_ep_item_wake(ep, it, s);
+			shim_sock_put(s);
+			continue;
+		}
 		if (!s)
 			continue;
 		if (it->events & EPOLLIN)

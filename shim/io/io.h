@@ -71,6 +71,15 @@ int shim_io_arm(struct shim_sock *s, int fd, short events, int line);
 /* The connection's bell line (transport.h, bell_fd), or -1: what a wait may
  * watch beside TCP; shim_io_arm() checks it again. */
 int shim_io_line(struct shim_sock *s);
+/* The fd a negotiating connection's handshake waits on (upgrade.h), or -1:
+ * for a wait that holds no reference to it (poll: the number may be closed
+ * and reused before it sleeps, a wake-up for nothing at worst). */
+int shim_io_handshake_fd(struct shim_sock *s);
+/* A waiter's copy of the connection's handshake wake fd (upgrade.h,
+ * shim_upgrade_wake_fd), kept current: 0 when *mine is that very file, 1
+ * with a new copy of it in *fresh (ours, CLOEXEC) to watch instead of
+ * *mine, -1 when there is nothing to watch (drop *mine, if any). */
+int shim_io_wake_copy(struct shim_sock *s, const struct shim_owned_fd *mine, struct shim_owned_fd *fresh);
 /* A wait armed for the line saw it readable: the disarm drains it. */
 void shim_io_note_line_rang(struct shim_sock *s);
 void shim_io_disarm(struct shim_sock *s, int fd, int armed);

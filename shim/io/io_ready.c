@@ -5,6 +5,7 @@
  * themselves are io.c; the pieces both use are in io_internal.h.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -334,6 +335,39 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 		mask |= POLLERR | POLLHUP;
 	pthread_mutex_unlock(&s->lock);
 	return mask;
+}
+
+int shim_io_handshake_fd(struct shim_sock *s)
+{
+	int wait;
+
+	pthread_mutex_lock(&s->lock);
+	wait = s->closed || shim_upgrade_settled(s) ? -1 : shim_upgrade_wait_fd(s);
+	pthread_mutex_unlock(&s->lock);
+	return wait;
+}
+
+int shim_io_wake_copy(struct shim_sock *s, const struct shim_owned_fd *mine, struct shim_owned_fd *fresh)
+{
+	int rc = -1, wake, copy;
+
+	pthread_mutex_lock(&s->lock);
+	wake = shim_upgrade_wake_fd(s);
+	if (wake < 0) {
+		rc = -1;
+	} else if (mine->fd >= 0 && mine->dev == s->neg_wake.dev && mine->ino == s->neg_wake.ino) {
+		rc = 0;
+	} else {
+		/* Copied under the lock: the wake fd's number is the sock's to
+		 * close and reuse. */
+		copy = shim_fd_own_checked(REAL(fcntl)(wake, F_DUPFD_CLOEXEC, 0));
+		if (copy >= 0 && shim_owned_take(fresh, copy) == 0)
+			rc = 1;
+		else if (copy >= 0)
+			REAL(close)(copy);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return rc;
 }
 
 int shim_io_line(struct shim_sock *s)

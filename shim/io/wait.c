@@ -223,7 +223,21 @@ static int poll_look(void *ctx)
 	return mine + theirs > 0 ? shim_wait_count_ready(w->fds, w->nfds) : 0;
 }
 
-/* Arms every switched fd; the look after the sleep tells what came. */
+/* A connection at fd that negotiates: its handshake's wait fd, which the
+ * sleep watches beside it (a message that comes with no TCP byte wakes the
+ * poll, whose next look moves the handshake on), or -1. The number may be
+ * closed and reused before the sleep: a wake-up for nothing at worst. */
+static int handshake_fd(int fd)
+{
+	struct shim_sock *s = fd >= 0 ? switched_sock(fd) : NULL;
+	int wait = s ? shim_io_handshake_fd(s) : -1;
+
+	shim_sock_put(s);
+	return wait;
+}
+
+/* Arms every switched fd, and watches the handshakes of the others; the
+ * look after the sleep tells what came. */
 static int poll_arm(void *ctx, bool *short_sleep)
 {
 	struct poll_wait *w = ctx;
@@ -236,7 +250,9 @@ static int poll_arm(void *ctx, bool *short_sleep)
 		int line = w->ours[i] ? shim_io_line(w->ours[i]) : -1;
 
 		w->armed[i] = w->ours[i] ? shim_io_arm(w->ours[i], w->fds[i].fd, w->fds[i].events, line) : 0;
-		w->armed[w->nfds + i] = w->armed[i] & SHIM_ARM_LINE ? line : -1;
+		w->armed[w->nfds + i] = w->armed[i] & SHIM_ARM_LINE ? line
+					: w->ours[i]			? -1
+									: handshake_fd(w->fds[i].fd);
 		if (w->armed[i] & SHIM_ARM_READY)
 			sleep = 0;
 		if (w->armed[i] & SHIM_ARM_SHORT)
