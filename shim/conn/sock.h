@@ -172,10 +172,13 @@ struct shim_sock {
 	unsigned long long deadline_ns, next_try_ns, retry_delay_ns;
 	pid_t io_pid; /* the process that started the upgrade */
 	int neg_fd;   /* the fd it started from (a fork settles it: socklife.c) */
-	/* An event loop's wake fd for the negotiation (upgrade_wake.c) and
-	 * the wait fd it watches now (-1: none). */
+	/* An event loop's wake fd for the negotiation (upgrade_wake.c), the
+	 * wait fd it watches now (-1: none), and which one it is: every epoll
+	 * fd has the same inode, so a waiter's copy is matched by this count
+	 * of the ones made. */
 	struct shim_owned_fd neg_wake;
 	int neg_wake_watch;
+	unsigned neg_wake_gen;
 	bool await_bytes_used; /* the one retry of an idle start was granted (upgrade.c) */
 	bool forked_idle; /* a fork found it idle: another process may have moved its
 			   * stream, so its counts are checked before an upgrade */

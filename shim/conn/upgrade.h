@@ -82,7 +82,8 @@ int shim_upgrade_wait_fd(const struct shim_sock *s);
  * connection's own that is readable whenever the negotiation's wait fd is,
  * and stays the same while that fd changes; -1 when there is nothing to
  * wait for (a settled or stopped negotiation: its fd is closed then).
- * Under s->lock; costs a system call or two per call while negotiating. */
+ * Under s->lock; costs a system call or two per call while negotiating.
+ * s->neg_wake_gen names the fd returned (it counts the ones made). */
 int shim_upgrade_wake_fd(struct shim_sock *s);
 /* Closes that fd (the sock's release, a fork's child). Under s->lock. */
 void shim_upgrade_wake_close(struct shim_sock *s);

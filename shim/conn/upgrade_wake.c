@@ -13,10 +13,16 @@
  * rendezvous; the pairs' hub while S waits for a HINT), and a set watches a
  * file under one registration. So each negotiating connection that an
  * event loop watches gets an epoll fd of its own, which watches whatever
- * the handshake waits on now; the set registers a copy of that one. The
- * inner set takes no reference to what it watches: a rendezvous the
- * handshake closes leaves it at once, as closing is how one end stops the
- * other, and a listener's name is freed at once.
+ * the handshake waits on now; the program's set registers that one. No
+ * set takes a reference to what it watches: a rendezvous the handshake
+ * closes leaves ours at once (closing is how one end stops the other, and
+ * a listener's name is freed at once), and ours leaves the program's sets
+ * when the negotiation ends and closes it, with no call on them.
+ *
+ * Every epoll fd has the same inode, so the kept-fd check (fdtable.h)
+ * tells ours from another file, not from an epoll fd the program opened on
+ * the number after a raw close_range took ours: a weakness it shares with
+ * the pairs' hub (pair.c). neg_wake_gen tells our own fds apart.
  */
 #include "upgrade.h"
 
@@ -63,6 +69,7 @@ int shim_upgrade_wake_fd(struct shim_sock *s)
 			REAL(close)(efd);
 			return -1;
 		}
+		s->neg_wake_gen++;
 	}
 	/*
 	 * A number the handshake has closed since may name another file now:

@@ -47,11 +47,11 @@ struct shim_epitem {
 	 * (edge-triggered, under the line tag) while the item is switched;
 	 * fd -1: none (shim_ep_item_line). */
 	struct shim_owned_fd line;
-	/* Our copy of the connection's handshake wake fd (conn/upgrade.h),
-	 * registered like the line (a wake-up, never the program's event)
-	 * while the item negotiates and is not switched; fd -1: none
+	/* Which of the sock's handshake wake fds (conn/upgrade.h, counted by
+	 * neg_wake_gen from 1) the set watches for this item, registered like
+	 * the line (a wake-up, never the program's event); 0: none yet
 	 * (shim_ep_item_wake). */
-	struct shim_owned_fd wake;
+	unsigned wake_gen;
 	unsigned moved_gen; /* the look that gave the program's registration back (epoll_wait.c) */
 	bool oneshot_fired;
 	/* EPOLLET on a switched fd: the readiness last seen, and the bytes
@@ -134,10 +134,11 @@ void shim_ep_item_ctl(int efd, struct shim_sock *s, struct shim_epitem *it);
  * bell line, shim_io_line(); -1: none, and the registration goes). Returns
  * line when the set watches it, else -1. Under ep->lock. */
 int shim_ep_item_line(struct shim_ep *ep, struct shim_epitem *it, int line);
-/* Keeps the item's wake registration in step with s's handshake (s NULL:
- * none, and the registration goes): a handshake message that comes with no
- * TCP byte wakes the set's wait, whose look then moves the handshake on
- * (epoll_wait.c). Under ep->lock, not s->lock. */
+/* Registers s's handshake wake fd in the set for the item, once per wake
+ * fd: a handshake message that comes with no TCP byte wakes the set's
+ * wait, whose look then moves the handshake on (epoll_wait.c). Nothing to
+ * remove ever: the registration goes with the wake fd, closed when the
+ * negotiation ends. Under ep->lock, not s->lock. */
 void shim_ep_item_wake(struct shim_ep *ep, struct shim_epitem *it, struct shim_sock *s);
 
 /* Maps kernel events back (tagged ones to the item's data, bells of

@@ -115,29 +115,7 @@ int shim_ep_item_line(struct shim_ep *ep, struct shim_epitem *it, int line)
 
 void shim_ep_item_wake(struct shim_ep *ep, struct shim_epitem *it, struct shim_sock *s)
 {
-	struct epoll_event ev = { .events = EPOLLIN | EPOLLET };
-	struct shim_owned_fd fresh = { .fd = -1 };
-	int rc;
-
-	if (it->wake.fd >= 0 && !shim_owned_still(&it->wake))
-		it->wake.fd = -1;
-	rc = s ? shim_io_wake_copy(s, &it->wake, &fresh) : -1;
-	if (rc == 0 || (rc < 0 && it->wake.fd < 0))
-		return;
-	if (it->wake.fd >= 0) {
-		REAL(epoll_ctl)(ep->efd, EPOLL_CTL_DEL, it->wake.fd, NULL);
-		shim_owned_close(&it->wake);
-	}
-	if (rc < 0)
-		return;
-	/* Edge-triggered, as a line: a message the look left unread (a step
-	 * that reads it later) wakes the set once, not at every wait. */
-	ev.data.u64 = ((uint64_t)line_tag_hi() << 32) | it->id;
-	if (REAL(epoll_ctl)(ep->efd, EPOLL_CTL_ADD, fresh.fd, &ev) < 0) {
-		shim_owned_close(&fresh);
-		return;
-	}
-	it->wake = fresh;
+	shim_io_wake_register(s, ep->efd, ((uint64_t)line_tag_hi() << 32) | it->id, &it->wake_gen);
 }
 
 /* The intercepted sock at fd, held (shim_sock_put()), or NULL. */
@@ -239,7 +217,6 @@ struct shim_epitem *shim_ep_item_new(struct shim_ep *ep, int fd, struct shim_soc
 	it->sock = s;
 	it->kfd = -1;
 	it->line.fd = -1;
-	it->wake.fd = -1;
 	it->events = events;
 	it->data = data;
 	it->kernel_switched = switched;
@@ -277,7 +254,6 @@ void shim_ep_item_drop(struct shim_ep *ep, struct shim_epitem *it)
 	if (it->kfd >= 0)
 		REAL(close)(it->kfd);
 	shim_ep_item_line(ep, it, -1);
-	shim_ep_item_wake(ep, it, NULL);
 	free(it);
 }
 

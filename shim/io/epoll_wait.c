@@ -123,7 +123,6 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 		shim_items++;
 		if (!it->kernel_switched) {
 			it->kernel_switched = true;
-			shim_ep_item_wake(ep, it, NULL);
 			shim_ep_item_ctl(efd, s, it);
 		}
 		mask = (report && n >= max) || it->oneshot_fired ? -1 : shim_io_poll_mask(s, it->via);
@@ -231,7 +230,8 @@ static bool arm_all(struct shim_ep *ep, struct arm *arms, unsigned cap, unsigned
 		s = shim_ep_item_sock(it);
 		if (!it->kernel_switched) {
 			/* Its handshake's messages wake the sleep too. */
-			shim_ep_item_wake(ep, it, s);
+			if (s)
+				shim_ep_item_wake(ep, it, s);
 			shim_sock_put(s);
 			continue;
 		}

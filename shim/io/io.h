@@ -75,11 +75,12 @@ int shim_io_line(struct shim_sock *s);
  * for a wait that holds no reference to it (poll: the number may be closed
  * and reused before it sleeps, a wake-up for nothing at worst). */
 int shim_io_handshake_fd(struct shim_sock *s);
-/* A waiter's copy of the connection's handshake wake fd (upgrade.h,
- * shim_upgrade_wake_fd), kept current: 0 when *mine is that very file, 1
- * with a new copy of it in *fresh (ours, CLOEXEC) to watch instead of
- * *mine, -1 when there is nothing to watch (drop *mine, if any). */
-int shim_io_wake_copy(struct shim_sock *s, const struct shim_owned_fd *mine, struct shim_owned_fd *fresh);
+/* Adds the connection's handshake wake fd (upgrade.h, shim_upgrade_wake_fd)
+ * to the epoll set efd, edge-triggered, under data, unless *gen says the set
+ * has this very one (*gen: which it has; 0 none). The set keeps no
+ * reference to it: the registration goes when the wake fd closes, as the
+ * negotiation ends. */
+void shim_io_wake_register(struct shim_sock *s, int efd, uint64_t data, unsigned *gen);
 /* A wait armed for the line saw it readable: the disarm drains it. */
 void shim_io_note_line_rang(struct shim_sock *s);
 void shim_io_disarm(struct shim_sock *s, int fd, int armed);

@@ -5,7 +5,7 @@
  * themselves are io.c; the pieces both use are in io_internal.h.
  */
 #include <errno.h>
-#include <fcntl.h>
+#include <sys/epoll.h>
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -347,27 +347,20 @@ int shim_io_handshake_fd(struct shim_sock *s)
 	return wait;
 }
 
-int shim_io_wake_copy(struct shim_sock *s, const struct shim_owned_fd *mine, struct shim_owned_fd *fresh)
+void shim_io_wake_register(struct shim_sock *s, int efd, uint64_t data, unsigned *gen)
 {
-	int rc = -1, wake, copy;
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.u64 = data };
+	int wake;
 
 	pthread_mutex_lock(&s->lock);
 	wake = shim_upgrade_wake_fd(s);
-	if (wake < 0) {
-		rc = -1;
-	} else if (mine->fd >= 0 && mine->dev == s->neg_wake.dev && mine->ino == s->neg_wake.ino) {
-		rc = 0;
-	} else {
-		/* Copied under the lock: the wake fd's number is the sock's to
-		 * close and reuse. */
-		copy = shim_fd_own_checked(REAL(fcntl)(wake, F_DUPFD_CLOEXEC, 0));
-		if (copy >= 0 && shim_owned_take(fresh, copy) == 0)
-			rc = 1;
-		else if (copy >= 0)
-			REAL(close)(copy);
-	}
+	/* Added under the lock: the wake fd's number is the sock's to close
+	 * and reuse. EEXIST: this set watches it for another item of the
+	 * same file already. */
+	if (wake >= 0 && *gen != s->neg_wake_gen &&
+	    (REAL(epoll_ctl)(efd, EPOLL_CTL_ADD, wake, &ev) == 0 || errno == EEXIST))
+		*gen = s->neg_wake_gen;
 	pthread_mutex_unlock(&s->lock);
-	return rc;
 }
 
 int shim_io_line(struct shim_sock *s)
