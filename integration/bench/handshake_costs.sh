@@ -1,0 +1,15 @@
+#!/bin/bash
+# handshake_costs.sh: what each kind of kernel call that one shm upgrade
+# makes costs on this machine, alone in a loop, in one process (no wake-up
+# between processes in these figures). Read with upgrade_time.sh: its span
+# holds three one-way wake-ups (HINT, COMMIT, the client's SWITCH frame) and
+# a few tens of these calls, about half of them on the critical path.
+# Prints
+#   bench handshake_cost NAME  X us
+# A benchmark, not a test: exit 0 unless it failed to run.
+set -u
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BIN=$ROOT/build/bench/handshake_costs
+mkdir -p "$ROOT/build/bench"
+cc -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$BIN" "$ROOT/integration/bench/handshake_costs.c" || exit 1
+timeout -k 5 300 "$BIN"
