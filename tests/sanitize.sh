@@ -27,12 +27,13 @@
 # reason.
 #
 # Tunables: SAN_SCENARIOS (names, as for integration/run-all.sh), SAN_LEAKS=1
-# (leak checks in the scenarios too, see below), STRESS_BYTES
-# (t_shm_stress's volume under ASan; default 1G), STRESS_DURATION
-# (t_shm_stress's streams under TSan, seconds; default 4: unbounded
-# streams for that long instead of a volume, because t_shm_stress wants
-# every connection upgraded before its stream ends, and under TSan a
-# bounded share could end first, see t_shm_stress.sh).
+# (leak checks in the scenarios too, see below), STRESS_DURATION
+# (t_shm_stress's streams, seconds; default 4 under both: unbounded streams
+# for that long instead of a volume, because t_shm_stress wants every
+# connection upgraded before its stream ends, and in an instrumented build
+# a bounded share could end first, see t_shm_stress.sh; seen under TSan,
+# then once under ASan), STRESS_BYTES (the volume when STRESS_DURATION is
+# empty).
 # Under TSan, and in t_shm_shapes under both, the shimmed commands get
 # RDMASHIM_UPGRADE_TIMEOUT_MS=15000 (unless a scenario sets its own): in
 # t_shm_shapes' prefork cases a connection waits in the accept queue for a
@@ -49,7 +50,7 @@ case $KIND in
     RUNTIME=$(gcc -print-file-name=libasan.so)
     WHERE=SHIM_PRELOAD_EXTRA
     STRESS_DEFAULT=1G
-    DURATION_DEFAULT=
+    DURATION_DEFAULT=4
     DEFAULT_VARS=
     # Not t_shm_http: curl itself hangs at start-up in setlocale's lock
     # with libasan preloaded, with or without the shim.
