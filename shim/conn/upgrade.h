@@ -78,6 +78,9 @@ bool shim_upgrade_holds_chan(const struct shim_sock *s);
 /* A fd a sleeping data call also waits on (the negotiation's), or -1. */
 int shim_upgrade_wait_fd(const struct shim_sock *s);
 
+/* The wait fd of a negotiation still under way (not settled, the sock not
+ * closed), or -1: what an event loop's wait watches. Under s->lock. */
+int shim_upgrade_pending_fd(const struct shim_sock *s);
 /* For an event loop's wait (upgrade_wake.c): an epoll fd of the
  * connection's own that is readable whenever the negotiation's wait fd is,
  * and stays the same while that fd changes; -1 when there is nothing to

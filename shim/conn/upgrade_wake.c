@@ -40,6 +40,11 @@ int shim_upgrade_wait_fd(const struct shim_sock *s)
 	return s->xport->wait_fd(s);
 }
 
+int shim_upgrade_pending_fd(const struct shim_sock *s)
+{
+	return s->closed || shim_upgrade_settled(s) ? -1 : shim_upgrade_wait_fd(s);
+}
+
 void shim_upgrade_wake_close(struct shim_sock *s)
 {
 	shim_owned_close(&s->neg_wake);
@@ -48,7 +53,7 @@ void shim_upgrade_wake_close(struct shim_sock *s)
 
 int shim_upgrade_wake_fd(struct shim_sock *s)
 {
-	int wait = s->closed || shim_upgrade_settled(s) ? -1 : shim_upgrade_wait_fd(s);
+	int wait = shim_upgrade_pending_fd(s);
 	struct epoll_event ev = { .events = EPOLLIN };
 
 	if (wait < 0) {

@@ -342,7 +342,7 @@ int shim_io_handshake_fd(struct shim_sock *s)
 	int wait;
 
 	pthread_mutex_lock(&s->lock);
-	wait = s->closed || shim_upgrade_settled(s) ? -1 : shim_upgrade_wait_fd(s);
+	wait = shim_upgrade_pending_fd(s);
 	pthread_mutex_unlock(&s->lock);
 	return wait;
 }
