@@ -13,9 +13,12 @@
 # For each server (an edge-triggered epoll loop in C, a level-triggered
 # epoll loop and a poll loop in Python, so the young connection's take-over
 # and the poll path are in), both ends under the shim, RDMASHIM_SHM_PAIRS=0
-# (the named way, whose OFFER and ACCEPT carry no TCP byte) and the default
-# start (RDMASHIM_UPGRADE_AFTER_MS=2, one round): the client echoes one byte,
-# sleeps 5 ms, echoes another (the upgrade starts in that exchange), then
+# (the named way, whose OFFER and ACCEPT carry no TCP byte) and a start
+# after one round and 50 ms (RDMASHIM_UPGRADE_AFTER_MS=50: the first echo
+# must end before it, also in a sanitizer build, where at 2 ms both ends
+# once started in the first exchange together, S's named try came before
+# C listened, and C gave up): the client echoes one byte, sleeps 100 ms,
+# echoes another (the upgrade starts in that exchange), then
 # waits in a blocking read for 1 s with nothing coming, then echoes once
 # more. Before, the server committed at that last echo (or its slice).
 # Checks:
@@ -42,7 +45,7 @@ def echo(b):
         got += d
     if got != b:
         sys.exit("sent %r, got %r" % (b, got))
-echo(b"a"); time.sleep(0.005); echo(b"b")
+echo(b"a"); time.sleep(0.1); echo(b"b")
 s.settimeout(1.0)
 try:
     d = s.recv(100)
@@ -90,7 +93,7 @@ run_case() {
   port=$(free_port)
   dir=$WORK/$name
   mkdir -p "$dir"
-  local vars=(RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_SHM_PAIRS=0 RDMASHIM_UPGRADE_AFTER_MS=2 RDMASHIM_TRACE=debug
+  local vars=(RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_SHM_PAIRS=0 RDMASHIM_UPGRADE_AFTER_MS=50 RDMASHIM_TRACE=debug
     "RDMASHIM_TRACE_FILE=$dir/trace.%p.jsonl")
   start_bg "$name-server" shim "${vars[@]}" /usr/bin/time -f "CPU %U %S" "$@" "$port"
   spid=$BG_PID
