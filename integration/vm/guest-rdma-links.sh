@@ -304,6 +304,31 @@ check_run() {
     grep -q "^CHECKED conns=$N " "$t/out"
   grep -h '^conn_hold:' "$t/out" | head -n 3 | sed 's/^/    /'
   check "$H: links $name: every connection reached upgrade.done over rdma at this end ($up of $N)" test "$up" -eq "$N"
+  ((up >= N)) || not_upgraded "$t" | head -n 8 | sed 's/^/    /'
+}
+
+# not_upgraded DIR: for each counted connection of this end without
+# upgrade.done over rdma, its outcome line (upgrade.fail and its reason) or,
+# with none, its last trace line: the traces stay in the VM, so a failure
+# in CI says why here or nowhere.
+not_upgraded() {
+  local field=peer files=("$1"/trace.*.jsonl)
+  [[ $ROLE == b ]] && field=local
+  [[ -e ${files[0]} ]] || return 0
+  awk -v field="$field" -v warm="$(cat "$1/warm.port" 2>/dev/null)" '
+    match($0, "\"" field "\":\"[^\"]*\"") {
+      port = substr($0, RSTART, RLENGTH - 1); sub(/.*:/, "", port)
+      if (port == warm) next
+      seen[port] = 1
+      if (/"event":"upgrade\.done"/ && /"transport":"rdma"/) up[port] = 1
+      if (/"event":"upgrade\.(done|fail)"/) outcome[port] = $0
+      last[port] = $0
+    }
+    END {
+      for (p in seen)
+        if (!(p in up)) print "port " p ": " substr((p in outcome) ? outcome[p] : "no outcome; last: " last[p], 1, 320)
+    }
+  ' "${files[@]}"
 }
 
 want() { [[ $parts == *" $1 "* ]]; }

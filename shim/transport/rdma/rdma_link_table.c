@@ -158,8 +158,8 @@ static void *sweeper_main(void *arg)
 	for (;;) {
 		unsigned ms = sweep_ms();
 		struct timespec pause = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
-		struct rdma_link *gone, *aging[8];
-		unsigned n_aging = 0;
+		struct rdma_link *gone, *aging[8], *quiet[8];
+		unsigned n_aging = 0, n_quiet = 0;
 		bool more;
 
 		nanosleep(&pause, NULL);
@@ -177,11 +177,24 @@ static void *sweeper_main(void *arg)
 				shim_rdma_link_get(l);
 				aging[n_aging++] = l;
 			}
+		/* A link no connection is on any more is reaped by no data call:
+		 * the peer's RELEASE of the last place would wait in its CQ,
+		 * the place stay held and the link never be idle. */
+		for (struct rdma_link *l = table; l && n_quiet < 8; l = l->next)
+			if (l->pid == shim_self_pid() && !__atomic_load_n(&l->live, __ATOMIC_RELAXED) &&
+			    __atomic_load_n(&l->held, __ATOMIC_RELAXED)) {
+				shim_rdma_link_get(l);
+				quiet[n_quiet++] = l;
+			}
 		more = table != NULL;
 		if (!more)
 			sweeper_pid = 0;
 		pthread_mutex_unlock(&table_lock);
 		put_all(gone);
+		for (unsigned i = 0; i < n_quiet; i++) {
+			shim_rdma_link_reap_try(quiet[i]);
+			shim_rdma_link_put(quiet[i]);
+		}
 		for (unsigned i = 0; i < n_aging; i++) {
 			struct shim_rdma_link_msg none;
 
