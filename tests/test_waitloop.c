@@ -3,8 +3,8 @@
  * (shim/io/waitloop.c) and poll's counting rule (shim/io/wait.c), with a
  * scripted set of ops: what a round finds is returned as it is; one look
  * only for a zero timeout; every arm is followed by exactly one disarm,
- * whether it slept; no sleep when an arm found the fd ready; a short arm
- * caps the sleep at a millisecond; a sleep never outlasts the deadline;
+ * whether it slept; no sleep when an arm found the fd ready; an arm's cap
+ * (a short arm's millisecond, a handshake's next timed step) caps the sleep; a sleep never outlasts the deadline;
  * errors end the wait; a spin policy, when given, decides the spin and
  * learns the outcome; and poll counts entries, never rounds.
  */
@@ -24,7 +24,7 @@ static struct script {
 	int look_ready_at;   /* the look call that finds something (0: never) */
 	int after_ready_at;  /* the after call that finds something (0: never) */
 	int arm_result;      /* 1 sleep, 0 ready, -errno */
-	bool arm_short;
+	int arm_cap;         /* what the arm caps the sleep at (0: nothing) */
 	int sleep_result;
 	int looks, arms, disarms, sleeps, afters;
 	int armed;           /* arms not yet disarmed */
@@ -39,15 +39,15 @@ static int s_look(void *ctx)
 	return sc.look_ready_at && sc.looks >= sc.look_ready_at ? 3 : 0;
 }
 
-static int s_arm(void *ctx, bool *short_sleep)
+static int s_arm(void *ctx, int *cap_ms)
 {
 	(void)ctx;
 	sc.arms++;
 	if (sc.arm_result < 0)
 		return sc.arm_result;
 	sc.armed++;
-	if (sc.arm_short)
-		*short_sleep = true;
+	if (sc.arm_cap)
+		shim_waitloop_cap(cap_ms, sc.arm_cap);
 	return sc.arm_result;
 }
 
@@ -139,10 +139,45 @@ END_TEST
 
 START_TEST(a_short_arm_caps_the_sleep)
 {
-	sc.arm_short = true;
+	sc.arm_cap = 1;
 	sc.after_ready_at = 3;
 	ck_assert_int_eq(shim_waitloop_run(&ops, NULL, -1), 2);
 	ck_assert_int_eq(sc.max_sleep_ms, 1);
+}
+END_TEST
+
+START_TEST(an_arms_cap_bounds_the_slice)
+{
+	sc.arm_cap = 7;
+	sc.after_ready_at = 2;
+	ck_assert_int_eq(shim_waitloop_run(&ops, NULL, -1), 2);
+	ck_assert_int_eq(sc.max_sleep_ms, 7);
+	ck_assert_int_eq(sc.min_sleep_ms, 7);
+}
+END_TEST
+
+/* The lowest cap wins, none is -1, and a time due (S's next try) caps at
+ * what is left, rounded up, a past one at a millisecond. */
+START_TEST(caps_take_the_lowest_and_time_left)
+{
+	int cap = -1;
+	unsigned long long now = shim_now_ns();
+
+	shim_waitloop_cap_until(&cap, 0);
+	ck_assert_int_eq(cap, -1);
+	shim_waitloop_cap(&cap, 50);
+	shim_waitloop_cap(&cap, 80);
+	ck_assert_int_eq(cap, 50);
+	shim_waitloop_cap_until(&cap, now + 20ull * 1000 * 1000);
+	ck_assert_int_ge(cap, 19);
+	ck_assert_int_le(cap, 20);
+	shim_waitloop_cap_until(&cap, now + 40ull * 1000 * 1000);
+	ck_assert_int_le(cap, 20);
+	shim_waitloop_cap_until(&cap, now - 5ull * 1000 * 1000);
+	ck_assert_int_eq(cap, 1);
+	cap = -1;
+	shim_waitloop_cap(&cap, 0);
+	ck_assert_int_eq(cap, 1);
 }
 END_TEST
 
@@ -245,6 +280,8 @@ int main(void)
 	tcase_add_test(tc, every_arm_has_one_disarm);
 	tcase_add_test(tc, an_arm_that_finds_it_ready_does_not_sleep);
 	tcase_add_test(tc, a_short_arm_caps_the_sleep);
+	tcase_add_test(tc, an_arms_cap_bounds_the_slice);
+	tcase_add_test(tc, caps_take_the_lowest_and_time_left);
 	tcase_add_test(tc, the_deadline_ends_it_with_zero);
 	tcase_add_test(tc, errors_end_the_wait);
 	tcase_add_test(tc, spins_before_it_arms);

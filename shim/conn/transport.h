@@ -242,6 +242,12 @@ struct shim_transport_type {
 	/* Optional: a fd a sleeping data call also waits on while the
 	 * negotiation runs (-1: none), so that the peer's step wakes it. */
 	int (*wait_fd)(const struct shim_sock *s);
+	/* Optional: when a step falls due that no fd announces (a retry after
+	 * a back-off), on shim_now_ns's clock; 0: none. A wait that watches
+	 * the connection ends its sleep by then, so that its next look takes
+	 * the step: an event loop would sleep until the program's next event
+	 * (under s->lock). */
+	unsigned long long (*due_ns)(const struct shim_sock *s);
 	/* The last reference went (under the lock): frees s->neg. An
 	 * installed channel is s->chan's, destroyed after this. */
 	void (*release)(struct shim_sock *s);

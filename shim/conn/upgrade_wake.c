@@ -45,6 +45,13 @@ int shim_upgrade_pending_fd(const struct shim_sock *s)
 	return s->closed || shim_upgrade_settled(s) ? -1 : shim_upgrade_wait_fd(s);
 }
 
+unsigned long long shim_upgrade_due_ns(const struct shim_sock *s)
+{
+	if (!s->neg || !s->xport || !s->xport->due_ns || s->closed || shim_upgrade_settled(s))
+		return 0;
+	return s->xport->due_ns(s);
+}
+
 void shim_upgrade_wake_close(struct shim_sock *s)
 {
 	shim_owned_close(&s->neg_wake);

@@ -138,8 +138,9 @@ int shim_ep_item_line(struct shim_ep *ep, struct shim_epitem *it, int line);
  * fd: a handshake message that comes with no TCP byte wakes the set's
  * wait, whose look then moves the handshake on (epoll_wait.c). Nothing to
  * remove ever: the registration goes with the wake fd, closed when the
- * negotiation ends. Under ep->lock, not s->lock. */
-void shim_ep_item_wake(struct shim_ep *ep, struct shim_epitem *it, struct shim_sock *s);
+ * negotiation ends. Lowers *cap_ms to the handshake's next timed step
+ * (shim_io_wake_register). Under ep->lock, not s->lock. */
+void shim_ep_item_wake(struct shim_ep *ep, struct shim_epitem *it, struct shim_sock *s, int *cap_ms);
 
 /* Maps kernel events back (tagged ones to the item's data, bells of
  * switched items dropped); returns how many are kept. moved_only: only the

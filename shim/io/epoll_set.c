@@ -113,9 +113,9 @@ int shim_ep_item_line(struct shim_ep *ep, struct shim_epitem *it, int line)
 	return line;
 }
 
-void shim_ep_item_wake(struct shim_ep *ep, struct shim_epitem *it, struct shim_sock *s)
+void shim_ep_item_wake(struct shim_ep *ep, struct shim_epitem *it, struct shim_sock *s, int *cap_ms)
 {
-	shim_io_wake_register(s, ep->efd, ((uint64_t)line_tag_hi() << 32) | it->id, &it->wake_gen);
+	shim_io_wake_register(s, ep->efd, ((uint64_t)line_tag_hi() << 32) | it->id, &it->wake_gen, cap_ms);
 }
 
 /* The intercepted sock at fd, held (shim_sock_put()), or NULL. */

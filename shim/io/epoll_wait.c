@@ -211,9 +211,9 @@ struct arm {
 #define ARMS_ON_STACK 32
 
 /* Arms every switched item into arms[] (at most cap). Returns false when
- * sleeping is not needed; *short_sleep: sleep a millisecond at most.
- * Called with ep->lock. */
-static bool arm_all(struct shim_ep *ep, struct arm *arms, unsigned cap, unsigned *n, bool *short_sleep)
+ * sleeping is not needed; lowers *cap_ms as the arms and handshakes ask
+ * (waitloop.h). Called with ep->lock. */
+static bool arm_all(struct shim_ep *ep, struct arm *arms, unsigned cap, unsigned *n, int *cap_ms)
 {
 	struct shim_epitem *it, *tmp;
 	bool sleep = true;
@@ -229,9 +229,10 @@ static bool arm_all(struct shim_ep *ep, struct arm *arms, unsigned cap, unsigned
 			continue;
 		s = shim_ep_item_sock(it);
 		if (!it->kernel_switched) {
-			/* Its handshake's messages wake the sleep too. */
+			/* Its handshake's messages wake the sleep too, and
+			 * its timer ends it. */
 			if (s)
-				shim_ep_item_wake(ep, it, s);
+				shim_ep_item_wake(ep, it, s, cap_ms);
 			shim_sock_put(s);
 			continue;
 		}
@@ -258,7 +259,7 @@ static bool arm_all(struct shim_ep *ep, struct arm *arms, unsigned cap, unsigned
 		if (arms[*n].armed & SHIM_ARM_READY)
 			sleep = false;
 		if (arms[*n].armed & SHIM_ARM_SHORT)
-			*short_sleep = true;
+			shim_waitloop_cap(cap_ms, 1);
 		(*n)++;
 	}
 	return sleep;
@@ -377,7 +378,7 @@ static int ep_look(void *ctx)
 	return theirs < 0 ? theirs : look_again_if_moved(w, mine + theirs);
 }
 
-static int ep_arm(void *ctx, bool *short_sleep)
+static int ep_arm(void *ctx, int *cap_ms)
 {
 	struct ep_wait *w = ctx;
 	bool sleep;
@@ -395,7 +396,7 @@ static int ep_arm(void *ctx, bool *short_sleep)
 			w->cap = items;
 		}
 	}
-	sleep = arm_all(w->ep, w->arms, w->cap, &w->narmed, short_sleep);
+	sleep = arm_all(w->ep, w->arms, w->cap, &w->narmed, cap_ms);
 	pthread_mutex_unlock(&w->ep->lock);
 	return sleep;
 }

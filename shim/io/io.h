@@ -73,14 +73,16 @@ int shim_io_arm(struct shim_sock *s, int fd, short events, int line);
 int shim_io_line(struct shim_sock *s);
 /* The fd a negotiating connection's handshake waits on (upgrade.h), or -1:
  * for a wait that holds no reference to it (poll: the number may be closed
- * and reused before it sleeps, a wake-up for nothing at worst). */
-int shim_io_handshake_fd(struct shim_sock *s);
+ * and reused before it sleeps, a wake-up for nothing at worst). Lowers
+ * *cap_ms (waitloop.h) to its next step that no fd announces (a retry
+ * after a back-off, shim_upgrade_due_ns). */
+int shim_io_handshake_fd(struct shim_sock *s, int *cap_ms);
 /* Adds the connection's handshake wake fd (upgrade.h, shim_upgrade_wake_fd)
  * to the epoll set efd, edge-triggered, under data, unless *gen says the set
  * has this very one (*gen: which it has; 0 none). The set keeps no
  * reference to it: the registration goes when the wake fd closes, as the
- * negotiation ends. */
-void shim_io_wake_register(struct shim_sock *s, int efd, uint64_t data, unsigned *gen);
+ * negotiation ends. Lowers *cap_ms as shim_io_handshake_fd does. */
+void shim_io_wake_register(struct shim_sock *s, int efd, uint64_t data, unsigned *gen, int *cap_ms);
 /* A wait armed for the line saw it readable: the disarm drains it. */
 void shim_io_note_line_rang(struct shim_sock *s);
 void shim_io_disarm(struct shim_sock *s, int fd, int armed);

@@ -17,6 +17,7 @@
 #include "real.h"
 #include "transport.h"
 #include "upgrade.h"
+#include "waitloop.h"
 #include "wire.h"
 
 static const uint8_t data_bell = SHIM_FRAME_DATA_BELL;
@@ -337,23 +338,25 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 	return mask;
 }
 
-int shim_io_handshake_fd(struct shim_sock *s)
+int shim_io_handshake_fd(struct shim_sock *s, int *cap_ms)
 {
 	int wait;
 
 	pthread_mutex_lock(&s->lock);
 	wait = shim_upgrade_pending_fd(s);
+	shim_waitloop_cap_until(cap_ms, shim_upgrade_due_ns(s));
 	pthread_mutex_unlock(&s->lock);
 	return wait;
 }
 
-void shim_io_wake_register(struct shim_sock *s, int efd, uint64_t data, unsigned *gen)
+void shim_io_wake_register(struct shim_sock *s, int efd, uint64_t data, unsigned *gen, int *cap_ms)
 {
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.u64 = data };
 	int wake;
 
 	pthread_mutex_lock(&s->lock);
 	wake = shim_upgrade_wake_fd(s);
+	shim_waitloop_cap_until(cap_ms, shim_upgrade_due_ns(s));
 	/* Added under the lock: the wake fd's number is the sock's to close
 	 * and reuse. EEXIST: this set watches it for another item of the
 	 * same file already. */

@@ -120,6 +120,10 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 		s->shared_sleep = true;
 	if (s->shared_sleep && slice > IO_SHARED_SLICE_MS)
 		slice = IO_SHARED_SLICE_MS;
+	/* A handshake step that no fd announces (S's next try) is due then. */
+	if (cap_ms <= 0)
+		cap_ms = -1;
+	shim_waitloop_cap_until(&cap_ms, shim_upgrade_due_ns(s));
 	if (cap_ms > 0 && slice > cap_ms)
 		slice = cap_ms;
 	pthread_mutex_unlock(&s->lock);
@@ -304,7 +308,7 @@ static bool tcp_may_hold_bells(const struct call_wait *w)
 	return w->line < 0 || (w->woke & WOKE_TCP) || w->s->bells_owed || w->s->bells_early;
 }
 
-static int rx_arm(void *ctx, bool *short_sleep)
+static int rx_arm(void *ctx, int *cap_ms)
 {
 	struct call_wait *w = ctx;
 
@@ -315,7 +319,7 @@ static int rx_arm(void *ctx, bool *short_sleep)
 		return 0;
 	if (shim_io_grace_needed(w->s)) {
 		w->cap_ms = IO_GRACE_MS;
-		*short_sleep = true;
+		shim_waitloop_cap(cap_ms, IO_GRACE_MS);
 	}
 	return 1;
 }
@@ -356,12 +360,12 @@ static const struct shim_waitloop_ops rx_ops = {
 	.spin_end = call_spin_end,
 };
 
-static int tx_arm(void *ctx, bool *short_sleep)
+static int tx_arm(void *ctx, int *cap_ms)
 {
 	struct call_wait *w = ctx;
 	int rc;
 
-	(void)short_sleep;
+	(void)cap_ms;
 	relock(w);
 	/* Room may wait for the peer's SWITCH frame (rdma: its proof), when
 	 * that frame is what TCP holds next. */

@@ -227,10 +227,10 @@ static int poll_look(void *ctx)
  * sleep watches beside it (a message that comes with no TCP byte wakes the
  * poll, whose next look moves the handshake on), or -1. The number may be
  * closed and reused before the sleep: a wake-up for nothing at worst. */
-static int handshake_fd(int fd)
+static int handshake_fd(int fd, int *cap_ms)
 {
 	struct shim_sock *s = fd >= 0 ? switched_sock(fd) : NULL;
-	int wait = s ? shim_io_handshake_fd(s) : -1;
+	int wait = s ? shim_io_handshake_fd(s, cap_ms) : -1;
 
 	shim_sock_put(s);
 	return wait;
@@ -238,7 +238,7 @@ static int handshake_fd(int fd)
 
 /* Arms every switched fd, and watches the handshakes of the others; the
  * look after the sleep tells what came. */
-static int poll_arm(void *ctx, bool *short_sleep)
+static int poll_arm(void *ctx, int *cap_ms)
 {
 	struct poll_wait *w = ctx;
 	int sleep = 1;
@@ -252,11 +252,11 @@ static int poll_arm(void *ctx, bool *short_sleep)
 		w->armed[i] = w->ours[i] ? shim_io_arm(w->ours[i], w->fds[i].fd, w->fds[i].events, line) : 0;
 		w->armed[w->nfds + i] = w->armed[i] & SHIM_ARM_LINE ? line
 					: w->ours[i]			? -1
-									: handshake_fd(w->fds[i].fd);
+									: handshake_fd(w->fds[i].fd, cap_ms);
 		if (w->armed[i] & SHIM_ARM_READY)
 			sleep = 0;
 		if (w->armed[i] & SHIM_ARM_SHORT)
-			*short_sleep = true;
+			shim_waitloop_cap(cap_ms, 1);
 	}
 	return sleep;
 }

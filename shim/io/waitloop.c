@@ -12,7 +12,7 @@ static int run(const struct shim_waitloop_ops *ops, void *ctx, long long timeout
 	unsigned long long spin_end = shim_now_ns() + (unsigned long long)shim_cfg.spin_us * 1000ull;
 
 	for (;;) {
-		bool short_sleep = false;
+		int cap_ms = -1;
 		int rc = ops->look(ctx), sleep, slice;
 
 		if (rc != 0 || timeout_ns == 0)
@@ -28,12 +28,12 @@ static int run(const struct shim_waitloop_ops *ops, void *ctx, long long timeout
 		}
 		/* Arm, then sleep only if no arm found the fd ready meanwhile:
 		 * a wake-up between the look and the arm is never lost. */
-		sleep = ops->arm(ctx, &short_sleep);
+		sleep = ops->arm(ctx, &cap_ms);
 		if (sleep < 0)
 			return sleep;
 		slice = shim_slice_ms(deadline);
-		if (short_sleep && slice > 1)
-			slice = 1;
+		if (cap_ms > 0 && slice > cap_ms)
+			slice = cap_ms;
 		rc = sleep ? ops->sleep(ctx, slice) : 0;
 		ops->disarm(ctx);
 		rc = ops->after(ctx, rc);
@@ -42,6 +42,19 @@ static int run(const struct shim_waitloop_ops *ops, void *ctx, long long timeout
 		if (shim_deadline_passed(deadline))
 			return 0;
 	}
+}
+
+void shim_waitloop_cap_until(int *cap_ms, unsigned long long due_ns)
+{
+	unsigned long long now;
+
+	if (!due_ns)
+		return;
+	now = shim_now_ns();
+	if (due_ns <= now)
+		shim_waitloop_cap(cap_ms, 1);
+	else if (due_ns - now < 3600ull * 1000000000ull)
+		shim_waitloop_cap(cap_ms, (int)((due_ns - now + 999999ull) / 1000000ull));
 }
 
 int shim_waitloop_run(const struct shim_waitloop_ops *ops, void *ctx, long long timeout_ns)

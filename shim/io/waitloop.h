@@ -22,8 +22,9 @@ struct shim_waitloop_ops {
 	int (*look)(void *ctx);
 	/* Arms every switched fd for a sleep: 1 to sleep, 0 when an arm
 	 * found one ready (no sleep), -errno (nothing armed: the wait ends
-	 * with it). Sets *short_sleep when the sleep must last 1 ms at most. */
-	int (*arm)(void *ctx, bool *short_sleep);
+	 * with it). Lowers *cap_ms (-1: none) when the sleep must end sooner
+	 * than its slice (shim_waitloop_cap). */
+	int (*arm)(void *ctx, int *cap_ms);
 	/* The kernel's wait for at most ms: what it found (> 0), 0, -errno. */
 	int (*sleep)(void *ctx, int ms);
 	/* Undoes what arm did (after the sleep, or instead of it). */
@@ -38,6 +39,19 @@ struct shim_waitloop_ops {
 	bool (*spin_more)(void *ctx);
 	void (*spin_end)(void *ctx, int rc);
 };
+
+/* Lowers *cap_ms (-1: none yet) to ms (at least 1). */
+static inline void shim_waitloop_cap(int *cap_ms, int ms)
+{
+	if (ms < 1)
+		ms = 1;
+	if (*cap_ms < 0 || ms < *cap_ms)
+		*cap_ms = ms;
+}
+
+/* Lowers *cap_ms to the milliseconds left until due_ns (shim_now_ns's
+ * clock; 0: nothing due), rounded up: a sleep that ends then finds it due. */
+void shim_waitloop_cap_until(int *cap_ms, unsigned long long due_ns);
 
 /* timeout_ns: -1 for none, 0 for one look. Returns the first non-zero
  * result of look or after, or 0 at the deadline. */

@@ -579,6 +579,14 @@ static int shm_wait_fd(const struct shim_sock *s)
 	return ng->rv_fd >= 0 ? ng->rv_fd : ng->rv_listen_fd;
 }
 
+/* S between tries: C may be listening by then. Without pairs nothing else
+ * wakes an event loop's S, and C takes a peer that answers over TCP
+ * meanwhile for one without the shim (RDMASHIM_PLAIN_PEER_MS). */
+static unsigned long long shm_due_ns(const struct shim_sock *s)
+{
+	return shm_neg_of(s)->step == SHM_S_RETRY ? s->next_try_ns : 0;
+}
+
 const struct shim_transport_type shim_shm_transport = {
 	.kind = SHIM_TRANSPORT_SHM,
 	.fits = shm_fits,
@@ -589,6 +597,7 @@ const struct shim_transport_type shim_shm_transport = {
 	.stop_commit = shm_stop_commit,
 	.abandon = shm_neg_end,
 	.wait_fd = shm_wait_fd,
+	.due_ns = shm_due_ns,
 	.release = shm_neg_end,
 	.chan_ops = &shim_shm_ops,
 };
