@@ -85,6 +85,8 @@ SHIM_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 			shim_epoll_note_early(epfd, fd);
 		return REAL(epoll_ctl)(epfd, op, fd, event);
 	}
+	if (shim_fd_ctl_is_kernels(fd))
+		return REAL(epoll_ctl)(epfd, op, fd, event);
 	return (int)shim_ret(shim_epoll_ctl(epfd, op, fd, event));
 }
 

@@ -56,23 +56,6 @@ static int ctl_kernel_only(struct shim_sock *es, int epfd, int op, int fd, struc
 	return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
 }
 
-/*
- * fd's registration change holds nothing of the shim's: its file is not
- * intercepted and no item of any set names it (a connection on TCP for
- * good, once the program's registrations left our items). A look without
- * a reference (the sock pool is type-stable): a sock recycled under it is
- * a close racing this call, whose outcome is the kernel's to decide.
- * Relaxed: the items that matter are fd's in this set, which only this
- * fd's registration changes (the program's, ordered by it) or its close
- * make or drop.
- */
-static bool ctl_is_kernels(int fd)
-{
-	struct shim_sock *s = shim_fd_get(fd);
-
-	return s && !__atomic_load_n(&s->intercept, __ATOMIC_RELAXED) &&
-	       !__atomic_load_n(&s->ep_items, __ATOMIC_RELAXED);
-}
 
 int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 {
@@ -81,7 +64,7 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 	struct shim_epitem *it;
 	int rc;
 
-	if (ctl_is_kernels(fd))
+	if (shim_fd_ctl_is_kernels(fd))
 		return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
 	if (shim_ep_young_change(epfd, op, fd, event, &rc))
 		return rc;
