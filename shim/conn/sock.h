@@ -179,6 +179,10 @@ struct shim_sock {
 	struct shim_owned_fd neg_wake;
 	int neg_wake_watch;
 	unsigned neg_wake_gen;
+	/* Calls into the transport's negotiation, which alone opens and closes
+	 * its fds (upgrade.c), and their count when the wake fd was last
+	 * checked: while it stands, the watch stands too, with no system call. */
+	unsigned neg_steps, neg_wake_steps;
 	bool await_bytes_used; /* the one retry of an idle start was granted (upgrade.c) */
 	bool forked_idle; /* a fork found it idle: another process may have moved its
 			   * stream, so its counts are checked before an upgrade */

@@ -231,6 +231,7 @@ static void upgrade_start(struct shim_sock *s, int fd, unsigned long long now)
 	}
 	s->xport = x;
 	s->neg_fd = fd;
+	s->neg_steps++;
 	x->start(s, fd, now);
 }
 
@@ -272,6 +273,7 @@ static bool peer_stoppable(const struct shim_sock *s)
 int shim_upgrade_pin_tcp(struct shim_sock *s, int fd, enum shim_reason reason)
 {
 	s->pinned = true;
+	s->neg_steps++;
 	if (peer_stoppable(s)) {
 		s->xport->stop_peer(s, fd);
 	} else if (!shim_upgrade_settled(s)) {
@@ -312,6 +314,7 @@ void shim_upgrade_settle_for_fork(struct shim_sock *s, int fd)
 
 void shim_upgrade_stop_commit(struct shim_sock *s, int fd)
 {
+	s->neg_steps++;
 	if (s->phase == SHIM_PHASE_COMMITTING && s->xport && s->xport->stop_commit)
 		s->xport->stop_commit(s, fd);
 }
@@ -319,6 +322,7 @@ void shim_upgrade_stop_commit(struct shim_sock *s, int fd)
 void shim_upgrade_stop_for_close(struct shim_sock *s, int fd)
 {
 	s->closing = true;
+	s->neg_steps++;
 	/* Nobody committed (or all is settled): the release ends the
 	 * negotiation, and without it the peer stays on TCP. A transport
 	 * without stop_peer stops at its release. */
@@ -368,6 +372,7 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 		break;
 	case SHIM_PHASE_NEGOTIATING:
 	case SHIM_PHASE_COMMITTING:
+		s->neg_steps++;
 		s->xport->progress(s, fd, now);
 		break;
 	case SHIM_PHASE_DONE:

@@ -67,6 +67,11 @@ int shim_upgrade_wake_fd(struct shim_sock *s)
 		shim_upgrade_wake_close(s);
 		return -1;
 	}
+	/* No step of the handshake since the last check: its fds are the
+	 * ones we watch (a raw close_range under us costs wake-ups, bounded by
+	 * the wait's slice, and no call here touches a number it reused). */
+	if (s->neg_wake.fd >= 0 && wait == s->neg_wake_watch && s->neg_wake_steps == s->neg_steps)
+		return s->neg_wake.fd;
 	/* A program's close-all may have taken our number (fdtable.h). */
 	if (s->neg_wake.fd >= 0 && !shim_owned_still(&s->neg_wake)) {
 		s->neg_wake.fd = -1;
@@ -98,5 +103,6 @@ int shim_upgrade_wake_fd(struct shim_sock *s)
 		return -1;
 	}
 	s->neg_wake_watch = wait;
+	s->neg_wake_steps = s->neg_steps;
 	return s->neg_wake.fd;
 }
