@@ -4,7 +4,8 @@
  * scripted set of ops: what a round finds is returned as it is; one look
  * only for a zero timeout; every arm is followed by exactly one disarm,
  * whether it slept; no sleep when an arm found the fd ready; an arm's cap
- * (a short arm's millisecond, a handshake's next timed step) caps the sleep; a sleep never outlasts the deadline;
+ * (a short arm's millisecond, a handshake's next timed step) caps the
+ * sleep; a sleep never outlasts the deadline;
  * errors end the wait; a spin policy, when given, decides the spin and
  * learns the outcome; and poll counts entries, never rounds.
  */
@@ -156,15 +157,15 @@ START_TEST(an_arms_cap_bounds_the_slice)
 }
 END_TEST
 
-/* The lowest cap wins, none is -1, and a time due (S's next try) caps at
+/* The lowest cap wins, none is 0 or less, and a time due (S's next try) caps at
  * what is left, rounded up, a past one at a millisecond. */
 START_TEST(caps_take_the_lowest_and_time_left)
 {
-	int cap = -1;
+	int cap = 0;
 	unsigned long long now = shim_now_ns();
 
 	shim_waitloop_cap_until(&cap, 0);
-	ck_assert_int_eq(cap, -1);
+	ck_assert_int_eq(cap, 0);
 	shim_waitloop_cap(&cap, 50);
 	shim_waitloop_cap(&cap, 80);
 	ck_assert_int_eq(cap, 50);

@@ -85,6 +85,7 @@ int shim_upgrade_pending_fd(const struct shim_sock *s);
 /* When the pending negotiation's next timed step falls due (transport.h,
  * due_ns), or 0: what a wait's sleep ends by. Under s->lock. */
 unsigned long long shim_upgrade_due_ns(const struct shim_sock *s);
+
 /* For an event loop's wait (upgrade_wake.c): an epoll fd of the
  * connection's own that is readable whenever the negotiation's wait fd is,
  * and stays the same while that fd changes; -1 when there is nothing to

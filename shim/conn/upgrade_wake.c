@@ -40,16 +40,20 @@ int shim_upgrade_wait_fd(const struct shim_sock *s)
 	return s->xport->wait_fd(s);
 }
 
+/* A negotiation still under way: what a wait watches and times. */
+static bool pending(const struct shim_sock *s)
+{
+	return s->neg && s->xport && !s->closed && !shim_upgrade_settled(s);
+}
+
 int shim_upgrade_pending_fd(const struct shim_sock *s)
 {
-	return s->closed || shim_upgrade_settled(s) ? -1 : shim_upgrade_wait_fd(s);
+	return pending(s) ? shim_upgrade_wait_fd(s) : -1;
 }
 
 unsigned long long shim_upgrade_due_ns(const struct shim_sock *s)
 {
-	if (!s->neg || !s->xport || !s->xport->due_ns || s->closed || shim_upgrade_settled(s))
-		return 0;
-	return s->xport->due_ns(s);
+	return pending(s) && s->xport->due_ns ? s->xport->due_ns(s) : 0;
 }
 
 void shim_upgrade_wake_close(struct shim_sock *s)

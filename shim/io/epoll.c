@@ -56,7 +56,6 @@ static int ctl_kernel_only(struct shim_sock *es, int epfd, int op, int fd, struc
 	return REAL(epoll_ctl)(epfd, op, fd, event) < 0 ? -errno : 0;
 }
 
-
 int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 {
 	struct shim_sock *s, *es;

@@ -121,8 +121,6 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 	if (s->shared_sleep && slice > IO_SHARED_SLICE_MS)
 		slice = IO_SHARED_SLICE_MS;
 	/* A handshake step that no fd announces (S's next try) is due then. */
-	if (cap_ms <= 0)
-		cap_ms = -1;
 	shim_waitloop_cap_until(&cap_ms, shim_upgrade_due_ns(s));
 	if (cap_ms > 0 && slice > cap_ms)
 		slice = cap_ms;

@@ -12,7 +12,7 @@ static int run(const struct shim_waitloop_ops *ops, void *ctx, long long timeout
 	unsigned long long spin_end = shim_now_ns() + (unsigned long long)shim_cfg.spin_us * 1000ull;
 
 	for (;;) {
-		int cap_ms = -1;
+		int cap_ms = 0;
 		int rc = ops->look(ctx), sleep, slice;
 
 		if (rc != 0 || timeout_ns == 0)

@@ -22,8 +22,8 @@ struct shim_waitloop_ops {
 	int (*look)(void *ctx);
 	/* Arms every switched fd for a sleep: 1 to sleep, 0 when an arm
 	 * found one ready (no sleep), -errno (nothing armed: the wait ends
-	 * with it). Lowers *cap_ms (-1: none) when the sleep must end sooner
-	 * than its slice (shim_waitloop_cap). */
+	 * with it). Lowers *cap_ms (0 or less: none) when the sleep must end
+	 * sooner than its slice (shim_waitloop_cap). */
 	int (*arm)(void *ctx, int *cap_ms);
 	/* The kernel's wait for at most ms: what it found (> 0), 0, -errno. */
 	int (*sleep)(void *ctx, int ms);
@@ -40,12 +40,12 @@ struct shim_waitloop_ops {
 	void (*spin_end)(void *ctx, int rc);
 };
 
-/* Lowers *cap_ms (-1: none yet) to ms (at least 1). */
+/* Lowers *cap_ms (0 or less: none yet) to ms (at least 1). */
 static inline void shim_waitloop_cap(int *cap_ms, int ms)
 {
 	if (ms < 1)
 		ms = 1;
-	if (*cap_ms < 0 || ms < *cap_ms)
+	if (*cap_ms <= 0 || ms < *cap_ms)
 		*cap_ms = ms;
 }
 
