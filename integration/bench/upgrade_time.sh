@@ -26,7 +26,14 @@
 # to the answer read), the upgrade starting at the first data call, against
 # the same connections tracked only (RDMASHIM_TRANSPORTS=tcp: the shim
 # loaded, no upgrade), BENCH_UPG_PAIRS alternated runs (default 4) of
-# BENCH_UPG_FIRST_CONNS (default 300):
+# BENCH_UPG_FIRST_CONNS (default 300). Each run first holds one connection
+# for 20 ms of round trips (conn_hold --warm): its named handshake makes the
+# two processes' pair, which every counted connection then upgrades over.
+# Without it the figure depended on the first connection: a one-round
+# connection closes before a named handshake ends, so when the first one
+# did not finish its handshake no pair was ever made and every connection
+# of the run paid a named try that never finished (run medians of 140 us
+# against 90 us in runs where the first one finished).
 #   bench upgrade_first_rtt: connect to first answer, median of run medians: upgraded X us, tracked Y us, added Z us
 # Environment: BENCH_UPG_CONNS (default 200), BENCH_UPG_ROUNDS, BENCH_SHIM_ENV
 # (more words for both ends, e.g. RDMASHIM_SHM_PAIRS=0).
@@ -88,10 +95,10 @@ first_median() { # TRANSPORTS -> the median first_us of one run
 	p=$(free_port)
 	start_bg "$WORK/first-server.log" env LD_PRELOAD="$LIB" RDMASHIM_PORTS="$p" RDMASHIM_TRANSPORTS="$1" \
 		RDMASHIM_UPGRADE_AFTER_MS=0 ${BENCH_SHIM_ENV:-} timeout -k 5 300 "$PROGS/conn_hold" server --port "$p" \
-		--conns "$FIRST_CONNS" --rounds 1 --seq
+		--conns "$FIRST_CONNS" --rounds 1 --seq --warm 20
 	wait_listen "$p"
 	env LD_PRELOAD="$LIB" RDMASHIM_PORTS="$p" RDMASHIM_TRANSPORTS="$1" RDMASHIM_UPGRADE_AFTER_MS=0 ${BENCH_SHIM_ENV:-} \
-		timeout -k 5 300 "$PROGS/conn_hold" client --port "$p" --conns "$FIRST_CONNS" --rounds 1 --seq --times >"$log" 2>&1 ||
+		timeout -k 5 300 "$PROGS/conn_hold" client --port "$p" --conns "$FIRST_CONNS" --rounds 1 --seq --times --warm 20 >"$log" 2>&1 ||
 		die "the client failed: $(tail -n 3 "$log")"
 	wait "$LAST_BG" || die "the server failed"
 	python3 -c 'import sys, statistics
