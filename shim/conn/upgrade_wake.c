@@ -86,7 +86,7 @@ int shim_upgrade_wake_fd(struct shim_sock *s)
 
 		if (efd < 0)
 			return -1;
-		if (shim_owned_take(&s->neg_wake, efd) < 0) {
+		if (shim_owned_take_epoll(&s->neg_wake, efd) < 0) {
 			REAL(close)(efd);
 			return -1;
 		}

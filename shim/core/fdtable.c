@@ -133,29 +133,3 @@ int shim_fd_own_checked(int fd)
 	REAL(close)(fd);
 	return -EMFILE;
 }
-
-bool shim_owned_still(const struct shim_owned_fd *o)
-{
-	struct stat st;
-
-	return o->fd >= 0 && fstat(o->fd, &st) == 0 && st.st_dev == o->dev && st.st_ino == o->ino;
-}
-
-int shim_owned_take(struct shim_owned_fd *o, int fd)
-{
-	struct stat st;
-
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	o->fd = fd;
-	o->dev = st.st_dev;
-	o->ino = st.st_ino;
-	return 0;
-}
-
-void shim_owned_close(struct shim_owned_fd *o)
-{
-	if (shim_owned_still(o))
-		REAL(close)(o->fd);
-	o->fd = -1;
-}

@@ -19,6 +19,7 @@
 #include <sys/types.h>
 
 #include "compiler.h"
+#include "owned.h"
 
 struct shim_sock;
 
@@ -74,24 +75,5 @@ int shim_fd_own_checked(int fd);
  * that already holds that many fds when the shim first needs one is
  * short of them; the shim then opens it for each use. */
 bool shim_fd_keepable(int fd);
-
-/*
- * One of the shim's long-lived fds and what it was when kept. A program may
- * close fds it did not open (a daemon's close-all loop) and get the number
- * back for a file of its own: such a number is never read, written or
- * closed by the shim again. Not locked: the owner's lock covers it.
- */
-struct shim_owned_fd {
-	int fd; /* -1: none */
-	dev_t dev;
-	ino_t ino;
-};
-
-/* Whether o->fd still names the file kept. */
-bool shim_owned_still(const struct shim_owned_fd *o);
-/* Keeps fd as o. 0, or -errno (fd is not kept then, nor closed). */
-int shim_owned_take(struct shim_owned_fd *o, int fd);
-/* Closes o->fd if it still is ours; o is empty after. */
-void shim_owned_close(struct shim_owned_fd *o);
 
 #endif

@@ -5,7 +5,7 @@
  *   epoll all_lock > each epoll set's lock > sock pool lock > each sock's
  *   lock > shm pairs > sock_diag's socket > port beacons > global breaker >
  *   RDMA PD table > RDMA link table > MR pool > the failover worker's
- *   queue
+ *   queue > the kept epoll sets' marker
  *
  * A thread that holds one of them never waits for one earlier in the list.
  * The per-connection CQ spinlocks of RDMA are left out: a child never
@@ -21,6 +21,7 @@
 #include "diag.h"
 #include "fo_worker.h"
 #include "mrpool.h"
+#include "owned.h"
 #include "pair.h"
 #include "rdma.h"
 #include "self.h"
@@ -39,10 +40,12 @@ static void prepare(void)
 	shim_rdma_link_atfork(true);
 	shim_mrpool_atfork(true);
 	shim_fo_worker_atfork_prepare();
+	shim_owned_atfork_prepare();
 }
 
 static void parent(void)
 {
+	shim_owned_atfork_release();
 	shim_fo_worker_atfork_parent();
 	shim_mrpool_atfork(false);
 	shim_rdma_link_atfork(false);
@@ -57,6 +60,7 @@ static void parent(void)
 
 static void child(void)
 {
+	shim_owned_atfork_release();
 	shim_self_forget();
 	shim_fo_worker_atfork_child();
 	shim_mrpool_atfork(false);

@@ -286,7 +286,7 @@ void shim_pair_keep_server(int rv_fd)
 		hub.fd = -1;
 		if (ep >= 0)
 			ep = shim_fd_own_checked(ep);
-		if (ep >= 0 && shim_owned_take(&hub, ep) < 0)
+		if (ep >= 0 && shim_owned_take_epoll(&hub, ep) < 0)
 			REAL(close)(ep);
 	}
 	for (unsigned i = 0; i < PAIR_SERVER_MAX && !slot; i++)
