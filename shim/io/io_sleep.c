@@ -310,15 +310,15 @@ static int rx_arm(void *ctx, int *cap_ms)
 {
 	struct call_wait *w = ctx;
 
+	/* The grace caps the sleep in rx_sleep (sleep_capped takes it with
+	 * the SO_RCVTIMEO deadline), not through the engine's cap. */
+	(void)cap_ms;
 	relock(w);
 	w->armed = true;
 	w->line = shim_io_bell_line(w->s);
 	if (!w->ch->ops->rx_arm(w->ch, shim_io_bell_how(w->line)))
 		return 0;
-	if (shim_io_grace_needed(w->s)) {
-		w->cap_ms = IO_GRACE_MS;
-		shim_waitloop_cap(cap_ms, IO_GRACE_MS);
-	}
+	w->cap_ms = shim_io_grace_needed(w->s) ? IO_GRACE_MS : 0;
 	return 1;
 }
 
