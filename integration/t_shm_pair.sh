@@ -27,6 +27,13 @@
 #       not paused for it, and the next connection still upgrades over the
 #       pair (it took the named way, with a ring memfd of its own, for 10 s).
 #       The close comes well within the 50 ms grace (shm_pair_neg.c).
+#   (e) a HINT that reaches a process that reads none holds nothing open:
+#       the server's first process upgrades the first connection (the
+#       pair is its), forks a second and stops itself (SIGSTOP). The
+#       second connection's HINT goes to the stopped process; the second
+#       process serves the connection, and the client's close reaches it
+#       as an end of file at once (a HINT that carried the client's socket
+#       would keep the connection open until the stopped process read it).
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_built "$PROGS/conn_hold" "$PROGS/echo_server" "$PROGS/hostile_shm"
 
@@ -104,16 +111,41 @@ n=$(count "$dir" '"event":"rx.switch"' "\"peer\":\"127.0.0.1:$cport\"")
 check "(c) the real client's connection still upgraded (rx.switch at the server: $n)" test "$n" -ge 1
 stop_bg "$spid"
 
-# ---- (d) a HINT stopped by an early close ----
-dir=$WORK/early
-mkdir -p "$dir"
-cat >"$dir/server.py" <<'PYEOF'
-import socket, sys, time
+# The head of the Python servers below: a listener on port argv[1], READY.
+py_listener() {
+  cat <<'PYEOF'
+import os, signal, socket, sys, time
 l = socket.socket()
 l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 l.bind(("127.0.0.1", int(sys.argv[1])))
 l.listen(8)
 print("READY %s" % sys.argv[1], flush=True)
+PYEOF
+}
+
+# Runs $dir/server.py under the shim in the background as NAME, then
+# $dir/client.py against it, and checks (LABEL) that the client's bytes
+# came back. Leaves the server's pid in spid; 1 when it never got ready.
+py_pair_run() {
+  local name=$1 label=$2 out port
+  local vars=(RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_AFTER_MS=0 RDMASHIM_TRACE=debug
+    "RDMASHIM_TRACE_FILE=$dir/trace.%p.jsonl")
+  port=$(free_port)
+  start_bg "$name" shim RDMASHIM_PORTS="$port" "${vars[@]}" "$PYTHON" "$dir/server.py" "$port"
+  spid=$BG_PID
+  if ! wait_ready "$name" >/dev/null; then
+    not_ok "($label) server ready"
+    stop_bg "$spid"
+    return 1
+  fi
+  out=$(with_shim RDMASHIM_PORTS="$port" "${vars[@]}" "$PYTHON" "$dir/client.py" "$port" 2>&1)
+  check "($label) the client's bytes came back ($out)" test "$out" = "CLIENT DONE"
+}
+
+# ---- (d) a HINT stopped by an early close ----
+dir=$WORK/early
+mkdir -p "$dir"
+{ py_listener; cat <<'PYEOF'; } >"$dir/server.py"
 def echo_rounds(c, n):
     for _ in range(n):
         c.sendall(c.recv(1))
@@ -137,21 +169,64 @@ c = socket.create_connection(("127.0.0.1", port)); rounds(c, 6)
 print("CLIENT DONE", flush=True)
 a.close(); c.close()
 PYEOF
-evars=(RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_AFTER_MS=0 RDMASHIM_TRACE=debug "RDMASHIM_TRACE_FILE=$dir/trace.%p.jsonl")
-eport=$(free_port)
-start_bg early-server shim RDMASHIM_PORTS="$eport" "${evars[@]}" "$PYTHON" "$dir/server.py" "$eport"
-spid=$BG_PID
-if wait_ready early-server >/dev/null; then
-  out=$(with_shim RDMASHIM_PORTS="$eport" "${evars[@]}" "$PYTHON" "$dir/client.py" "$eport" 2>&1)
-  check "(d) the client's bytes came back ($out)" test "$out" = "CLIENT DONE"
+if py_pair_run early-server d; then
   wait_bg "$spid" 20
   check "(d) the second connection's byte reached the server on TCP" grep -q "second: b'y'" "$WORK/early-server.out"
   n=$(count "$dir" '"event":"upgrade.hint_missed"')
   check "(d) the second connection's HINT was stopped by its close (hint_missed $n)" test "$n" -ge 1
   n=$(count "$dir" '"event":"upgrade.done"' '"role":"client".*"pair":true')
   check "(d) the third connection still upgraded over the pair ($n client upgrade.done with pair:true)" test "$n" -eq 1
-else
-  not_ok "(d) server ready"
+fi
+
+# ---- (e) a HINT to a process that reads none ----
+dir=$WORK/stopped
+mkdir -p "$dir"
+{ py_listener; cat <<'PYEOF'; } >"$dir/server.py"
+a, _ = l.accept()
+for _ in range(6):                               # 1: upgrades, makes the pair
+    a.sendall(a.recv(1))
+if os.fork() == 0:                               # the second process
+    b, _ = l.accept()
+    b.sendall(b.recv(1))
+    b.settimeout(5)
+    t0 = time.monotonic()
+    try:
+        got = b.recv(10)
+        print("second: %s after %.3f s" % ("EOF" if got == b"" else repr(got), time.monotonic() - t0), flush=True)
+    except socket.timeout:
+        print("second: no EOF in 5 s", flush=True)
+    os._exit(0)
+print("STOPPING", flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)             # reads no pair from here on
+a.close()
+PYEOF
+cat >"$dir/client.py" <<'PYEOF'
+import socket, sys, time
+port = int(sys.argv[1])
+a = socket.create_connection(("127.0.0.1", port))
+for _ in range(6):
+    a.sendall(b"x")
+    assert a.recv(1) == b"x"
+time.sleep(0.3)                                  # the first process stopped
+b = socket.create_connection(("127.0.0.1", port))
+b.sendall(b"y")
+assert b.recv(1) == b"y"
+b.close()
+print("CLIENT DONE", flush=True)
+time.sleep(0.5)
+a.close()
+PYEOF
+if py_pair_run stopped-server e; then
+  for ((i = 0; i < 120; i++)); do
+    grep -q '^second:' "$WORK/stopped-server.out" 2>/dev/null && break
+    sleep 0.05
+  done
+  n=$(count "$dir" '"event":"upgrade.hint"' '"peer_pid"')
+  check "(e) the second connection's HINT went to the stopped process ($n upgrade.hint)" test "$n" -ge 1
+  line=$(grep '^second:' "$WORK/stopped-server.out")
+  check "(e) its server saw the client's close at once ($line)" \
+    awk '$2 == "EOF" && $4 < 1 { ok = 1 } END { exit !ok }' <<<"$line"
+  pkill -CONT -f "$dir/server.py"
   stop_bg "$spid"
 fi
 finish

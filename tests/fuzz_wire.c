@@ -230,6 +230,7 @@ int main(int argc, char **argv)
 	hint.client_port = 40000;
 	hint.server_port = 6379;
 	hint.ring_bytes = 1024 * 1024;
+	hint.tcp_fd = 7;
 	hint.slot = SHIM_SLOT_NONE;
 	put(dir, "hint", &hint, sizeof(hint), SHIM_MSG_HINT);
 	hint.slot = 3;

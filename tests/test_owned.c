@@ -103,6 +103,48 @@ START_TEST(a_closed_marker_makes_no_set_ours)
 }
 END_TEST
 
+static int open_fds(void)
+{
+	int n = 0;
+
+	for (int fd = 0; fd < 256; fd++)
+		n += fd_open(fd);
+	return n;
+}
+
+/* The marker is one fd for all our sets, and goes with the last of them,
+ * closed or let go: a process holds no fd of ours for sets it no longer
+ * has. */
+START_TEST(the_marker_goes_with_the_last_set)
+{
+	struct shim_owned_fd a, b;
+	int before = open_fds();
+
+	ck_assert_int_eq(shim_owned_take_epoll(&a, epoll_create1(EPOLL_CLOEXEC)), 0);
+	ck_assert_int_eq(shim_owned_take_epoll(&b, epoll_create1(EPOLL_CLOEXEC)), 0);
+	ck_assert_int_eq(open_fds(), before + 3);
+	shim_owned_close(&a);
+	ck_assert_int_eq(open_fds(), before + 2);
+	ck_assert(shim_owned_still(&b));
+	/* The last one is the program's now: let go, not closed. */
+	int theirs = epoll_create1(EPOLL_CLOEXEC);
+
+	ck_assert_int_eq(dup3(theirs, b.fd, O_CLOEXEC), b.fd);
+	close(theirs);
+	theirs = b.fd;
+
+	ck_assert(!shim_owned_still(&b));
+	shim_owned_forget(&b);
+	ck_assert_int_eq(open_fds(), before + 1);
+	ck_assert(fd_open(theirs));
+	/* A new set makes a new marker. */
+	ck_assert_int_eq(shim_owned_take_epoll(&a, epoll_create1(EPOLL_CLOEXEC)), 0);
+	ck_assert(shim_owned_still(&a));
+	shim_owned_close(&a);
+	ck_assert_int_eq(open_fds(), before + 1);
+}
+END_TEST
+
 START_TEST(a_reused_socket_number_is_not_ours)
 {
 	struct shim_owned_fd o;
@@ -130,6 +172,7 @@ int main(void)
 	tcase_add_test(tc, our_epoll_set_is_ours_and_the_programs_is_not);
 	tcase_add_test(tc, the_marker_never_shows_in_a_wait);
 	tcase_add_test(tc, a_closed_marker_makes_no_set_ours);
+	tcase_add_test(tc, the_marker_goes_with_the_last_set);
 	tcase_add_test(tc, a_reused_socket_number_is_not_ours);
 	suite_add_tcase(s, tc);
 	return shim_check_run(s);

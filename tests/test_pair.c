@@ -8,9 +8,7 @@
  * the ring arena's slots: C hands a slot out again only when its own
  * channel on it went and S released that very use, S maps the arena once,
  * refuses a second one or a slot without one, and gives back every slot
- * it is done with (claimed or not). A HINT brings C's TCP socket: S keeps
- * its inode and closes it as it reads the HINT; one without it drops the
- * pair.
+ * it is done with (claimed or not).
  *
  * Each test runs in a process of its own (Check's fork mode), with fresh
  * tables. Pairs are socketpairs here: both ends are this process, of our
@@ -23,7 +21,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "arena.h"
@@ -61,28 +58,15 @@ static struct shim_msg_hint hint_for(const struct shim_tuple *t)
 	h.client_port = t->peer.port;
 	h.server_port = t->local.port;
 	h.ring_bytes = 4096;
+	h.tcp_fd = 3;
 	h.slot = SHIM_SLOT_NONE;
 	return h;
 }
 
-/* A TCP socket, as C's own would come with its HINT; *ino its inode. */
-static int tcp_socket(ino_t *ino)
+/* Sends msg with two fresh fds (a socketpair end and a memfd) on fd. */
+static void send_with_two(int fd, const void *msg, size_t len)
 {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct stat st;
-
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(fstat(fd, &st), 0);
-	if (ino)
-		*ino = st.st_ino;
-	return fd;
-}
-
-/* Sends msg on fd with fresh fds as a HINT brings them: a socketpair end,
- * a TCP socket (its inode in *ino unless NULL) and a memfd. */
-static void send_hint_fds(int fd, const void *msg, size_t len, ino_t *ino)
-{
-	int sp[2], fds[3];
+	int sp[2], fds[2];
 	union {
 		struct cmsghdr align;
 		char buf[CMSG_SPACE(sizeof(fds))];
@@ -93,9 +77,8 @@ static void send_hint_fds(int fd, const void *msg, size_t len, ino_t *ino)
 
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp), 0);
 	fds[0] = sp[1];
-	fds[1] = tcp_socket(ino);
-	fds[2] = memfd_create("test-ring", MFD_CLOEXEC);
-	ck_assert_int_ge(fds[2], 0);
+	fds[1] = memfd_create("test-ring", MFD_CLOEXEC);
+	ck_assert_int_ge(fds[1], 0);
 	memset(&control, 0, sizeof(control));
 	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
 
@@ -107,12 +90,6 @@ static void send_hint_fds(int fd, const void *msg, size_t len, ino_t *ino)
 	close(sp[0]);
 	close(sp[1]);
 	close(fds[1]);
-	close(fds[2]);
-}
-
-static void send_with_fds(int fd, const void *msg, size_t len)
-{
-	send_hint_fds(fd, msg, len, NULL);
 }
 
 /* A pair kept at our S end; returns the C end to send on. */
@@ -136,13 +113,11 @@ START_TEST(a_hint_is_found_by_its_connection_only)
 	struct shim_tuple mine = tuple_of(40000), other = tuple_of(40001);
 	struct shim_msg_hint h = hint_for(&mine);
 	struct shim_pair_hint got;
-	ino_t ino;
 
-	send_hint_fds(c, &h, sizeof(h), &ino);
+	send_with_two(c, &h, sizeof(h));
 	ck_assert(!shim_pair_claim(&other, &got, 1000));
 	ck_assert(shim_pair_claim(&mine, &got, 1000));
 	ck_assert_uint_eq(got.msg.client_port, 40000);
-	ck_assert_uint_eq(got.tcp_ino, ino);
 	ck_assert(fd_open(got.rv_fd) && fd_open(got.memfd));
 	close(got.rv_fd);
 	close(got.memfd);
@@ -162,7 +137,7 @@ START_TEST(pending_hints_are_bounded_oldest_first)
 		struct shim_tuple ti = tuple_of((uint16_t)(41000 + i)), none = tuple_of(1);
 		struct shim_msg_hint h = hint_for(&ti);
 
-		send_with_fds(c, &h, sizeof(h));
+		send_with_two(c, &h, sizeof(h));
 		ck_assert(!shim_pair_claim(&none, &got, ++t));
 	}
 	struct shim_tuple first = tuple_of(41000), second = tuple_of(41001), last = tuple_of(41129);
@@ -182,7 +157,7 @@ START_TEST(pending_hints_expire)
 	struct shim_msg_hint h = hint_for(&mine);
 	struct shim_pair_hint got;
 
-	send_with_fds(c, &h, sizeof(h));
+	send_with_two(c, &h, sizeof(h));
 	ck_assert(!shim_pair_claim(&none, &got, 1000)); /* read in at t=1000 */
 	ck_assert(!shim_pair_claim(&mine, &got, 1000 + 2000000000ull));
 }
@@ -206,7 +181,7 @@ START_TEST(a_pair_that_sends_anything_else_is_dropped)
 	struct shim_pair_hint got;
 
 	send_not_a_hint(c);
-	send_with_fds(c, &h, sizeof(h));
+	send_with_two(c, &h, sizeof(h));
 	ck_assert(!shim_pair_claim(&mine, &got, 1000));
 	/* S closed its end: the next HINT can not even be sent. */
 	ck_assert_int_lt(send(c, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT), 0);
@@ -232,18 +207,17 @@ START_TEST(a_dropped_pair_leaks_no_fd_of_its_batch)
 	struct shim_pair_hint got;
 
 	send_not_a_hint(c);
-	send_with_fds(c, &h, sizeof(h));
-	send_with_fds(c, &h2, sizeof(h2));
+	send_with_two(c, &h, sizeof(h));
+	send_with_two(c, &h2, sizeof(h2));
 	ck_assert(!shim_pair_claim(&mine, &got, 1000));
 	ck_assert(!shim_pair_claim(&other, &got, 1000));
-	/* Only c is left, and the marker of the shim's epoll sets (kept for
-	 * the process's life, owned.h): S's end and the hub went with the
-	 * pair, and the six fds the two HINTs brought were closed unread. */
-	ck_assert_int_eq(open_fds(), before + 2);
+	/* Only c is left: S's end, the hub and its marker (owned.h) went with
+	 * the pair, and the four fds the two HINTs brought were closed unread. */
+	ck_assert_int_eq(open_fds(), before + 1);
 }
 END_TEST
 
-START_TEST(a_hint_without_its_fds_is_not_kept)
+START_TEST(a_hint_without_its_two_fds_is_not_kept)
 {
 	int c = server_pair();
 	struct shim_tuple mine = tuple_of(40000);
@@ -252,58 +226,6 @@ START_TEST(a_hint_without_its_fds_is_not_kept)
 
 	ck_assert_int_eq(send(c, &h, sizeof(h), 0), (ssize_t)sizeof(h));
 	ck_assert(!shim_pair_claim(&mine, &got, 1000));
-}
-END_TEST
-
-/* The second fd must be a socket (C's TCP socket): a HINT whose second fd
- * is anything else (here the ring memfd, as a HINT of wire version 3 put
- * it) is no HINT of ours, and drops the pair. */
-START_TEST(a_hint_without_the_socket_drops_the_pair)
-{
-	int c = server_pair(), sp[2], fds[2];
-	struct shim_tuple mine = tuple_of(40000);
-	struct shim_msg_hint h = hint_for(&mine);
-	struct shim_pair_hint got;
-
-	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp), 0);
-	fds[0] = sp[1];
-	fds[1] = memfd_create("test-ring", MFD_CLOEXEC);
-	ck_assert_int_eq(shim_rv_send_fds(c, &h, sizeof(h), fds, 2), 0);
-	ck_assert(!shim_pair_claim(&mine, &got, 1000));
-	ck_assert_int_lt(send(c, "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT), 0);
-	close(sp[0]);
-	close(sp[1]);
-	close(fds[1]);
-}
-END_TEST
-
-/* S must not hold C's connection open: a HINT nobody takes yet keeps no
- * copy of C's socket, so C's close sends its FIN at once. */
-START_TEST(the_socket_a_hint_brings_is_closed_as_it_is_read)
-{
-	int c = server_pair(), tcp[2], sp[2], fds[3];
-	struct shim_tuple mine = tuple_of(40000), none = tuple_of(1);
-	struct shim_msg_hint h = hint_for(&mine);
-	struct shim_pair_hint got;
-	char byte;
-
-	/* A stream socketpair stands in for the connection: its peer sees
-	 * EOF only when every copy of this end is closed. */
-	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, tcp), 0);
-	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp), 0);
-	fds[0] = sp[1];
-	fds[1] = tcp[0];
-	fds[2] = memfd_create("test-ring", MFD_CLOEXEC);
-	ck_assert_int_eq(shim_rv_send_fds(c, &h, sizeof(h), fds, 3), 0);
-	close(tcp[0]);
-	ck_assert(!shim_pair_claim(&none, &got, 1000)); /* read in, pending */
-	ck_assert_int_eq(recv(tcp[1], &byte, 1, MSG_DONTWAIT), 0);
-	ck_assert(shim_pair_claim(&mine, &got, 1000));
-	close(got.rv_fd);
-	close(got.memfd);
-	close(sp[0]);
-	close(sp[1]);
-	close(fds[2]);
 }
 END_TEST
 
@@ -322,17 +244,15 @@ START_TEST(a_reused_client_pair_number_is_never_written)
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp), 0);
 	kept = sp[1];
 	shim_pair_keep_client(kept, &server);
-	int tcp = tcp_socket(NULL);
-
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, rvp), 0);
 	/* Sent while the pair is ours. */
-	ck_assert_int_eq(shim_pair_send_hint(&server, &h, rvp[1], tcp, 1000, &pid, &chan), 0);
+	ck_assert_int_eq(shim_pair_send_hint(&server, &h, rvp[1], 1000, &pid, &chan), 0);
 	ck_assert_int_eq(pid, getpid());
 	chan->ops->destroy(chan);
 	/* Behind the shim's back: the number now names a pipe. */
 	ck_assert_int_eq(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
 	ck_assert_int_eq(dup2(p[1], kept), kept);
-	ck_assert_int_eq(shim_pair_send_hint(&server, &h, rvp[1], tcp, 2000, &pid, &chan), -ENOENT);
+	ck_assert_int_eq(shim_pair_send_hint(&server, &h, rvp[1], 2000, &pid, &chan), -ENOENT);
 	ck_assert_int_lt(read(p[0], &byte, 1), 0); /* nothing was written into it */
 	ck_assert(fd_open(kept));                  /* nor was it closed */
 }
@@ -351,7 +271,7 @@ START_TEST(a_reused_server_pair_number_is_never_read)
 	kept = c + 1;
 	ck_assert(fd_open(kept));
 	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
-	send_with_fds(c, &h, sizeof(h));
+	send_with_two(c, &h, sizeof(h));
 	ck_assert_int_eq(dup2(p[0], kept), kept);
 	ck_assert_int_eq(write(p[1], &byte, 1), 1);
 	ck_assert(!shim_pair_claim(&mine, &got, 1000));
@@ -383,27 +303,22 @@ static struct shim_chan *hint_out(const struct shim_endpoint *server, int s_end,
 	struct shim_tuple t = tuple_of(40000);
 	struct shim_msg_hint h = hint_for(&t), got;
 	struct shim_chan *chan;
-	int rvp[2], fds[3];
-	ino_t ino;
-	int tcp = tcp_socket(&ino);
+	int rvp[2], fds[2];
 	pid_t pid;
 
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, rvp), 0);
-	ck_assert_int_eq(shim_pair_send_hint(server, &h, rvp[1], tcp, 1000, &pid, &chan), 0);
-	ck_assert_int_eq(shim_rv_recv_fds(s_end, &got, sizeof(got), fds, 3), (ssize_t)sizeof(got));
+	ck_assert_int_eq(shim_pair_send_hint(server, &h, rvp[1], 1000, &pid, &chan), 0);
+	ck_assert_int_eq(shim_rv_recv_fds(s_end, &got, sizeof(got), fds, 2), (ssize_t)sizeof(got));
 	ck_assert_int_eq(shim_msg_check(&got, sizeof(got)), SHIM_MSG_HINT);
 	ck_assert_int_ge(fds[0], 0);
-	/* Our TCP socket itself comes second. */
-	ck_assert_uint_eq(shim_rv_passed_socket_ino(fds[1]), ino);
 	*slot = got.slot;
 	*gen = got.slot_gen;
 	/* The arena, once, or a ring of its own: the memfd comes along. */
-	*with_fd = fds[2] >= 0;
+	*with_fd = fds[1] >= 0;
 	ck_assert_int_eq(*with_fd, got.arena_slots != 0 || got.slot == SHIM_SLOT_NONE);
 	close(fds[0]);
-	if (fds[2] >= 0)
-		close(fds[2]);
-	close(tcp);
+	if (fds[1] >= 0)
+		close(fds[1]);
 	close(rvp[0]);
 	close(rvp[1]);
 	return chan;
@@ -498,7 +413,7 @@ static bool release_out(int c, uint32_t *slot, uint32_t *gen)
 static void slot_hint_in(int c, const struct shim_tuple *t, uint32_t slot, uint32_t gen, uint16_t arena_slots)
 {
 	struct shim_msg_hint h = hint_for(t);
-	int sp[2], fds[3] = { -1, tcp_socket(NULL), -1 };
+	int sp[2], fds[2] = { -1, -1 };
 
 	h.slot = slot;
 	h.slot_gen = gen;
@@ -508,19 +423,18 @@ static void slot_hint_in(int c, const struct shim_tuple *t, uint32_t slot, uint3
 	if (arena_slots) {
 		struct shim_arena a;
 
-		ck_assert_int_eq(shim_arena_make(h.ring_bytes, arena_slots, &a, &fds[2]), 0);
+		ck_assert_int_eq(shim_arena_make(h.ring_bytes, arena_slots, &a, &fds[1]), 0);
 		for (unsigned k = 0; k < arena_slots; k++) {
 			shim_ring_format(shim_arena_slot(&a, k), h.ring_bytes);
 			shim_ring_format(shim_arena_slot(&a, k) + shim_ring_footprint(h.ring_bytes), h.ring_bytes);
 		}
 		shim_arena_unmap(&a);
 	}
-	ck_assert_int_eq(shim_rv_send_fds(c, &h, sizeof(h), fds, arena_slots ? 3 : 2), 0);
+	ck_assert_int_eq(shim_rv_send_fds(c, &h, sizeof(h), fds, arena_slots ? 2 : 1), 0);
 	close(sp[0]);
 	close(sp[1]);
-	close(fds[1]);
-	if (fds[2] >= 0)
-		close(fds[2]);
+	if (fds[1] >= 0)
+		close(fds[1]);
 }
 
 START_TEST(the_server_maps_the_arena_once_and_releases_every_slot)
@@ -582,7 +496,7 @@ START_TEST(a_second_arena_or_a_slot_without_one_drops_the_pair)
 	shim_cfg.ring_kb = 4;
 	{
 		struct shim_msg_hint h = hint_for(&t2);
-		int sp[2], fds[3];
+		int sp[2], fds[2];
 		struct shim_arena a;
 
 		h.ring_bytes = 8192;
@@ -590,9 +504,8 @@ START_TEST(a_second_arena_or_a_slot_without_one_drops_the_pair)
 		h.arena_slots = 1;
 		ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp), 0);
 		fds[0] = sp[1];
-		fds[1] = tcp_socket(NULL);
-		ck_assert_int_eq(shim_arena_make(8192, 1, &a, &fds[2]), 0);
-		ck_assert_int_eq(shim_rv_send_fds(c, &h, sizeof(h), fds, 3), 0);
+		ck_assert_int_eq(shim_arena_make(8192, 1, &a, &fds[1]), 0);
+		ck_assert_int_eq(shim_rv_send_fds(c, &h, sizeof(h), fds, 2), 0);
 		ck_assert(!shim_pair_claim(&t2, &got, 1000));
 		ck_assert_int_lt(send(c, "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT), 0);
 	}
@@ -608,9 +521,7 @@ int main(void)
 	tcase_add_test(tc, pending_hints_are_bounded_oldest_first);
 	tcase_add_test(tc, pending_hints_expire);
 	tcase_add_test(tc, a_pair_that_sends_anything_else_is_dropped);
-	tcase_add_test(tc, a_hint_without_its_fds_is_not_kept);
-	tcase_add_test(tc, a_hint_without_the_socket_drops_the_pair);
-	tcase_add_test(tc, the_socket_a_hint_brings_is_closed_as_it_is_read);
+	tcase_add_test(tc, a_hint_without_its_two_fds_is_not_kept);
 	tcase_add_test(tc, a_dropped_pair_leaks_no_fd_of_its_batch);
 	tcase_add_test(tc, a_reused_client_pair_number_is_never_written);
 	tcase_add_test(tc, a_reused_server_pair_number_is_never_read);

@@ -22,7 +22,7 @@ void pair_decoy(const struct sockaddr_in *srv)
 	const uint32_t ring = 64 * 1024;
 	struct in_addr lo = { htonl(INADDR_LOOPBACK) };
 	struct hint h;
-	int sp[2], memfd, fds[3];
+	int sp[2], memfd, fds[2];
 	union {
 		struct cmsghdr align;
 		char buf[CMSG_SPACE(sizeof(fds))];
@@ -41,6 +41,7 @@ void pair_decoy(const struct sockaddr_in *srv)
 	h.server_port = ntohs(srv->sin_port);
 	h.ring_bytes = ring;
 	random_bytes(h.nonce, sizeof(h.nonce));
+	h.tcp_fd = st.tcp; /* a socket we hold, but not that connection's */
 	h.slot = 0xffffffffu; /* a ring of its own, not a slot of an arena */
 	memfd = memfd_create("hostile-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0 || memfd < 0 ||
@@ -60,8 +61,7 @@ void pair_decoy(const struct sockaddr_in *srv)
 		rh->size = ring;
 	}
 	fds[0] = sp[1];
-	fds[1] = st.tcp; /* a TCP socket we hold, but not that connection's */
-	fds[2] = memfd;
+	fds[1] = memfd;
 	memset(control.buf, 0, sizeof(control.buf));
 	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
 

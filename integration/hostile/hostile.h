@@ -14,7 +14,7 @@
 #include <netinet/in.h>
 
 #define WIRE_MAGIC 0x52534831u
-#define WIRE_VERSION 4
+#define WIRE_VERSION 3
 enum { MSG_OFFER = 1, MSG_ACCEPT = 2, MSG_SWITCH_AT = 3, MSG_HINT = 5 };
 
 struct hdr {
@@ -42,15 +42,14 @@ struct switch_at {
 _Static_assert(sizeof(struct offer) == 40, "offer is 40 bytes");
 _Static_assert(sizeof(struct accept) == 48, "accept is 48 bytes");
 _Static_assert(sizeof(struct switch_at) == 24, "switch_at is 24 bytes");
-/* On a pair channel, with [socketpair end, C's TCP socket, ring memfd]
- * (PROTOCOL.md). */
+/* On a pair channel, with [socketpair end, ring memfd] (PROTOCOL.md). */
 struct hint {
 	struct hdr hdr;
 	uint8_t client_addr[16], server_addr[16]; /* IPv4 as ::ffff:a.b.c.d */
 	uint16_t client_port, server_port;
 	uint32_t ring_bytes;
 	uint8_t nonce[16];
-	int32_t unused;
+	int32_t tcp_fd;
 	uint32_t slot, slot_gen; /* 0xffffffff, 0: the ring's memfd comes along */
 	uint16_t arena_slots, reserved;
 };

@@ -78,7 +78,7 @@ int shim_upgrade_wake_fd(struct shim_sock *s)
 		return s->neg_wake.fd;
 	/* A program's close-all may have taken our number (fdtable.h). */
 	if (s->neg_wake.fd >= 0 && !shim_owned_still(&s->neg_wake)) {
-		s->neg_wake.fd = -1;
+		shim_owned_forget(&s->neg_wake);
 		s->neg_wake_watch = -1;
 	}
 	if (s->neg_wake.fd < 0) {

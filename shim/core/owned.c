@@ -17,14 +17,16 @@
  * it has nothing to report, so it never shows in a wait. EPOLL_CTL_MOD of
  * it succeeds in a set that holds it and fails (ENOENT) in any other, so a
  * number the program reused for an epoll set of its own is told from ours
- * without a look at that set's events. Made with the first set, kept for
- * the process's life (a fork's child shares it with its parent, as it
- * shares the sets); one the program closed is made anew, and the sets
- * that held the old one are no longer ours (left alone, never closed).
+ * without a look at that set's events. Made with the first set and
+ * closed with the last (a server whose clients all left holds no fd for
+ * them; a fork's child shares it with its parent, as it shares the sets).
+ * One the program closed is made anew, and the sets that held the old one
+ * are no longer ours (left alone, never closed).
  */
 #define MARKER_DATA 0x7273686d61726b72ull /* "rshmarkr" */
 
 static struct shim_owned_fd marker = { .fd = -1 };
+static unsigned marker_users; /* epoll sets kept (taken, not yet let go) */
 static pthread_mutex_t marker_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static bool same_file(const struct shim_owned_fd *o)
@@ -78,8 +80,22 @@ static int marker_in(int epfd, int op)
 	pthread_mutex_lock(&marker_lock);
 	fd = marker_get(op == EPOLL_CTL_ADD);
 	rc = fd < 0 ? fd : REAL(epoll_ctl)(epfd, op, fd, &ev) == 0 ? 0 : -errno;
+	if (rc == 0 && op == EPOLL_CTL_ADD)
+		marker_users++;
 	pthread_mutex_unlock(&marker_lock);
 	return rc;
+}
+
+/* An epoll set of ours let go: with the last, the marker goes too. */
+static void marker_put(void)
+{
+	pthread_mutex_lock(&marker_lock);
+	if (marker_users && --marker_users == 0) {
+		if (same_file(&marker))
+			REAL(close)(marker.fd);
+		marker.fd = -1;
+	}
+	pthread_mutex_unlock(&marker_lock);
 }
 
 bool shim_owned_still(const struct shim_owned_fd *o)
@@ -103,15 +119,25 @@ int shim_owned_take_epoll(struct shim_owned_fd *o, int epfd)
 	if (rc < 0)
 		return rc;
 	rc = record(o, epfd);
+	if (rc < 0)
+		marker_put();
 	o->epoll = rc == 0;
 	return rc;
+}
+
+void shim_owned_forget(struct shim_owned_fd *o)
+{
+	if (o->fd >= 0 && o->epoll)
+		marker_put();
+	o->fd = -1;
+	o->epoll = false;
 }
 
 void shim_owned_close(struct shim_owned_fd *o)
 {
 	if (shim_owned_still(o))
 		REAL(close)(o->fd);
-	o->fd = -1;
+	shim_owned_forget(o);
 }
 
 void shim_owned_atfork_prepare(void)

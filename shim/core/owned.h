@@ -32,6 +32,10 @@ int shim_owned_take(struct shim_owned_fd *o, int fd);
 int shim_owned_take_epoll(struct shim_owned_fd *o, int epfd);
 /* Closes o->fd if it still is ours; o is empty after. */
 void shim_owned_close(struct shim_owned_fd *o);
+/* o is empty after, its number left alone (it is no longer ours). Every
+ * kept fd ends in this or shim_owned_close: the marker goes with the last
+ * epoll set of ours. */
+void shim_owned_forget(struct shim_owned_fd *o);
 
 /* Fork handlers (atfork.c): the marker's lock, the last in the order. */
 void shim_owned_atfork_prepare(void);

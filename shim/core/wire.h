@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define SHIM_WIRE_MAGIC 0x52534831u /* "RSH1" */
-#define SHIM_WIRE_VERSION 4
+#define SHIM_WIRE_VERSION 3
 #define SHIM_NONCE_LEN 16
 
 enum shim_msg_type {
@@ -86,11 +86,10 @@ _Static_assert(sizeof(struct shim_msg_decline) == 24, "decline is 24 bytes");
 
 /*
  * HINT carries, as SCM_RIGHTS and in this order, S's end of a fresh
- * socketpair (the connection's own rendezvous from here on), C's TCP
- * socket itself (S compares its inode with what sock_diag says of S's
- * peer, and closes it as it reads the HINT), then the ring memfd when slot
- * is SHIM_SLOT_NONE, the pair's arena memfd when arena_slots is not 0, and
- * nothing more otherwise. The endpoints name the connection as C sees it.
+ * socketpair (the connection's own rendezvous from here on), then the ring
+ * memfd when slot is SHIM_SLOT_NONE, the pair's arena memfd when
+ * arena_slots is not 0, and nothing more otherwise. The endpoints name
+ * the connection as C sees it.
  */
 struct shim_msg_hint {
 	struct shim_msg_hdr hdr;
@@ -99,7 +98,7 @@ struct shim_msg_hint {
 	uint16_t client_port, server_port; /* host order */
 	uint32_t ring_bytes;           /* the size C chose, per direction */
 	uint8_t nonce[SHIM_NONCE_LEN]; /* S writes it back in-band at its switch */
-	int32_t unused;                /* 0 (wire version 3 had C's fd number here) */
+	int32_t tcp_fd;                /* C's fd of the TCP socket, for S to check */
 	uint32_t slot;                 /* the ring's slot in the pair's arena, or SHIM_SLOT_NONE:
 					* the ring's own memfd comes with the HINT */
 	uint32_t slot_gen;             /* which use of that slot (S's RELEASE names it back) */

@@ -47,7 +47,6 @@ struct server_pair {
 
 struct pending {
 	struct shim_msg_hint msg;
-	ino_t tcp_ino;            /* of the socket that came with it */
 	struct shim_owned_fd rv, mem; /* rv.fd -1: a free slot; mem.fd -1 with a slot */
 	struct pair_arena *arena; /* the HINT's slot's, or NULL */
 	unsigned long long at_ns;
@@ -137,10 +136,10 @@ static bool client_drain(struct client_pair *c)
 	return true;
 }
 
-int shim_pair_send_hint(const struct shim_endpoint *server, struct shim_msg_hint *msg, int rv_fd, int tcp_fd,
+int shim_pair_send_hint(const struct shim_endpoint *server, struct shim_msg_hint *msg, int rv_fd,
 			unsigned long long now, pid_t *peer_pid, struct shim_chan **chan)
 {
-	int fds[3] = { rv_fd, tcp_fd, -1 };
+	int fds[2] = { rv_fd, -1 };
 	struct client_pair *c;
 	struct shim_slot_hint slot;
 	bool in_arena;
@@ -168,16 +167,16 @@ int shim_pair_send_hint(const struct shim_endpoint *server, struct shim_msg_hint
 		msg->slot = slot.slot;
 		msg->slot_gen = slot.gen;
 		msg->arena_slots = slot.arena_slots;
-		fds[2] = slot.arena_fd;
+		fds[1] = slot.arena_fd;
 	} else {
 		rc = shim_shm_create(msg->ring_bytes, chan, &ring_memfd);
 		if (rc < 0)
 			goto out;
-		fds[2] = ring_memfd;
+		fds[1] = ring_memfd;
 	}
 	/* A full socket buffer (S reads HINTs only when it starts a handshake,
 	 * and this one has been taking none) or a closed S drops the pair. */
-	rc = shim_rv_send_fds(c->fd.fd, msg, sizeof(*msg), fds, fds[2] >= 0 ? 3 : 2);
+	rc = shim_rv_send_fds(c->fd.fd, msg, sizeof(*msg), fds, fds[1] >= 0 ? 2 : 1);
 	shim_rv_close_if(ring_memfd);
 	if (in_arena) {
 		int sent = rc;
@@ -283,7 +282,7 @@ void shim_pair_keep_server(int rv_fd)
 	if (hub.fd < 0 || !shim_owned_still(&hub)) {
 		int ep = REAL(epoll_create1)(EPOLL_CLOEXEC);
 
-		hub.fd = -1;
+		shim_owned_forget(&hub);
 		if (ep >= 0)
 			ep = shim_fd_own_checked(ep);
 		if (ep >= 0 && shim_owned_take_epoll(&hub, ep) < 0)
@@ -314,10 +313,9 @@ static void pending_free(struct pending *p)
 }
 
 /* Under pair_lock: a HINT in, its fds ours (memfd -1 for a slot of arena,
- * whose reference it takes), with the inode of C's socket that came with
- * it; the oldest goes when full. */
-static void pending_add(const struct shim_msg_hint *msg, ino_t tcp_ino, int rv_fd, int memfd,
-			struct pair_arena *arena, unsigned long long now)
+ * whose reference it takes); the oldest goes when full. */
+static void pending_add(const struct shim_msg_hint *msg, int rv_fd, int memfd, struct pair_arena *arena,
+			unsigned long long now)
 {
 	struct pending *slot = NULL, *oldest = NULL;
 
@@ -332,7 +330,6 @@ static void pending_add(const struct shim_msg_hint *msg, ino_t tcp_ino, int rv_f
 		slot = oldest;
 	}
 	slot->msg = *msg;
-	slot->tcp_ino = tcp_ino;
 	slot->at_ns = now;
 	slot->drained = drains;
 	slot->mem.fd = -1;
@@ -349,10 +346,10 @@ static void pending_add(const struct shim_msg_hint *msg, ino_t tcp_ino, int rv_f
 }
 
 /*
- * Under pair_lock: where a HINT's ring is. Its own memfd (*memfd); a slot
- * of the pair's arena, which the first such HINT brings (*memfd, mapped
+ * Under pair_lock: where a HINT's ring is. Its own memfd (fds[1]); a slot
+ * of the pair's arena, which the first such HINT brings (fds[1], mapped
  * here once and closed); nothing else. false: the HINT breaks those rules
- * (the pair is dropped; *memfd closed).
+ * (the pair is dropped; fds[1] closed).
  */
 static bool hint_ring(struct server_pair *sp, const struct shim_msg_hint *h, int *memfd)
 {
@@ -404,24 +401,18 @@ static void drain_one(struct server_pair *sp, unsigned long long now)
 				return;
 			}
 			memcpy(&hint, msgs[i].raw, sizeof(hint));
-			if (fds[0] == -EMFILE || fds[1] == -EMFILE || fds[2] == -EMFILE) {
+			if (fds[0] == -EMFILE || fds[1] == -EMFILE) {
 				/* Near our fd limit the HINT alone is lost (its
 				 * slot, if any, with it: C does not reuse it). */
 				batch_close_fds(msgs, i, i + 1);
 				continue;
 			}
-			/* C's socket is closed at once: a HINT that waits here
-			 * (or went to the wrong process) must not hold C's
-			 * connection open after C closed it. */
-			ino_t tcp_ino = shim_rv_passed_socket_ino(fds[1]);
-
-			fds[1] = -1;
-			if (fds[0] < 0 || !tcp_ino || !hint_ring(sp, &hint, &fds[2])) {
+			if (fds[0] < 0 || !hint_ring(sp, &hint, &fds[1])) {
 				batch_close_fds(msgs, i, n);
 				drain_drop(sp, len);
 				return;
 			}
-			pending_add(&hint, tcp_ino, fds[0], fds[2], hint.slot == SHIM_SLOT_NONE ? NULL : sp->arena, now);
+			pending_add(&hint, fds[0], fds[1], hint.slot == SHIM_SLOT_NONE ? NULL : sp->arena, now);
 		}
 		if (n < SHIM_RV_BATCH_MAX)
 			return;
@@ -437,7 +428,7 @@ static void drain(unsigned long long now)
 	if (hub.fd < 0)
 		return;
 	if (!shim_owned_still(&hub)) {
-		hub.fd = -1;
+		shim_owned_forget(&hub);
 		for (unsigned i = 0; i < PAIR_SERVER_MAX; i++) {
 			shim_owned_close(&servers[i].fd);
 			shim_slots_retire(&servers[i].arena);
@@ -485,7 +476,6 @@ bool shim_pair_claim(const struct shim_tuple *t, struct shim_pair_hint *out, uns
 
 		if (fresh || (shim_owned_still(&p->rv) && (p->arena || shim_owned_still(&p->mem)))) {
 			out->msg = p->msg;
-			out->tcp_ino = p->tcp_ino;
 			out->rv_fd = p->rv.fd;
 			out->memfd = p->mem.fd;
 			out->arena = p->arena;

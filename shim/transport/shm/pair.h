@@ -26,16 +26,14 @@
 #include "wire.h"
 
 /* C: sends a HINT over the pair kept for server, with S's socketpair end
- * (rv_fd stays ours: the kernel copies it), our TCP socket tcp_fd (S's
- * proof that the HINT comes from the connection's other end) and the
- * connection's ring: a
+ * (rv_fd stays ours: the kernel copies it) and the connection's ring: a
  * free slot of the pair's arena (PROTOCOL.md, "Ring arena"), or, with none
  * free, a memfd of its own. Fills msg's slot fields (msg->ring_bytes is the
  * ring's size). 0, with *chan our side of the ring and *peer_pid the
  * process at the pair's other end; -ENOENT: no pair (or one that missed
  * lately, shim_pair_miss()); another -errno: no HINT went (a broken pair
  * is dropped). */
-int shim_pair_send_hint(const struct shim_endpoint *server, struct shim_msg_hint *msg, int rv_fd, int tcp_fd,
+int shim_pair_send_hint(const struct shim_endpoint *server, struct shim_msg_hint *msg, int rv_fd,
 			unsigned long long now, pid_t *peer_pid, struct shim_chan **chan);
 /* C: the HINT sent over server's pair found no taker (S was not the
  * process holding the connection: a prefork server); HINTs for it pause. */
@@ -46,14 +44,12 @@ void shim_pair_keep_client(int rv_fd, const struct shim_endpoint *server);
 /* S: the same at S's end: rv_fd joins the ones HINTs come on. Takes it. */
 void shim_pair_keep_server(int rv_fd);
 
-/* A HINT taken from the pending table: its message, the inode of the
- * socket C passed with it (closed as it came), its socketpair end (now the
- * caller's to close) and its ring (the caller's to map with
+/* A HINT taken from the pending table: its message, its socketpair end
+ * (now the caller's to close) and its ring (the caller's to map with
  * shim_pair_hint_ring() or drop with shim_pair_hint_drop_ring()). */
 struct pair_arena;
 struct shim_pair_hint {
 	struct shim_msg_hint msg;
-	ino_t tcp_ino;
 	int rv_fd;
 	int memfd;                /* the ring's own memfd, or -1: a slot of arena */
 	struct pair_arena *arena;

@@ -145,54 +145,23 @@ static int owner_known(const struct shim_endpoint *peer_local, const struct shim
 	return 0;
 }
 
-/* The maker of rv_fd (*cred) runs as the owner of the peer's TCP socket. */
-static int maker_is_owner(int rv_fd, const struct shim_endpoint *peer_local, const struct shim_endpoint *peer_remote,
-			  struct shim_rv_owner *owner, struct ucred *cred)
-{
-	socklen_t len = sizeof(*cred);
-	int rc;
-
-	if (REAL(getsockopt)(rv_fd, SOL_SOCKET, SO_PEERCRED, cred, &len) < 0)
-		return -errno;
-	rc = owner_known(peer_local, peer_remote, owner);
-	if (rc < 0)
-		return rc;
-	return cred->uid == owner->uid ? 0 : -EPERM;
-}
-
 int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
 			const struct shim_endpoint *peer_remote, int peer_tcp_fd, struct shim_rv_owner *owner)
 {
 	struct ucred cred;
-	int rc = maker_is_owner(rv_fd, peer_local, peer_remote, owner, &cred);
+	socklen_t len = sizeof(cred);
+	int rc;
 
-	if (rc < 0 || peer_tcp_fd == SHIM_RV_USER_ONLY)
-		return rc;
-	return process_holds_socket(cred.pid, cred.uid, peer_tcp_fd, owner->inode);
-}
-
-int shim_rv_verify_passed(int rv_fd, const struct shim_endpoint *peer_local, const struct shim_endpoint *peer_remote,
-			  ino_t passed_ino, struct shim_rv_owner *owner)
-{
-	struct ucred cred;
-	int rc = maker_is_owner(rv_fd, peer_local, peer_remote, owner, &cred);
-
+	if (REAL(getsockopt)(rv_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return -errno;
+	rc = owner_known(peer_local, peer_remote, owner);
 	if (rc < 0)
 		return rc;
-	return passed_ino && passed_ino == owner->inode ? 0 : -EPERM;
-}
-
-ino_t shim_rv_passed_socket_ino(int fd)
-{
-	struct stat st;
-	ino_t ino = 0;
-
-	if (fd < 0)
+	if (cred.uid != owner->uid)
+		return -EPERM;
+	if (peer_tcp_fd == SHIM_RV_USER_ONLY)
 		return 0;
-	if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode))
-		ino = st.st_ino;
-	REAL(close)(fd);
-	return ino;
+	return process_holds_socket(cred.pid, cred.uid, peer_tcp_fd, owner->inode);
 }
 
 int shim_rv_verify_socket(int sock_fd, pid_t pid, int peer_tcp_fd, const struct shim_endpoint *peer_local,
@@ -247,7 +216,7 @@ int shim_rv_send(int rv_fd, const void *msg, size_t len, int pass_fd)
 /* Room for the fds of one message: as many as any of ours carries, and a
  * few more, so that an attacker's extra ones arrive (and are closed) rather
  * than truncate the message. */
-#define RV_CONTROL_FDS (SHIM_RV_MAX_FDS + 2)
+#define RV_CONTROL_FDS 4
 
 union rv_control {
 	struct cmsghdr align;

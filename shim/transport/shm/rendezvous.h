@@ -58,20 +58,6 @@ int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
 int shim_rv_verify_socket(int sock_fd, pid_t pid, int peer_tcp_fd, const struct shim_endpoint *peer_local,
 			  const struct shim_endpoint *peer_remote, struct shim_rv_owner *owner);
 
-/*
- * The maker of rv_fd runs as the user that owns the TCP socket bound to
- * peer_local and connected to peer_remote, and passed us that very socket
- * (SCM_RIGHTS) with its message: passed_ino is the inode of the socket that
- * came, read as it came (shim_rv_passed_socket_ino()). 0, -EPERM, or -errno
- * as above (-ENOENT: sock_diag names no such connection any more).
- */
-int shim_rv_verify_passed(int rv_fd, const struct shim_endpoint *peer_local, const struct shim_endpoint *peer_remote,
-			  ino_t passed_ino, struct shim_rv_owner *owner);
-/* The inode of a socket that came with a message, which is closed here
- * (keeping our copy would hold the peer's connection open after its close);
- * 0 when fd is not a socket or no fd came. */
-ino_t shim_rv_passed_socket_ino(int fd);
-
 /* Closes fd unless it is negative (none, or an error in its place). */
 static inline void shim_rv_close_if(int fd)
 {
@@ -82,7 +68,7 @@ static inline void shim_rv_close_if(int fd)
 /* One message out, with an optional fd (-1: none). Nonblocking. */
 int shim_rv_send(int rv_fd, const void *msg, size_t len, int pass_fd);
 /* The same with up to SHIM_RV_MAX_FDS fds, in order. */
-#define SHIM_RV_MAX_FDS 3
+#define SHIM_RV_MAX_FDS 2
 int shim_rv_send_fds(int rv_fd, const void *msg, size_t len, const int *fds, unsigned nfds);
 /*
  * One message in, nonblocking. Returns its length, 0 on EOF, -EAGAIN, or

@@ -90,6 +90,7 @@ bool shm_c_hint(struct shim_sock *s, int fd, unsigned long long now)
 	shim_msg_init(&hint.hdr, SHIM_MSG_HINT, sizeof(hint));
 	fill_endpoints(&hint, s);
 	hint.ring_bytes = shm_ring_bytes();
+	hint.tcp_fd = fd;
 	if (shim_upgrade_new_nonce(s->rx_nonce) < 0) {
 		REAL(close)(sp[0]);
 		REAL(close)(sp[1]);
@@ -98,8 +99,7 @@ bool shm_c_hint(struct shim_sock *s, int fd, unsigned long long now)
 	memcpy(hint.nonce, s->rx_nonce, SHIM_NONCE_LEN);
 	if (shim_cfg.shm_bell_line)
 		hint.hdr.flags |= SHIM_MSG_F_BELL_LINE;
-	int tcp = shim_sock_fd_locked(s, fd);
-	int rc = tcp < 0 ? tcp : shim_pair_send_hint(shm_server_ep(s), &hint, sp[1], tcp, now, &pid, &chan);
+	int rc = shim_pair_send_hint(shm_server_ep(s), &hint, sp[1], now, &pid, &chan);
 
 	/* The kernel holds S's copy now (or nobody does). */
 	REAL(close)(sp[1]);
@@ -244,7 +244,7 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 		shim_pair_hint_drop_ring(h);
 		return false;
 	}
-	rc = shim_rv_verify_passed(h->rv_fd, shm_client_ep(s), shm_server_ep(s), h->tcp_ino, &ng->rv_owner);
+	rc = shim_rv_verify_peer(h->rv_fd, shm_client_ep(s), shm_server_ep(s), h->msg.tcp_fd, &ng->rv_owner);
 	if (rc < 0) {
 		bool gone = rc == -ENOENT && shim_rv_peer_gone(h->rv_fd, rc);
 
