@@ -100,6 +100,7 @@ struct rdma_conn {
 	bool peer_id_known;     /* the peer's hello came: peer_id names it */
 	unsigned long long link_wait_ns; /* C: the OFFER's deadline; S: the wait for one */
 	bool offered;           /* C: an OFFER went out once (never twice) */
+	unsigned long long offer_again_ns; /* C: an OFFER that never went out is tried again from then */
 	bool waits_for_link;    /* S: in RDMA_S_LINK_WAIT for a link being made, then for the OFFER */
 	bool making_link;       /* S: counted as a link being made toward the client host */
 	bool waiting_counted;   /* S: counted as waiting to join a link toward it */

@@ -96,6 +96,24 @@ static int join(struct rdma_conn *c, struct rdma_link *l)
 	return rc;
 }
 
+/*
+ * C: an OFFER that never went out (no place on the link, no memory on its
+ * PD, the post failed) is tried again, on whichever link has room then.
+ * Marking it sent for good left C listening while S, told a link had room
+ * for it, waited for the OFFER (a burst: one connection of 32 stayed on
+ * TCP, its server waiting until the program's last call on it).
+ */
+#define OFFER_AGAIN_NS (20 * MS_NS)
+
+static void offer_failed(struct shim_sock *s, int fd, struct rdma_conn *c, const char *stage)
+{
+	drop_link(c);
+	c->offered = false;
+	c->offer_again_ns = shim_now_ns() + OFFER_AGAIN_NS;
+	SHIM_TRACE(SHIM_TRACE_WARN, "rdma.link", fd, &s->tuple, SHIM_REASON_NONE, "\"state\":\"offer_failed\",\"stage\":\"%s\"",
+		   stage);
+}
+
 void shim_rdma_link_offer(struct shim_sock *s, int fd, struct rdma_conn *c)
 {
 	struct shim_rdma_link_msg m;
@@ -104,12 +122,18 @@ void shim_rdma_link_offer(struct shim_sock *s, int fd, struct rdma_conn *c)
 	/* A shut write side carries no SWITCH frame: rdma_cm's way says so. */
 	if (!shim_cfg.rdma_links || s->wr_shut || c->offered)
 		return;
+	if (c->offer_again_ns && shim_now_ns() < c->offer_again_ns)
+		return;
 	l = shim_rdma_link_for_server(&s->tuple.peer);
 	if (!l)
 		return;
 	c->offered = true;
-	if (join(c, l) < 0 || shim_upgrade_new_nonce(s->rx_nonce) < 0) {
-		drop_link(c);
+	if (join(c, l) < 0) {
+		offer_failed(s, fd, c, "join");
+		return;
+	}
+	if (shim_upgrade_new_nonce(s->rx_nonce) < 0) {
+		offer_failed(s, fd, c, "nonce");
 		return;
 	}
 	fill_msg(&m, SHIM_RDMA_LINK_OFFER, 0);
@@ -120,7 +144,7 @@ void shim_rdma_link_offer(struct shim_sock *s, int fd, struct rdma_conn *c)
 	shim_rdma_fill_hello(c, &m.hello, SHIM_RDMA_OFFER, s->rx_nonce);
 	c->link_told_peer = true;
 	if (!shim_rdma_link_send(c->link, &m, sizeof(m))) {
-		drop_link(c);
+		offer_failed(s, fd, c, "send");
 		return;
 	}
 	trace_join(s, fd, c, "offer");
