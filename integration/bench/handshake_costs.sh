@@ -4,8 +4,13 @@
 # between processes in these figures). Read with upgrade_time.sh: its span
 # holds three one-way wake-ups (HINT, COMMIT, the client's SWITCH frame) and
 # a few tens of these calls, about half of them on the critical path.
+# Then the floor under any upgrade of the issue's design (one message each
+# way, each passing its end's TCP socket, checked against sock_diag; then
+# both switch frames), run between two processes with no shim, its waits
+# spinning and sleeping: what the kernel alone costs, with no bookkeeping.
 # Prints
 #   bench handshake_cost NAME  X us
+#   bench upgrade_floor SHAPE spinning|sleeping median X us p90 Y us
 # A benchmark, not a test: exit 0 unless it failed to run.
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
