@@ -310,6 +310,7 @@ START_TEST(parse_defaults)
 	ck_assert_uint_eq(cfg.rdma_link_idle_ms, 60000);
 	ck_assert_uint_eq(cfg.test_fail_rdma_kb, 0);
 	ck_assert_uint_eq(cfg.test_handback_after, 0);
+	ck_assert_uint_eq(cfg.test_stamps, 0);
 	ck_assert_uint_eq(cfg.breaker_failures, 3);
 	ck_assert_uint_eq(cfg.breaker_cooldown_ms, 30000);
 	ck_assert_uint_eq(cfg.cm_timeout_ms, 2000);
@@ -365,6 +366,7 @@ START_TEST(parse_full_environment)
 		{ "RDMASHIM_RDMA_LINK_IDLE_MS", "0" },
 		{ "RDMASHIM_TEST_FAIL_RDMA_KB", "2048" },
 		{ "RDMASHIM_TEST_HANDBACK_AFTER", "3" },
+		{ "RDMASHIM_TEST_STAMPS", "1" },
 		{ NULL } } };
 	struct shim_config cfg;
 	char err[256];
@@ -392,6 +394,7 @@ START_TEST(parse_full_environment)
 	ck_assert_uint_eq(cfg.huge_pages, 0);
 	ck_assert_uint_eq(cfg.test_fail_rdma_kb, 2048);
 	ck_assert_uint_eq(cfg.test_handback_after, 3);
+	ck_assert_uint_eq(cfg.test_stamps, 1);
 }
 END_TEST
 
@@ -498,6 +501,7 @@ static const struct {
 	{ "RDMASHIM_RDMA_LINK_IDLE_MS", "-1" },
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", "4194305" },
 	{ "RDMASHIM_TEST_HANDBACK_AFTER", "1000000001" },
+	{ "RDMASHIM_TEST_STAMPS", "2" },
 };
 
 START_TEST(parse_bad_value_disables)

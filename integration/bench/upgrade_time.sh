@@ -2,24 +2,21 @@
 # upgrade_time.sh: how long one upgrade to shm takes, from the first data
 # call to both directions switched.
 #
-# build/progs/conn_hold (client and server, both under the shim, trace at
-# info level (no line per data call), RDMASHIM_UPGRADE_AFTER_MS=0 so the upgrade starts at the
-# first data call) makes BENCH_UPG_CONNS connections one after the other,
-# each doing BENCH_UPG_ROUNDS (default 100) one-byte ping-pong rounds, then
-# closing (the traffic goes on over TCP meanwhile; a connection that closes
-# before it switched both ways is counted apart). Per connection, from the
-# traces of both processes:
-#   start  the client's upgrade.start (written in its first data call)
-#   end    the last of the four switches: tx.switch and rx.switch at the
-#          client and at the server (matched by the 4-tuple)
-# Both timestamps come from the same clock (CLOCK_REALTIME, microseconds).
-# The figure includes the time the program itself spends between its calls
-# (a switch happens inside a data call), which with 1-byte ping-pong is a
-# round trip or two.
-#
-# Prints
-#   bench upgrade_shm: N upgrades, first data call to both directions switched: median X us p90 Y us
-#
+# build/progs/conn_hold (client and server, both under the shim,
+# RDMASHIM_UPGRADE_AFTER_MS=0 so the upgrade starts at the first data call)
+# makes BENCH_UPG_CONNS connections one after the other, each doing
+# BENCH_UPG_ROUNDS (default 100) one-byte ping-pong rounds, then closing
+# (the traffic goes on over TCP meanwhile; a connection that closes before
+# it switched both ways is counted apart). The times come from the shim's
+# upgrade stamps (RDMASHIM_TEST_STAMPS=1, shim/core/stamps.h), kept in
+# memory and written at exit, with the trace at warn: no trace line is
+# written inside the span (at info several are, a few microseconds each;
+# BENCH_UPG_TRACE=info puts them back, to see what they cost). Per
+# connection, from both processes' stamps (CLOCK_MONOTONIC, one clock for
+# the host):
+#   start  the client's upgrade start (in its first data call)
+#   end    the last of the four switches: tx and rx at the client and at
+#          the server (matched by the 4-tuple, in order of occurrence)
 # That span holds the program's own round trips (a switch happens inside a
 # data call), so it also measures what the upgrade adds to the program:
 # connections of one 1-byte round (conn_hold --seq --times: from connect()
@@ -35,7 +32,7 @@
 # of the run paid a named try that never finished (run medians of 140 us
 # against 90 us in runs where the first one finished).
 #   bench upgrade_first_rtt: connect to first answer, median of run medians: upgraded X us, tracked Y us, added Z us
-# Environment: BENCH_UPG_CONNS (default 200), BENCH_UPG_ROUNDS, BENCH_SHIM_ENV
+# Environment: BENCH_UPG_CONNS (default 200), BENCH_UPG_ROUNDS, BENCH_UPG_TRACE, BENCH_SHIM_ENV
 # (more words for both ends, e.g. RDMASHIM_SHM_PAIRS=0).
 . "$(dirname "${BASH_SOURCE[0]}")/common.bash"
 need python3 ss
@@ -45,7 +42,8 @@ ROUNDS=${BENCH_UPG_ROUNDS:-100}
 
 P=$(free_port)
 vars=(LD_PRELOAD="$LIB" RDMASHIM_PORTS="$P" RDMASHIM_TRANSPORTS=shm RDMASHIM_UPGRADE_AFTER_MS=0
-	RDMASHIM_TRACE=info RDMASHIM_TRACE_FILE="$WORK/trace.%p.jsonl" ${BENCH_SHIM_ENV:-})
+	RDMASHIM_TEST_STAMPS=1 RDMASHIM_TRACE="${BENCH_UPG_TRACE:-warn}" RDMASHIM_TRACE_FILE="$WORK/trace.%p.jsonl"
+	${BENCH_SHIM_ENV:-})
 start_bg "$WORK/server.log" env "${vars[@]}" timeout -k 5 300 "$PROGS/conn_hold" server --port "$P" --conns "$CONNS" --rounds "$ROUNDS" --seq
 srv=$LAST_BG
 wait_listen "$P"
@@ -54,32 +52,28 @@ env "${vars[@]}" timeout -k 5 300 "$PROGS/conn_hold" client --port "$P" --conns 
 wait "$srv" || die "the server failed: $(tail -n 3 "$WORK/server.log")"
 
 python3 - "$CONNS" "$WORK"/trace.*.jsonl <<'PY'
-import datetime, json, sys
+import json, sys
 n = int(sys.argv[1])
-def us(ts):
-    d = datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ")
-    return (d - datetime.datetime(1970, 1, 1)).total_seconds() * 1e6
-start, ends = {}, {}
+# (client endpoint, server endpoint) -> that end's stamps, in order
+client, server = {}, {}
 for path in sys.argv[2:]:
     for line in open(path):
         try:
             e = json.loads(line)
         except ValueError:
             continue
-        ev = e.get("event")
-        if "local" not in e or "peer" not in e:
+        if e.get("event") != "upgrade.stamps":
             continue
-        if ev == "upgrade.start" and e.get("role") == "client":
-            # a 4-tuple can come back (ports are reused): keep the first
-            start.setdefault((e["local"], e["peer"]), us(e["ts"]))
-        elif ev in ("tx.switch", "rx.switch"):
-            ends.setdefault((e["local"], e["peer"]), []).append(us(e["ts"]))
+        if e["role"] == "client":
+            client.setdefault((e["local"], e["peer"]), []).append(e)
+        else:
+            server.setdefault((e["peer"], e["local"]), []).append(e)
 times = []
-for (cl, sv), t0 in start.items():
-    mine = ends.get((cl, sv), [])
-    theirs = ends.get((sv, cl), [])
-    if len(mine) >= 2 and len(theirs) >= 2:
-        times.append(max(mine + theirs) - t0)
+for key, cs in client.items():
+    for c, s in zip(cs, server.get(key, [])):
+        ends = [c["tx_ns"], c["rx_ns"], s["tx_ns"], s["rx_ns"]]
+        if all(ends):
+            times.append((max(ends) - c["start_ns"]) / 1000)
 times.sort()
 if not times:
     print("bench upgrade_shm: no connection switched both ways (see the traces)")
@@ -114,6 +108,7 @@ for ((r = 0; r < ${BENCH_UPG_PAIRS:-4}; r++)); do
 		tr+=("$(first_median tcp)") up+=("$(first_median shm)")
 	fi
 done
+((${#up[@]} > 0)) || exit 0
 python3 -c 'import sys, statistics
 up = [int(x) for x in sys.argv[1].split()]; tr = [int(x) for x in sys.argv[2].split()]
 u, t = statistics.median(up), statistics.median(tr)

@@ -70,6 +70,8 @@ int shim_rxswitch_finish(struct shim_sock *s, int fd)
 
 	if (rc == 1) {
 		s->rx_dir = SHIM_DIR_CHAN;
+		if (unlikely(shim_cfg.test_stamps))
+			s->stamp_rx_ns = shim_now_ns();
 		SHIM_TRACE(SHIM_TRACE_INFO, "rx.switch", fd, &s->tuple, SHIM_REASON_UPGRADED,
 			   "\"offset\":%llu", (unsigned long long)s->rx_switch_at);
 		/* The frame proved the peer (rdma): bytes held for it go now. */

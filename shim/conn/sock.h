@@ -186,6 +186,9 @@ struct shim_sock {
 	bool await_bytes_used; /* the one retry of an idle start was granted (upgrade.c) */
 	bool forked_idle; /* a fork found it idle: another process may have moved its
 			   * stream, so its counts are checked before an upgrade */
+	/* RDMASHIM_TEST_STAMPS (core/stamps.h): when the upgrade started here
+	 * and each direction switched here (shim_now_ns; 0: not yet). */
+	unsigned long long stamp_start_ns, stamp_tx_ns, stamp_rx_ns;
 
 	struct shim_ep *ep; /* SHIM_ROLE_EPOLL only */
 };

@@ -17,6 +17,7 @@
 #include "nonce.h"
 #include "real.h"
 #include "self.h"
+#include "stamps.h"
 #include "stats.h"
 #include "streampos.h"
 #include "trace.h"
@@ -29,6 +30,9 @@
 
 void shim_upgrade_release(struct shim_sock *s)
 {
+	if (unlikely(shim_cfg.test_stamps) && s->stamp_start_ns)
+		shim_stamps_keep(&s->tuple, shim_role_name(s->role), s->stamp_start_ns, s->stamp_tx_ns,
+				 s->stamp_rx_ns);
 	/* The transport's release may still flush a queued frame through our
 	 * copy of the socket: it goes before that copy is closed. */
 	if (s->xport && s->xport->release)
@@ -177,6 +181,8 @@ void shim_upgrade_switch_tx(struct shim_sock *s, int fd)
 	if (!s->app_nodelay)
 		REAL(setsockopt)(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	s->tx_dir = SHIM_DIR_CHAN;
+	if (unlikely(shim_cfg.test_stamps))
+		s->stamp_tx_ns = shim_now_ns();
 	shim_frames_queue(s, fd, &frame, sizeof(frame));
 	SHIM_TRACE(SHIM_TRACE_INFO, "tx.switch", fd, &s->tuple, SHIM_REASON_UPGRADED,
 		   "\"transport\":\"%s\",\"offset\":%llu", shim_transport_name(s->chan->ops->kind),
@@ -232,6 +238,8 @@ static void upgrade_start(struct shim_sock *s, int fd, unsigned long long now)
 	s->xport = x;
 	s->neg_fd = fd;
 	s->neg_steps++;
+	if (unlikely(shim_cfg.test_stamps) && !s->stamp_start_ns)
+		s->stamp_start_ns = now;
 	x->start(s, fd, now);
 }
 

@@ -64,6 +64,9 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_TEST_HANDBACK_AFTER", "0",
 	  "testing only: each shm connection goes back to TCP, as unpaid, at its Nth send on the channel "
 	  "(0: never)" },
+	{ "RDMASHIM_TEST_STAMPS", "0",
+	  "testing only: 1: keep when each upgrade started and each direction switched, and write them into "
+	  "the trace at exit (upgrade.stamps, level warn)" },
 };
 const size_t shim_config_var_count = sizeof(shim_config_vars) / sizeof(shim_config_vars[0]);
 
@@ -260,6 +263,7 @@ static const struct uint_var uint_vars[] = {
 	  "expected KiB 0-4194304" },
 	{ "RDMASHIM_TEST_HANDBACK_AFTER", 0, 1000000000, offsetof(struct shim_config, test_handback_after),
 	  "expected a count of sends 0-1000000000" },
+	{ "RDMASHIM_TEST_STAMPS", 0, 1, offsetof(struct shim_config, test_stamps), "expected 0 or 1" },
 };
 
 static const char *value_of(shim_getenv_fn get, void *ctx, const char *name)

@@ -18,6 +18,7 @@
 #include "layers.h"
 #include "real.h"
 #include "sock.h"
+#include "stamps.h"
 #include "stats.h"
 #include "trace.h"
 #include "version.h"
@@ -100,4 +101,6 @@ __attribute__((destructor)) static void shim_fini(void)
 		return;
 	shim_close_at_exit();
 	shim_stats_trace();
+	if (shim_cfg.test_stamps)
+		shim_stamps_trace();
 }
