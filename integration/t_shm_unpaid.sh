@@ -23,10 +23,13 @@
 #      (failover.kernel): its later calls cost what a connection that never
 #      moved costs.
 #  (e) RDMASHIM_SPIN_US=0 with the bell line (the default): every exchange
-#      is woken by a bell on the line, which costs less than the TCP message
-#      it saves (shim/PROTOCOL.md, "Bell line"): both ends say the peer
-#      rings them there (upgrade.done bell_line), windows are judged, and
-#      none is unpaid: the connection stays on shm.
+#      is woken by a bell on the line, both ends say the peer rings them
+#      there (upgrade.done bell_line), and such exchanges are unpaid as
+#      with bells on TCP (shim/PROTOCOL.md, "Bell line": where a system
+#      call costs 1 us, they cost more than TCP's): one end hands the
+#      connection back, both read TCP again, every byte came back. Before,
+#      line bells were not counted, and pgbench -S with the line stayed on
+#      shm at 0.78-0.89x TCP.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_built "$PROGS/conn_hold"
 HOLD_FLAGS=(--think 300)
@@ -63,8 +66,10 @@ check "(e) both ends are rung on the bell line ($(cat "$dir"/trace.*.jsonl | gre
   test "$(cat "$dir"/trace.*.jsonl | grep -c '"event":"upgrade.done".*"bell_line":true')" -eq 2
 check "(e) windows of 64 exchanges were judged (io.exchanges $(count io.exchanges))" \
   test "$(count io.exchanges)" -ge 2
-check "(e) none unpaid: both ends stay switched (io.unpaid $(count io.unpaid), rx.switch $(count rx.switch))" \
-  test "$(count io.unpaid)" -eq 0 -a "$(count failover.start)" -eq 0 -a "$(count rx.switch)" -eq 2
+check "(e) line bells are unpaid too: one end handed the connection back (io.unpaid $(count io.unpaid))" \
+  test "$(count io.unpaid)" -ge 1
+check "(e) both ends read TCP again (failover.rx_tcp $(count failover.rx_tcp) of 2)" \
+  test "$(count failover.rx_tcp)" -eq 2
 
 run_case bells_kept RDMASHIM_SPIN_US=0 RDMASHIM_UNPAID_PERCENT=0
 check "(b) RDMASHIM_UNPAID_PERCENT=0: both ends switched (rx.switch $(count rx.switch) of 2)" \

@@ -97,6 +97,12 @@ struct shim_transport_ops {
 	 * taken arms are owed), so that a stray message does not keep a
 	 * level-triggered wait awake. */
 	void (*line_rang)(struct shim_chan *ch);
+	/* Optional, with bell_fd: the bells on the line so far, the peer's to
+	 * us (*in: our arms for the line it took) and ours to it (*out).
+	 * Counts that wrap, compared only for change: io.c's pay judgment
+	 * counts them with the bells on TCP (shim/PROTOCOL.md, "Bell line").
+	 * Under the sock's lock. */
+	void (*line_bells)(const struct shim_chan *ch, unsigned *in, unsigned *out);
 	void (*shutdown_tx)(struct shim_chan *ch);
 	/* Releases the channel; the peer sees both directions closed. */
 	void (*destroy)(struct shim_chan *ch);

@@ -47,6 +47,9 @@ struct shm_chan {
 	 * look each); line_seen: a wait saw the line readable (line_rang). */
 	unsigned line_owed;
 	bool line_seen;
+	/* Bells on the line, all told (line_bells op): the peer's, by the
+	 * arms it took; ours, by the messages that went. Both wrap. */
+	unsigned line_bells_in, line_bells_out;
 	/* The peer's end went (EOF on it, or a send refused): it rings on TCP
 	 * from now on, and a line that stays readable at EOF must not keep
 	 * level-triggered waits awake. */
@@ -288,8 +291,10 @@ static bool line_ring(struct shm_chan *sc)
 
 	if (sc->line_dead || sc->line.fd < 0 || !shim_owned_still(&sc->line))
 		return false;
-	if (REAL(send)(sc->line.fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1 || errno == EAGAIN)
+	if (REAL(send)(sc->line.fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1 || errno == EAGAIN) {
+		sc->line_bells_out++;
 		return true;
+	}
 	sc->line_dead = true;
 	return false;
 }
@@ -366,8 +371,11 @@ static bool shm_rx_should_bell(struct shim_chan *ch)
 static bool shm_disarmed(struct shm_chan *sc, uint32_t left, uint32_t how)
 {
 	if (how & SHIM_BELL_LINE) {
-		if (!left && sc->line_owed < LINE_OWED_MAX)
-			sc->line_owed++;
+		if (!left) {
+			sc->line_bells_in++;
+			if (sc->line_owed < LINE_OWED_MAX)
+				sc->line_owed++;
+		}
 		line_drain(sc);
 	}
 	return left != 0 || !(how & SHIM_BELL_TCP);
@@ -406,6 +414,12 @@ static bool shm_tx_disarm(struct shim_chan *ch)
 static void shm_line_rang(struct shim_chan *ch)
 {
 	shm_of(ch)->line_seen = true;
+}
+
+static void shm_line_bells(const struct shim_chan *ch, unsigned *in, unsigned *out)
+{
+	*in = shm_of(ch)->line_bells_in;
+	*out = shm_of(ch)->line_bells_out;
 }
 
 static int shm_bell_fd(const struct shim_chan *ch)
@@ -609,6 +623,7 @@ const struct shim_transport_ops shim_shm_ops = {
 	.tx_disarm = shm_tx_disarm,
 	.bell_fd = shm_bell_fd,
 	.line_rang = shm_line_rang,
+	.line_bells = shm_line_bells,
 	.shutdown_tx = shm_shutdown_tx,
 	.destroy = shm_destroy,
 	.abortive = shm_abortive,
