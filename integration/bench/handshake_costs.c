@@ -149,6 +149,22 @@ static void floor_send(int ch, int fd)
 		die("sendmsg");
 }
 
+/* Receives one one-byte message: the fd passed with it, or -1. */
+static int floor_recv(int ch, int spin)
+{
+	char d, cb[CMSG_SPACE(sizeof(int))];
+	struct iovec io = { &d, 1 };
+	struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1, .msg_control = cb, .msg_controllen = sizeof(cb) };
+	struct cmsghdr *h;
+	int got = -1;
+
+	if (floor_recvmsg(ch, &m, spin) != 1)
+		die("recvmsg");
+	if ((h = CMSG_FIRSTHDR(&m)) && h->cmsg_type == SCM_RIGHTS)
+		memcpy(&got, CMSG_DATA(h), sizeof(got));
+	return got;
+}
+
 /*
  * Receives one message; when shape passes sockets, checks the one passed
  * against the inode sock_diag names for the peer's end of the connection
@@ -156,20 +172,13 @@ static void floor_send(int ch, int fd)
  */
 static void floor_take(int ch, int nl, const struct diag_req *peer, enum floor_shape shape, int spin)
 {
-	char d, cb[CMSG_SPACE(sizeof(int))];
-	struct iovec io = { &d, 1 };
-	struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1, .msg_control = cb, .msg_controllen = sizeof(cb) };
-	struct cmsghdr *h;
 	struct stat st;
-	int got;
+	int got = floor_recv(ch, spin);
 
-	if (floor_recvmsg(ch, &m, spin) != 1)
-		die("recvmsg");
 	if (shape == FLOOR_HOPS)
 		return;
-	if (!(h = CMSG_FIRSTHDR(&m)) || h->cmsg_type != SCM_RIGHTS)
+	if (got < 0)
 		die("no socket passed");
-	memcpy(&got, CMSG_DATA(h), sizeof(got));
 	if (fstat(got, &st) || st.st_ino != diag_inode(nl, peer))
 		die("the socket passed is not the peer's end");
 	close(got);
@@ -285,15 +294,10 @@ int main(void)
 		close(q[1]);
 	});
 
-	char d = 'x', cb[CMSG_SPACE(sizeof(int))];
-	struct iovec io = { &d, 1 };
+	char d = 'x';
 
-	TIME("message with one fd, received, fd closed", 20000, struct msghdr m = { 0 }; m.msg_iov = &io;
-	     m.msg_iovlen = 1; m.msg_control = cb; m.msg_controllen = sizeof(cb);
-	     struct cmsghdr *h = CMSG_FIRSTHDR(&m); h->cmsg_level = SOL_SOCKET; h->cmsg_type = SCM_RIGHTS;
-	     h->cmsg_len = CMSG_LEN(sizeof(int)); memcpy(CMSG_DATA(h), &c, sizeof(int)); sendmsg(sp[0], &m, 0);
-	     m.msg_controllen = sizeof(cb); recvmsg(sp[1], &m, 0); int got; h = CMSG_FIRSTHDR(&m);
-	     if (h) { memcpy(&got, CMSG_DATA(h), sizeof(got)); close(got); });
+	TIME("message with one fd, received, fd closed", 20000, floor_send(sp[0], c); int got = floor_recv(sp[1], 0);
+	     if (got >= 0) close(got));
 	TIME("message without fds, received", 50000, send(sp[0], &d, 1, 0); recv(sp[1], &d, 1, 0));
 	TIME("TCP send of 24 bytes, received (a frame)", 50000, send(c, buf, 24, 0); recv(s, buf, 24, MSG_WAITALL));
 	floor_run(c, s, &cl, &sv);
