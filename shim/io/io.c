@@ -427,17 +427,16 @@ static void line_bells(const struct shim_sock *s, unsigned *in, unsigned *out)
 
 static void count_exchange(struct shim_sock *s, int fd, bool rang)
 {
-	const struct shim_transport_ops *ops = s->chan->ops;
+	unsigned limit = (shim_cfg.unpaid_percent * IO_PAY_WINDOW + 99) / 100;
 	unsigned line_in, line_out, bells;
 
+	/* A channel that pays whatever its bells (rdma) is never judged. */
+	if (!s->chan->ops->bell_bound_costs)
+		return;
 	line_bells(s, &line_in, &line_out);
 	bells = s->rx_bells + line_in;
 	bool woken = bells != s->rx_bells_at_send;
-	unsigned limit = (shim_cfg.unpaid_percent * IO_PAY_WINDOW + 99) / 100;
 
-	/* A channel that pays whatever its bells (rdma) is never judged. */
-	if (!ops->bell_bound_costs)
-		return;
 	s->rx_bells_at_send = bells;
 	if (s->unpaid_due || either_end_shared(s))
 		return;
