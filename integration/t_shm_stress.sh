@@ -9,7 +9,9 @@
 #      ends), the same checks
 #   For both, the trace must show upgrade.done (reason upgraded, transport
 #   shm) for every connection at both ends (counted, and matched by 4-tuple
-#   to the conn.track lines), and no upgrade.fail.
+#   to the conn.track lines), no upgrade.fail, and tx.switch in both
+#   directions, but for a direction the program shut before its upgrade was
+#   through (upgrade.done's tx_kept "shut"; unbounded streams only).
 #   3. negative: the server flips one byte (--corrupt-at) well past the
 #      switch, on the ring: the client must FAIL naming that offset, and the
 #      trace proves the connection was upgraded (the check can fail over shm).
@@ -98,8 +100,8 @@ run_pair() {
   fi
   check "$label: nothing on client stderr" test ! -s "$WORK/$label-client.err"
   check "$label: nothing on server stderr" test ! -s "$WORK/$label-server.err"
-  trace_py "$dir" "$label" "$port" "$conns" <<'PY'
-label, port, conns = ARGS[0], int(ARGS[1]), int(ARGS[2])
+  trace_py "$dir" "$label" "$port" "$conns" "${SOAK:-$DURATION}" <<'PY'
+label, port, conns, unbounded = ARGS[0], int(ARGS[1]), int(ARGS[2]), bool(ARGS[3])
 L = label + ": "
 srv, cli = tracks("server", port), tracks("client", port)
 check(len(srv) == conns and len(cli) == conns,
@@ -116,8 +118,21 @@ fails = events("upgrade.fail")
 check(not fails, L + "no upgrade.fail (%d)" % len(fails))
 for r in fails[:5]:
     print("    %s" % r)
+# A direction the program shut before its upgrade was through stays on
+# TCP, and upgrade.done says so (tx_kept "shut"): with unbounded streams
+# that end by shutdown, an instrumented event loop that comes back to a
+# connection only after its stream is over (TSan in CI: 6 of 128). Every
+# other reason to keep a direction on TCP fails the check.
 sw = events("tx.switch")
-check(len(sw) == 2 * conns, L + "tx.switch in both directions of every connection (%d)" % len(sw))
+kept = [r for r in dsrv + dcli if r.get("tx_kept") != "no"]
+shut = [r for r in kept if r.get("tx_kept") == "shut"]
+for r in kept[:5]:
+    print("    kept on TCP: %s %s %s" % (r.get("role"), conn_key(r), r.get("tx_kept")))
+check(len(shut) == len(kept) and len(sw) + len(shut) == 2 * conns,
+      L + "tx.switch in both directions of every connection, but for directions shut first "
+      "(%d switched, %d shut first, %d kept otherwise)" % (len(sw), len(shut), len(kept) - len(shut)))
+if not unbounded:
+    check(not kept, L + "a bounded stream keeps no direction on TCP (%d)" % len(kept))
 PY
 }
 

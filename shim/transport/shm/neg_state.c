@@ -70,6 +70,20 @@ void shm_trace_refused(struct shim_sock *s, int fd, const char *side, int err)
 				"\"side\":\"%s\",\"errno\":%d,\"held_back\":%u", side, err, held);
 }
 
+/* Why our direction stays on TCP after an upgrade, "no" when it moved:
+ * the program shut or closed it before the upgrade was through (a stream
+ * that ended first), or a program call pinned the connection to TCP. */
+static const char *tx_kept_reason(const struct shim_sock *s)
+{
+	if (s->tx_dir != SHIM_DIR_TCP)
+		return "no";
+	if (s->wr_shut)
+		return "shut";
+	if (s->closing)
+		return "closing";
+	return s->pinned ? "pinned" : "not_sent";
+}
+
 void shm_trace_done(struct shim_sock *s, int fd, uint32_t ring)
 {
 	const struct shm_neg *ng = shm_neg_of(s);
@@ -79,10 +93,10 @@ void shm_trace_done(struct shim_sock *s, int fd, uint32_t ring)
 	shim_stats_count(SHIM_REASON_UPGRADED);
 	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.done", fd, &s->tuple, SHIM_REASON_UPGRADED,
 		   "\"role\":\"%s\",\"transport\":\"shm\",\"ring_bytes\":%u,\"tx\":%d,\"rx\":%s,\"pair\":%s,"
-		   "\"bell_line\":%s",
+		   "\"bell_line\":%s,\"tx_kept\":\"%s\"",
 		   s->role == SHIM_ROLE_CLIENT ? "client" : "server", ring, s->tx_dir,
 		   s->rx_switch_known ? "true" : "false", ng && ng->via_pair ? "true" : "false",
-		   line ? "true" : "false");
+		   line ? "true" : "false", tx_kept_reason(s));
 }
 
 /*
