@@ -8,12 +8,12 @@
  *    element out of order: bytes leave in stream order.
  *  - A sleeper arms saying how it wants its bell (SHIM_BELL_*): on TCP, or
  *    on the channel's bell line (bell_fd) when it watches that fd.
- *  - After send moved bytes, tx_should_bell says whether the peer is asleep
- *    waiting for them and wants a TCP bell; the caller then sends a DATA
- *    bell on TCP (a bell the peer asked for on the line, the transport
- *    rings itself). A transport
- *    must return true only once the bytes are visible to the peer (for RDMA:
- *    after the write completed), so a bell never overtakes its data.
+ *  - After send moved bytes, tx_bell says which bells the peer, asleep
+ *    waiting for them, gets (SHIM_BELL_* bits): the caller sends a DATA
+ *    bell on TCP for SHIM_BELL_TCP; SHIM_BELL_LINE is one the transport
+ *    rang itself on the line. A transport must return a bell only once
+ *    the bytes are visible to the peer (for RDMA: after the write
+ *    completed), so a bell never overtakes its data.
  *  - After recv consumed bytes, rx_should_bell says whether the peer waits
  *    for space (the caller sends a SPACE bell).
  *  - rx_arm/tx_arm implement "armed only when about to sleep": they return
@@ -76,7 +76,7 @@ struct shim_transport_ops {
 	/* The peer broke the channel's rules (a cursor, length or credit out
 	 * of bounds): sticky, lock-free. send/recv move nothing from then on. */
 	bool (*violated)(const struct shim_chan *ch);
-	bool (*tx_should_bell)(struct shim_chan *ch);
+	unsigned (*tx_bell)(struct shim_chan *ch);
 	bool (*rx_should_bell)(struct shim_chan *ch);
 	/* how: SHIM_BELL_TCP, or SHIM_BELL_LINE when bell_fd gave a line and
 	 * the caller watches it. */
@@ -97,12 +97,12 @@ struct shim_transport_ops {
 	 * taken arms are owed), so that a stray message does not keep a
 	 * level-triggered wait awake. */
 	void (*line_rang)(struct shim_chan *ch);
-	/* Optional, with bell_fd: the bells on the line so far, the peer's to
-	 * us (*in: our arms for the line it took) and ours to it (*out).
-	 * Counts that wrap, compared only for change: io.c's pay judgment
-	 * counts them with the bells on TCP (shim/PROTOCOL.md, "Bell line").
-	 * Under the sock's lock. */
-	void (*line_bells)(const struct shim_chan *ch, unsigned *in, unsigned *out);
+	/* Optional, with bell_fd: the peer's bells to us on the line so far
+	 * (our arms for the line it took). A count that wraps, compared only
+	 * for change: io.c's pay judgment counts them with the bells on TCP
+	 * (shim/PROTOCOL.md, "Bell line"); the bells we ring there, tx_bell
+	 * reports. Under the sock's lock. */
+	unsigned (*line_bells_in)(const struct shim_chan *ch);
 	void (*shutdown_tx)(struct shim_chan *ch);
 	/* Releases the channel; the peer sees both directions closed. */
 	void (*destroy)(struct shim_chan *ch);
@@ -129,7 +129,7 @@ struct shim_transport_ops {
 	 * costs more than TCP would: the bell is a TCP send and receive of its
 	 * own on top of the ring's copy (shm: 64-byte ping-pong with no
 	 * spinning 1.2x TCP's round trip, still 1.1x at 64 KB; a bell on the
-	 * line costs less and tx_should_bell does not report it). The data path then
+	 * line, where a system call costs 1 us, about as much). The data path then
 	 * hands a connection whose exchanges keep doing so back to TCP
 	 * (RDMASHIM_UNPAID_PERCENT; io.c). false where the channel still pays
 	 * (rdma: the NIC moves the bytes without the CPUs). */

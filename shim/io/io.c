@@ -413,28 +413,19 @@ static bool either_end_shared(const struct shim_sock *s)
 	return s->shared || (ch->ops->peer_shared && ch->ops->peer_shared(ch));
 }
 
-/* The bells on the channel's line so far, the peer's to us and ours to
- * it: counts that wrap, compared only for change. They count as bells on
- * TCP do: where a system call costs 1 us, an exchange woken by line bells
- * both ways cost more than TCP's (pgbench -S, 0.78-0.89x when such
- * connections stayed on shm, 1.0x handed back). */
-static void line_bells(const struct shim_sock *s, unsigned *in, unsigned *out)
-{
-	*in = *out = 0;
-	if (s->chan->ops->line_bells)
-		s->chan->ops->line_bells(s->chan, in, out);
-}
-
 static void count_exchange(struct shim_sock *s, int fd, bool rang)
 {
 	unsigned limit = (shim_cfg.unpaid_percent * IO_PAY_WINDOW + 99) / 100;
-	unsigned line_in, line_out, bells;
+	const struct shim_chan *ch = s->chan;
 
 	/* A channel that pays whatever its bells (rdma) is never judged. */
-	if (!s->chan->ops->bell_bound_costs)
+	if (!ch->ops->bell_bound_costs)
 		return;
-	line_bells(s, &line_in, &line_out);
-	bells = s->rx_bells + line_in;
+	/* The peer's bells on the line count as those on TCP do: where a
+	 * system call costs 1 us, an exchange woken by line bells both ways
+	 * costs more than TCP's (pgbench -S, 0.78-0.89x when such connections
+	 * stayed on shm, 1.0x handed back). */
+	unsigned bells = s->rx_bells + (ch->ops->line_bells_in ? ch->ops->line_bells_in(ch) : 0);
 	bool woken = bells != s->rx_bells_at_send;
 
 	s->rx_bells_at_send = bells;
@@ -653,15 +644,11 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 			done += n;
 			stalled_since = 0;
 			on_chan = true;
-			unsigned line_in, out_before, out_after;
+			unsigned bells = ch->ops->tx_bell(ch);
 
-			line_bells(s, &line_in, &out_before);
-			if (ch->ops->tx_should_bell(ch)) {
+			if (bells & SHIM_BELL_TCP)
 				shim_frames_queue(s, fd, &data_bell, 1);
-				rang = true;
-			}
-			line_bells(s, &line_in, &out_after);
-			rang |= out_after != out_before; /* rung on the line */
+			rang |= bells != 0; /* on TCP or on the line */
 			continue;
 		}
 		if (shim_io_aborted_by_peer(s, fd)) {

@@ -170,7 +170,7 @@ int shim_io_shutdown(struct shim_sock *s, int fd, int how)
 		s->wr_shut = true;
 		if (s->tx_dir == SHIM_DIR_CHAN) {
 			s->chan->ops->shutdown_tx(s->chan);
-			if (s->chan->ops->tx_should_bell(s->chan))
+			if (s->chan->ops->tx_bell(s->chan) & SHIM_BELL_TCP)
 				shim_frames_queue(s, fd, &data_bell, 1);
 		}
 	}

@@ -25,7 +25,7 @@
  * the tail, the tail landed after the arm did, so the producer, reading
  * after its tail landed, sees the arm. Space is the same with the roles
  * swapped (wants_space lives in the consumer's memory, head is the cursor).
- * That is why tx_should_bell waits for a completion before it bells: a bell
+ * That is why tx_bell waits for a completion before it bells: a bell
  * must never overtake the bytes it announces. It skips the wait when the
  * consumer is not armed at all (the common, busy-polling case); the race
  * that leaves is closed by the consumer's short first sleep (arm_grace).
@@ -223,7 +223,7 @@ static size_t rchan_send(struct shim_chan *ch, const struct iovec *iov, int iovc
 	return done;
 }
 
-static bool rchan_tx_should_bell(struct shim_chan *ch)
+static unsigned rchan_tx_bell(struct shim_chan *ch)
 {
 	struct rdma_conn *c = shim_rdma_conn_of(ch);
 
@@ -237,16 +237,16 @@ static bool rchan_tx_should_bell(struct shim_chan *ch)
 	 * tail's flight, so the consumer looks again and finds it.
 	 */
 	if (!c->proved || !shim_rdma_load_acq(&c->ctl->tx_consumer_armed))
-		return false;
+		return 0;
 	/* Fence: our tail (or closed) WRITE is in the consumer's memory before
 	 * we read the armed word again; pairs with the consumer's wait for its
 	 * arm WRITE in rchan_rx_arm(): a bell never overtakes its bytes. */
 	if (!shim_rdma_wait_seq(c, c->last_signaled))
-		return false;
+		return 0;
 	if (!shim_rdma_load_acq(&c->ctl->tx_consumer_armed))
-		return false;
+		return 0;
 	/* Exchange: one armed wait gets one bell, not one per send. */
-	return __atomic_exchange_n(&c->ctl->tx_consumer_armed, 0, __ATOMIC_ACQ_REL) != 0;
+	return __atomic_exchange_n(&c->ctl->tx_consumer_armed, 0, __ATOMIC_ACQ_REL) ? SHIM_BELL_TCP : 0;
 }
 
 static size_t rchan_space_lowat(const struct shim_chan *ch)
@@ -313,7 +313,7 @@ static bool rchan_tx_disarm(struct shim_chan *ch)
 
 /* The tail word once more, with CLOSED in its immediate: after the last
  * data on the same QP, so its completion comes after theirs; signaled so
- * that tx_should_bell waits for it before looking at armed. */
+ * that tx_bell waits for it before looking at armed. */
 static uint64_t post_closed(struct rdma_conn *c)
 {
 	struct wr_chain wrs = { .n = 0 };
@@ -478,7 +478,7 @@ static bool rchan_rx_arm(struct shim_chan *ch, unsigned how)
 	shim_rdma_chain_word(c, &wrs, CTL_OFF(tx_consumer_armed), 1, true);
 	seq = shim_rdma_chain_post(c, &wrs);
 	/* Fence: the arm is in the producer's memory before we re-check the
-	 * tail; pairs with the wait in rchan_tx_should_bell(). */
+	 * tail; pairs with the wait in rchan_tx_bell(). */
 	if (!seq || !shim_rdma_wait_seq(c, seq))
 		return false;
 	return !rchan_readable(ch) && !__atomic_load_n(&c->rx_closed, __ATOMIC_ACQUIRE);
@@ -523,7 +523,7 @@ const struct shim_transport_ops shim_rdma_ops = {
 	.space_lowat = rchan_space_lowat,
 	.rx_eof = rchan_rx_eof,
 	.peer_rx_gone = rchan_peer_rx_gone,
-	.tx_should_bell = rchan_tx_should_bell,
+	.tx_bell = rchan_tx_bell,
 	.rx_should_bell = rchan_rx_should_bell,
 	.rx_arm = rchan_rx_arm,
 	.rx_disarm = rchan_rx_disarm,

@@ -196,7 +196,7 @@ void shim_rdma_chain_word(struct rdma_conn *c, struct wr_chain *ch, size_t ctl_o
 	shim_rdma_chain_write(c, ch, &ch->words[i], sizeof(value), ctl_off, signal);
 }
 
-/* Makes the chain's last WRITE carry imm (signaled: tx_should_bell waits for
+/* Makes the chain's last WRITE carry imm (signaled: tx_bell waits for
  * it). Precondition: at least one WR in the chain. */
 void shim_rdma_chain_imm(struct wr_chain *ch, uint32_t imm)
 {

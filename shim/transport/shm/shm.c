@@ -47,9 +47,9 @@ struct shm_chan {
 	 * look each); line_seen: a wait saw the line readable (line_rang). */
 	unsigned line_owed;
 	bool line_seen;
-	/* Bells on the line, all told (line_bells op): the peer's, by the
-	 * arms it took; ours, by the messages that went. Both wrap. */
-	unsigned line_bells_in, line_bells_out;
+	/* The peer's bells on the line, all told (line_bells_in op), by the
+	 * arms of ours it took. Wraps. */
+	unsigned line_bells_in;
 	/* The peer's end went (EOF on it, or a send refused): it rings on TCP
 	 * from now on, and a line that stays readable at EOF must not keep
 	 * level-triggered waits awake. */
@@ -291,10 +291,8 @@ static bool line_ring(struct shm_chan *sc)
 
 	if (sc->line_dead || sc->line.fd < 0 || !shim_owned_still(&sc->line))
 		return false;
-	if (REAL(send)(sc->line.fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1 || errno == EAGAIN) {
-		sc->line_bells_out++;
+	if (REAL(send)(sc->line.fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1 || errno == EAGAIN)
 		return true;
-	}
 	sc->line_dead = true;
 	return false;
 }
@@ -342,27 +340,35 @@ static void line_drain(struct shm_chan *sc)
 
 /* The peer's armed word, as left when we took it: the bell on the line
  * when that alone was asked for and could go, else (any other value, from
- * a sleeper of its own that wants TCP, or a peer that lies) on TCP:
- * returns whether the caller must send one there. */
-static bool shm_ring_as_asked(struct shm_chan *sc, uint32_t armed)
+ * a sleeper of its own that wants TCP, or a peer that lies) on TCP too.
+ * Returns the bells (SHIM_BELL_*): LINE rung here, TCP for the caller. */
+static unsigned shm_ring_as_asked(struct shm_chan *sc, uint32_t armed)
 {
+	unsigned bells = 0;
+
 	if (!armed)
-		return false;
-	if ((armed & SHIM_BELL_LINE) && !line_ring(sc))
-		return true;
-	return (armed & ~SHIM_BELL_LINE) != 0;
+		return 0;
+	if (armed & SHIM_BELL_LINE) {
+		if (line_ring(sc))
+			bells |= SHIM_BELL_LINE;
+		else
+			bells |= SHIM_BELL_TCP;
+	}
+	if (armed & ~SHIM_BELL_LINE)
+		bells |= SHIM_BELL_TCP;
+	return bells;
 }
 
 /* Shared memory: the release store of tail already made the bytes visible,
  * so the bell may follow at once. */
-static bool shm_tx_should_bell(struct shim_chan *ch)
+static unsigned shm_tx_bell(struct shim_chan *ch)
 {
 	return shm_ring_as_asked(shm_of(ch), shim_ring_producer_should_bell(&shm_of(ch)->tx));
 }
 
 static bool shm_rx_should_bell(struct shim_chan *ch)
 {
-	return shm_ring_as_asked(shm_of(ch), shim_ring_consumer_should_bell(&shm_of(ch)->rx));
+	return shm_ring_as_asked(shm_of(ch), shim_ring_consumer_should_bell(&shm_of(ch)->rx)) & SHIM_BELL_TCP;
 }
 
 /* What a disarm reports (transport.h): whether a TCP bell is on the way,
@@ -416,10 +422,9 @@ static void shm_line_rang(struct shim_chan *ch)
 	shm_of(ch)->line_seen = true;
 }
 
-static void shm_line_bells(const struct shim_chan *ch, unsigned *in, unsigned *out)
+static unsigned shm_line_bells_in(const struct shim_chan *ch)
 {
-	*in = shm_of(ch)->line_bells_in;
-	*out = shm_of(ch)->line_bells_out;
+	return shm_of(ch)->line_bells_in;
 }
 
 static int shm_bell_fd(const struct shim_chan *ch)
@@ -615,7 +620,7 @@ const struct shim_transport_ops shim_shm_ops = {
 	.peer_rx_gone = shm_peer_rx_gone,
 	.tx_unread = shm_tx_unread,
 	.violated = shm_violated,
-	.tx_should_bell = shm_tx_should_bell,
+	.tx_bell = shm_tx_bell,
 	.rx_should_bell = shm_rx_should_bell,
 	.rx_arm = shm_rx_arm,
 	.rx_disarm = shm_rx_disarm,
@@ -623,7 +628,7 @@ const struct shim_transport_ops shim_shm_ops = {
 	.tx_disarm = shm_tx_disarm,
 	.bell_fd = shm_bell_fd,
 	.line_rang = shm_line_rang,
-	.line_bells = shm_line_bells,
+	.line_bells_in = shm_line_bells_in,
 	.shutdown_tx = shm_shutdown_tx,
 	.destroy = shm_destroy,
 	.abortive = shm_abortive,
