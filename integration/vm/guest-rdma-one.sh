@@ -3,7 +3,8 @@
 # Soft-RoCE on dummy0 (192.168.77.1) in one VM, then real programs with both
 # ends under the shim and RDMASHIM_TRANSPORTS=rdma, so that the RDMA
 # transport carries them even though both ends share the host:
-#   stress (4 connections, mixed modes, half-close), redis-server +
+#   stress (4 connections, mixed modes, half-close), the port watch (port:
+#   the link down and up under two streams), redis-server +
 #   redis-benchmark, iperf3, sockperf ping-pong; the first connection of a
 #   process is not blocked by the RDMA warm-up (warm), fork-per-connection
 #   workers warm up and upgrade by themselves (forkconn); then a plain
@@ -14,7 +15,7 @@
 #   DIFF_VM_BUDGET_S, default 60, seconds of random scenarios).
 # Prints TAP-like "ok - " / "not ok - " lines; exits 1 if any check failed.
 #
-# RDMA_ONLY=stress|failover|redis|iperf3|sockperf|wakeup|warm|forkconn|peerdeath|plain|hostile|diff (space
+# RDMA_ONLY=stress|failover|port|redis|iperf3|sockperf|wakeup|warm|forkconn|peerdeath|plain|hostile|diff (space
 # or comma separated) runs a subset.
 # RDMA_TRACE=debug for the whole handshake in the dumped traces.
 set -uo pipefail
@@ -22,7 +23,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=guest-lib.sh
 . "$here/guest-lib.sh"
 addr=192.168.77.1
-only=${RDMA_ONLY:-stress failover redis iperf3 sockperf wakeup warm forkconn peerdeath plain hostile diff}
+only=${RDMA_ONLY:-stress failover port redis iperf3 sockperf wakeup warm forkconn peerdeath plain hostile diff}
 only=${only//,/ }
 T=/tmp/rdma-one
 n_ok=0 n_fail=0
@@ -178,6 +179,82 @@ if wanted failover; then
     grep -E '"event":"(failover\.[a-z_]*|rdma\.broken|rdma\.unproven)"' <<< "$ft" | cut -c1-400 | sed 's/^/    /' | head -n 40
   [[ $n -eq 0 ]] || dump failover
   unset RDMASHIM_RDMA_LINKS
+fi
+
+# port: the port watch (shim/transport/rdma/rdma_port.h). Two streams run
+# over RDMA on one link; then dummy0 loses its carrier, which takes rxe0's
+# port down (IBV_EVENT_PORT_ERR) while local TCP goes on. Each process must
+# trace the port down and break its link, each stream fail over to TCP
+# and stay byte-exact; a connection made meanwhile stays on TCP with
+# reason rdma_port_down (no rdma_cm round trip that can only time out);
+# once the carrier is back the port is traced active, and the next
+# connection upgrades over RDMA again.
+if wanted port; then
+  port=$((port + 1))
+  # 8 at the server: warm_server's, then per client process one --warm-up
+  # connection and its own (2 streams, then 1 and 1).
+  shim port "$port" timeout 300 "$PROGS/stress" server --bind "$addr" --port "$port" --exit-after 8 \
+    --timeout 200 > "$T/port.server" 2>&1 &
+  spid=$!
+  listening "$port"
+  warm_server port "$port"
+  shim port "$port" timeout 240 "$PROGS/stress" client --host "$addr" --port "$port" --conns 2 --duration 30 \
+    --mode mixed --half-close --warm-up 60 --timeout 200 > "$T/port.client" 2>&1 &
+  cpid=$!
+  for ((i = 0; i < 300; i++)); do
+    n=$(cat "$T/port"/trace.*.jsonl 2>/dev/null | grep '"upgrade.done"' | grep '"transport":"rdma"' |
+      grep -c '"role":"client"' || true)
+    ((n >= 2)) && break
+    sleep 0.2
+  done
+  echo "   port: $n connections of the client on RDMA before the carrier goes"
+  ip link set dummy0 carrier off
+  t_off=$SECONDS
+  sleep 2
+  rc_down=0
+  t_down=$SECONDS
+  shim port_down "$port" timeout 120 "$PROGS/stress" client --host "$addr" --port "$port" --conns 1 --bytes 2M \
+    --mode blocking --warm-up 60 --timeout 100 > "$T/port.down_client" 2>&1 || rc_down=$?
+  t_down=$((SECONDS - t_down))
+  ip link set dummy0 carrier on
+  t_off=$((SECONDS - t_off))
+  for ((i = 0; i < 100; i++)); do
+    grep -qs '"event":"rdma.port".*"state":"active","source":"\(port_active\|look\)"' "$T/port"/trace.*.jsonl && break
+    sleep 0.2
+  done
+  rc_up=0
+  shim port_up "$port" timeout 120 "$PROGS/stress" client --host "$addr" --port "$port" --conns 1 --bytes 8M \
+    --mode blocking --warm-up 60 --timeout 100 > "$T/port.up_client" 2>&1 || rc_up=$?
+  rc=0; wait "$cpid" || rc=$?
+  src=0; wait "$spid" || src=$?
+  cat "$T/port.client"
+  check "port: 2 streams over RDMA while the port went down and up: client byte-exact (status $rc)" \
+    grep -q '^stress: OK' "$T/port.client"
+  check "port: server byte-exact on every connection (status $src)" \
+    grep -q 'stress-server: OK conns=8 failed=0' "$T/port.server"
+  check "port: the connections made while the port was down and after it came back: byte-exact ($rc_down, $rc_up)" \
+    test "$rc_down" -eq 0 -a "$rc_up" -eq 0
+  pt=$(cat "$T/port"/trace.*.jsonl)
+  downs=$(grep '"event":"rdma.port"' <<< "$pt" | grep '"state":"down"' | grep -c '"source":"\(port_err\|look\)"' || true)
+  check "port: both processes traced the port down ($downs)" test "$downs" -ge 2
+  grep '"event":"rdma.port"' <<< "$pt" | grep -o '"state".*' | sed 's/^/    /' | head -n 8
+  n=$(grep '"event":"rdma.link"' <<< "$pt" | grep -c '"why":"port_down"' || true)
+  check "port: the link was broken for it at both ends ($n rdma.link down port_down)" test "$n" -ge 2
+  starts=$(grep -c '"failover.start"' <<< "$pt" || true)
+  resets=$(grep -c '"failover.reset"' <<< "$pt" || true)
+  check "port: both streams failed over at both ends, none reset ($starts failover.start, $resets reset)" \
+    test "$starts" -ge 4 -a "$resets" -eq 0
+  n=$(grep '"upgrade.fail"' <<< "$pt" | grep '"role":"server"' | grep -c '"reason":"rdma_port_down"' || true)
+  check "port: the server kept the connection made while down on TCP, reason rdma_port_down ($n)" test "$n" -ge 1
+  n=$(cat "$T/port_down"/trace.*.jsonl 2>/dev/null | grep '"upgrade.done"' | grep -c '"transport":"rdma"' || true)
+  check "port: no connection upgraded while the port was down ($n)" test "$n" -eq 0
+  ups=$(grep '"event":"rdma.port"' <<< "$pt" | grep -c '"state":"active","source":"\(port_active\|look\)"' || true)
+  check "port: the port was traced active again ($ups)" test "$ups" -ge 1
+  n=$(cat "$T/port_up"/trace.*.jsonl 2>/dev/null | grep '"upgrade.done"' | grep '"transport":"rdma"' |
+    grep -c '"role":"client"' || true)
+  check "port: the connection made after the port came back upgraded over RDMA ($n)" test "$n" -ge 1
+  [[ $starts -ge 4 && $resets -eq 0 ]] || dump port
+  echo "   port: the client made while down took $t_down s; the carrier was off $t_off s"
 fi
 
 if wanted redis; then

@@ -60,7 +60,9 @@
 	X(FORKED, "forked",                                                                     \
 	  "a fork while the upgrade was being negotiated, or one after which another process moved the stream: stays on TCP") \
 	X(UNPAID, "unpaid",                                                                     \
-	  "RDMASHIM_UNPAID_PERCENT of the exchanges woke their sleeping receivers with bells: back to TCP, which is cheaper then")
+	  "RDMASHIM_UNPAID_PERCENT of the exchanges woke their sleeping receivers with bells: back to TCP, which is cheaper then") \
+	X(RDMA_PORT_DOWN, "rdma_port_down",                                                     \
+	  "the RDMA port the connection uses or would use is not active (its link is down): on TCP")
 
 enum shim_reason {
 #define SHIM_REASON_ENUM(id, name, text) SHIM_REASON_##id,

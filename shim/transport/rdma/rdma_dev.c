@@ -14,6 +14,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "bgthread.h"
+#include "rdma_port.h"
 #include "self.h"
 #include "trace.h"
 
@@ -118,6 +119,8 @@ static int warm_devices(int *devices)
 		return WARM_NO_DEVICE;
 	ctxs = rdma_get_devices(&n);
 	warm_probe_ns = shim_now_ns() - t0;
+	if (ctxs)
+		shim_rdma_port_watch_start(ctxs, n);
 	for (int i = 0; ctxs && i < n; i++) {
 		struct ibv_pd *pd = shim_rdma_pd_for(ctxs[i]);
 		struct shim_mr_slot slot = { 0 };

@@ -55,6 +55,7 @@
 #include "trace.h"
 #include "rdma_post.h"
 #include "rdma_qp.h"
+#include "rdma_port.h"
 #include "upgrade.h"
 
 /* IB CM reject reason when nobody listens on the service id. */
@@ -281,6 +282,12 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 		return;
 	case RDMA_S_ADDR:
 		if (e == RDMA_CM_EVENT_ADDR_RESOLVED) {
+			/* The port the address maps to is down (rdma_port.h):
+			 * no round trip that can only time out. */
+			if (shim_rdma_port_down(c->id->verbs, c->id->port_num)) {
+				shim_rdma_give_up(s, fd, SHIM_REASON_RDMA_PORT_DOWN);
+				return;
+			}
 			if (rdma_resolve_route(c->id, (int)shim_cfg.cm_timeout_ms)) {
 				shim_rdma_give_up(s, fd, SHIM_REASON_CM_UNREACHABLE);
 				return;

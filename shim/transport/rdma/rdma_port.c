@@ -1,0 +1,194 @@
+/* The port watch; see rdma_port.h. */
+#include "rdma_port.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <infiniband/verbs.h>
+
+#include "bgthread.h"
+#include "nic_counters.h"
+#include "rdma_link.h"
+#include "real.h"
+#include "trace.h"
+
+#define WATCH_PORTS_MAX 16
+#define WATCH_DEVICES_MAX 8
+#define WATCH_LOOK_MS 1000
+
+struct watched_port {
+	struct ibv_context *ctx;
+	uint8_t num;
+	bool active; /* atomic: the watch's thread writes, anyone reads */
+	char dev[IBV_SYSFS_NAME_MAX];
+	struct shim_nic_counters seen; /* the watch's thread only */
+};
+
+static struct watched_port ports[WATCH_PORTS_MAX];
+/* Published with a release store once ports[] below it is set up; pairs
+ * with the acquire load in shim_rdma_port_down(). */
+static unsigned n_ports;
+static unsigned n_set_up; /* the start's count, before n_ports says it */
+static struct ibv_context *devices[WATCH_DEVICES_MAX];
+static unsigned n_devices;
+
+bool shim_rdma_port_down(const struct ibv_context *ctx, uint8_t port)
+{
+	unsigned n = __atomic_load_n(&n_ports, __ATOMIC_ACQUIRE);
+
+	for (unsigned i = 0; i < n; i++)
+		if (ports[i].ctx == ctx && ports[i].num == port)
+			return !__atomic_load_n(&ports[i].active, __ATOMIC_RELAXED);
+	return false;
+}
+
+static void trace_counters(struct watched_port *p, int level)
+{
+	struct shim_nic_counters now;
+	char grew[SHIM_TRACE_LINE_MAX / 2];
+
+	if (shim_nic_counters_read(NULL, p->dev, p->num, &now) < 0)
+		return;
+	if (shim_nic_counters_grew(&p->seen, &now, grew, sizeof(grew)))
+		SHIM_TRACE(level, "rdma.counters", -1, NULL, SHIM_REASON_NONE,
+			   "\"device\":\"%s\",\"port\":%u,\"grew\":{%s}", p->dev, p->num, grew);
+	p->seen = now;
+}
+
+/* The watch's thread, or the start before it runs. */
+static void set_state(struct watched_port *p, bool active, const char *source)
+{
+	if (__atomic_load_n(&p->active, __ATOMIC_RELAXED) == active)
+		return;
+	__atomic_store_n(&p->active, active, __ATOMIC_RELAXED);
+	if (active) {
+		SHIM_TRACE(SHIM_TRACE_INFO, "rdma.port", -1, NULL, SHIM_REASON_NONE,
+			   "\"device\":\"%s\",\"port\":%u,\"state\":\"active\",\"source\":\"%s\"", p->dev, p->num, source);
+		return;
+	}
+	unsigned links = shim_rdma_links_break_on_port(p->ctx, p->num, "port_down");
+
+	SHIM_TRACE(SHIM_TRACE_WARN, "rdma.port", -1, NULL, SHIM_REASON_RDMA_PORT_DOWN,
+		   "\"device\":\"%s\",\"port\":%u,\"state\":\"down\",\"source\":\"%s\",\"links_broken\":%u", p->dev,
+		   p->num, source, links);
+	trace_counters(p, SHIM_TRACE_WARN);
+}
+
+static bool port_is_active(struct watched_port *p)
+{
+	struct ibv_port_attr attr;
+
+	return ibv_query_port(p->ctx, p->num, &attr) == 0 && attr.state == IBV_PORT_ACTIVE;
+}
+
+static struct watched_port *watched(const struct ibv_context *ctx, uint8_t num)
+{
+	for (unsigned i = 0; i < n_ports; i++)
+		if (ports[i].ctx == ctx && (ports[i].num == num))
+			return &ports[i];
+	return NULL;
+}
+
+/* Every event queued on ctx's async fd (made nonblocking at the start). An
+ * event is acked at once: ibv_destroy_qp and ibv_destroy_cq wait for the
+ * acks of their objects' events. */
+static void take_events(struct ibv_context *ctx)
+{
+	struct ibv_async_event ev;
+
+	while (ibv_get_async_event(ctx, &ev) == 0) {
+		enum ibv_event_type type = ev.event_type;
+		uint8_t num = type == IBV_EVENT_PORT_ERR || type == IBV_EVENT_PORT_ACTIVE ? ev.element.port_num : 0;
+		struct watched_port *p = num ? watched(ctx, num) : NULL;
+
+		ibv_ack_async_event(&ev);
+		if (type == IBV_EVENT_PORT_ERR && p) {
+			set_state(p, false, "port_err");
+		} else if (type == IBV_EVENT_PORT_ACTIVE && p) {
+			/* The event may be older than the state: ask. */
+			set_state(p, port_is_active(p), "port_active");
+		} else if (type == IBV_EVENT_DEVICE_FATAL) {
+			for (unsigned i = 0; i < n_ports; i++)
+				if (ports[i].ctx == ctx)
+					set_state(&ports[i], false, "device_fatal");
+		} else {
+			/* QP and CQ faults reach their connections by their
+			 * completions; the event says it first. */
+			SHIM_TRACE(SHIM_TRACE_DEBUG, "rdma.async", -1, NULL, SHIM_REASON_NONE,
+				   "\"device\":\"%s\",\"event\":\"%s\"", ibv_get_device_name(ctx->device),
+				   ibv_event_type_str(type));
+		}
+	}
+}
+
+static void *watch_main(void *arg)
+{
+	struct pollfd pfd[WATCH_DEVICES_MAX];
+
+	(void)arg;
+	pthread_setname_np(pthread_self(), "rdmashim-port");
+	for (unsigned i = 0; i < n_devices; i++)
+		pfd[i] = (struct pollfd){ .fd = devices[i]->async_fd, .events = POLLIN };
+	for (;;) {
+		int ready = REAL(poll)(pfd, n_devices, WATCH_LOOK_MS);
+
+		if (ready < 0 && errno != EINTR)
+			return NULL;
+		for (unsigned i = 0; ready > 0 && i < n_devices; i++)
+			if (pfd[i].revents & POLLIN)
+				take_events(devices[i]);
+		/* The looks: a missed or coalesced event, and the counters. */
+		for (unsigned i = 0; i < n_ports; i++) {
+			set_state(&ports[i], port_is_active(&ports[i]), "look");
+			trace_counters(&ports[i], SHIM_TRACE_WARN);
+		}
+	}
+}
+
+static void add_ports(struct ibv_context *ctx)
+{
+	struct ibv_device_attr dev_attr;
+	int flags;
+
+	if (ibv_query_device(ctx, &dev_attr) != 0 || n_devices >= WATCH_DEVICES_MAX)
+		return;
+	flags = REAL(fcntl)(ctx->async_fd, F_GETFL);
+	if (flags < 0 || REAL(fcntl)(ctx->async_fd, F_SETFL, flags | O_NONBLOCK) < 0)
+		return;
+	devices[n_devices++] = ctx;
+	for (unsigned num = 1; num <= dev_attr.phys_port_cnt && n_set_up < WATCH_PORTS_MAX; num++) {
+		struct watched_port *p = &ports[n_set_up];
+
+		p->ctx = ctx;
+		p->num = (uint8_t)num;
+		snprintf(p->dev, sizeof(p->dev), "%s", ibv_get_device_name(ctx->device));
+		p->active = port_is_active(p);
+		if (shim_nic_counters_read(NULL, p->dev, p->num, &p->seen) < 0)
+			p->seen.n = 0;
+		SHIM_TRACE(p->active ? SHIM_TRACE_INFO : SHIM_TRACE_WARN, "rdma.port", -1, NULL,
+			   p->active ? SHIM_REASON_NONE : SHIM_REASON_RDMA_PORT_DOWN,
+			   "\"device\":\"%s\",\"port\":%u,\"state\":\"%s\",\"source\":\"start\",\"counters\":%u", p->dev,
+			   p->num, p->active ? "active" : "down", p->seen.n);
+		n_set_up++;
+	}
+}
+
+void shim_rdma_port_watch_start(struct ibv_context **ctxs, int n)
+{
+	static bool started;
+
+	if (started)
+		return;
+	started = true;
+	for (int i = 0; i < n; i++)
+		add_ports(ctxs[i]);
+	/* Release: pairs with the acquire in shim_rdma_port_down(). */
+	__atomic_store_n(&n_ports, n_set_up, __ATOMIC_RELEASE);
+	if (n_devices && shim_bgthread_start(watch_main, NULL) < 0)
+		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.port", -1, NULL, SHIM_REASON_INTERNAL_ERROR,
+			   "\"state\":\"unwatched\"");
+}
