@@ -198,7 +198,7 @@ if wanted port; then
   spid=$!
   listening "$port"
   warm_server port "$port"
-  shim port "$port" timeout 240 "$PROGS/stress" client --host "$addr" --port "$port" --conns 2 --duration 30 \
+  shim port "$port" timeout 240 "$PROGS/stress" client --host "$addr" --port "$port" --conns 2 --duration 12 \
     --mode mixed --half-close --warm-up 60 --timeout 200 > "$T/port.client" 2>&1 &
   cpid=$!
   for ((i = 0; i < 300; i++)); do
@@ -238,6 +238,10 @@ if wanted port; then
   downs=$(grep '"event":"rdma.port"' <<< "$pt" | grep '"state":"down"' | grep -c '"source":"\(port_err\|look\)"' || true)
   check "port: both processes traced the port down ($downs)" test "$downs" -ge 2
   grep '"event":"rdma.port"' <<< "$pt" | grep -o '"state".*' | sed 's/^/    /' | head -n 8
+  # rxe counts each port down in hw_counters/link_downed.
+  n=$(grep '"event":"rdma.counters"' <<< "$pt" | grep -c '"hw.link_downed":[1-9]' || true)
+  check "port: both processes traced the NIC's link_downed counter grown ($n rdma.counters)" test "$n" -ge 2
+  grep '"event":"rdma.counters"' <<< "$pt" | grep -o '"grew".*' | sed 's/^/    /' | head -n 4
   n=$(grep '"event":"rdma.link"' <<< "$pt" | grep -c '"why":"port_down"' || true)
   check "port: the link was broken for it at both ends ($n rdma.link down port_down)" test "$n" -ge 2
   starts=$(grep -c '"failover.start"' <<< "$pt" || true)
@@ -427,7 +431,7 @@ if wanted peerdeath; then
   listening "$port"
   warm_server peerdeath "$port"
   rc=0
-  shim peerdeath $port timeout 200 "$PROGS/stress" client --host "$addr" --port "$port" --conns 2 --duration 30 \
+  shim peerdeath $port timeout 200 "$PROGS/stress" client --host "$addr" --port "$port" --conns 2 --duration 12 \
     --mode mixed --warm-up 60 --timeout 150 > "$T/peerdeath.client" 2>&1 &
   cpid=$!
   # Kill once both stream connections run over RDMA (bounded wait).
