@@ -127,9 +127,13 @@ unit: $(UNIT_BINS)
 integration: all
 	@integration/run-all.sh
 
+# Builds run two jobs at once (this machine's two cores: 22 s serial
+# against 13 s for all, and as much for each sanitizer build); the tests
+# themselves one after the other.
 test: deps
-	$(MAKE) all
+	$(MAKE) -j2 all
 	$(MAKE) check-layers
+	$(MAKE) -j2 unit-bins
 	$(MAKE) unit
 	$(MAKE) integration
 	$(MAKE) test-asan
@@ -140,7 +144,7 @@ asan tsan:
 	$(MAKE) BUILD=build/$@ SAN=$@ build/$@/lib/librdmashim.so unit-bins
 
 test-asan test-tsan: all
-	$(MAKE) $(@:test-%=%)
+	$(MAKE) -j2 $(@:test-%=%)
 	@tests/sanitize.sh $(@:test-%=%)
 
 # The differential harness's random scenarios for DIFF_SOAK_S seconds (default 3600).

@@ -14,7 +14,7 @@
 # (integration/vm/guest-rdma-hostile.sh); last, in the same boot, the
 # differential harness with its upgraded run on RDMA (integration/vm/
 # guest-diff.sh: plain, RDMASHIM_TRANSPORTS=tcp and =rdma on the rxe
-# address; ten corpus scenarios and DIFF_VM_BUDGET_S, default 60, seconds
+# address; ten corpus scenarios and DIFF_VM_BUDGET_S, default 30, seconds
 # of random ones; its lines start "rdma: "; about 3 minutes more under
 # load, so the VM gets RXEVM_TIMEOUT 840 s and run-all.sh 900 s; on a
 # host so loaded that the earlier steps leave it less than 90 s, it does not
@@ -40,7 +40,7 @@ rc=0
 # RDMA_DEADLINE_S: the guest script's share of RXEVM_TIMEOUT (less the
 # boot), so that the differential step, the last, fits in what is left.
 vm_limit=${RXEVM_TIMEOUT:-840}
-export RXEVM_ENV="${RXEVM_ENV:-} DIFF_VM_BUDGET_S=${DIFF_VM_BUDGET_S:-60} RDMA_DEADLINE_S=$((vm_limit - 30))"
+export RXEVM_ENV="${RXEVM_ENV:-} DIFF_VM_BUDGET_S=${DIFF_VM_BUDGET_S:-30} RDMA_DEADLINE_S=$((vm_limit - 30))"
 RXEVM_TIMEOUT=$vm_limit timeout $((vm_limit + 10)) "$ROOT/integration/vm/rxe-vm.sh" \
   "$ROOT/integration/vm/guest-rdma-one.sh" </dev/null >"$WORK/vm.out" 2>&1 || rc=$?
 grep -vE '^\[ *[0-9]+\.[0-9]+\] ' "$WORK/vm.out"

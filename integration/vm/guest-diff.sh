@@ -67,7 +67,7 @@ export DIFF_SEED=${DIFF_SEED:-1}
 # load) runs beside the first steps, so awaitup may wait longer than on shm.
 export DIFF_AWAITUP_MS=${DIFF_AWAITUP_MS:-10000} DIFF_RUN_TIMEOUT=${DIFF_RUN_TIMEOUT:-30}
 export DIFF_SHRINK_S=${DIFF_SHRINK_S:-30}
-budget=${DIFF_VM_BUDGET_S:-60}
+budget=${DIFF_VM_BUDGET_S:-30}
 end=${DIFF_VM_END:-0}
 rc=0
 t0=$SECONDS

@@ -12,7 +12,7 @@
 #   byte; then a hostile RDMA peer and a rendezvous squatter against a shim
 #   server (hostile, in guest-rdma-hostile.sh); last, the differential
 #   harness over RDMA (diff, in guest-diff.sh: corpus subset plus
-#   DIFF_VM_BUDGET_S, default 60, seconds of random scenarios).
+#   DIFF_VM_BUDGET_S, default 30, seconds of random scenarios).
 # Prints TAP-like "ok - " / "not ok - " lines; exits 1 if any check failed.
 #
 # RDMA_ONLY=stress|failover|port|redis|iperf3|sockperf|wakeup|warm|forkconn|peerdeath|plain|hostile|diff (space
@@ -208,6 +208,7 @@ if wanted port; then
     sleep 0.2
   done
   echo "   port: $n connections of the client on RDMA before the carrier goes"
+  off_ns=$(date +%s%N)
   ip link set dummy0 carrier off
   t_off=$SECONDS
   sleep 2
@@ -259,6 +260,20 @@ if wanted port; then
   check "port: the connection made after the port came back upgraded over RDMA ($n)" test "$n" -ge 1
   [[ $starts -ge 4 && $resets -eq 0 ]] || dump port
   echo "   port: the client made while down took $t_down s; the carrier was off $t_off s"
+  # From the carrier's loss to each process's rdma.port down and to the
+  # last stream's failover.tx_tcp (both ends back on TCP), in ms.
+  python3 - "$off_ns" "$T/port" <<'PY' || true
+import glob, json, sys
+from datetime import datetime, timezone
+off = int(sys.argv[1]) / 1e9
+def at(r):
+    return datetime.strptime(r["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
+rs = [json.loads(l) for f in glob.glob(sys.argv[2] + "/trace.*.jsonl") for l in open(f) if l.startswith("{")]
+down = sorted(at(r) - off for r in rs if r.get("event") == "rdma.port" and r.get("state") == "down" and at(r) > off)
+tcp = sorted(at(r) - off for r in rs if r.get("event") == "failover.tx_tcp" and at(r) > off)
+print("   port: after the carrier went: rdma.port down at %s ms, failover.tx_tcp at %s ms" % (
+    ", ".join("%.0f" % (d * 1e3) for d in down), ", ".join("%.0f" % (t * 1e3) for t in tcp)))
+PY
 fi
 
 if wanted redis; then

@@ -95,12 +95,15 @@ static struct watched_port *watched(const struct ibv_context *ctx, uint8_t num)
 
 /* Every event queued on ctx's async fd (made nonblocking at the start). An
  * event is acked at once: ibv_destroy_qp and ibv_destroy_cq wait for the
- * acks of their objects' events. */
-static void take_events(struct ibv_context *ctx)
+ * acks of their objects' events. false when the fd failed for good (a
+ * device gone): the caller stops polling it rather than spin on it. */
+static bool take_events(struct ibv_context *ctx)
 {
 	struct ibv_async_event ev;
 
-	while (ibv_get_async_event(ctx, &ev) == 0) {
+	for (;;) {
+		if (ibv_get_async_event(ctx, &ev) != 0)
+			return errno == EAGAIN || errno == EINTR;
 		enum ibv_event_type type = ev.event_type;
 		uint8_t num = type == IBV_EVENT_PORT_ERR || type == IBV_EVENT_PORT_ACTIVE ? ev.element.port_num : 0;
 		struct watched_port *p = num ? watched(ctx, num) : NULL;
@@ -125,6 +128,16 @@ static void take_events(struct ibv_context *ctx)
 	}
 }
 
+/* A device whose event fd failed: its ports are down for good, and the
+ * looks go on saying so. */
+static void unwatch(struct pollfd *pfd, struct ibv_context *ctx)
+{
+	pfd->fd = -1; /* poll skips it */
+	for (unsigned i = 0; i < n_ports; i++)
+		if (ports[i].ctx == ctx)
+			set_state(&ports[i], false, "device_gone");
+}
+
 static void *watch_main(void *arg)
 {
 	struct pollfd pfd[WATCH_DEVICES_MAX];
@@ -138,9 +151,12 @@ static void *watch_main(void *arg)
 
 		if (ready < 0 && errno != EINTR)
 			return NULL;
-		for (unsigned i = 0; ready > 0 && i < n_devices; i++)
-			if (pfd[i].revents & POLLIN)
-				take_events(devices[i]);
+		for (unsigned i = 0; ready > 0 && i < n_devices; i++) {
+			if (pfd[i].fd < 0 || !pfd[i].revents)
+				continue;
+			if ((pfd[i].revents & (POLLERR | POLLHUP | POLLNVAL)) || !take_events(devices[i]))
+				unwatch(&pfd[i], devices[i]);
+		}
 		/* The looks: a missed or coalesced event, and the counters. */
 		for (unsigned i = 0; i < n_ports; i++) {
 			set_state(&ports[i], port_is_active(&ports[i]), "look");
