@@ -220,8 +220,8 @@ static inline bool shim_rdma_link_broken(const struct rdma_link *l)
 }
 
 /* The port watch (rdma_port.c): breaks every link of this process on
- * port `port` of device ctx (0: on any of its ports), each connection on
- * them failing over to TCP; how many it broke. */
+ * port `port` of device ctx, each connection on them failing over to TCP;
+ * how many it broke. */
 unsigned shim_rdma_links_break_on_port(const struct ibv_context *ctx, uint8_t port, const char *why);
 /* C: a trusted link of this process to the server's endpoint, with a
  * reference, or NULL. */

@@ -436,34 +436,20 @@ void shim_rdma_link_atfork(bool prepare)
 		pthread_mutex_unlock(&table_lock);
 }
 
-/* Breaks up to 16 of this process's links on (ctx, port) that are not
- * broken yet; how many it found. */
-static unsigned break_some_on(const struct ibv_context *ctx, uint8_t port, const char *why)
-{
-	struct rdma_link *hit[16];
-	unsigned n = 0;
-
-	pthread_mutex_lock(&table_lock);
-	for (struct rdma_link *l = table; l && n < 16; l = l->next)
-		if (l->pid == shim_self_pid() && !shim_rdma_link_broken(l) && l->id && l->id->verbs == ctx &&
-		    (!port || l->id->port_num == port)) {
-			shim_rdma_link_get(l);
-			hit[n++] = l;
-		}
-	pthread_mutex_unlock(&table_lock);
-	for (unsigned i = 0; i < n; i++) {
-		shim_rdma_link_break(hit[i], why, port);
-		shim_rdma_link_put(hit[i]);
-	}
-	return n;
-}
-
 unsigned shim_rdma_links_break_on_port(const struct ibv_context *ctx, uint8_t port, const char *why)
 {
-	unsigned n, total = 0;
+	unsigned n = 0;
 
-	/* A broken link is passed over: each round finds fresh ones. */
-	while ((n = break_some_on(ctx, port, why)) > 0)
-		total += n;
-	return total;
+	/* The table's lock, then each link's (rdma_link.h's order): what a
+	 * break calls on the link's connections (shim_rdma_mark_broken) takes
+	 * neither again. */
+	pthread_mutex_lock(&table_lock);
+	for (struct rdma_link *l = table; l; l = l->next)
+		if (l->pid == shim_self_pid() && !shim_rdma_link_broken(l) && l->id->verbs == ctx &&
+		    l->id->port_num == port) {
+			shim_rdma_link_break(l, why, port);
+			n++;
+		}
+	pthread_mutex_unlock(&table_lock);
+	return n;
 }

@@ -46,7 +46,7 @@ bool shim_rdma_port_down(const struct ibv_context *ctx, uint8_t port)
 	return false;
 }
 
-static void trace_counters(struct watched_port *p, int level)
+static void trace_counters(struct watched_port *p)
 {
 	struct shim_nic_counters now;
 	char grew[SHIM_TRACE_LINE_MAX / 2];
@@ -54,7 +54,7 @@ static void trace_counters(struct watched_port *p, int level)
 	if (shim_nic_counters_read(NULL, p->dev, p->num, &now) < 0)
 		return;
 	if (shim_nic_counters_grew(&p->seen, &now, grew, sizeof(grew)))
-		SHIM_TRACE(level, "rdma.counters", -1, NULL, SHIM_REASON_NONE,
+		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.counters", -1, NULL, SHIM_REASON_NONE,
 			   "\"device\":\"%s\",\"port\":%u,\"grew\":{%s}", p->dev, p->num, grew);
 	p->seen = now;
 }
@@ -75,7 +75,6 @@ static void set_state(struct watched_port *p, bool active, const char *source)
 	SHIM_TRACE(SHIM_TRACE_WARN, "rdma.port", -1, NULL, SHIM_REASON_RDMA_PORT_DOWN,
 		   "\"device\":\"%s\",\"port\":%u,\"state\":\"down\",\"source\":\"%s\",\"links_broken\":%u", p->dev,
 		   p->num, source, links);
-	trace_counters(p, SHIM_TRACE_WARN);
 }
 
 static bool port_is_active(struct watched_port *p)
@@ -157,10 +156,11 @@ static void *watch_main(void *arg)
 			if ((pfd[i].revents & (POLLERR | POLLHUP | POLLNVAL)) || !take_events(devices[i]))
 				unwatch(&pfd[i], devices[i]);
 		}
-		/* The looks: a missed or coalesced event, and the counters. */
+		/* The looks: a missed or coalesced event, and the counters (a
+		 * port that just went down has its own counted here). */
 		for (unsigned i = 0; i < n_ports; i++) {
 			set_state(&ports[i], port_is_active(&ports[i]), "look");
-			trace_counters(&ports[i], SHIM_TRACE_WARN);
+			trace_counters(&ports[i]);
 		}
 	}
 }
@@ -195,11 +195,6 @@ static void add_ports(struct ibv_context *ctx)
 
 void shim_rdma_port_watch_start(struct ibv_context **ctxs, int n)
 {
-	static bool started;
-
-	if (started)
-		return;
-	started = true;
 	for (int i = 0; i < n; i++)
 		add_ports(ctxs[i]);
 	/* Release: pairs with the acquire in shim_rdma_port_down(). */

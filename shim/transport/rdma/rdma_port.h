@@ -29,9 +29,9 @@
 
 struct ibv_context;
 
-/* From the warm-up's thread, once per process, with librdmacm's device
- * contexts: takes every port's state and counters, then starts the
- * watch's thread. */
+/* From the warm-up's thread, with librdmacm's device contexts: takes every
+ * port's state and counters, then starts the watch's thread. Precondition:
+ * called once per process (the warm-up runs once, rdma_dev.c). */
 void shim_rdma_port_watch_start(struct ibv_context **ctxs, int n);
 
 /* Whether port `port` of ctx is known not to be ACTIVE. Lock-free; false
