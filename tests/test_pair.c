@@ -26,6 +26,7 @@
 #include "arena.h"
 #include "config.h"
 #include "pair.h"
+#include "reaper.h"
 #include "rendezvous.h"
 #include "ring.h"
 #include "shm.h"
@@ -183,6 +184,7 @@ START_TEST(a_pair_that_sends_anything_else_is_dropped)
 	send_not_a_hint(c);
 	send_with_two(c, &h, sizeof(h));
 	ck_assert(!shim_pair_claim(&mine, &got, 1000));
+	ck_assert(shim_reap_settled(5000));
 	/* S closed its end: the next HINT can not even be sent. */
 	ck_assert_int_lt(send(c, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT), 0);
 }
@@ -201,6 +203,9 @@ static int open_fds(void)
  * message closes the fds of every message of that batch after it. */
 START_TEST(a_dropped_pair_leaks_no_fd_of_its_batch)
 {
+	/* The reaper's own two fds first: they stay for the process's life. */
+	shim_reap(dup(0));
+	ck_assert(shim_reap_settled(5000));
 	int before = open_fds(), c = server_pair(); /* c, S's end, the hub */
 	struct shim_tuple mine = tuple_of(40000), other = tuple_of(40001);
 	struct shim_msg_hint h = hint_for(&mine), h2 = hint_for(&other);
@@ -211,6 +216,7 @@ START_TEST(a_dropped_pair_leaks_no_fd_of_its_batch)
 	send_with_two(c, &h2, sizeof(h2));
 	ck_assert(!shim_pair_claim(&mine, &got, 1000));
 	ck_assert(!shim_pair_claim(&other, &got, 1000));
+	ck_assert(shim_reap_settled(5000));
 	/* Only c is left: S's end, the hub and its marker (owned.h) went with
 	 * the pair, and the four fds the two HINTs brought were closed unread. */
 	ck_assert_int_eq(open_fds(), before + 1);
@@ -484,12 +490,14 @@ START_TEST(a_second_arena_or_a_slot_without_one_drops_the_pair)
 	c = server_pair();
 	slot_hint_in(c, &t0, 0, 1, 0);
 	ck_assert(!shim_pair_claim(&t0, &got, 1000));
+	ck_assert(shim_reap_settled(5000));
 	ck_assert_int_lt(send(c, "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT), 0);
 	/* A second arena on one pair. */
 	c = server_pair();
 	slot_hint_in(c, &t0, 0, 1, 2);
 	slot_hint_in(c, &t1, 1, 1, 2);
 	ck_assert(!shim_pair_claim(&t1, &got, 1000));
+	ck_assert(shim_reap_settled(5000));
 	ck_assert_int_lt(send(c, "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT), 0);
 	/* Rings larger than ours. */
 	c = server_pair();
@@ -507,6 +515,7 @@ START_TEST(a_second_arena_or_a_slot_without_one_drops_the_pair)
 		ck_assert_int_eq(shim_arena_make(8192, 1, &a, &fds[1]), 0);
 		ck_assert_int_eq(shim_rv_send_fds(c, &h, sizeof(h), fds, 2), 0);
 		ck_assert(!shim_pair_claim(&t2, &got, 1000));
+		ck_assert(shim_reap_settled(5000));
 		ck_assert_int_lt(send(c, "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT), 0);
 	}
 }

@@ -30,6 +30,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "close_budget.h"
 #include "failover.h"
 #include "fdtable.h"
 #include "frames.h"
@@ -39,28 +40,56 @@
 #include "transport.h"
 #include "upgrade.h"
 
-/* Waits for fd to become ready for events, at most until end_ns.
- * Returns false once the time is up. */
-static bool wait_until(int fd, short events, unsigned long long end_ns)
+/* One close's waiting, drawn from the process's budget at its first wait
+ * (close_budget.h): a close that never waits draws nothing. */
+struct close_wait {
+	unsigned long long start_ns, end_ns, granted_ns;
+	bool drawn;
+};
+
+/* Waits for fd to become ready for events, at most until the close's
+ * grant runs out. Returns false once it has. */
+static bool wait_until(const struct shim_sock *s, int fd, short events, struct close_wait *w)
 {
 	unsigned long long now = shim_now_ns();
 	struct pollfd p = { .fd = fd, .events = events };
 
-	if (now >= end_ns)
+	if (!w->drawn) {
+		w->drawn = true;
+		w->start_ns = now;
+		w->granted_ns = shim_close_budget_take(SHIM_CLOSE_WAIT_MS * 1000000ull, now);
+		w->end_ns = now + w->granted_ns;
+		if (!w->granted_ns)
+			SHIM_TRACE(SHIM_TRACE_WARN, "close.budget_spent", fd, &s->tuple, SHIM_REASON_NONE,
+				   "\"waiting_for\":\"%s\"", events == POLLOUT ? "send_room" : "peer_frames");
+	}
+	if (now >= w->end_ns)
 		return false;
-	REAL(poll)(&p, 1, (int)((end_ns - now + 999999) / 1000000));
+	REAL(poll)(&p, 1, (int)((w->end_ns - now + 999999) / 1000000));
 	return true;
 }
 
+/* What the close's grant did not use goes back to the budget. */
+static void wait_done(struct close_wait *w)
+{
+	unsigned long long used;
+
+	if (!w->drawn || !w->granted_ns)
+		return;
+	used = shim_now_ns() - w->start_ns;
+	if (used < w->granted_ns)
+		shim_close_budget_refund(w->granted_ns - used);
+}
+
 /* Our queued frames, then a failover's replay (it goes behind our RESUME). */
-static void send_ours(struct shim_sock *s, int fd, unsigned long long end_ns)
+static void send_ours(struct shim_sock *s, int fd, struct close_wait *w)
 {
 	while (s->tcp_out_len || shim_failover_replaying(s)) {
 		int rc = s->tcp_out_len ? shim_frames_flush(s, fd) : shim_failover_flush(s, fd);
 
 		if (rc < 0 && rc != -EAGAIN)
 			break;
-		if (rc == -EAGAIN && !wait_until(fd, POLLOUT, end_ns))
+		if (rc == -EAGAIN && !wait_until(s, fd, POLLOUT, w))
 			break;
 	}
 	if (s->tcp_out_len)
@@ -93,7 +122,7 @@ static bool frames_owed(const struct shim_sock *s)
 	return false;
 }
 
-static void take_theirs(struct shim_sock *s, int fd, unsigned long long end_ns)
+static void take_theirs(struct shim_sock *s, int fd, struct close_wait *w)
 {
 	while (frames_owed(s)) {
 		if (s->rx_dir == SHIM_DIR_SWITCHING) {
@@ -110,7 +139,7 @@ static void take_theirs(struct shim_sock *s, int fd, unsigned long long end_ns)
 			if (!frames_owed(s))
 				break;
 		}
-		if (!wait_until(fd, POLLIN, end_ns)) {
+		if (!wait_until(s, fd, POLLIN, w)) {
 			SHIM_TRACE(SHIM_TRACE_WARN, "close.frames_late", fd, &s->tuple, SHIM_REASON_NONE,
 				   "\"rx\":%d,\"bells_owed\":%u", s->rx_dir, s->bells_owed);
 			break;
@@ -167,13 +196,14 @@ static void trace_tcp_unread(const struct shim_sock *s, int fd)
 
 void shim_close_prepare(struct shim_sock *s, int fd)
 {
-	unsigned long long end_ns = shim_now_ns() + SHIM_CLOSE_WAIT_MS * 1000000ull;
+	struct close_wait w = { 0 };
 
 	if (s->closed || s->aborted || (!s->intercept && !s->chan))
 		return;
 	shim_upgrade_stop_for_close(s, fd);
-	send_ours(s, fd, end_ns);
-	take_theirs(s, fd, end_ns);
+	send_ours(s, fd, &w);
+	take_theirs(s, fd, &w);
+	wait_done(&w);
 	abort_if_unread(s, fd);
 	trace_tcp_unread(s, fd);
 }
@@ -224,13 +254,15 @@ bool shim_close_fd_is_ours(const struct shim_sock *s, int fd)
  * Frames still queued for TCP (our SWITCH frame when the send buffer was
  * full at the switch, or a bell) must leave before the socket closes:
  * without its SWITCH frame the peer can never read what we put on the
- * channel. Bounded; the peer is reading TCP up to that frame.
+ * channel. Bounded by the close budget (close_budget.h); the peer is
+ * reading TCP up to that frame.
  */
-#define CLOSE_FLUSH_NS (2000ull * 1000 * 1000)
-
 void shim_close_flush(struct shim_sock *s, int fd)
 {
+	struct close_wait w = { 0 };
+
 	if ((!s->tcp_out_len && !shim_failover_replaying(s)) || !shim_close_fd_is_ours(s, fd))
 		return;
-	send_ours(s, fd, shim_now_ns() + CLOSE_FLUSH_NS);
+	send_ours(s, fd, &w);
+	wait_done(&w);
 }

@@ -11,7 +11,8 @@
  * The program is closing fd, the last one of s in this process, and no
  * call of its is still running on s. Called with s's lock held, before the
  * real close; waits at most SHIM_CLOSE_WAIT_MS in all, and only for a peer
- * that owes us frames (microseconds when it is alive).
+ * that owes us frames (microseconds when it is alive), drawn from a budget
+ * all closes of the process share (close_budget.h).
  */
 #define SHIM_CLOSE_WAIT_MS 2000
 void shim_close_prepare(struct shim_sock *s, int fd);

@@ -16,6 +16,7 @@
 #include "frames.h"
 #include "nonce.h"
 #include "real.h"
+#include "reaper.h"
 #include "self.h"
 #include "stamps.h"
 #include "stats.h"
@@ -228,6 +229,12 @@ static void upgrade_start(struct shim_sock *s, int fd, unsigned long long now)
 
 	if (s->forked_idle && !counts_are_ours(s, fd)) {
 		shim_upgrade_fail_for_good(s, fd, SHIM_REASON_FORKED);
+		return;
+	}
+	/* A peer's file is stuck in its release: until it moves, no peer
+	 * gets a new way to pass us more (reaper.h). */
+	if (shim_reap_jammed()) {
+		shim_upgrade_fail(s, fd, SHIM_REASON_REAPER_JAMMED);
 		return;
 	}
 	x = shim_transport_pick(&s->tuple, &why);

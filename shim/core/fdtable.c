@@ -126,6 +126,11 @@ bool shim_fd_keepable(int fd)
 	return fd >= 0 && !near_limit(fd, 2);
 }
 
+bool shim_fd_in_reserve(int fd)
+{
+	return near_limit(fd, 1);
+}
+
 int shim_fd_own_checked(int fd)
 {
 	if (!near_limit(fd, 1))

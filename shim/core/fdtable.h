@@ -70,6 +70,9 @@ struct shim_sock *shim_fd_clear(int fd);
  * is nearly full. Returns fd otherwise; a negative fd passes through.
  */
 int shim_fd_own_checked(int fd);
+/* Whether fd lies in that reserve (the test shim_fd_own_checked makes,
+ * for fds whose release is not ours to make here: a peer's, reaper.h). */
+bool shim_fd_in_reserve(int fd);
 /* Whether the shim may keep fd for the process's life (a socket it would
  * otherwise open anew for each use): below twice that reserve. A process
  * that already holds that many fds when the shim first needs one is

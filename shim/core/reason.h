@@ -62,7 +62,9 @@
 	X(UNPAID, "unpaid",                                                                     \
 	  "RDMASHIM_UNPAID_PERCENT of the exchanges woke their sleeping receivers with bells: back to TCP, which is cheaper then") \
 	X(RDMA_PORT_DOWN, "rdma_port_down",                                                     \
-	  "the RDMA port the connection uses or would use is not active (its link is down): on TCP")
+	  "the RDMA port the connection uses or would use is not active (its link is down): on TCP") \
+	X(REAPER_JAMMED, "reaper_jammed",                                                       \
+	  "a descriptor a peer passed blocks in its release (the shim's reaper is stuck): no new side channel until it moves")
 
 enum shim_reason {
 #define SHIM_REASON_ENUM(id, name, text) SHIM_REASON_##id,

@@ -5,7 +5,7 @@
  *   epoll all_lock > each epoll set's lock > sock pool lock > each sock's
  *   lock > shm pairs > sock_diag's socket > port beacons > global breaker >
  *   RDMA PD table > RDMA link table > MR pool > the failover worker's
- *   queue > the kept epoll sets' marker
+ *   queue > the kept epoll sets' marker > the reaper's set-up
  *
  * A thread that holds one of them never waits for one earlier in the list.
  * The per-connection CQ spinlocks of RDMA are left out: a child never
@@ -24,6 +24,7 @@
 #include "owned.h"
 #include "pair.h"
 #include "rdma.h"
+#include "reaper.h"
 #include "self.h"
 #include "sock.h"
 #include "wait.h"
@@ -41,10 +42,12 @@ static void prepare(void)
 	shim_mrpool_atfork(true);
 	shim_fo_worker_atfork_prepare();
 	shim_owned_atfork_prepare();
+	shim_reap_atfork_prepare();
 }
 
 static void parent(void)
 {
+	shim_reap_atfork_release();
 	shim_owned_atfork_release();
 	shim_fo_worker_atfork_parent();
 	shim_mrpool_atfork(false);
@@ -60,6 +63,7 @@ static void parent(void)
 
 static void child(void)
 {
+	shim_reap_atfork_child();
 	shim_owned_atfork_release();
 	shim_self_forget();
 	shim_fo_worker_atfork_child();

@@ -8,6 +8,7 @@
 #include "frames.h"
 #include "pair.h"
 #include "real.h"
+#include "reaper.h"
 #include "shm.h"
 #include "stats.h"
 #include "transport.h"
@@ -21,7 +22,7 @@ static struct shim_trace_budget refused_lines = { .burst = 20, .per_sec = 10 };
 void shm_close_fd(int *fd)
 {
 	if (*fd >= 0) {
-		REAL(close)(*fd);
+		shim_reap(*fd);
 		*fd = -1;
 	}
 }
@@ -158,7 +159,7 @@ int shm_s_attach_ring(struct shim_sock *s, int fd, int memfd, uint32_t ring_byte
 {
 	int rc = shm_s_ring_fits(s, fd, ring_bytes) ? shim_shm_attach(memfd, ring_bytes, out) : -EPROTO;
 
-	REAL(close)(memfd);
+	shim_reap(memfd);
 	return rc;
 }
 

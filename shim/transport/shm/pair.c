@@ -11,6 +11,7 @@
 #include "config.h"
 #include "fdtable.h"
 #include "real.h"
+#include "reaper.h"
 #include "rendezvous.h"
 #include "shm.h"
 #include "slots.h"
@@ -98,7 +99,7 @@ static void batch_close_fds(struct shim_rv_msg *msgs, int from, int n)
 {
 	for (int i = from; i < n; i++)
 		for (unsigned k = 0; k < SHIM_RV_MAX_FDS; k++)
-			shim_rv_close_if(msgs[i].fds[k]);
+			shim_reap(msgs[i].fds[k]);
 }
 
 /* C: S's RELEASEs since we last read them (a bounded number: more wait for
@@ -177,7 +178,7 @@ int shim_pair_send_hint(const struct shim_endpoint *server, struct shim_msg_hint
 	/* A full socket buffer (S reads HINTs only when it starts a handshake,
 	 * and this one has been taking none) or a closed S drops the pair. */
 	rc = shim_rv_send_fds(c->fd.fd, msg, sizeof(*msg), fds, fds[1] >= 0 ? 2 : 1);
-	shim_rv_close_if(ring_memfd);
+	shim_reap(ring_memfd);
 	if (in_arena) {
 		int sent = rc;
 
@@ -221,7 +222,7 @@ static bool keep_begin(int rv_fd, pid_t *pid)
 	socklen_t len = sizeof(cred);
 
 	if (REAL(getsockopt)(rv_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.uid != geteuid()) {
-		REAL(close)(rv_fd);
+		shim_reap(rv_fd);
 		return false;
 	}
 	*pid = cred.pid;
@@ -252,7 +253,7 @@ void shim_pair_keep_client(int rv_fd, const struct shim_endpoint *server)
 		rv_fd = -1;
 	}
 	pthread_mutex_unlock(&shim_pair_lock);
-	shim_rv_close_if(rv_fd);
+	shim_reap(rv_fd);
 }
 
 /* ---- S ---- */
@@ -300,7 +301,7 @@ void shim_pair_keep_server(int rv_fd)
 			slot->fd.fd = -1;
 	}
 	pthread_mutex_unlock(&shim_pair_lock);
-	shim_rv_close_if(rv_fd);
+	shim_reap(rv_fd);
 }
 
 /* A pending HINT goes unclaimed: its slot back to C. */
@@ -337,8 +338,8 @@ static void pending_add(const struct shim_msg_hint *msg, int rv_fd, int memfd, s
 	if (arena)
 		shim_slots_get(arena);
 	if (shim_owned_take(&slot->rv, rv_fd) < 0 || (memfd >= 0 && shim_owned_take(&slot->mem, memfd) < 0)) {
-		shim_rv_close_if(rv_fd);
-		shim_rv_close_if(memfd);
+		shim_reap(rv_fd);
+		shim_reap(memfd);
 		slot->rv.fd = -1;
 		slot->mem.fd = -1;
 		pending_free(slot);
@@ -360,7 +361,7 @@ static bool hint_ring(struct server_pair *sp, const struct shim_msg_hint *h, int
 		if (sp->arena || *memfd < 0 || h->ring_bytes > shim_cfg.ring_kb * 1024u)
 			return false;
 		sp->arena = shim_slots_map(*memfd, h->ring_bytes, h->arena_slots, &sp->fd);
-		REAL(close)(*memfd);
+		shim_reap(*memfd);
 		*memfd = -1;
 		if (!sp->arena)
 			return false;
@@ -497,7 +498,7 @@ int shim_pair_hint_ring(struct shim_pair_hint *h, struct shim_chan **out)
 
 	if (!h->arena) {
 		rc = shim_shm_attach(h->memfd, h->msg.ring_bytes, out);
-		REAL(close)(h->memfd);
+		shim_reap(h->memfd);
 		h->memfd = -1;
 		return rc;
 	}
@@ -516,7 +517,7 @@ int shim_pair_hint_ring(struct shim_pair_hint *h, struct shim_chan **out)
 void shim_pair_hint_drop_ring(struct shim_pair_hint *h)
 {
 	if (!h->arena) {
-		shim_rv_close_if(h->memfd);
+		shim_reap(h->memfd);
 		h->memfd = -1;
 		return;
 	}

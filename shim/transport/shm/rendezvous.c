@@ -13,6 +13,7 @@
 #include "diag.h"
 #include "fdtable.h"
 #include "real.h"
+#include "reaper.h"
 
 /* "\0rdmashim1/" + hex of both endpoints: 10 + 2 * 2 * 18 bytes. */
 static socklen_t rv_address(struct sockaddr_un *sun, const struct shim_endpoint *client,
@@ -213,22 +214,22 @@ int shim_rv_send(int rv_fd, const void *msg, size_t len, int pass_fd)
 	return shim_rv_send_fds(rv_fd, msg, len, &pass_fd, pass_fd >= 0 ? 1 : 0);
 }
 
-/* Room for the fds of one message: as many as any of ours carries, and a
- * few more, so that an attacker's extra ones arrive (and are closed) rather
- * than truncate the message. */
-#define RV_CONTROL_FDS 4
-
+/* Room for the most fds one message can carry: any fewer, and the kernel
+ * itself would release the ones that did not fit, in our thread, where
+ * one that blocks on release would stall the program (reaper.h). */
 union rv_control {
 	struct cmsghdr align;
-	char buf[CMSG_SPACE(RV_CONTROL_FDS * sizeof(int))];
+	char buf[SHIM_SCM_SPACE];
 };
 
 /*
  * The fds one received message brought (mh, whose read returned n): the
- * first max_fds in fds_out (the rest -1), extra ones closed. A truncated
- * message is malformed, and so is an fd that came with one: closed here,
- * or every such message would leak one of our fds (any local user can
- * send them). Returns n, or -EPROTO for a truncated message.
+ * first max_fds in fds_out (the rest -1), extra ones released. A truncated
+ * message is malformed, and so is an fd that came with one: released
+ * here, or every such message would leak one of our fds (any local user
+ * can send them). Every release goes through the reaper: a peer's file may
+ * block whoever drops it last. Returns n, or -EPROTO for a truncated
+ * message.
  */
 static ssize_t take_fds(struct msghdr *mh, ssize_t n, int *fds_out, unsigned max_fds)
 {
@@ -249,18 +250,18 @@ static ssize_t take_fds(struct msghdr *mh, ssize_t n, int *fds_out, unsigned max
 			if (got < max_fds)
 				fds_out[got++] = fd;
 			else
-				REAL(close)(fd);
+				shim_reap(fd);
 		}
 	}
 	if (mh->msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
 		for (unsigned i = 0; i < got; i++) {
-			REAL(close)(fds_out[i]);
+			shim_reap(fds_out[i]);
 			fds_out[i] = -1;
 		}
 		return -EPROTO;
 	}
 	for (unsigned i = 0; i < got; i++)
-		fds_out[i] = shim_fd_own_checked(fds_out[i]);
+		fds_out[i] = shim_rv_own_checked(fds_out[i]);
 	return n;
 }
 
@@ -363,4 +364,12 @@ bool shim_rv_peer_gone(int rv_fd, int rc)
 		return false;
 	REAL(poll)(&p, 1, RV_EXIT_WAIT_MS);
 	return peer_hung_up(rv_fd);
+}
+
+int shim_rv_own_checked(int fd)
+{
+	if (fd < 0 || !shim_fd_in_reserve(fd))
+		return fd;
+	shim_reap(fd);
+	return -EMFILE;
 }

@@ -58,12 +58,9 @@ int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
 int shim_rv_verify_socket(int sock_fd, pid_t pid, int peer_tcp_fd, const struct shim_endpoint *peer_local,
 			  const struct shim_endpoint *peer_remote, struct shim_rv_owner *owner);
 
-/* Closes fd unless it is negative (none, or an error in its place). */
-static inline void shim_rv_close_if(int fd)
-{
-	if (fd >= 0)
-		REAL(close)(fd);
-}
+/* A peer's fd kept for its number: released through the reaper (reaper.h)
+ * and -EMFILE when the process is near its fd limit (fdtable.h). */
+int shim_rv_own_checked(int fd);
 
 /* One message out, with an optional fd (-1: none). Nonblocking. */
 int shim_rv_send(int rv_fd, const void *msg, size_t len, int pass_fd);

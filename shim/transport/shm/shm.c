@@ -12,6 +12,7 @@
 
 #include "fdtable.h"
 #include "real.h"
+#include "reaper.h"
 #include "rendezvous.h"
 #include "ring.h"
 #include "wire.h"
@@ -315,6 +316,13 @@ static void line_drain(struct shm_chan *sc)
 	uint8_t buf[LINE_DRAIN_MAX][16];
 	struct iovec iov[LINE_DRAIN_MAX];
 	struct mmsghdr msgs[LINE_DRAIN_MAX];
+	/* Bells carry no fds, but a peer can attach some where the kernel
+	 * does not refuse them (before 6.16): with no room, the kernel would
+	 * release them itself, in this thread (reaper.h). */
+	union {
+		struct cmsghdr align;
+		char buf[SHIM_SCM_SPACE];
+	} control[LINE_DRAIN_MAX];
 	unsigned want = sc->line_seen ? LINE_DRAIN_MAX : sc->line_owed;
 	int got;
 
@@ -325,9 +333,17 @@ static void line_drain(struct shm_chan *sc)
 		iov[i] = (struct iovec){ buf[i], sizeof(buf[i]) };
 		msgs[i].msg_hdr.msg_iov = &iov[i];
 		msgs[i].msg_hdr.msg_iovlen = 1;
+		msgs[i].msg_hdr.msg_control = control[i].buf;
+		msgs[i].msg_hdr.msg_controllen = sizeof(control[i].buf);
 	}
-	got = REAL(recvmmsg)(sc->line.fd, msgs, want, MSG_DONTWAIT, NULL);
+	got = REAL(recvmmsg)(sc->line.fd, msgs, want, MSG_DONTWAIT | MSG_CMSG_CLOEXEC, NULL);
 	for (int i = 0; i < got; i++) {
+		if (msgs[i].msg_hdr.msg_controllen) {
+			/* A bell with fds is no bell of ours: the line is done with. */
+			shim_reap_cmsg_fds(&msgs[i].msg_hdr);
+			sc->line_dead = true;
+			continue;
+		}
 		if (msgs[i].msg_len == 0) {
 			sc->line_dead = true;
 			break;
@@ -446,6 +462,8 @@ int shim_shm_line_make(struct shim_chan *ch)
 	/* A line is kept as long as the connection: only while the program's
 	 * fd table has room for it (fdtable.h), else bells go on TCP. */
 	rc = sv[0] < 0 ? sv[0] : sv[1] < 0 ? sv[1] : !shim_fd_keepable(sv[0]) ? -EMFILE : shim_owned_take(&sc->line, sv[0]);
+	if (rc == 0)
+		shim_reap_refuse_rights(sv[0]);
 	if (rc < 0) {
 		if (sv[0] >= 0)
 			REAL(close)(sv[0]);
@@ -471,8 +489,10 @@ int shim_shm_line_take(struct shim_chan *ch, int line, int rv_fd)
 	    REAL(getsockopt)(rv_fd, SOL_SOCKET, SO_PEERCRED, &maker, &mlen) == 0 && theirs.pid == maker.pid &&
 	    theirs.uid == maker.uid && theirs.pid > 0)
 		rc = shim_owned_take(&sc->line, line);
+	if (rc == 0)
+		shim_reap_refuse_rights(line);
 	if (rc < 0) {
-		REAL(close)(line);
+		shim_reap(line);
 		return rc;
 	}
 	sc->line_rung = true;
@@ -484,8 +504,10 @@ int shim_shm_line_adopt(struct shim_chan *ch, int rv_fd)
 	struct shm_chan *sc = shm_of(ch);
 	int rc = sc->line.fd >= 0 ? -EEXIST : !shim_fd_keepable(rv_fd) ? -EMFILE : shim_owned_take(&sc->line, rv_fd);
 
-	if (rc == 0)
+	if (rc == 0) {
+		shim_reap_refuse_rights(rv_fd);
 		sc->line_rung = true;
+	}
 	return rc;
 }
 

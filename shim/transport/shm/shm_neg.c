@@ -30,6 +30,7 @@
 #include "self.h"
 #include "shm_pair_neg.h"
 #include "real.h"
+#include "reaper.h"
 #include "rendezvous.h"
 #include "stats.h"
 #include "trace.h"
@@ -190,15 +191,15 @@ static void s_read_accept(struct shim_sock *s, int fd)
 		return;
 	}
 	if (shim_msg_check(&msg, (size_t)n) != SHIM_MSG_ACCEPT || memfd < 0) {
-		shim_rv_close_if(memfd);
-		shim_rv_close_if(fds[1]);
+		shim_reap(memfd);
+		shim_reap(fds[1]);
 		/* The ring came, and we are too near our fd limit to keep it. */
 		shim_upgrade_fail(s, fd, memfd == -EMFILE ? SHIM_REASON_FD_LIMIT : SHIM_REASON_HANDSHAKE_MALFORMED);
 		return;
 	}
 	/* The bell line comes last, and only with the flag. */
 	if (!(msg.accept.hdr.flags & SHIM_MSG_F_BELL_LINE)) {
-		shim_rv_close_if(fds[1]);
+		shim_reap(fds[1]);
 		fds[1] = -1;
 	}
 	/*
@@ -210,8 +211,8 @@ static void s_read_accept(struct shim_sock *s, int fd)
 	 */
 	rc = shim_rv_verify_peer(ng->rv_fd, shm_client_ep(s), shm_server_ep(s), msg.accept.tcp_fd, &ng->rv_owner);
 	if (rc < 0) {
-		REAL(close)(memfd);
-		shim_rv_close_if(fds[1]);
+		shim_reap(memfd);
+		shim_reap(fds[1]);
 		/* A C that closes its connection closes the rendezvous first:
 		 * its fd is then gone or reused, and that is no spoofing. */
 		if (shim_rv_peer_gone(ng->rv_fd, rc)) {
@@ -224,7 +225,7 @@ static void s_read_accept(struct shim_sock *s, int fd)
 	}
 	rc = shm_s_attach_ring(s, fd, memfd, msg.accept.ring_bytes, &chan);
 	if (rc < 0) {
-		shim_rv_close_if(fds[1]);
+		shim_reap(fds[1]);
 		/* Nothing switched anywhere: C sees our rendezvous close. */
 		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);
 		return;
@@ -320,7 +321,7 @@ static void c_accept(struct shim_sock *s, int fd, unsigned long long now)
 		/* No TCP socket of S's any more (sock_diag): the connection
 		 * is gone at that end, there is no one to refuse. */
 		if (rc == -ENOENT) {
-			REAL(close)(rv);
+			shim_reap(rv);
 			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
 			return;
 		}
@@ -328,7 +329,7 @@ static void c_accept(struct shim_sock *s, int fd, unsigned long long now)
 		 * to a bound. */
 		shm_trace_refused(s, fd, "client", -rc);
 		shim_stats_count(SHIM_REASON_VERIFY_FAILED);
-		REAL(close)(rv);
+		shim_reap(rv);
 		if (++ng->rv_refusals >= RV_MAX_REFUSALS) {
 			shim_upgrade_fail(s, fd, SHIM_REASON_RATE_LIMITED);
 			return;
@@ -403,7 +404,7 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 		accept.hdr.flags |= SHIM_MSG_F_BELL_LINE;
 	rc = shim_rv_send_fds(ng->rv_fd, &accept, sizeof(accept), fds, fds[1] >= 0 ? 2 : 1);
 	REAL(close)(memfd);
-	shim_rv_close_if(fds[1]);
+	shim_reap(fds[1]);
 	if (rc < 0) {
 		chan->ops->destroy(chan);
 		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);

@@ -24,6 +24,7 @@
 #include "neg_state.h"
 #include "pair.h"
 #include "real.h"
+#include "reaper.h"
 #include "rendezvous.h"
 #include "shm.h"
 #include "trace.h"
@@ -82,8 +83,8 @@ bool shm_c_hint(struct shim_sock *s, int fd, unsigned long long now)
 	sp[0] = shim_fd_own_checked(sp[0]);
 	sp[1] = shim_fd_own_checked(sp[1]);
 	if (sp[0] < 0 || sp[1] < 0) {
-		shim_rv_close_if(sp[0]);
-		shim_rv_close_if(sp[1]);
+		shim_reap(sp[0]);
+		shim_reap(sp[1]);
 		return false;
 	}
 	memset(&hint, 0, sizeof(hint));
@@ -104,7 +105,7 @@ bool shm_c_hint(struct shim_sock *s, int fd, unsigned long long now)
 	/* The kernel holds S's copy now (or nobody does). */
 	REAL(close)(sp[1]);
 	if (rc < 0) {
-		REAL(close)(sp[0]);
+		shim_reap(sp[0]);
 		return false;
 	}
 	ng->rv_fd = sp[0];
@@ -211,12 +212,12 @@ static enum shm_hint_result read_commit(struct shim_sock *s, int fd, unsigned lo
 	if (n == 0 || n == -EAGAIN)
 		return c_hint_fell_through(s, fd, now);
 	if (n < 0 || shim_msg_check(&msg, (size_t)n) != SHIM_MSG_COMMIT) {
-		shim_rv_close_if(s_sock);
+		shim_reap(s_sock);
 		shm_c_give_up(s, fd, n < 0 ? SHIM_REASON_PEER_CLOSED : SHIM_REASON_HANDSHAKE_MALFORMED);
 		return SHM_HINT_ENDED;
 	}
 	c_take_commit(s, fd, &msg.commit, s_sock);
-	shim_rv_close_if(s_sock);
+	shim_reap(s_sock);
 	return SHM_HINT_ENDED;
 }
 
@@ -240,7 +241,7 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 	int rc, tcp;
 
 	if (!shim_rv_is_seqpacket(h->rv_fd)) {
-		REAL(close)(h->rv_fd);
+		shim_reap(h->rv_fd);
 		shim_pair_hint_drop_ring(h);
 		return false;
 	}
@@ -248,7 +249,7 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 	if (rc < 0) {
 		bool gone = rc == -ENOENT && shim_rv_peer_gone(h->rv_fd, rc);
 
-		REAL(close)(h->rv_fd);
+		shim_reap(h->rv_fd);
 		shim_pair_hint_drop_ring(h);
 		if (gone) {
 			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
@@ -264,7 +265,7 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 		rc = shim_pair_hint_ring(h, &chan);
 	}
 	if (rc < 0) {
-		REAL(close)(h->rv_fd);
+		shim_reap(h->rv_fd);
 		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);
 		return true;
 	}
@@ -280,7 +281,7 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 		commit.hdr.flags |= SHIM_MSG_F_BELL_LINE;
 	if (tcp < 0 || shim_upgrade_new_nonce(s->rx_nonce) < 0) {
 		chan->ops->destroy(chan);
-		REAL(close)(h->rv_fd);
+		shim_reap(h->rv_fd);
 		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
 		return true;
 	}
@@ -288,7 +289,7 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 	/* C stopped waiting (EPIPE): nothing switched; the named way may still. */
 	if (shim_rv_send_fds(h->rv_fd, &commit, sizeof(commit), &tcp, 1) < 0) {
 		chan->ops->destroy(chan);
-		REAL(close)(h->rv_fd);
+		shim_reap(h->rv_fd);
 		return false;
 	}
 	memcpy(s->tx_nonce, h->msg.nonce, SHIM_NONCE_LEN);

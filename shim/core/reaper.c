@@ -1,0 +1,281 @@
+/* Releasing files off the program's threads; see reaper.h. */
+#include "reaper.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bgthread.h"
+#include "config.h"
+#include "fdtable.h"
+#include "real.h"
+#include "self.h"
+#include "trace.h"
+
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83
+#endif
+
+/* Files kept open while the queue is full; past this they stay open for
+ * the process's life, which the kernel bounds by its fd limit and
+ * shim_reap_jammed() by refusing new side channels. */
+#define REAP_PARK_MAX 64
+
+/*
+ * The process's socketpair: [0] sends (nonblocking), [1] is the reaper's
+ * (blocking). pair_pid is the process that made it: a fork's child makes
+ * its own, and reaps its copies of the parent's ends through it. Set up
+ * and read under setup_lock; the send itself takes no lock.
+ */
+static pthread_mutex_t setup_lock = PTHREAD_MUTEX_INITIALIZER;
+static int pair[2] = { -1, -1 };
+static pid_t pair_pid;
+
+static int parked[REAP_PARK_MAX]; /* under setup_lock */
+static unsigned n_parked;
+
+static bool jammed; /* atomic: a send found the queue full */
+static unsigned long long n_sent, n_released, n_defused, n_parked_all; /* atomic */
+
+static void count(unsigned long long *c)
+{
+	__atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
+}
+
+/* The reaper: one file per message; a close that blocks blocks here. */
+static void *reaper_main(void *arg)
+{
+	int rx = (int)(long)arg;
+	union {
+		struct cmsghdr align;
+		char buf[SHIM_SCM_SPACE];
+	} control;
+
+	for (;;) {
+		uint8_t b;
+		struct iovec iov = { &b, 1 };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+				     .msg_controllen = sizeof(control.buf) };
+		ssize_t n = REAL(recvmsg)(rx, &mh, MSG_CMSG_CLOEXEC);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return NULL; /* our end is gone: nothing more can come */
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+				continue;
+			size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+			for (size_t i = 0; i < k; i++) {
+				int fd;
+
+				memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+				REAL(close)(fd);
+				count(&n_released);
+			}
+		}
+		/* A close came back: whatever jammed the queue moves again. */
+		__atomic_store_n(&jammed, false, __ATOMIC_RELAXED);
+	}
+}
+
+/* One message carrying fd into the reaper's queue: 0, or -errno (-EAGAIN:
+ * the queue is full; -ETOOMANYREFS: this user has too many fds in flight). */
+static int send_to_reaper(int tx, int fd)
+{
+	uint8_t b = 0;
+	struct iovec iov = { &b, 1 };
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} control;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+			     .msg_controllen = sizeof(control.buf) };
+	struct cmsghdr *c;
+
+	memset(&control, 0, sizeof(control));
+	c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	return REAL(sendmsg)(tx, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == 1 ? 0 : -errno;
+}
+
+/* Under setup_lock: this process's send end, made (with its thread) when
+ * there is none; -errno when it can not be had. */
+static int sender_locked(void)
+{
+	int sv[2], old[2] = { pair[0], pair[1] };
+
+	if (pair[0] >= 0 && pair_pid == shim_self_pid())
+		return pair[0];
+	if (pair_pid != shim_self_pid())
+		pair[0] = pair[1] = -1;
+	pair_pid = shim_self_pid();
+	/* Tried again at the next release: a process near its fd limit may
+	 * have room later. Meanwhile release_stuck() does what it can. */
+	if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) < 0)
+		return -errno;
+	sv[0] = shim_fd_own_checked(sv[0]);
+	sv[1] = shim_fd_own_checked(sv[1]);
+	if (sv[0] < 0 || sv[1] < 0 || REAL(fcntl)(sv[0], F_SETFL, O_NONBLOCK) < 0 ||
+	    shim_bgthread_start(reaper_main, (void *)(long)sv[1]) < 0) {
+		/* Fresh sockets with nothing queued: their close is harmless. */
+		if (sv[0] >= 0)
+			REAL(close)(sv[0]);
+		if (sv[1] >= 0)
+			REAL(close)(sv[1]);
+		return -EMFILE;
+	}
+	pair[0] = sv[0];
+	pair[1] = sv[1];
+	/* A fork's child holds its parent's ends too; the parent's reaper
+	 * may have died with it, leaving ours the last references, with
+	 * whatever was in flight: they go the same way as any other file. */
+	for (int i = 0; i < 2; i++)
+		if (old[i] >= 0 && send_to_reaper(pair[0], old[i]) == 0 && REAL(close)(old[i]) == 0)
+			count(&n_sent);
+	return pair[0];
+}
+
+/*
+ * The queue is full (a release is stuck) or there is no reaper. An INET
+ * socket is reset in place: with SO_LINGER {1,0} its close sends a reset
+ * and never waits, whatever its queue and its peer. Anything else is kept
+ * open, up to REAP_PARK_MAX, then left open for good.
+ */
+static void release_stuck(int fd)
+{
+	struct linger abortive = { .l_onoff = 1, .l_linger = 0 };
+	int domain = 0;
+	socklen_t len = sizeof(domain);
+
+	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
+	    (domain == AF_INET || domain == AF_INET6) &&
+	    REAL(setsockopt)(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive)) == 0) {
+		REAL(close)(fd);
+		count(&n_defused);
+		return;
+	}
+	unsigned held;
+	bool kept;
+
+	count(&n_parked_all);
+	pthread_mutex_lock(&setup_lock);
+	kept = n_parked < REAP_PARK_MAX;
+	if (kept)
+		parked[n_parked++] = fd;
+	held = n_parked;
+	pthread_mutex_unlock(&setup_lock);
+	/* Not kept: left open for good, never closed here. */
+	SHIM_TRACE(SHIM_TRACE_WARN, "reap.parked", fd, NULL, SHIM_REASON_NONE, "\"parked\":%u,\"kept\":%d", held,
+		   kept);
+}
+
+/* Parked files go to the reaper once it has room again. */
+static void unpark(int tx)
+{
+	pthread_mutex_lock(&setup_lock);
+	while (n_parked && send_to_reaper(tx, parked[n_parked - 1]) == 0) {
+		REAL(close)(parked[--n_parked]);
+		count(&n_sent);
+	}
+	pthread_mutex_unlock(&setup_lock);
+}
+
+void shim_reap(int fd)
+{
+	int tx, rc;
+	bool any_parked;
+
+	if (fd < 0)
+		return;
+	pthread_mutex_lock(&setup_lock);
+	tx = sender_locked();
+	any_parked = n_parked != 0;
+	pthread_mutex_unlock(&setup_lock);
+	rc = tx < 0 ? tx : send_to_reaper(tx, fd);
+	if (rc == 0) {
+		/* Not the last reference: the message in flight holds one. */
+		REAL(close)(fd);
+		count(&n_sent);
+		if (any_parked)
+			unpark(tx);
+		return;
+	}
+	if (!__atomic_exchange_n(&jammed, true, __ATOMIC_RELAXED))
+		SHIM_TRACE(SHIM_TRACE_WARN, "reap.jammed", fd, NULL, SHIM_REASON_NONE, "\"error\":%d", -rc);
+	release_stuck(fd);
+}
+
+void shim_reap_cmsg_fds(struct msghdr *mh)
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+		for (size_t i = 0; i < k; i++) {
+			int fd;
+
+			/* CMSG_DATA need not be aligned for int. */
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			shim_reap(fd);
+		}
+	}
+}
+
+bool shim_reap_jammed(void)
+{
+	return __atomic_load_n(&jammed, __ATOMIC_RELAXED);
+}
+
+int shim_reap_refuse_rights(int fd)
+{
+	int off = 0;
+
+	if (shim_cfg.test_no_passrights)
+		return -ENOPROTOOPT;
+	return REAL(setsockopt)(fd, SOL_SOCKET, SO_PASSRIGHTS, &off, sizeof(off)) == 0 ? 0 : -errno;
+}
+
+void shim_reap_counts(struct shim_reap_counts *out)
+{
+	out->sent = __atomic_load_n(&n_sent, __ATOMIC_RELAXED);
+	out->released = __atomic_load_n(&n_released, __ATOMIC_RELAXED);
+	out->defused = __atomic_load_n(&n_defused, __ATOMIC_RELAXED);
+	out->parked = __atomic_load_n(&n_parked_all, __ATOMIC_RELAXED);
+}
+
+bool shim_reap_settled(int timeout_ms)
+{
+	for (int waited = 0;; waited++) {
+		if (__atomic_load_n(&n_released, __ATOMIC_RELAXED) >= __atomic_load_n(&n_sent, __ATOMIC_RELAXED))
+			return true;
+		if (waited >= timeout_ms)
+			return false;
+		usleep(1000);
+	}
+}
+
+void shim_reap_atfork_prepare(void)
+{
+	pthread_mutex_lock(&setup_lock);
+}
+
+void shim_reap_atfork_release(void)
+{
+	pthread_mutex_unlock(&setup_lock);
+}
+
+void shim_reap_atfork_child(void)
+{
+	__atomic_store_n(&jammed, false, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&setup_lock);
+}
