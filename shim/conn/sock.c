@@ -26,6 +26,7 @@
 #include "frames.h"
 #include "upgrade.h"
 #include "real.h"
+#include "reaper.h"
 #include "stats.h"
 #include "trace.h"
 #include "transport.h"
@@ -81,6 +82,7 @@ static void decide_eligibility(struct shim_sock *sock)
 	} else {
 		sock->eligible = true;
 		sock->reason = SHIM_REASON_WHITELISTED;
+		shim_reap_prepare();
 	}
 	shim_stats_count(sock->reason);
 }

@@ -189,6 +189,13 @@ static void unpark(int tx)
 	pthread_mutex_unlock(&setup_lock);
 }
 
+void shim_reap_prepare(void)
+{
+	pthread_mutex_lock(&setup_lock);
+	sender_locked();
+	pthread_mutex_unlock(&setup_lock);
+}
+
 void shim_reap(int fd)
 {
 	int tx, rc;
@@ -209,7 +216,9 @@ void shim_reap(int fd)
 			unpark(tx);
 		return;
 	}
-	if (!__atomic_exchange_n(&jammed, true, __ATOMIC_RELAXED))
+	/* A full queue means a release is stuck; no reaper at all (a process
+	 * at its fd limit) bars nothing: it is tried again next time. */
+	if (tx >= 0 && !__atomic_exchange_n(&jammed, true, __ATOMIC_RELAXED))
 		SHIM_TRACE(SHIM_TRACE_WARN, "reap.jammed", fd, NULL, SHIM_REASON_NONE, "\"error\":%d", -rc);
 	release_stuck(fd);
 }

@@ -55,6 +55,11 @@
  * the reaper up). */
 void shim_reap(int fd);
 
+/* Makes this process's reaper now, while its fd table has room (a
+ * connection that may upgrade is tracked): one made at the first release
+ * could come too late, in a process near its fd limit. */
+void shim_reap_prepare(void);
+
 /* Hands every fd of a received message's SCM_RIGHTS to shim_reap(). */
 void shim_reap_cmsg_fds(struct msghdr *mh);
 
