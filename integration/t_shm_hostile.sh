@@ -30,7 +30,7 @@
 #       no shim; the attacker holds the port's beacon); the client's rv.refused trace lines stay bounded and its
 #       bytes stay exact.
 # Run as root (it creates the user rdmashim-hostile if missing).
-# HOSTILE_PARTS ("a b c" by default) picks the parts, HOSTILE_B_MODES the
+# HOSTILE_PARTS ("a b c d" by default) picks the parts, HOSTILE_B_MODES the
 # lies of (b): to chase one failure without the rest.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 HOSTILE=$PROGS/hostile_shm
@@ -52,7 +52,7 @@ fi
 [[ $(timeout 10 "${AS_OTHER[@]}" id -u 2>/dev/null) == "$(id -u "$OTHER")" ]] || skip "can not run as $OTHER"
 log "attacker: $OTHER (uid $(id -u "$OTHER")) via ${AS_OTHER[0]}"
 TICKS=$(getconf CLK_TCK)
-wants() { [[ " ${HOSTILE_PARTS:-a b c} " == *" $1 "* ]]; }
+wants() { [[ " ${HOSTILE_PARTS:-a b c d} " == *" $1 "* ]]; }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null; }
 # runnable PID: of 20 looks over 0.5 s, how many found one of PID's threads
 # runnable (R). A process that waits is found sleeping; one that spins is
@@ -105,7 +105,7 @@ start_victim() {
     wait_listen "$VPORT" >/dev/null || { not_ok "redis victim listening"; return 1; }
   else
     start_bg "victim$VN" shim RDMASHIM_PORTS="$VPORT" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64 RDMASHIM_SHM_PAIRS=0 \
-      RDMASHIM_TRACE=warn "RDMASHIM_TRACE_FILE=$WORK/srv$VN/trace.%p.jsonl" \
+      RDMASHIM_TRACE=warn "RDMASHIM_TRACE_FILE=$WORK/srv$VN/trace.%p.jsonl" ${VICTIM_ENV:-} \
       "$PROGS/echo_server" --shape "$shape" --bind 127.0.0.1 --port "$VPORT" --timeout 280
     VTPID=$BG_PID
     wait_ready "victim$VN" >/dev/null || { not_ok "$shape victim ready"; return 1; }
@@ -191,7 +191,7 @@ attack_server() {
     local apid c0 c1 i n
     wait_bg "$lpid" 20 >/dev/null
     start_bg "a-$SHAPE-$mode" plain "${AS_OTHER[@]}" "$HOSTILE" --role client --connect "127.0.0.1:$VPORT" \
-      --mode "$mode" --seconds 4
+      --mode "$mode" --seconds 4 "$@"
     apid=$BG_PID
     for ((i = 0; i < 100; i++)); do
       grep -q 'both directions switched' "$WORK/a-$SHAPE-$mode.out" 2>/dev/null && break
@@ -261,6 +261,25 @@ attack_server line_hup
 for m in tail_far tail_over flip; do
   attack_server "$m" --ring 4096
 done
+# Files whose release blocks (reaper.h): each passed fd is a TCP socket
+# with SO_LINGER {1, 3600}, a full queue and a receiver the attacker keeps
+# silent for BLOCK_S after it left. Released on the server's own thread,
+# it would stall the server that long: the concurrent and the later
+# legitimate clients would time out. The bell line's message is sent with
+# SO_PASSRIGHTS off at the server, as on kernels before 6.16.
+BLOCK_S=40
+for m in notmemfd trunc ctrunc extra_fds; do
+  attack_server "$m" --blocking "$BLOCK_S"
+done
+VICTIM_ENV=RDMASHIM_TEST_NO_PASSRIGHTS=1 attack_server line_hup --blocking "$BLOCK_S"
+check "(a) line_hup --blocking: the message with a blocking fd reached the line" \
+  grep -q 'line fd sent' "$WORK/a-$SHAPE-line_hup.out"
+# With SO_PASSRIGHTS off (Linux 6.16 and later), the kernel refuses it.
+if [[ $(uname -r | awk -F. '{ print ($1 > 6 || ($1 == 6 && $2 >= 16)) }') == 1 ]]; then
+  attack_server line_hup --blocking "$BLOCK_S"
+  check "(a) line_hup --blocking: the kernel refused the fd at the send (SO_PASSRIGHTS)" \
+    grep -q 'line fd refused' "$WORK/a-$SHAPE-line_hup.out"
+fi
 SHAPE=threads
 attack_server tail_far --ring 4096
 attack_server line_hup
@@ -294,10 +313,11 @@ T0=$SECONDS
 # ---- (b) a root client ----
 attack_client() {
   local mode=$1 label port apid vpid rc=0 res i c0 c1
-  label="(b) client, $mode"
+  shift
+  label="(b) client, $mode${*:+ $*}"
   port=$(free_port)
   start_bg "b-$mode-attacker" plain "${AS_OTHER[@]}" "$HOSTILE" --role server --listen "127.0.0.1:$port" \
-    --mode "$mode" --seconds 1
+    --mode "$mode" --seconds 1 "$@"
   apid=$BG_PID
   wait_ready "b-$mode-attacker" >/dev/null || { not_ok "$label: attacker ready"; stop_bg "$apid"; return; }
   start_bg "b-$mode-victim" shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=4 \
@@ -351,6 +371,11 @@ if wants b; then
   for m in ${HOSTILE_B_MODES:-$B_MODES}; do
     attack_client "$m"
   done
+  # Files whose release blocks, as in (a): the client must still end
+  # within 5 s of the attacker's exit, though their receiver stays silent.
+  for m in ${HOSTILE_B_BLOCKING:-trunc ctrunc extra_fds offer_fds}; do
+    attack_client "$m" --blocking 40
+  done
 fi
 
 log "(b) took $((SECONDS - T0))s"
@@ -375,7 +400,10 @@ while time.time() < end:  # keeps making I/O calls while its upgrade is pending
     time.sleep(0.005)
 print("pending: %d bytes" % got, flush=True)
 PYEOF
-if wants c; then
+# flood [HOSTILE OPTIONS...]
+flood() {
+local label=${*:+ ($*)} port cspid cbpid cvpid rc refused connects
+rm -rf "$WORK/flood"
 port=$(free_port)
 start_bg c-server plain "$PROGS/echo_server" --shape threads --bind 127.0.0.1 --port "$port" --timeout 60
 cspid=$BG_PID
@@ -395,21 +423,82 @@ if wait_ready c-server >/dev/null; then
   cvpid=$BG_PID
   sleep 0.2
   timeout -k 5 30 "${AS_OTHER[@]}" "$HOSTILE" --role flood --seconds 4 --procs 4 --connect "127.0.0.1:$port" \
-    >"$WORK/flood.out" 2>&1
+    "$@" >"$WORK/flood.out" 2>&1
   echo "    $(result_of "$WORK/flood.out")"
   rc=0; wait_bg "$cvpid" 20 || rc=$?
   stop_bg "$cbpid"
-  check "(c) flood: the pending client carried on ($(tail -n 1 "$WORK/c-victim.out"), status $rc)" test "$rc" -eq 0
+  check "(c) flood$label: the pending client carried on ($(tail -n 1 "$WORK/c-victim.out"), status $rc)" test "$rc" -eq 0
   refused=$(cat "$WORK"/flood/trace.*.jsonl 2>/dev/null | grep -c '"rv.refused"')
   connects=$(field connects "$(result_of "$WORK/flood.out")")
-  check "(c) flood: the attacker reached the rendezvous (${connects:-0} connects)" test "${connects:-0}" -gt 0
-  check "(c) flood: rv.refused trace lines bounded ($refused for ${connects:-0} connects; at most 64)" \
+  check "(c) flood$label: the attacker reached the rendezvous (${connects:-0} connects)" test "${connects:-0}" -gt 0
+  check "(c) flood$label: rv.refused trace lines bounded ($refused for ${connects:-0} connects; at most 64)" \
     test "$refused" -le 64
 else
-  not_ok "(c) plain server ready"
+  not_ok "(c) plain server ready$label"
 fi
 stop_bg "$cspid"
+}
+if wants c; then
+flood
+# Each stranger leaves a message with a file whose release blocks queued on
+# the victim's rendezvous: refusing it must not stall the victim.
+flood --blocking 40
 log "(c) took $((SECONDS - T0))s"
+fi
+
+# ---- (d) close stall ----
+# 50 connections of the attacker to a root redis-server: each takes every
+# arm of the server's (promising a bell), rings none, ends its stream and
+# keeps TCP open and silent. Each close of the server waits for the bells
+# it was promised; one after another, 2 s each, that was 100 s of a server
+# that answers no one meanwhile. The waits share one budget per process
+# (close_budget.h): a plain client's PINGs, meanwhile, may wait no longer
+# than about one such wait, however many attackers there are.
+cat >"$WORK/pinger.py" <<'PYEOF'
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+worst = 0.0
+end = time.time() + float(sys.argv[2])
+while time.time() < end:
+    t = time.time()
+    s.sendall(b"PING\r\n")
+    if s.recv(16) != b"+PONG\r\n":
+        raise SystemExit("bad answer")
+    worst = max(worst, time.time() - t)
+    time.sleep(0.02)
+print("WORST_MS %d" % (worst * 1000), flush=True)
+PYEOF
+if wants d && command -v redis-server >/dev/null; then
+  T0=$SECONDS
+  port=$(free_port)
+  mkdir -p "$WORK/stall"
+  start_bg d-redis shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_SHM_PAIRS=0 RDMASHIM_TRACE=warn \
+    "RDMASHIM_TRACE_FILE=$WORK/stall/trace.%p.jsonl" redis-server --save '' --appendonly no --bind 127.0.0.1 --port "$port"
+  drpid=$BG_PID
+  if wait_listen "$port" >/dev/null; then
+    start_bg d-pinger plain "$PYTHON" "$WORK/pinger.py" "$port" 14
+    dppid=$BG_PID
+    apids=()
+    for ((i = 0; i < 50; i++)); do
+      timeout -k 5 40 "${AS_OTHER[@]}" "$HOSTILE" --role client --connect "127.0.0.1:$port" --mode silent_close \
+        --resp 1 --payload 4096 --seconds 10 >"$WORK/stall/a$i.out" 2>&1 &
+      apids+=($!)
+    done
+    for p in "${apids[@]}"; do wait "$p" 2>/dev/null; done
+    rc=0; wait_bg "$dppid" 40 || rc=$?
+    worst=$(sed -n 's/^WORST_MS //p' "$WORK/d-pinger.out")
+    ended=$(grep -l 'stream ended, arms taken' "$WORK"/stall/a*.out 2>/dev/null | wc -l)
+    late=$(cat "$WORK"/stall/trace.*.jsonl 2>/dev/null | grep -c '"close.frames_late"\|"close.budget_spent"')
+    check "(d) close stall: the attackers ended their streams with arms taken ($ended of 50)" test "$ended" -ge 25
+    check "(d) close stall: the server's closes met the silent peers ($late waits cut short)" test "$late" -ge 25
+    check "(d) close stall: a plain client's PINGs went on (status $rc)" test "$rc" -eq 0
+    check "(d) close stall: its worst PING waited ${worst:-?} ms, within one close wait and a margin (4000)" \
+      test "${worst:-999999}" -lt 4000
+  else
+    not_ok "(d) redis-server listening"
+  fi
+  stop_bg "$drpid"
+  log "(d) took $((SECONDS - T0))s"
 fi
 
 finish

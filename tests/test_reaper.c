@@ -156,6 +156,46 @@ START_TEST(a_socket_holding_a_lingering_one_is_released_without_waiting)
 }
 END_TEST
 
+/* The reaper takes each file at once, often before the caller closed its
+ * own number: were it to close first, the caller's close would be the
+ * last. Many rounds, so that the race shows if it is there. */
+START_TEST(the_reaper_never_closes_before_the_caller)
+{
+	int l = silent_listener();
+	long long worst = 0;
+
+	for (int i = 0; i < 40; i++) {
+		int fd = lingering_socket(l), sp[2];
+		union {
+			struct cmsghdr align;
+			char buf[CMSG_SPACE(sizeof(int))];
+		} control;
+		char b = 'x';
+		struct iovec iov = { &b, 1 };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+				     .msg_controllen = sizeof(control.buf) };
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		long long t0;
+
+		ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp), 0);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+		ck_assert_int_eq(sendmsg(sp[0], &mh, 0), 1);
+		close(fd);
+		close(sp[0]);
+		t0 = now_ms();
+		shim_reap(sp[1]);
+		if (now_ms() - t0 > worst)
+			worst = now_ms() - t0;
+	}
+	ck_assert_int_lt(worst, FAST_MS);
+	close(l);
+	ck_assert(shim_reap_settled(20000));
+}
+END_TEST
+
 /*
  * With the reaper stuck, its queue fills: each call still returns at once,
  * the process stops taking new side channels, an INET socket is reset in
@@ -270,6 +310,7 @@ int main(void)
 	tcase_add_test(tc, a_lingering_socket_blocks_whoever_closes_it);
 	tcase_add_test(tc, a_lingering_socket_is_released_without_waiting);
 	tcase_add_test(tc, a_socket_holding_a_lingering_one_is_released_without_waiting);
+	tcase_add_test(tc, the_reaper_never_closes_before_the_caller);
 	tcase_add_test(tc, a_full_queue_never_blocks_and_bars_new_channels);
 	tcase_add_test(tc, a_forked_child_releases_without_waiting);
 	tcase_add_test(tc, refused_rights_refuse_fds_where_the_kernel_can);

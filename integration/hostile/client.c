@@ -170,7 +170,7 @@ void run_client(void)
 		/* A pipe where the ring memfd belongs. */
 		if (pipe2(pfd, O_CLOEXEC) < 0)
 			fail_setup("pipe");
-		pass = pfd[0];
+		pass = o.blocking ? LINGERING : pfd[0];
 	}
 	int own_line[2] = { -1, -1 };
 
@@ -232,8 +232,12 @@ void run_client(void)
 	tcp_send(&sw, sizeof(sw));
 	say("%s", "both directions switched");
 	/* line_hup: the victim's line reads EOF from here on. */
-	if (own_line[0] >= 0)
+	if (own_line[0] >= 0) {
+		/* Refused at the send where the kernel can (SO_PASSRIGHTS). */
+		if (o.blocking)
+			say("line fd %s", send_lingering(own_line[0]) == 0 ? "sent" : "refused");
 		close(own_line[0]);
+	}
 	/* Ask for every bell on the line (the victim refused it, or rings it). */
 	if (is_mode("line_foreign")) {
 		__atomic_store_n(&st.rx.h->consumer_armed, 2, __ATOMIC_SEQ_CST);

@@ -19,6 +19,7 @@
  * (the server endpoint's port is the name's last 4 hex digits), so a test
  * leaves other programs' rendezvous alone. */
 static char port_suffix[8];
+static int blocking_sent; /* --blocking: messages with a blocking fd, per process */
 
 static unsigned long flood_once(void)
 {
@@ -43,10 +44,22 @@ static unsigned long flood_once(void)
 		if (len + 1 >= sizeof(sun.sun_path))
 			continue;
 		memcpy(sun.sun_path + 1, at + 1, len);
-		int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		socklen_t slen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len);
 
-		if (fd >= 0 && connect(fd, (struct sockaddr *)&sun,
-				       (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len)) == 0)
+		/* A message with a blocking fd queued, then our hang-up: whoever
+		 * releases the socket releases it too. */
+		if (o.blocking && blocking_sent < 8) {
+			int rc = connect_passing_lingering((struct sockaddr *)&sun, slen);
+
+			n += rc != -1;
+			blocking_sent += rc == 0;
+			continue;
+		}
+		/* Nonblocking: a full backlog (a victim that no longer accepts)
+		 * must not hold us. */
+		int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+		if (fd >= 0 && connect(fd, (struct sockaddr *)&sun, slen) == 0)
 			n++;
 		if (fd >= 0)
 			close(fd);

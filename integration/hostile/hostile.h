@@ -96,6 +96,8 @@ struct opts {
 	size_t payload;
 	int seconds, wait_ms, procs, resp;
 	int decoy; /* pair_decoy: the client port of the connection to claim */
+	int blocking; /* > 0: every fd passed is a lingering socket (util.c) whose
+		       * receiver stays silent this many seconds */
 };
 extern struct opts o;
 
@@ -138,6 +140,15 @@ int parse_addr(const char *text, struct sockaddr_in *sin);
 int wait_fd(int fd, short ev, int ms);
 int send_all(int fd, const void *buf, size_t len);
 int send_with_fds(int sock, const void *msg, size_t len, int fd, int lie);
+/* --blocking: in send_with_fds's fd, a TCP socket whose last close blocks
+ * while the attacker's receiver lives: SO_LINGER {1, 3600}, a full send
+ * queue, a peer that never reads (util.c). */
+#define LINGERING (-2)
+/* One byte with such a socket attached: 0 or -1. */
+int send_lingering(int sock);
+/* Connects to sa and sends such a message at once, from a child that
+ * exits right after: 0, -1 (the connect failed) or -2 (the send did). */
+int connect_passing_lingering(const struct sockaddr *sa, socklen_t len);
 /* One message with two fds, in order (the bell line's ACCEPT). */
 int send_fd_pair(int sock, const void *msg, size_t len, int fd0, int fd1);
 

@@ -19,6 +19,12 @@
  *       in /proc/net/unix (world-readable; with --connect, those of
  *       connections to PORT) and hang up.
  *
+ * --blocking S: every fd this side passes, in place of a memfd (extra ones,
+ * those of a truncated message, notmemfd's pipe, a flood's message, a
+ * bell line's message with line_hup) is a TCP socket whose last close
+ * blocks for as long as a child of this process keeps its receiver
+ * silent: S seconds, beyond this process's exit (util.c lingering_fd).
+ *
  * Options: --ring BYTES (client role: the ring size to announce; default the
  * OFFER's), --payload BYTES (honest bytes before the lie, default 64 KiB),
  * --seconds S (how long to go on after the lie, default 2), --wait-ms N
@@ -61,6 +67,11 @@
  *   garbage       a byte that starts no frame ('X') after the switch
  *   badnonce      the in-band SWITCH frame carries a wrong nonce
  *   offset_huge   switch offset 2^62 in its SWITCH_AT
+ *   silent_close  honest exchange, then every armed word of the victim's
+ *                 is taken (which promises a bell) and no bell rung; 300
+ *                 ms later the stream ends (producer_closed), TCP kept open
+ *                 and silent for --seconds: the victim's close waits for
+ *                 bells that never come (client role)
  *   pair_decoy    honest switch (the server keeps the rendezvous as a pair
  *                 when this side runs as its user), then a HINT on it for
  *                 the connection from 127.0.0.1:--decoy, which this side
@@ -100,7 +111,8 @@ static void usage(void)
 	fprintf(stderr, "usage: hostile_shm --role client --connect ADDR:PORT --mode M\n"
 			"       hostile_shm --role server --listen ADDR:PORT --mode M\n"
 			"       hostile_shm --role flood --seconds S [--procs N] [--connect ADDR:PORT]\n"
-			"       [--ring BYTES] [--payload BYTES] [--seconds S] [--wait-ms N] [--resp 1]\n");
+			"       [--ring BYTES] [--payload BYTES] [--seconds S] [--wait-ms N] [--resp 1]\n"
+			"       [--blocking S]\n");
 	exit(2);
 }
 
@@ -131,6 +143,8 @@ int main(int argc, char **argv)
 			o.resp = atoi(v);
 		else if (!strcmp(a, "--decoy"))
 			o.decoy = atoi(v);
+		else if (!strcmp(a, "--blocking"))
+			o.blocking = atoi(v);
 		else
 			usage();
 	}

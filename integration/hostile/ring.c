@@ -126,6 +126,8 @@ static void read_tcp(void)
 
 static volatile int flipping;
 
+#define SILENT_END_MS 300
+
 static void *flipper(void *arg)
 {
 	uint64_t tail = st.tx.h->tail, head = st.rx.h->head;
@@ -174,6 +176,8 @@ static void lie_after_switch(int memfd)
 		/* The size and magic were checked at attach; now they lie. */
 		st.tx.h->size = st.rx.h->size = 0x80000000u;
 		st.tx.h->magic = st.rx.h->magic = 0;
+	} else if (is_mode("silent_close")) {
+		/* The rest is pump's: arms taken, no bell, then our end. */
 	} else if (is_mode("noseal")) {
 		if (ftruncate(memfd, 0) == 0)
 			say("%s", "memfd shrunk to 0 bytes under the victim's mapping");
@@ -198,8 +202,8 @@ int lie_in_ring(void)
 {
 	if (st.refused)
 		return 0;
-	static const char *const modes[] = { "tail_far", "tail_over", "head_ahead", "head_behind",
-					     "flip", "resume", "garbage", "noseal", "hdr_after" };
+	static const char *const modes[] = { "tail_far", "tail_over", "head_ahead", "head_behind", "flip",
+					     "resume", "garbage", "noseal", "hdr_after", "silent_close" };
 
 	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
 		if (is_mode(modes[i]))
@@ -282,6 +286,16 @@ void pump(int memfd, int echo)
 			flipping = 0;
 			pthread_join(flip_thread, NULL);
 			end = t + o.seconds * 1000LL;
+		}
+		/* silent_close: every arm of the victim's taken (a bell promised)
+		 * and none rung; after SILENT_END_MS our stream ends too, with
+		 * TCP kept open and silent: the victim closes owing itself bells. */
+		if (is_mode("silent_close") && st.lie_done) {
+			__atomic_exchange_n(&st.tx.h->consumer_armed, 0, __ATOMIC_SEQ_CST);
+			if (t - lie_at > SILENT_END_MS && !st.tx.h->producer_closed) {
+				__atomic_store_n(&st.tx.h->producer_closed, 1, __ATOMIC_RELEASE);
+				say("%s", "stream ended, arms taken, no bell");
+			}
 		}
 		if (is_mode("flip") && flipping && (t & 7) == 0) {
 			bell('D');

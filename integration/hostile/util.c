@@ -136,6 +136,9 @@ int wait_fd(int fd, short ev, int ms)
  * extra_fds 3. The extra fds are memfds named "hostile-extra", so a leak
  * shows in the victim's /proc/<pid>/fd.
  */
+static int silent_listener(void);
+static int lingering_fd(void);
+
 /* One message with nfds (at most 8) fds, in order; 0 or -1. */
 static int send_fds(int sock, const void *msg, size_t len, const int *fds, int nfds)
 {
@@ -167,10 +170,37 @@ int send_fd_pair(int sock, const void *msg, size_t len, int fd0, int fd1)
 	return send_fds(sock, msg, len, fds, 2);
 }
 
+/* The message, sent from a child of ours that exits at once when fds
+ * hold lingering sockets it made (LINGERING: one in that place): its exit
+ * drops its copies without lingering (the kernel never lingers for an
+ * exiting process), so the victim's release is the last, and we never
+ * hold one whose close could be. 0 or -1. */
+static int send_fds_from_child(int sock, const void *msg, size_t len, const int *fds, int nfds)
+{
+	int status;
+	pid_t child;
+
+	silent_listener(); /* one receiver, made here, for all children */
+	child = fork();
+	if (child < 0)
+		return -1;
+	if (child == 0) {
+		int mine[8];
+
+		for (int i = 0; i < nfds; i++)
+			mine[i] = fds[i] == LINGERING ? lingering_fd() : fds[i];
+		if (send_fds(sock, msg, len, mine, nfds) == 0)
+			_exit(0);
+		fprintf(stderr, "hostile_shm: a message with blocking fds could not be sent: %s\n", strerror(errno));
+		_exit(1);
+	}
+	return waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
 int send_with_fds(int sock, const void *msg, size_t len, int fd, int lie)
 {
 	uint8_t buf[100];
-	int fds[8] = { fd, -1, -1, -1, -1, -1, -1, -1 }, nfds = fd >= 0 ? 1 : 0;
+	int fds[8] = { fd, -1, -1, -1, -1, -1, -1, -1 }, nfds = fd >= 0 || fd == LINGERING ? 1 : 0, rc;
 
 	if (len > sizeof(buf))
 		return -1;
@@ -182,15 +212,110 @@ int send_with_fds(int sock, const void *msg, size_t len, int fd, int lie)
 		nfds = 8;
 	if (lie && (is_mode("extra_fds") || is_mode("offer_fds")))
 		nfds = 3;
+	if (o.blocking) {
+		for (int i = 0; i < nfds; i++)
+			if (fds[i] == -1)
+				fds[i] = LINGERING;
+		return send_fds_from_child(sock, buf, len, fds, nfds);
+	}
 	for (int i = 0; i < nfds; i++)
 		if (fds[i] < 0)
 			fds[i] = memfd_create("hostile-extra", MFD_CLOEXEC);
-	int rc = send_fds(sock, buf, len, fds, nfds);
-
+	rc = send_fds(sock, buf, len, fds, nfds);
 	for (int i = 0; i < nfds; i++)
 		if (fds[i] != fd)
 			close(fds[i]);
 	return rc;
+}
+
+int connect_passing_lingering(const struct sockaddr *sa, socklen_t len)
+{
+	int status;
+	pid_t child;
+
+	silent_listener();
+	child = fork();
+	if (child < 0)
+		return -1;
+	if (child == 0) {
+		/* The socket first (it takes a while): the victim may refuse us
+		 * a moment after our connect, the message must be in by then. */
+		int lfd = lingering_fd(), fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+		if (fd < 0 || connect(fd, sa, len) < 0)
+			_exit(2);
+		_exit(send_fds(fd, "b", 1, &lfd, 1) == 0 ? 0 : 1);
+	}
+	if (waitpid(child, &status, 0) != child || !WIFEXITED(status))
+		return -1;
+	return WEXITSTATUS(status) == 0 ? 0 : WEXITSTATUS(status) == 2 ? -1 : -2;
+}
+
+int send_lingering(int sock)
+{
+	int fd = LINGERING;
+
+	return send_fds_from_child(sock, "b", 1, &fd, 1);
+}
+
+/* The silent receiver: a listener that never accepts, held by a child of
+ * ours for --blocking seconds (so it outlives this process's exit), with a
+ * receive buffer its connections inherit as small as can be. */
+static int silent_listener(void)
+{
+	static int fd = -1;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int small = 1024;
+	pid_t holder;
+
+	if (fd >= 0)
+		return fd;
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)) < 0 ||
+	    bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 4096) < 0)
+		fail_setup("silent listener");
+	/* A grandchild holds it: no wait() of ours (flood.c) meets it. */
+	holder = fork();
+	if (holder < 0)
+		fail_setup("fork");
+	if (holder == 0) {
+		if (fork() != 0)
+			_exit(0);
+		/* Only the listener: the test's pipes must see our parent's end. */
+		for (int i = 0; i < 1024; i++)
+			if (i != fd)
+				close(i);
+		sleep((unsigned)o.blocking);
+		_exit(0);
+	}
+	waitpid(holder, NULL, 0);
+	return fd;
+}
+
+static int lingering_fd(void)
+{
+	struct sockaddr_in a;
+	socklen_t alen = sizeof(a);
+	struct linger lg = { .l_onoff = 1, .l_linger = 3600 };
+	static char junk[65536];
+	int l = silent_listener(), fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), small = 4096;
+
+	if (fd < 0 || getsockname(l, (struct sockaddr *)&a, &alen) < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) < 0 ||
+	    connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+		fail_setup("lingering socket");
+	/* Until the peer's window and our queue are full. */
+	for (int quiet = 0; quiet < 10;) {
+		if (send(fd, junk, sizeof(junk), MSG_DONTWAIT | MSG_NOSIGNAL) > 0) {
+			quiet = 0;
+			continue;
+		}
+		quiet++;
+		usleep(2000);
+	}
+	if (setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) < 0)
+		fail_setup("SO_LINGER");
+	return fd;
 }
 
 int send_all(int fd, const void *buf, size_t len)

@@ -5,11 +5,13 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "bgthread.h"
+#include "clock.h"
 #include "config.h"
 #include "fdtable.h"
 #include "real.h"
@@ -46,6 +48,40 @@ static void count(unsigned long long *c)
 	__atomic_add_fetch(c, 1, __ATOMIC_RELAXED);
 }
 
+/*
+ * The sender's close of its own number must come first: were the reaper
+ * to close the file it received before that, the sender's close would be
+ * the last reference, and the release would run on the program's thread
+ * after all. Each message carries a sequence number; the sender marks it
+ * closed once its number is gone, and the reaper waits for that mark
+ * (microseconds: the sender closes right after its send) before it
+ * closes. Marks live in a ring of slots; a slot holds the latest number
+ * marked there, so a wait ends at that number or any later one.
+ */
+#define REAP_SEQ_SLOTS 1024
+#define REAP_MARK_WAIT_NS (1000ull * 1000 * 1000)
+
+static unsigned long long next_seq;                      /* atomic */
+static unsigned long long closed_mark[REAP_SEQ_SLOTS];   /* atomic */
+
+/* The sender's side: its number for seq is closed. Release pairs with
+ * the reaper's acquire load in wait_sender_closed(). */
+static void mark_closed(unsigned long long seq)
+{
+	__atomic_store_n(&closed_mark[seq % REAP_SEQ_SLOTS], seq, __ATOMIC_RELEASE);
+}
+
+/* A sender that never marks (a thread that died between its send and its
+ * close) is waited for REAP_MARK_WAIT_NS, then given up on. */
+static void wait_sender_closed(unsigned long long seq)
+{
+	unsigned long long start = shim_now_ns();
+
+	while (__atomic_load_n(&closed_mark[seq % REAP_SEQ_SLOTS], __ATOMIC_ACQUIRE) < seq &&
+	       shim_now_ns() - start < REAP_MARK_WAIT_NS)
+		sched_yield();
+}
+
 /* The reaper: one file per message; a close that blocks blocks here. */
 static void *reaper_main(void *arg)
 {
@@ -56,8 +92,8 @@ static void *reaper_main(void *arg)
 	} control;
 
 	for (;;) {
-		uint8_t b;
-		struct iovec iov = { &b, 1 };
+		unsigned long long seq = 0;
+		struct iovec iov = { &seq, sizeof(seq) };
 		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
 				     .msg_controllen = sizeof(control.buf) };
 		ssize_t n = REAL(recvmsg)(rx, &mh, MSG_CMSG_CLOEXEC);
@@ -66,6 +102,8 @@ static void *reaper_main(void *arg)
 			continue;
 		if (n <= 0)
 			return NULL; /* our end is gone: nothing more can come */
+		if (n == sizeof(seq))
+			wait_sender_closed(seq);
 		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
 			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
 				continue;
@@ -84,12 +122,16 @@ static void *reaper_main(void *arg)
 	}
 }
 
-/* One message carrying fd into the reaper's queue: 0, or -errno (-EAGAIN:
- * the queue is full; -ETOOMANYREFS: this user has too many fds in flight). */
-static int send_to_reaper(int tx, int fd)
+/*
+ * Moves fd into the reaper's queue and closes our number (then not the
+ * last reference: the message in flight holds one, and the reaper waits
+ * for our mark). 0, or -errno with fd still ours (-EAGAIN: the queue is
+ * full; -ETOOMANYREFS: this user has too many fds in flight).
+ */
+static int hand_over(int tx, int fd)
 {
-	uint8_t b = 0;
-	struct iovec iov = { &b, 1 };
+	unsigned long long seq = __atomic_add_fetch(&next_seq, 1, __ATOMIC_RELAXED);
+	struct iovec iov = { &seq, sizeof(seq) };
 	union {
 		struct cmsghdr align;
 		char buf[CMSG_SPACE(sizeof(int))];
@@ -104,7 +146,12 @@ static int send_to_reaper(int tx, int fd)
 	c->cmsg_type = SCM_RIGHTS;
 	c->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	return REAL(sendmsg)(tx, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == 1 ? 0 : -errno;
+	if (REAL(sendmsg)(tx, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(seq))
+		return -errno;
+	REAL(close)(fd);
+	mark_closed(seq);
+	count(&n_sent);
+	return 0;
 }
 
 /* Under setup_lock: this process's send end, made (with its thread) when
@@ -139,8 +186,8 @@ static int sender_locked(void)
 	 * may have died with it, leaving ours the last references, with
 	 * whatever was in flight: they go the same way as any other file. */
 	for (int i = 0; i < 2; i++)
-		if (old[i] >= 0 && send_to_reaper(pair[0], old[i]) == 0 && REAL(close)(old[i]) == 0)
-			count(&n_sent);
+		if (old[i] >= 0)
+			hand_over(pair[0], old[i]);
 	return pair[0];
 }
 
@@ -182,10 +229,8 @@ static void release_stuck(int fd)
 static void unpark(int tx)
 {
 	pthread_mutex_lock(&setup_lock);
-	while (n_parked && send_to_reaper(tx, parked[n_parked - 1]) == 0) {
-		REAL(close)(parked[--n_parked]);
-		count(&n_sent);
-	}
+	while (n_parked && hand_over(tx, parked[n_parked - 1]) == 0)
+		n_parked--;
 	pthread_mutex_unlock(&setup_lock);
 }
 
@@ -207,11 +252,8 @@ void shim_reap(int fd)
 	tx = sender_locked();
 	any_parked = n_parked != 0;
 	pthread_mutex_unlock(&setup_lock);
-	rc = tx < 0 ? tx : send_to_reaper(tx, fd);
+	rc = tx < 0 ? tx : hand_over(tx, fd);
 	if (rc == 0) {
-		/* Not the last reference: the message in flight holds one. */
-		REAL(close)(fd);
-		count(&n_sent);
 		if (any_parked)
 			unpark(tx);
 		return;
