@@ -287,12 +287,17 @@ int shim_trace_open(const char *pattern, enum shim_trace_level level, char *err,
  * parent's, already tracked: it can not go inert). */
 void shim_trace_after_fork(void)
 {
-	char line[PATH_MAX + 256];
+	static const char prefix[] = "rdmashim: ", suffix[] = "; this process runs on without a trace\n";
+	/* Static: a fork's child has one thread, and the forking thread's
+	 * stack may be small. */
+	static char line[2 * PATH_MAX];
+	size_t room = sizeof(line) - sizeof(suffix);
 
 	cached_tid = 0;
 	if (!trace_fd_owned || !strstr(trace_pattern, "%p"))
 		return;
-	int fd = open_destination(trace_pattern, line, sizeof(line) - 64);
+	memcpy(line, prefix, sizeof(prefix));
+	int fd = open_destination(trace_pattern, line + strlen(prefix), room - strlen(prefix));
 
 	if (still_ours(trace_fd))
 		REAL(close)(trace_fd);
@@ -300,8 +305,9 @@ void shim_trace_after_fork(void)
 	if (fd < 0) {
 		size_t n = strlen(line);
 
-		n += (size_t)snprintf(line + n, sizeof(line) - n, "; this process runs on without a trace\n");
-		if (REAL(write)(2, "rdmashim: ", 10) < 0 || REAL(write)(2, line, n) < 0) {
+		memcpy(line + n, suffix, sizeof(suffix));
+		/* One write: a line of its own among the program's. */
+		if (REAL(write)(2, line, n + strlen(suffix)) < 0) {
 			/* stderr closed: nothing more to say it with */
 		}
 	}
