@@ -3,7 +3,10 @@
 # per process, naming the variable and the value, and then nothing else: the
 # program runs on with its own output and its own exit status (pass-through,
 # no trace written). Checked with `sh -c` (exit status 3 must survive) and with
-# an echo server and client pair under the shim.
+# an echo server and client pair under the shim. A trace path another user
+# could have prepared in a shared directory (a FIFO, a symbolic link, a file
+# others may write, another user's file) is such a bad value too, and a FIFO
+# with no reader must not hold the program up at all.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_built "$PROGS/echo_server" "$PROGS/echo_client"
 
@@ -96,6 +99,41 @@ bad_case RDMASHIM_TRANSPORTS foo
 bad_case RDMASHIM_TRANSPORTS tcp,shm
 bad_case RDMASHIM_TRACE loud
 bad_case RDMASHIM_TRACE_FILE /nonexistent/dir/x
+
+# Traps at the trace path. The FIFO has no reader: a blocking open would
+# wait for one at the program's load, for ever.
+traps=$WORK/traps
+mkdir -p "$traps"
+mkfifo "$traps/fifo"
+t0=$EPOCHREALTIME
+out=$(CMD_TIMEOUT=20 with_shim "${valid[@]}" "RDMASHIM_TRACE_FILE=$traps/fifo" \
+      sh -c 'echo "to stdout"; exit 3' 2>"$traps/fifo.err")
+rc=$?
+secs=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')
+same "FIFO at the trace path: exit status" "$sh_rc" "$rc"
+same "FIFO at the trace path: stdout" "$sh_out" "$out"
+check "FIFO at the trace path: the program was not held up (${secs}s)" \
+  awk -v s="$secs" 'BEGIN { exit !(s < 2) }'
+check "FIFO at the trace path: the line says why" grep -qF "$traps/fifo is a FIFO" "$traps/fifo.err"
+echo "    e.g.: $(head -n 1 "$traps/fifo.err")"
+bad_case RDMASHIM_TRACE_FILE "$traps/fifo"
+
+: >"$traps/target"
+ln -s "$traps/target" "$traps/link"
+bad_case RDMASHIM_TRACE_FILE "$traps/link"
+check "symbolic link at the trace path: its target got nothing" test ! -s "$traps/target"
+
+: >"$traps/shared"
+chmod 0666 "$traps/shared"
+bad_case RDMASHIM_TRACE_FILE "$traps/shared"
+check "world-writable file at the trace path: it got nothing" test ! -s "$traps/shared"
+
+if [[ $(id -u) == 0 ]]; then
+  : >"$traps/nobodys"
+  chown 65534:65534 "$traps/nobodys"
+  bad_case RDMASHIM_TRACE_FILE "$traps/nobodys"
+  check "another user's file at the trace path: it got nothing" test ! -s "$traps/nobodys"
+fi
 bad_case RDMASHIM_RING_KB 3000
 bad_case RDMASHIM_SPIN_US 99999999999999999999
 

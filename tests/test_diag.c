@@ -3,17 +3,23 @@
  * the owner and inode of a loopback TCP socket by its 4-tuple; it keeps one
  * netlink socket for its queries; a kept number the program closed and got
  * back for a file of its own is never read, written or closed; and a
- * fork's child asks through a socket of its own.
+ * fork's child asks through a socket of its own. It answers for
+ * connections only: a listener on the tuple's local port (which the
+ * kernel's lookup falls back to), a TIME_WAIT leftover and a tuple no
+ * connection has are "none", for AF_INET and v4-mapped AF_INET6 alike.
  */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "diag.h"
@@ -53,8 +59,10 @@ static void setup(void)
 
 static void teardown(void)
 {
-	close(cli);
-	close(srv);
+	if (cli >= 0)
+		close(cli);
+	if (srv >= 0)
+		close(srv);
 	close(lsn);
 }
 
@@ -157,6 +165,200 @@ START_TEST(a_forked_child_asks_through_its_own)
 }
 END_TEST
 
+/* A listening socket on ip (port 0: any), v6only as given for AF_INET6;
+ * -1 when the host has no such address (no IPv6 loopback). */
+static int listener(int family, const char *ip, int v6only, uint16_t *port)
+{
+	struct sockaddr_storage ss = { 0 };
+	socklen_t len;
+	int fd = socket(family, SOCK_STREAM, 0), one = 1;
+
+	if (fd < 0)
+		return -1;
+	ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+	if (family == AF_INET) {
+		struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+
+		a->sin_family = AF_INET;
+		ck_assert_int_eq(inet_pton(AF_INET, ip, &a->sin_addr), 1);
+		len = sizeof(*a);
+	} else {
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+
+		a->sin6_family = AF_INET6;
+		ck_assert_int_eq(inet_pton(AF_INET6, ip, &a->sin6_addr), 1);
+		ck_assert_int_eq(setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only)), 0);
+		len = sizeof(*a);
+	}
+	if (bind(fd, (struct sockaddr *)&ss, len) < 0) {
+		close(fd);
+		return -1;
+	}
+	ck_assert_int_eq(listen(fd, 4), 0);
+	len = sizeof(ss);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&ss, &len), 0);
+	*port = ntohs(family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+					: ((struct sockaddr_in6 *)&ss)->sin6_port);
+	return fd;
+}
+
+static struct shim_endpoint endpoint(const char *ip, uint16_t port)
+{
+	struct shim_endpoint e = { .port = port };
+
+	if (strchr(ip, ':')) {
+		ck_assert_int_eq(inet_pton(AF_INET6, ip, e.addr), 1);
+	} else {
+		e.addr[10] = e.addr[11] = 0xff;
+		ck_assert_int_eq(inet_pton(AF_INET, ip, e.addr + 12), 1);
+	}
+	return e;
+}
+
+/* A port no connection of the listener's uses: the fixture's listener. */
+static uint16_t unconnected_port(void)
+{
+	return srv_ep.port;
+}
+
+/*
+ * Anyone may listen on a wildcard address: its listener must not "own"
+ * every tuple whose local port is its port. Asked as AF_INET first, then
+ * as v4-mapped AF_INET6 (diag.c asks both ways), each must say none.
+ */
+START_TEST(a_v4_wildcard_listener_owns_no_tuple)
+{
+	uint16_t port;
+	int l = listener(AF_INET, "0.0.0.0", 0, &port);
+	struct shim_endpoint local = endpoint("127.0.0.1", port), remote = endpoint("127.0.0.1", unconnected_port());
+	uid_t uid = 12345;
+	ino_t ino = 12345;
+
+	ck_assert_int_ge(l, 0);
+	ck_assert_int_eq(shim_diag_tcp_owner(&local, &remote, &uid, &ino), -ENOENT);
+	ck_assert_uint_eq(uid, 12345); /* nothing reported */
+	ck_assert_uint_eq(ino, 12345);
+	close(l);
+}
+END_TEST
+
+/* A dual-stack AF_INET6 listener on [::] takes v4 connections as
+ * v4-mapped: the same tuple, asked both ways, is still none. */
+START_TEST(a_dual_stack_listener_owns_no_v4_mapped_tuple)
+{
+	uint16_t port;
+	int l = listener(AF_INET6, "::", 0, &port);
+	struct shim_endpoint local = endpoint("127.0.0.1", port), remote = endpoint("127.0.0.1", unconnected_port());
+	uid_t uid;
+	ino_t ino;
+
+	ck_assert_int_ge(l, 0);
+	ck_assert_int_eq(shim_diag_tcp_owner(&local, &remote, &uid, &ino), -ENOENT);
+	/* Written as v4-mapped IPv6 endpoints: the same tuple. */
+	local = endpoint("::ffff:127.0.0.1", port);
+	remote = endpoint("::ffff:127.0.0.1", unconnected_port());
+	ck_assert_int_eq(shim_diag_tcp_owner(&local, &remote, &uid, &ino), -ENOENT);
+	close(l);
+}
+END_TEST
+
+/* A listener bound to the very local address: the address matches, the
+ * state does not. And the same over IPv6 where the host has ::1. */
+START_TEST(a_listener_on_the_exact_address_owns_no_tuple)
+{
+	uint16_t port;
+	int l = listener(AF_INET, "127.0.0.1", 0, &port);
+	struct shim_endpoint local = endpoint("127.0.0.1", port), remote = endpoint("127.0.0.1", unconnected_port());
+	uid_t uid;
+	ino_t ino;
+
+	ck_assert_int_ge(l, 0);
+	ck_assert_int_eq(shim_diag_tcp_owner(&local, &remote, &uid, &ino), -ENOENT);
+	close(l);
+	l = listener(AF_INET6, "::", 1, &port);
+	if (l < 0)
+		return; /* no IPv6 here */
+	local = endpoint("::1", port);
+	remote = endpoint("::1", unconnected_port());
+	ck_assert_int_eq(shim_diag_tcp_owner(&local, &remote, &uid, &ino), -ENOENT);
+	close(l);
+}
+END_TEST
+
+static int tcp_state(int fd)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	ck_assert_int_eq(getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len), 0);
+	return ti.tcpi_state;
+}
+
+static void wait_state(int fd, int state)
+{
+	for (int i = 0; i < 200 && tcp_state(fd) != state; i++)
+		nanosleep(&(struct timespec){ .tv_nsec = 5000000 }, NULL);
+	ck_assert_int_eq(tcp_state(fd), state);
+}
+
+/* The client's end once both closed, client first: a TIME_WAIT leftover
+ * the kernel keeps under the tuple, held by no process. */
+START_TEST(a_time_wait_leftover_is_no_connection)
+{
+	uid_t uid;
+	ino_t ino;
+
+	close(cli);
+	cli = -1;
+	wait_state(srv, TCP_CLOSE_WAIT);
+	close(srv);
+	srv = -1;
+	/* The server's end is gone once the client's ACK of its FIN came,
+	 * the client's end is in TIME_WAIT then. */
+	for (int i = 0; i < 200 && shim_diag_tcp_owner(&srv_ep, &cli_ep, &uid, &ino) != -ENOENT; i++)
+		nanosleep(&(struct timespec){ .tv_nsec = 5000000 }, NULL);
+	ck_assert_int_eq(shim_diag_tcp_owner(&cli_ep, &srv_ep, &uid, &ino), -ENOENT);
+}
+END_TEST
+
+/* A connection still answers, with its own uid and inode: a v4-mapped one
+ * between dual-stack sockets, and one half-closed (FIN_WAIT2 at the end
+ * that shut down, CLOSE_WAIT at the other). */
+START_TEST(a_v4_mapped_and_a_half_closed_connection_answer)
+{
+	uint16_t port;
+	int l = listener(AF_INET6, "::", 0, &port), c, a;
+	struct sockaddr_in6 to = { .sin6_family = AF_INET6, .sin6_port = htons(port) };
+	struct shim_endpoint c_ep, a_ep;
+	uid_t uid;
+	ino_t ino;
+
+	ck_assert_int_ge(l, 0);
+	ck_assert_int_eq(inet_pton(AF_INET6, "::ffff:127.0.0.1", &to.sin6_addr), 1);
+	c = socket(AF_INET6, SOCK_STREAM, 0);
+	ck_assert_int_eq(connect(c, (struct sockaddr *)&to, sizeof(to)), 0);
+	a = accept(l, NULL, NULL);
+	ck_assert_int_ge(a, 0);
+	endpoint_of(c, false, &c_ep);
+	endpoint_of(c, true, &a_ep);
+	ck_assert_int_eq(shim_diag_tcp_owner(&c_ep, &a_ep, &uid, &ino), 0);
+	ck_assert_uint_eq(uid, geteuid());
+	ck_assert_uint_eq(ino, inode_of(c));
+	ck_assert_int_eq(shim_diag_tcp_owner(&a_ep, &c_ep, &uid, &ino), 0);
+	ck_assert_uint_eq(ino, inode_of(a));
+
+	ck_assert_int_eq(shutdown(cli, SHUT_WR), 0);
+	wait_state(cli, TCP_FIN_WAIT2);
+	wait_state(srv, TCP_CLOSE_WAIT);
+	lookup_names_the_client();
+	ck_assert_int_eq(shim_diag_tcp_owner(&srv_ep, &cli_ep, &uid, &ino), 0);
+	ck_assert_uint_eq(ino, inode_of(srv));
+	close(a);
+	close(c);
+	close(l);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("diag");
@@ -167,6 +369,11 @@ int main(void)
 	tcase_add_test(tc, one_socket_serves_every_query);
 	tcase_add_test(tc, a_reused_number_is_never_used);
 	tcase_add_test(tc, a_forked_child_asks_through_its_own);
+	tcase_add_test(tc, a_v4_wildcard_listener_owns_no_tuple);
+	tcase_add_test(tc, a_dual_stack_listener_owns_no_v4_mapped_tuple);
+	tcase_add_test(tc, a_listener_on_the_exact_address_owns_no_tuple);
+	tcase_add_test(tc, a_time_wait_leftover_is_no_connection);
+	tcase_add_test(tc, a_v4_mapped_and_a_half_closed_connection_answer);
 	suite_add_tcase(s, tc);
 	return shim_check_run(s);
 }

@@ -262,7 +262,7 @@ START_TEST(trace_reports_duration)
 	ssize_t n = 0;
 
 	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(shim_trace_open(path, SHIM_TRACE_INFO), 0);
+	ck_assert_int_eq(shim_trace_open(path, SHIM_TRACE_INFO, NULL, 0), 0);
 	ck_assert_int_eq(wait_state(WARM_RUNNING, 5000), WARM_RUNNING);
 	/* The thread's clock starts when it runs, which under load (or a
 	 * sanitizer) can be well after the poll: wait until the work began. */

@@ -40,7 +40,7 @@ static void open_trace(enum shim_trace_level level)
 	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
 	snprintf(pattern, sizeof(pattern), "%s/t.log", tmpdir);
 	snprintf(path, sizeof(path), "%s", pattern);
-	ck_assert_int_eq(shim_trace_open(pattern, level), 0);
+	ck_assert_int_eq(shim_trace_open(pattern, level, NULL, 0), 0);
 }
 
 /* The trace file's lines, NUL-separated in a buffer the caller frees; *n says how many. */

@@ -11,7 +11,9 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "compiler.h" /* SHIM_TRACE() uses unlikely() */
@@ -668,7 +670,7 @@ START_TEST(open_and_emit)
 	snprintf(pattern, sizeof(pattern), "%s/t.%%p.log", tmpdir);
 	snprintf(path, sizeof(path), "%s/t.%d.log", tmpdir, (int)getpid());
 	ck_assert_int_eq(shim_trace_level, SHIM_TRACE_OFF);
-	ck_assert_int_eq(shim_trace_open(pattern, SHIM_TRACE_INFO), 0);
+	ck_assert_int_eq(shim_trace_open(pattern, SHIM_TRACE_INFO, NULL, 0), 0);
 	ck_assert_int_eq(shim_trace_level, SHIM_TRACE_INFO);
 	ck_assert(shim_trace_enabled(SHIM_TRACE_ERROR));
 	ck_assert(shim_trace_enabled(SHIM_TRACE_INFO));
@@ -698,10 +700,20 @@ START_TEST(open_and_emit)
 }
 END_TEST
 
-/* A trace write that fails (here: a full device) leaves errno as it was. */
+/* A trace write that fails (here: past RLIMIT_FSIZE, EFBIG; a device such
+ * as /dev/full is no trace file) leaves errno as it was. */
 START_TEST(failed_write_keeps_errno)
 {
-	ck_assert_int_eq(shim_trace_open("/dev/full", SHIM_TRACE_INFO), 0);
+	struct rlimit none = { 0, 0 };
+	char dir[] = "/tmp/rdmashim-test-trace-XXXXXX", path[64];
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/full.log", dir);
+	ck_assert_int_eq(shim_trace_open(path, SHIM_TRACE_INFO, NULL, 0), 0);
+	unlink(path);
+	rmdir(dir);
+	signal(SIGXFSZ, SIG_IGN);
+	ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &none), 0);
 	errno = EINTR;
 	SHIM_TRACE(SHIM_TRACE_ERROR, "lost", 3, NULL, SHIM_REASON_NONE, NULL);
 	ck_assert_int_eq(errno, EINTR);
@@ -713,11 +725,11 @@ END_TEST
 
 START_TEST(open_failure_leaves_trace_off)
 {
-	ck_assert_int_eq(shim_trace_open("/nonexistent-dir-rdmashim/t.log", SHIM_TRACE_DEBUG), -ENOENT);
+	ck_assert_int_eq(shim_trace_open("/nonexistent-dir-rdmashim/t.log", SHIM_TRACE_DEBUG, NULL, 0), -ENOENT);
 	ck_assert_int_eq(shim_trace_level, SHIM_TRACE_OFF);
 	ck_assert(!shim_trace_enabled(SHIM_TRACE_ERROR));
 	/* Level off opens nothing, whatever the path. */
-	ck_assert_int_eq(shim_trace_open("/nonexistent-dir-rdmashim/t.log", SHIM_TRACE_OFF), 0);
+	ck_assert_int_eq(shim_trace_open("/nonexistent-dir-rdmashim/t.log", SHIM_TRACE_OFF, NULL, 0), 0);
 	ck_assert_int_eq(shim_trace_level, SHIM_TRACE_OFF);
 }
 END_TEST

@@ -16,34 +16,48 @@
 #include "trace.h"
 
 int rdmashim_cmd_config(int argc, char **argv);
-int rdmashim_check_trace_file(const char *pattern);
+int rdmashim_check_trace_file(const char *pattern, char *path, size_t len, const char **why);
 
 /*
- * Whether the shim could open pattern for append (it expands %p with its own
- * pid; ours stands in). Leaves nothing behind: a file made only for the check
- * is removed. Returns 0 or -errno. Empty means stderr, always fine.
+ * Whether the shim would take pattern as its trace file (it expands %p with
+ * its own pid; ours stands in into path), by the shim's own rules
+ * (trace.h). Leaves nothing behind: a file made only for the check is
+ * removed. Returns 0, or -errno with *why. Empty means stderr, always fine.
  */
-int rdmashim_check_trace_file(const char *pattern)
+int rdmashim_check_trace_file(const char *pattern, char *path, size_t len, const char **why)
 {
-	char path[PATH_MAX];
 	int fd, rc;
 
+	*why = NULL;
+	snprintf(path, len, "%s", pattern);
 	if (!*pattern)
 		return 0;
-	rc = shim_trace_expand_path(path, sizeof(path), pattern, getpid());
-	if (rc < 0)
+	rc = shim_trace_expand_path(path, len, pattern, getpid());
+	if (rc < 0) {
+		snprintf(path, len, "%s", pattern);
+		*why = "is too long once %p is expanded";
 		return rc;
-	/* O_NONBLOCK: a FIFO with no reader fails (ENXIO) instead of hanging us. */
-	fd = open(path, O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
-	if (fd >= 0) {
-		close(fd);
-		return 0;
 	}
-	if (errno != ENOENT)
-		return -errno;
-	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
-	if (fd < 0)
-		return errno == EEXIST ? 0 : -errno;
+	/* As the shim opens it, without O_CREAT: nothing made yet. */
+	fd = open(path, O_WRONLY | O_APPEND | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+	if (fd >= 0) {
+		*why = shim_trace_file_refusal(fd);
+		close(fd);
+		return *why ? -EPERM : 0;
+	}
+	if (errno != ENOENT) {
+		rc = -errno;
+		*why = shim_trace_open_failure(rc);
+		return rc;
+	}
+	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		rc = -errno;
+		if (rc == -EEXIST)
+			return 0; /* made meanwhile: the shim will judge it */
+		*why = shim_trace_open_failure(rc);
+		return rc;
+	}
 	close(fd);
 	unlink(path);
 	return 0;
@@ -100,7 +114,8 @@ static void print_transports(const struct shim_config *cfg)
 int rdmashim_cmd_config(int argc, char **argv)
 {
 	static struct shim_config cfg;
-	static char err[PATH_MAX + 512];
+	static char err[PATH_MAX + 512], trace_path[PATH_MAX];
+	const char *why = NULL;
 	int trace_rc = 0;
 	unsigned ports;
 
@@ -122,10 +137,10 @@ int rdmashim_cmd_config(int argc, char **argv)
 		return 2;
 	}
 	if (cfg.trace_level != SHIM_TRACE_OFF)
-		trace_rc = rdmashim_check_trace_file(cfg.trace_file);
+		trace_rc = rdmashim_check_trace_file(cfg.trace_file, trace_path, sizeof(trace_path), &why);
 	ports = count_ports(&cfg);
 	if (trace_rc < 0 && cfg.enabled)
-		printf("effective:   inert: the trace file can not be opened (see the line on stderr)\n");
+		printf("effective:   inert: the trace file is refused (see the line on stderr)\n");
 	else if (cfg.enabled)
 		printf("effective:   enabled\n");
 	else
@@ -141,9 +156,8 @@ int rdmashim_cmd_config(int argc, char **argv)
 	if (trace_rc < 0) {
 		fflush(stdout);
 		fprintf(stderr,
-			"rdmashim: RDMASHIM_TRACE_FILE=\"%s\" can not be opened for append (%s); "
-			"the shim stays inert (pass-through)\n",
-			cfg.trace_file, strerror(-trace_rc));
+			"rdmashim: RDMASHIM_TRACE_FILE=\"%s\" refused: %s %s; the shim stays inert (pass-through)\n",
+			cfg.trace_file, trace_path, why);
 		return 2;
 	}
 	return 0;

@@ -20,7 +20,7 @@
 int rdmashim_cmd_run(int argc, char **argv);
 void rdmashim_run_usage(FILE *out);
 /* cmd_config.c */
-int rdmashim_check_trace_file(const char *pattern);
+int rdmashim_check_trace_file(const char *pattern, char *path, size_t len, const char **why);
 
 #define SHIM_LIB_NAME "librdmashim.so"
 /* Separators the dynamic loader splits LD_PRELOAD at. */
@@ -250,11 +250,13 @@ int rdmashim_cmd_run(int argc, char **argv)
 	}
 	/* The shim opens the trace only when it is enabled; check what it will open. */
 	if (scratch_cfg.enabled && scratch_cfg.trace_level != SHIM_TRACE_OFF) {
-		int rc = rdmashim_check_trace_file(scratch_cfg.trace_file);
+		char path[PATH_MAX];
+		const char *why;
+		int rc = rdmashim_check_trace_file(scratch_cfg.trace_file, path, sizeof(path), &why);
 
 		if (rc < 0) {
-			fprintf(stderr, "rdmashim run: RDMASHIM_TRACE_FILE=\"%s\" can not be opened for append (%s)\n",
-				scratch_cfg.trace_file, strerror(-rc));
+			fprintf(stderr, "rdmashim run: RDMASHIM_TRACE_FILE=\"%s\" refused: %s %s\n",
+				scratch_cfg.trace_file, path, why);
 			return 2;
 		}
 	}

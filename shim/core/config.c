@@ -18,7 +18,9 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_AB_PERCENT", "100",
 	  "0-100: share of whitelisted connections, by a hash of the 4-tuple, that may upgrade" },
 	{ "RDMASHIM_TRACE", "off", "trace level: off, error, warn, info, debug, trace" },
-	{ "RDMASHIM_TRACE_FILE", "", "trace destination (%p becomes the pid); empty: stderr" },
+	{ "RDMASHIM_TRACE_FILE", "",
+	  "trace destination (%p becomes the pid); empty: stderr; a regular file of this user's only, "
+	  "not group- or world-writable (created 0600)" },
 	{ "RDMASHIM_RING_KB", "1024", "side-channel ring size per direction, KiB (power of two, 4-65536)" },
 	{ "RDMASHIM_SPIN_US", "50", "busy-poll time before sleeping, microseconds (0-1000000)" },
 	{ "RDMASHIM_SPIN_ADAPT", "1",

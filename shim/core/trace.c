@@ -149,21 +149,94 @@ size_t shim_trace_format(char *buf, size_t len, const struct shim_trace_record *
 	return off;
 }
 
-static int open_destination(const char *pattern)
+const char *shim_trace_file_refusal(int fd)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return "can not be examined (fstat failed)";
+	if (!S_ISREG(st.st_mode))
+		return "is not a regular file";
+	if (st.st_uid != geteuid())
+		return "is owned by another user";
+	if (st.st_mode & (S_IWGRP | S_IWOTH))
+		return "is writable by its group or by others";
+	/* A hard link another user made to a file of ours (where the
+	 * system lets them: fs.protected_hardlinks=0) would have us append
+	 * to that file; a trace file has one name. */
+	if (st.st_nlink > 1)
+		return "has other hard links";
+	return NULL;
+}
+
+const char *shim_trace_open_failure(int rc)
+{
+	static SHIM_TLS char buf[96];
+
+	switch (rc) {
+	case -ELOOP:
+		return "is a symbolic link";
+	case -ENXIO:
+		return "is a FIFO or a socket, not a regular file";
+	default:
+		snprintf(buf, sizeof(buf), "can not be opened (%s)", strerror(-rc));
+		return buf;
+	}
+}
+
+int shim_trace_open_file(const char *path, const char **why)
+{
+	int fd;
+
+	/*
+	 * The path may be in a shared directory such as /tmp, where another
+	 * user can have put something at it first. O_NOFOLLOW: a symbolic
+	 * link would redirect our lines into a file of the link owner's
+	 * choosing. O_NONBLOCK: a FIFO would block the open until a reader
+	 * came, at the load of every process started with this setting; with
+	 * it, one with no reader fails (ENXIO) and one with a reader opens and
+	 * fails the check below. O_NONBLOCK stays set: writes to a regular
+	 * file never wait on it either way. The checks refuse a file another
+	 * user made (it would receive our trace, and its owner could read or
+	 * truncate it) and one others may write. Created 0600: the trace names
+	 * the program's peers and ports, which its user alone needs to read.
+	 */
+	fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK, 0600);
+	if (fd < 0) {
+		int rc = -errno;
+
+		*why = shim_trace_open_failure(rc);
+		return rc;
+	}
+	*why = shim_trace_file_refusal(fd);
+	if (*why) {
+		REAL(close)(fd);
+		return -EPERM;
+	}
+	return fd;
+}
+
+/* fd 2 for an empty pattern (the program's own stderr: nothing to check),
+ * else the expanded path opened as shim_trace_open_file does; on failure,
+ * the clause for the line on stderr in err. */
+static int open_destination(const char *pattern, char *err, size_t errlen)
 {
 	char path[PATH_MAX];
-	int fd, rc;
+	const char *why;
+	int fd;
 
 	if (!*pattern)
 		return 2;
-	rc = shim_trace_expand_path(path, sizeof(path), pattern, shim_self_pid());
-	if (rc < 0)
-		return rc;
-	/* O_NOFOLLOW: a symbolic link planted at the path (in a shared
-	 * directory such as /tmp) must not redirect our lines into a file the
-	 * link's owner chose. */
-	fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0640);
-	return fd < 0 ? -errno : fd;
+	fd = shim_trace_expand_path(path, sizeof(path), pattern, shim_self_pid());
+	if (fd < 0) {
+		snprintf(path, sizeof(path), "%s", pattern);
+		why = "is too long once %p is expanded";
+	} else {
+		fd = shim_trace_open_file(path, &why);
+	}
+	if (fd < 0 && err && errlen)
+		snprintf(err, errlen, "RDMASHIM_TRACE_FILE=\"%s\" refused: %s %s", pattern, path, why);
+	return fd;
 }
 
 static int remember_identity(int fd)
@@ -185,19 +258,21 @@ static int still_ours(int fd)
 	return fstat(fd, &st) == 0 && st.st_dev == trace_dev && st.st_ino == trace_ino;
 }
 
-int shim_trace_open(const char *pattern, enum shim_trace_level level)
+int shim_trace_open(const char *pattern, enum shim_trace_level level, char *err, size_t errlen)
 {
 	int fd, rc;
 
 	if (level == SHIM_TRACE_OFF)
 		return 0;
-	fd = open_destination(pattern);
+	fd = open_destination(pattern, err, errlen);
 	if (fd < 0)
 		return fd;
 	rc = remember_identity(fd);
 	if (rc < 0) {
 		if (*pattern)
 			REAL(close)(fd);
+		if (err && errlen)
+			snprintf(err, errlen, "RDMASHIM_TRACE_FILE=\"%s\" refused: %s", pattern, strerror(-rc));
 		return rc;
 	}
 	snprintf(trace_pattern, sizeof(trace_pattern), "%s", pattern);
@@ -207,16 +282,35 @@ int shim_trace_open(const char *pattern, enum shim_trace_level level)
 	return 0;
 }
 
+/* A fork's child re-opens its own %p file under the same rules; refused,
+ * it says so once and runs on without a trace (its connections are the
+ * parent's, already tracked: it can not go inert). */
 void shim_trace_after_fork(void)
 {
+	static const char prefix[] = "rdmashim: ", suffix[] = "; this process runs on without a trace\n";
+	/* Static: a fork's child has one thread, and the forking thread's
+	 * stack may be small. */
+	static char line[2 * PATH_MAX];
+	size_t room = sizeof(line) - sizeof(suffix);
+
 	cached_tid = 0;
 	if (!trace_fd_owned || !strstr(trace_pattern, "%p"))
 		return;
-	int fd = open_destination(trace_pattern);
+	memcpy(line, prefix, sizeof(prefix));
+	int fd = open_destination(trace_pattern, line + strlen(prefix), room - strlen(prefix));
 
 	if (still_ours(trace_fd))
 		REAL(close)(trace_fd);
 	trace_fd = fd;
+	if (fd < 0) {
+		size_t n = strlen(line);
+
+		memcpy(line + n, suffix, sizeof(suffix));
+		/* One write: a line of its own among the program's. */
+		if (REAL(write)(2, line, n + strlen(suffix)) < 0) {
+			/* stderr closed: nothing more to say it with */
+		}
+	}
 	if (fd < 0 || remember_identity(fd) < 0)
 		shim_trace_level = SHIM_TRACE_OFF;
 }

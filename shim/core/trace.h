@@ -56,10 +56,29 @@ void shim_json_escape(char *dst, size_t len, const char *src);
 /* Expands %p in pattern to pid. Returns -ENAMETOOLONG if it does not fit. */
 int shim_trace_expand_path(char *out, size_t len, const char *pattern, pid_t pid);
 
-/* Opens the destination for level; returns 0 or -errno (then tracing stays off). */
-int shim_trace_open(const char *pattern, enum shim_trace_level level);
-/* In a fork child: reopens a per-pid file and forgets the parent's tid. */
+/*
+ * Opens the destination for level (an empty pattern: stderr); returns 0 or
+ * -errno, and then tracing stays off and err (may be NULL) holds the
+ * clause for the line on stderr: the variable, the path and why.
+ */
+int shim_trace_open(const char *pattern, enum shim_trace_level level, char *err, size_t errlen);
+/* In a fork child: reopens a per-pid file (a refusal: one line on stderr,
+ * tracing off in this process) and forgets the parent's tid. */
 void shim_trace_after_fork(void);
+
+/*
+ * A trace file must be a regular file of the caller's euid that neither
+ * its group nor others may write, with no other hard link, reached without
+ * a symbolic link (trace.c says why). shim_trace_open_file() opens or
+ * creates (0600) path so, without ever blocking: the fd, or -errno with
+ * *why a phrase that follows the path in a message ("is a symbolic link").
+ */
+int shim_trace_open_file(const char *path, const char **why);
+/* The same check of a file already open at fd: NULL when it may take a
+ * trace, else why not. */
+const char *shim_trace_file_refusal(int fd);
+/* The phrase for an open() of a trace file that failed with rc (-errno). */
+const char *shim_trace_open_failure(int rc);
 
 void shim_trace_emit(enum shim_trace_level level, const char *event, int fd,
 		     const struct shim_tuple *tuple, enum shim_reason reason, const char *extra_fmt, ...)

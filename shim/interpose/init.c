@@ -48,6 +48,14 @@ static void say(const char *line)
 	(void)rc;
 }
 
+static void say_prefixed(const char *clause)
+{
+	struct iovec iov[3] = { { (void *)"rdmashim: ", 10 }, { (void *)clause, strlen(clause) }, { (void *)"\n", 1 } };
+	long rc = syscall(SYS_writev, 2, iov, 3);
+
+	(void)rc;
+}
+
 static size_t fd_table_size(void)
 {
 	struct rlimit rl;
@@ -71,12 +79,12 @@ __attribute__((constructor)) static void shim_init(void)
 	}
 	if (!shim_cfg.enabled)
 		return;
-	rc = shim_trace_open(shim_cfg.trace_file, shim_cfg.trace_level);
+	rc = shim_trace_open(shim_cfg.trace_file, shim_cfg.trace_level, err, sizeof(err) - 64);
 	if (rc < 0) {
-		snprintf(err, sizeof(err),
-			 "rdmashim: RDMASHIM_TRACE_FILE=\"%s\" can not be opened (%s); the shim stays inert (pass-through)",
-			 shim_cfg.trace_file, strerror(-rc));
-		say(err);
+		size_t n = strlen(err);
+
+		snprintf(err + n, sizeof(err) - n, "; the shim stays inert (pass-through)");
+		say_prefixed(err);
 		shim_cfg.enabled = false;
 		return;
 	}

@@ -6,6 +6,7 @@
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
@@ -88,6 +89,71 @@ static void diag_forget(int fd, bool transient)
 		shim_owned_close(&kept);
 }
 
+/*
+ * The states of a socket a live process holds for a connection that got as
+ * far as an upgrade: the upgrade starts at a data call on an accepted or
+ * connected socket, so the handshake is over, and either end may have shut
+ * its writing side since (the shim upgrades half-closed connections too):
+ * FIN_WAIT1 and FIN_WAIT2 after its own shutdown, CLOSE_WAIT after the
+ * other's, LAST_ACK and CLOSING when both did. Everything else names no
+ * such socket: LISTEN is what the kernel answers with when no connection
+ * has the tuple (any user may listen on the port); TIME_WAIT and a
+ * SYN_RECV request are the kernel's own leftovers with no owner (uid and
+ * inode 0); a connect still in SYN_SENT has no peer to upgrade with. A TCP
+ * Fast Open child is accepted in SYN_RECV before the last ACK of the
+ * handshake: refusing it costs that connection an upgrade tried within its
+ * first round trip, and it stays on TCP.
+ */
+static bool connection_state(uint8_t state)
+{
+	switch (state) {
+	case TCP_ESTABLISHED:
+	case TCP_FIN_WAIT1:
+	case TCP_FIN_WAIT2:
+	case TCP_CLOSE_WAIT:
+	case TCP_LAST_ACK:
+	case TCP_CLOSING:
+		return true;
+	default:
+		return false;
+	}
+}
+
+static void answer_endpoint(int family, const __be32 *addr, __be16 port, struct shim_endpoint *ep)
+{
+	memset(ep, 0, sizeof(*ep));
+	if (family == AF_INET) {
+		ep->addr[10] = ep->addr[11] = 0xff;
+		memcpy(ep->addr + 12, addr, 4);
+	} else {
+		memcpy(ep->addr, addr, 16);
+	}
+	ep->port = ntohs(port);
+}
+
+/*
+ * Whether the kernel's answer is a connection with exactly the tuple asked
+ * for. Its exact lookup is not exact: with no connection on the tuple it
+ * falls back to the listener on the local port, whoever owns it, so the
+ * state alone is not trusted either: the answer's own addresses must be
+ * the ones asked for. The answer's family says how they are laid out (a
+ * v4-mapped query can name an AF_INET socket, an AF_INET one a dual-stack
+ * AF_INET6 socket). An inode of 0 is a socket no process holds any more.
+ */
+static bool is_the_connection(const struct inet_diag_msg *msg, const struct shim_endpoint *src,
+			      const struct shim_endpoint *dst)
+{
+	struct shim_endpoint got_src, got_dst;
+
+	if (!connection_state(msg->idiag_state) || msg->idiag_inode == 0)
+		return false;
+	if (msg->idiag_family != AF_INET && msg->idiag_family != AF_INET6)
+		return false;
+	answer_endpoint(msg->idiag_family, msg->id.idiag_src, msg->id.idiag_sport, &got_src);
+	answer_endpoint(msg->idiag_family, msg->id.idiag_dst, msg->id.idiag_dport, &got_dst);
+	return shim_endpoint_equal(&got_src, src) && shim_endpoint_equal(&got_dst, dst);
+}
+
 static int query(int family, const struct shim_endpoint *src, const struct shim_endpoint *dst,
 		 uid_t *uid, ino_t *inode)
 {
@@ -131,10 +197,13 @@ static int query(int family, const struct shim_endpoint *src, const struct shim_
 			if (h->nlmsg_seq != rq.nlh.nlmsg_seq)
 				continue; /* an answer to an earlier query */
 			answered = true;
-			if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY)
+			if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY ||
+			    h->nlmsg_len < NLMSG_LENGTH(sizeof(struct inet_diag_msg)))
 				break;
 			const struct inet_diag_msg *msg = NLMSG_DATA(h);
 
+			if (!is_the_connection(msg, src, dst))
+				break; /* -ENOENT: no connection has the tuple */
 			*uid = msg->idiag_uid;
 			*inode = msg->idiag_inode;
 			rc = 0;

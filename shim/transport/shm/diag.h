@@ -11,9 +11,10 @@
 
 #include "tuple.h"
 
-/* Finds the TCP socket bound to src and connected to dst in this network
- * namespace. Returns 0 with its owner's uid and inode, -ENOENT if none,
- * or another -errno. */
+/* Finds the TCP connection bound to src and connected to dst in this
+ * network namespace, held by a process (diag.c says which states count).
+ * Returns 0 with its owner's uid and inode, -ENOENT if none (a listener on
+ * src's port, a TIME_WAIT or half-open socket is none), or another -errno. */
 int shim_diag_tcp_owner(const struct shim_endpoint *src, const struct shim_endpoint *dst, uid_t *uid,
 			ino_t *inode);
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -107,28 +108,91 @@ static int is_that_socket(const struct stat *st, ino_t inode)
 }
 
 /*
+ * SO_PEERPIDFD (Linux 6.5): the asm-generic value, where older headers lack
+ * it. Other architectures number it differently: there the pidfd check is
+ * simply not made.
+ */
+#if !defined(SO_PEERPIDFD) && (defined(__x86_64__) || defined(__i386__) || defined(__aarch64__) || \
+			       defined(__riscv))
+#define SO_PEERPIDFD 77
+#endif
+
+/*
+ * Whether the process that connected rv_fd has not exited (been reaped)
+ * since: a pidfd of it (SO_PEERPIDFD) names that very process whatever
+ * became of its number, and signal 0 only checks it (EPERM: it is there,
+ * we may not signal it). It is gone when the kernel can make no pidfd of
+ * it any more (ESRCH; EINVAL on some kernels) or the signal finds nobody.
+ * Where no pidfd can be had (a kernel before 6.5, no fd to spare, no
+ * rv_fd), nothing is known: true, as before the check.
+ */
+static bool peer_still_there(int rv_fd)
+{
+#ifdef SO_PEERPIDFD
+	socklen_t len = sizeof(int);
+	bool there;
+	int pidfd;
+
+	if (rv_fd < 0)
+		return true;
+	if (REAL(getsockopt)(rv_fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) < 0)
+		return errno != ESRCH && errno != EINVAL;
+	there = REAL(syscall)(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0 || errno == EPERM;
+	REAL(close)(pidfd);
+	return there;
+#else
+	(void)rv_fd;
+	return true;
+#endif
+}
+
+/*
  * The user check alone would let any process of the owner's user take the
  * connection over: the peer must also hold the TCP socket itself. It names
  * the fd it holds it under; a wrong number simply fails the check. Reading
  * another process's fds needs ptrace-read rights: a peer we may not look at
  * passes only if it is root (who could take the socket anyway).
+ *
+ * The number is the peer's choice, so its /proc link leads wherever the
+ * peer likes: stat() would follow it into that file, and one on FUSE or NFS
+ * can block the caller without bound. readlink() only reads the link's
+ * text, which the kernel writes from the open file's own name without
+ * asking its file system; a socket's reads "socket:[INODE]".
+ *
+ * The pid is SO_PEERCRED's, taken when the peer connected: it could have
+ * exited since and its number gone to another process that holds the
+ * socket under that number. The peer still being there after the readlink
+ * (rv_fd's pidfd) proves the number was its own all along: a number is not
+ * given again while its process lives. Three system calls more, on a
+ * verification that passed only. Without SO_PEERPIDFD the race stays open,
+ * and only to a process of the user the first check let through.
  */
-static int process_holds_socket(pid_t pid, uid_t uid, int fd, ino_t inode)
+static int process_holds_socket(pid_t pid, uid_t uid, int fd, ino_t inode, int rv_fd)
 {
-	char path[64];
-	struct stat st;
+	char path[64], want[32], link[64];
+	ssize_t n;
+	int rc;
 
 	if (fd < 0)
 		return -EPERM;
 	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, fd);
-	if (stat(path, &st) < 0) {
+	n = readlink(path, link, sizeof(link));
+	if (n < 0) {
 		if (errno == EACCES && uid == 0)
-			return 0;
+			rc = 0;
 		/* No such fd (any more): the caller tells a peer that closed
 		 * its connection meanwhile from a liar (rendezvous.h). */
-		return errno == ENOENT ? -ENOENT : -EPERM;
+		else
+			rc = errno == ENOENT ? -ENOENT : -EPERM;
+	} else {
+		int w = snprintf(want, sizeof(want), "socket:[%llu]", (unsigned long long)inode);
+
+		rc = n == w && memcmp(link, want, (size_t)n) == 0 ? 0 : -EPERM;
 	}
-	return is_that_socket(&st, inode);
+	/* Gone: its fds went with it, as -ENOENT says. */
+	if (rc == 0 && !peer_still_there(rv_fd))
+		rc = -ENOENT;
+	return rc;
 }
 
 /* What sock_diag says of the peer's TCP socket, asked once (rendezvous.h). */
@@ -162,7 +226,7 @@ int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
 		return -EPERM;
 	if (peer_tcp_fd == SHIM_RV_USER_ONLY)
 		return 0;
-	return process_holds_socket(cred.pid, cred.uid, peer_tcp_fd, owner->inode);
+	return process_holds_socket(cred.pid, cred.uid, peer_tcp_fd, owner->inode, rv_fd);
 }
 
 int shim_rv_verify_socket(int sock_fd, pid_t pid, int peer_tcp_fd, const struct shim_endpoint *peer_local,
@@ -174,7 +238,7 @@ int shim_rv_verify_socket(int sock_fd, pid_t pid, int peer_tcp_fd, const struct 
 	if (rc < 0)
 		return rc;
 	if (sock_fd < 0)
-		return process_holds_socket(pid, (uid_t)-1, peer_tcp_fd, owner->inode);
+		return process_holds_socket(pid, (uid_t)-1, peer_tcp_fd, owner->inode, -1);
 	if (fstat(sock_fd, &st) < 0)
 		return -errno;
 	return is_that_socket(&st, owner->inode);
