@@ -170,31 +170,63 @@ int send_fd_pair(int sock, const void *msg, size_t len, int fd0, int fd1)
 	return send_fds(sock, msg, len, fds, 2);
 }
 
-/* The message, sent from a child of ours that exits at once when fds
- * hold lingering sockets it made (LINGERING: one in that place): its exit
- * drops its copies without lingering (the kernel never lingers for an
- * exiting process), so the victim's release is the last, and we never
- * hold one whose close could be. 0 or -1. */
-static int send_fds_from_child(int sock, const void *msg, size_t len, const int *fds, int nfds)
+/*
+ * The message, with lingering sockets (made first: it takes a while) in
+ * the LINGERING places, sent by a thread of ours that closes its copies
+ * right after the send, as an attacker would: the message in flight holds
+ * them then, and the victim's release is the last. Should the victim be
+ * quicker, that thread's close is the last and blocks it alone (our exit
+ * ends it: the kernel never lingers for an exiting process). We wait for
+ * the send, not the close. 0 or -1.
+ */
+struct lingering_send {
+	int sock, nfds, fds[8], rc;
+	const void *msg;
+	size_t len;
+	int sent[2]; /* a pipe: the send's result comes through it */
+};
+
+static void *lingering_sender(void *arg)
 {
-	int status;
-	pid_t child;
+	struct lingering_send *ls = arg;
+	int made[8], rc;
 
-	silent_listener(); /* one receiver, made here, for all children */
-	child = fork();
-	if (child < 0)
-		return -1;
-	if (child == 0) {
-		int mine[8];
-
-		for (int i = 0; i < nfds; i++)
-			mine[i] = fds[i] == LINGERING ? lingering_fd() : fds[i];
-		if (send_fds(sock, msg, len, mine, nfds) == 0)
-			_exit(0);
+	for (int i = 0; i < ls->nfds; i++)
+		made[i] = ls->fds[i] == LINGERING ? lingering_fd() : ls->fds[i];
+	rc = send_fds(ls->sock, ls->msg, ls->len, made, ls->nfds);
+	if (rc < 0)
 		fprintf(stderr, "hostile_shm: a message with blocking fds could not be sent: %s\n", strerror(errno));
-		_exit(1);
-	}
-	return waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+	if (write(ls->sent[1], &rc, sizeof(rc)) != sizeof(rc))
+		rc = -1;
+	for (int i = 0; i < ls->nfds; i++)
+		if (ls->fds[i] == LINGERING)
+			close(made[i]);
+	return NULL;
+}
+
+static int send_fds_lingering(int sock, const void *msg, size_t len, const int *fds, int nfds)
+{
+	/* Lives as long as the process: a sender may still sit in its close. */
+	struct lingering_send *ls = calloc(1, sizeof(*ls));
+	pthread_t t;
+	int rc = -1;
+
+	if (!ls || pipe(ls->sent) < 0)
+		return -1;
+	silent_listener(); /* one receiver, made here, for all senders */
+	ls->sock = sock;
+	ls->msg = msg;
+	ls->len = len;
+	ls->nfds = nfds;
+	memcpy(ls->fds, fds, sizeof(int) * (size_t)nfds);
+	if (pthread_create(&t, NULL, lingering_sender, ls) != 0)
+		return -1;
+	pthread_detach(t);
+	/* The result comes before the sender's closes: one that blocks is a
+	 * victim that released first (the attack missed), never our wait. */
+	if (read(ls->sent[0], &rc, sizeof(rc)) != sizeof(rc))
+		rc = -1;
+	return rc;
 }
 
 int send_with_fds(int sock, const void *msg, size_t len, int fd, int lie)
@@ -216,7 +248,7 @@ int send_with_fds(int sock, const void *msg, size_t len, int fd, int lie)
 		for (int i = 0; i < nfds; i++)
 			if (fds[i] == -1)
 				fds[i] = LINGERING;
-		return send_fds_from_child(sock, buf, len, fds, nfds);
+		return send_fds_lingering(sock, buf, len, fds, nfds);
 	}
 	for (int i = 0; i < nfds; i++)
 		if (fds[i] < 0)
@@ -255,7 +287,7 @@ int send_lingering(int sock)
 {
 	int fd = LINGERING;
 
-	return send_fds_from_child(sock, "b", 1, &fd, 1);
+	return send_fds_lingering(sock, "b", 1, &fd, 1);
 }
 
 /* The silent receiver: a listener that never accepts, held by a child of
