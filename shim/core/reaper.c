@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
@@ -82,6 +83,44 @@ static void wait_sender_closed(unsigned long long seq)
 		sched_yield();
 }
 
+/*
+ * The reaper thread runs only while there is work: it ends once its queue
+ * stayed empty REAP_IDLE_MS, and the next release starts it again. A
+ * process that forks is then mostly without it, and its child free to
+ * start threads of its own (which a fork from a process with threads
+ * makes unsafe: TSan refuses it outright).
+ */
+#define REAP_IDLE_MS 100
+
+static void *reaper_main(void *arg);
+
+static bool thread_running; /* under setup_lock */
+
+/* Under setup_lock: the thread for this process's pair, started if none
+ * runs. A start that fails is tried again at the next release; meanwhile
+ * the files wait in the queue, which bounds them. */
+static void thread_ensure_locked(void)
+{
+	if (!thread_running && pair[1] >= 0 && shim_bgthread_start(reaper_main, (void *)(long)pair[1]) == 0)
+		thread_running = true;
+}
+
+/* Whether the queue is empty, and the thread may end: decided under
+ * setup_lock, which every release holds from its send to its check that
+ * a thread runs, so that no message is left without a reader. */
+static bool idle_end(int rx)
+{
+	uint8_t b;
+	bool end;
+
+	pthread_mutex_lock(&setup_lock);
+	end = REAL(recv)(rx, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 && errno == EAGAIN;
+	if (end)
+		thread_running = false;
+	pthread_mutex_unlock(&setup_lock);
+	return end;
+}
+
 /* The reaper: one file per message; a close that blocks blocks here. */
 static void *reaper_main(void *arg)
 {
@@ -96,12 +135,18 @@ static void *reaper_main(void *arg)
 		struct iovec iov = { &seq, sizeof(seq) };
 		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
 				     .msg_controllen = sizeof(control.buf) };
-		ssize_t n = REAL(recvmsg)(rx, &mh, MSG_CMSG_CLOEXEC);
+		struct pollfd p = { .fd = rx, .events = POLLIN };
+		ssize_t n;
 
-		if (n < 0 && errno == EINTR)
+		if (REAL(poll)(&p, 1, REAP_IDLE_MS) == 0 && idle_end(rx))
+			return NULL;
+		n = REAL(recvmsg)(rx, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
-		if (n <= 0)
+		if (n <= 0) {
+			idle_end(rx);
 			return NULL; /* our end is gone: nothing more can come */
+		}
 		if (n == sizeof(seq))
 			wait_sender_closed(seq);
 		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
@@ -154,8 +199,8 @@ static int hand_over(int tx, int fd)
 	return 0;
 }
 
-/* Under setup_lock: this process's send end, made (with its thread) when
- * there is none; -errno when it can not be had. */
+/* Under setup_lock: this process's send end, made when there is none (its
+ * thread starts with the first release); -errno when it can not be had. */
 static int sender_locked(void)
 {
 	int sv[2], old[2] = { pair[0], pair[1] };
@@ -171,8 +216,7 @@ static int sender_locked(void)
 		return -errno;
 	sv[0] = shim_fd_own_checked(sv[0]);
 	sv[1] = shim_fd_own_checked(sv[1]);
-	if (sv[0] < 0 || sv[1] < 0 || REAL(fcntl)(sv[0], F_SETFL, O_NONBLOCK) < 0 ||
-	    shim_bgthread_start(reaper_main, (void *)(long)sv[1]) < 0) {
+	if (sv[0] < 0 || sv[1] < 0 || REAL(fcntl)(sv[0], F_SETFL, O_NONBLOCK) < 0) {
 		/* Fresh sockets with nothing queued: their close is harmless. */
 		if (sv[0] >= 0)
 			REAL(close)(sv[0]);
@@ -182,6 +226,7 @@ static int sender_locked(void)
 	}
 	pair[0] = sv[0];
 	pair[1] = sv[1];
+	thread_running = false;
 	/* A fork's child holds its parent's ends too; the parent's reaper
 	 * may have died with it, leaving ours the last references, with
 	 * whatever was in flight: they go the same way as any other file. */
@@ -225,13 +270,11 @@ static void release_stuck(int fd)
 		   kept);
 }
 
-/* Parked files go to the reaper once it has room again. */
-static void unpark(int tx)
+/* Under setup_lock: parked files go to the reaper once it has room. */
+static void unpark_locked(int tx)
 {
-	pthread_mutex_lock(&setup_lock);
 	while (n_parked && hand_over(tx, parked[n_parked - 1]) == 0)
 		n_parked--;
-	pthread_mutex_unlock(&setup_lock);
 }
 
 void shim_reap_prepare(void)
@@ -244,20 +287,22 @@ void shim_reap_prepare(void)
 void shim_reap(int fd)
 {
 	int tx, rc;
-	bool any_parked;
 
 	if (fd < 0)
 		return;
+	/* Held from the send to the thread's start: idle_end() must not
+	 * find the queue empty between them. Nothing here waits: the send
+	 * never blocks, and our close is not the last reference. */
 	pthread_mutex_lock(&setup_lock);
 	tx = sender_locked();
-	any_parked = n_parked != 0;
-	pthread_mutex_unlock(&setup_lock);
 	rc = tx < 0 ? tx : hand_over(tx, fd);
-	if (rc == 0) {
-		if (any_parked)
-			unpark(tx);
+	if (rc == 0)
+		unpark_locked(tx);
+	if (tx >= 0)
+		thread_ensure_locked();
+	pthread_mutex_unlock(&setup_lock);
+	if (rc == 0)
 		return;
-	}
 	/* A full queue means a release is stuck; no reaper at all (a process
 	 * at its fd limit) bars nothing: it is tried again next time. */
 	if (tx >= 0 && !__atomic_exchange_n(&jammed, true, __ATOMIC_RELAXED))
@@ -327,6 +372,8 @@ void shim_reap_atfork_release(void)
 
 void shim_reap_atfork_child(void)
 {
+	/* The parent's thread is not in this process. */
+	thread_running = false;
 	__atomic_store_n(&jammed, false, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&setup_lock);
 }
