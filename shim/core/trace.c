@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "compiler.h"
+#include "flimit.h"
 #include "real.h"
 #include "self.h"
 
@@ -177,12 +178,10 @@ static int remember_identity(int fd)
 	return 0;
 }
 
-/* True while fd still names the file the trace opened. */
-static int still_ours(int fd)
+/* True while fd still names the file the trace opened; *st is its state. */
+static int still_ours(int fd, struct stat *st)
 {
-	struct stat st;
-
-	return fstat(fd, &st) == 0 && st.st_dev == trace_dev && st.st_ino == trace_ino;
+	return fstat(fd, st) == 0 && st->st_dev == trace_dev && st->st_ino == trace_ino;
 }
 
 int shim_trace_open(const char *pattern, enum shim_trace_level level)
@@ -213,8 +212,9 @@ void shim_trace_after_fork(void)
 	if (!trace_fd_owned || !strstr(trace_pattern, "%p"))
 		return;
 	int fd = open_destination(trace_pattern);
+	struct stat st;
 
-	if (still_ours(trace_fd))
+	if (still_ours(trace_fd, &st))
 		REAL(close)(trace_fd);
 	trace_fd = fd;
 	if (fd < 0 || remember_identity(fd) < 0)
@@ -237,6 +237,7 @@ void shim_trace_emit(enum shim_trace_level level, const char *event, int fd,
 	};
 	char line[SHIM_TRACE_LINE_MAX];
 	int saved_errno = errno;
+	struct stat st;
 	va_list ap;
 	size_t n;
 
@@ -244,9 +245,14 @@ void shim_trace_emit(enum shim_trace_level level, const char *event, int fd,
 	va_start(ap, extra_fmt);
 	n = shim_trace_format(line, sizeof(line), &rec, extra_fmt, ap);
 	va_end(ap);
-	if (trace_fd < 0 || !still_ours(trace_fd)) {
+	if (trace_fd < 0 || !still_ours(trace_fd, &st)) {
 		/* The program closed or reused our fd: stop, never write into its files. */
 		shim_trace_level = SHIM_TRACE_OFF;
+	} else if (S_ISREG(st.st_mode) && !shim_flimit_allows((unsigned long long)st.st_size + n)) {
+		/* The line would pass RLIMIT_FSIZE, whose SIGXFSZ kills the
+		 * program: it is lost instead. (Another process appending to
+		 * the same file meanwhile can still pass it; a limit inherited
+		 * that close to a shared trace file's size is not met in use.) */
 	} else if (REAL(write)(trace_fd, line, n) < 0) {
 		/* Nothing sensible to do: the trace must never hurt the program. */
 	}
@@ -276,4 +282,25 @@ bool shim_trace_budget_take(struct shim_trace_budget *b, unsigned long long now_
 	__atomic_store_n(&b->tokens, tokens - 1, __ATOMIC_RELAXED);
 	*held = __atomic_exchange_n(&b->held, 0, __ATOMIC_RELAXED);
 	return true;
+}
+
+void shim_trace_end(const char *why)
+{
+	SHIM_TRACE(SHIM_TRACE_ERROR, "trace.end", -1, NULL, SHIM_REASON_NONE, "\"why\":\"%s\"", why);
+	/* Relaxed: a line another thread has begun still goes out, with the
+	 * calls it would have made anyway a moment before. */
+	__atomic_store_n(&shim_trace_level, SHIM_TRACE_OFF, __ATOMIC_RELAXED);
+}
+
+void shim_trace_files_limited(rlim_t cur)
+{
+	struct stat st;
+
+	if (shim_trace_level == SHIM_TRACE_OFF || trace_fd < 0)
+		return;
+	/* A regular file past the new limit takes no more lines: the last one
+	 * says why, written while the old limit still holds. */
+	if (cur != RLIM_INFINITY && still_ours(trace_fd, &st) && S_ISREG(st.st_mode) &&
+	    (unsigned long long)st.st_size + SHIM_TRACE_LINE_MAX > (unsigned long long)cur)
+		shim_trace_end("fsize_limit");
 }

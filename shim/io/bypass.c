@@ -4,6 +4,7 @@
 #include <errno.h>
 
 #include "fdtable.h"
+#include "flimit.h"
 #include "handback.h"
 #include "io.h"
 #include "real.h"
@@ -104,4 +105,10 @@ void shim_bypass_sandboxed(const char *how)
 {
 	shim_upgrade_bar(SHIM_REASON_SANDBOXED);
 	SHIM_TRACE(SHIM_TRACE_INFO, "process.sandboxed", -1, NULL, SHIM_REASON_SANDBOXED, "\"how\":\"%s\"", how);
+}
+
+void shim_bypass_files_limited(rlim_t cur)
+{
+	shim_trace_files_limited(cur);
+	shim_flimit_note(cur);
 }

@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 #include <stddef.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -35,5 +36,9 @@ ssize_t shim_bypass_splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_ou
 /* The process installed a seccomp filter (or asked for no new privileges,
  * as sandboxes do first): no handshake runs in it from now on. */
 void shim_bypass_sandboxed(const char *how);
+
+/* The program is about to set RLIMIT_FSIZE's soft limit to cur: nothing of
+ * the shim's may write a file past it (flimit.h). */
+void shim_bypass_files_limited(rlim_t cur);
 
 #endif
