@@ -16,6 +16,8 @@
 #include "config.h"
 #include "fdtable.h"
 #include "layers.h"
+#include "bypass.h"
+#include "seccomp_state.h"
 #include "real.h"
 #include "sock.h"
 #include "stamps.h"
@@ -92,6 +94,10 @@ __attribute__((constructor)) static void shim_init(void)
 		   "\"version\":\"%s\",\"transports\":%u,\"ab_percent\":%u", RDMASHIM_VERSION,
 		   shim_cfg.n_transports, shim_cfg.ab_percent);
 	shim_atfork_register();
+	/* A filter inherited: the process is a sandbox from its first call,
+	 * before any connection is adopted or made. */
+	if (shim_seccomp_mode() > 0)
+		shim_bypass_sandboxed("inherited");
 	shim_sock_adopt_inherited();
 }
 

@@ -101,10 +101,24 @@ ssize_t shim_bypass_splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_ou
 	return rc;
 }
 
+/*
+ * Runs before the filter exists, so every call made here is still allowed.
+ * After it the process makes, for its connections, only the calls the
+ * program itself makes: nothing the shim would add (its data path's
+ * sendmsg for a write, a handshake's sockets, a trace line's fstat) can
+ * meet a filter that kills for it. That holds for whatever filter comes,
+ * which the shim can not read: the program's own calls on its own
+ * connections are the ones its filter was written for.
+ */
 void shim_bypass_sandboxed(const char *how)
 {
+	unsigned kept;
+
 	shim_upgrade_bar(SHIM_REASON_SANDBOXED);
-	SHIM_TRACE(SHIM_TRACE_INFO, "process.sandboxed", -1, NULL, SHIM_REASON_SANDBOXED, "\"how\":\"%s\"", how);
+	kept = shim_sock_leave_for_sandbox();
+	SHIM_TRACE(SHIM_TRACE_INFO, "process.sandboxed", -1, NULL, SHIM_REASON_SANDBOXED,
+		   "\"how\":\"%s\",\"kept\":%u", how, kept);
+	shim_trace_end("sandboxed");
 }
 
 void shim_bypass_files_limited(rlim_t cur)
