@@ -23,6 +23,7 @@
 #include "stamps.h"
 #include "stats.h"
 #include "trace.h"
+#include "upgrade.h"
 #include "version.h"
 
 /* Upper bound on the fd table, whatever RLIMIT_NOFILE says (8 MiB reserved). */
@@ -103,7 +104,10 @@ __attribute__((constructor)) static void shim_init(void)
 
 __attribute__((destructor)) static void shim_fini(void)
 {
-	if (!shim_cfg.enabled)
+	/* A sandboxed process makes no call of ours at exit: its filter may
+	 * refuse the listing of /proc/self/fd by killing it, and its
+	 * connections are the kernel's (io/bypass.c). */
+	if (!shim_cfg.enabled || shim_upgrade_barred())
 		return;
 	shim_close_at_exit();
 	shim_stats_trace();
