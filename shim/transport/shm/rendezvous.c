@@ -1,6 +1,7 @@
 /* The rendezvous socket; see rendezvous.h. */
 #include "rendezvous.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <sys/stat.h>
@@ -130,6 +131,33 @@ static int process_holds_socket(pid_t pid, uid_t uid, int fd, ino_t inode)
 	return is_that_socket(&st, inode);
 }
 
+/*
+ * The same proof without the fd's number: some fd of process pid is the
+ * socket. Only for a peer of another user than the socket's owner, so a
+ * stranger costs one listing of its fds. A peer we may not look at (a
+ * non-dumpable child, another user's process) passes only if it is root.
+ */
+static int process_holds_inode(pid_t pid, uid_t uid, ino_t inode)
+{
+	char path[64];
+	struct dirent *de;
+	DIR *dir;
+	int rc = -EPERM;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	dir = opendir(path);
+	if (!dir)
+		return errno == EACCES && uid == 0 ? 0 : -EPERM;
+	while (rc && (de = readdir(dir)) != NULL) {
+		struct stat st;
+
+		if (de->d_name[0] != '.' && fstatat(dirfd(dir), de->d_name, &st, 0) == 0)
+			rc = is_that_socket(&st, inode);
+	}
+	closedir(dir);
+	return rc;
+}
+
 /* What sock_diag says of the peer's TCP socket, asked once (rendezvous.h). */
 static int owner_known(const struct shim_endpoint *peer_local, const struct shim_endpoint *peer_remote,
 		       struct shim_rv_owner *owner)
@@ -157,10 +185,13 @@ int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
 	rc = owner_known(peer_local, peer_remote, owner);
 	if (rc < 0)
 		return rc;
-	if (cred.uid != owner->uid)
-		return -EPERM;
+	/* Another user than the socket's owner may hold it all the same: a
+	 * daemon's per-connection child that dropped to its own user after
+	 * the accept (rsyncd's nobody, sshd's session), or a process it was
+	 * passed to. Holding the very socket proves it, before the peer names
+	 * its fd too: one of its fds is that socket. */
 	if (peer_tcp_fd == SHIM_RV_USER_ONLY)
-		return 0;
+		return cred.uid == owner->uid ? 0 : process_holds_inode(cred.pid, cred.uid, owner->inode);
 	return process_holds_socket(cred.pid, cred.uid, peer_tcp_fd, owner->inode);
 }
 
