@@ -96,9 +96,14 @@ __attribute__((constructor)) static void shim_init(void)
 		   shim_cfg.n_transports, shim_cfg.ab_percent);
 	shim_atfork_register();
 	/* A filter inherited: the process is a sandbox from its first call,
-	 * before any connection is adopted or made. */
-	if (shim_seccomp_mode() > 0)
-		shim_bypass_sandboxed("inherited");
+	 * before any connection is adopted or made, unless the operator says
+	 * that filter lets the shim's calls through. */
+	if (shim_seccomp_mode() > 0) {
+		if (!shim_cfg.seccomp_trust)
+			shim_bypass_sandboxed("inherited", false);
+		else
+			SHIM_TRACE(SHIM_TRACE_INFO, "process.seccomp_trusted", -1, NULL, SHIM_REASON_NONE, NULL);
+	}
 	shim_sock_adopt_inherited();
 }
 

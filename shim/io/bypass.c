@@ -110,7 +110,7 @@ ssize_t shim_bypass_splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_ou
  * which the shim can not read: the program's own calls on its own
  * connections are the ones its filter was written for.
  */
-void shim_bypass_sandboxed(const char *how)
+void shim_bypass_sandboxed(const char *how, bool filter_ahead)
 {
 	unsigned kept;
 
@@ -118,7 +118,11 @@ void shim_bypass_sandboxed(const char *how)
 	kept = shim_sock_leave_for_sandbox();
 	SHIM_TRACE(SHIM_TRACE_INFO, "process.sandboxed", -1, NULL, SHIM_REASON_SANDBOXED,
 		   "\"how\":\"%s\",\"kept\":%u", how, kept);
-	shim_trace_end("sandboxed");
+	/* A filter still to come may refuse even a trace line's fstat; one
+	 * the process started under let the trace's open, fstat and first
+	 * write through already. */
+	if (filter_ahead)
+		shim_trace_end("sandboxed");
 }
 
 void shim_bypass_files_limited(rlim_t cur)
