@@ -5,20 +5,18 @@
  * limit itself (sshd's pre-auth child sets it to 0) has not asked for on
  * the shim's behalf. The trace's file and a shared-memory ring's memfd
  * both count.
+ *
+ * Asked of the kernel at each use, not followed through hooks: a limit set
+ * by a raw system call or by another process (prlimit) counts as well, and
+ * a sanitizer runtime that sets limits before our constructor meets no
+ * code of ours. Both uses already pay system calls of their own.
  */
 #ifndef RDMASHIM_FLIMIT_H
 #define RDMASHIM_FLIMIT_H
 
 #include <stdbool.h>
-#include <sys/resource.h>
 
-/* The soft limit now (RLIM_INFINITY: none). Asked of the kernel once;
- * kept in step by shim_flimit_note() since. */
-rlim_t shim_flimit(void);
-/* The program is about to set the limit to cur (from the setrlimit and
- * prlimit wrappers, before the real call). */
-void shim_flimit_note(rlim_t cur);
-/* Whether a file may grow to size bytes without meeting the limit. */
+/* Whether a file may grow to size bytes without passing the limit. */
 bool shim_flimit_allows(unsigned long long size);
 
 #endif

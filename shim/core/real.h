@@ -15,7 +15,6 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -79,11 +78,6 @@
 	X(splice, ssize_t, (int, loff_t *, int, loff_t *, size_t, unsigned int))              \
 	X(prctl, int, (int, ...))                                                             \
 	X(syscall, long, (long, ...))                                                         \
-	X(setrlimit, int, (__rlimit_resource_t, const struct rlimit *))                       \
-	X(setrlimit64, int, (__rlimit_resource_t, const struct rlimit64 *))                   \
-	X(prlimit, int, (pid_t, __rlimit_resource_t, const struct rlimit *, struct rlimit *))  \
-	X(prlimit64, int,                                                                     \
-	  (pid_t, __rlimit_resource_t, const struct rlimit64 *, struct rlimit64 *))           \
 	X(__read_chk, ssize_t, (int, void *, size_t, size_t))                                 \
 	X(__recv_chk, ssize_t, (int, void *, size_t, size_t, int))                            \
 	X(__recvfrom_chk, ssize_t,                                                            \

@@ -250,9 +250,10 @@ void shim_trace_emit(enum shim_trace_level level, const char *event, int fd,
 		shim_trace_level = SHIM_TRACE_OFF;
 	} else if (S_ISREG(st.st_mode) && !shim_flimit_allows((unsigned long long)st.st_size + n)) {
 		/* The line would pass RLIMIT_FSIZE, whose SIGXFSZ kills the
-		 * program: it is lost instead. (Another process appending to
-		 * the same file meanwhile can still pass it; a limit inherited
-		 * that close to a shared trace file's size is not met in use.) */
+		 * program (sshd's pre-auth child sets it to 0): it is lost
+		 * instead. Another process appending to the same file between
+		 * the look and the write could still push it past; a limit
+		 * that close to a shared trace file's size is not met in use. */
 	} else if (REAL(write)(trace_fd, line, n) < 0) {
 		/* Nothing sensible to do: the trace must never hurt the program. */
 	}
@@ -290,17 +291,4 @@ void shim_trace_end(const char *why)
 	/* Relaxed: a line another thread has begun still goes out, with the
 	 * calls it would have made anyway a moment before. */
 	__atomic_store_n(&shim_trace_level, SHIM_TRACE_OFF, __ATOMIC_RELAXED);
-}
-
-void shim_trace_files_limited(rlim_t cur)
-{
-	struct stat st;
-
-	if (shim_trace_level == SHIM_TRACE_OFF || trace_fd < 0)
-		return;
-	/* A regular file past the new limit takes no more lines: the last one
-	 * says why, written while the old limit still holds. */
-	if (cur != RLIM_INFINITY && still_ours(trace_fd, &st) && S_ISREG(st.st_mode) &&
-	    (unsigned long long)st.st_size + SHIM_TRACE_LINE_MAX > (unsigned long long)cur)
-		shim_trace_end("fsize_limit");
 }

@@ -9,7 +9,6 @@
 #define RDMASHIM_TRACE_H
 
 #include <stdarg.h>
-#include <sys/resource.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -65,10 +64,6 @@ void shim_trace_after_fork(void);
  * process: for a process that is about to restrict the system calls it may
  * make, where even a trace line's fstat could be refused by killing it. */
 void shim_trace_end(const char *why);
-/* The program is about to limit the size of the files it writes to cur
- * (RLIMIT_FSIZE): a trace file that could reach it ends now (trace.end,
- * why fsize_limit), before any line of ours can pass it. */
-void shim_trace_files_limited(rlim_t cur);
 
 void shim_trace_emit(enum shim_trace_level level, const char *event, int fd,
 		     const struct shim_tuple *tuple, enum shim_reason reason, const char *extra_fmt, ...)

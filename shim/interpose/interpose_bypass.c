@@ -8,13 +8,10 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
-#include <unistd.h>
 
 #include "bypass.h"
 #include "compiler.h"
-#include "config.h"
 #include "fdtable.h"
 #include "real.h"
 
@@ -66,46 +63,3 @@ SHIM_EXPORT long syscall(long number, ...)
 	return REAL(syscall)(number, arg[0], arg[1], arg[2], arg[3], arg[4], arg[5]);
 }
 
-/* RLIMIT_FSIZE: a trace line or a ring past it would kill the program
- * (SIGXFSZ). Told before the real call, while the old limit holds. */
-static inline void limit_set(int resource, const struct rlimit *lim)
-{
-	if (unlikely(resource == RLIMIT_FSIZE && lim && shim_cfg.enabled))
-		shim_bypass_files_limited(lim->rlim_cur);
-}
-
-/* glibc declares setrlimit's limit non-null; the kernel gives EFAULT. */
-SHIM_EXPORT int setrlimit(__rlimit_resource_t resource, const struct rlimit *lim)
-{
-	if (unlikely(resource == RLIMIT_FSIZE && shim_cfg.enabled))
-		shim_bypass_files_limited(lim->rlim_cur);
-	return REAL(setrlimit)(resource, lim);
-}
-
-SHIM_EXPORT int setrlimit64(__rlimit_resource_t resource, const struct rlimit64 *lim)
-{
-	if (unlikely(resource == RLIMIT_FSIZE && shim_cfg.enabled))
-		shim_bypass_files_limited((rlim_t)lim->rlim_cur);
-	return REAL(setrlimit64)(resource, lim);
-}
-
-/* Another process's limit is not ours to follow. */
-static inline bool own_process(pid_t pid)
-{
-	return pid == 0 || pid == getpid();
-}
-
-SHIM_EXPORT int prlimit(pid_t pid, __rlimit_resource_t resource, const struct rlimit *lim, struct rlimit *old)
-{
-	if (own_process(pid))
-		limit_set(resource, lim);
-	return REAL(prlimit)(pid, resource, lim, old);
-}
-
-SHIM_EXPORT int prlimit64(pid_t pid, __rlimit_resource_t resource, const struct rlimit64 *lim,
-			  struct rlimit64 *old)
-{
-	if (unlikely(resource == RLIMIT_FSIZE && lim && shim_cfg.enabled && own_process(pid)))
-		shim_bypass_files_limited((rlim_t)lim->rlim_cur);
-	return REAL(prlimit64)(pid, resource, lim, old);
-}

@@ -4,7 +4,6 @@
 #include <errno.h>
 
 #include "fdtable.h"
-#include "flimit.h"
 #include "handback.h"
 #include "io.h"
 #include "real.h"
@@ -125,8 +124,3 @@ void shim_bypass_sandboxed(const char *how, bool filter_ahead)
 		shim_trace_end("sandboxed");
 }
 
-void shim_bypass_files_limited(rlim_t cur)
-{
-	shim_trace_files_limited(cur);
-	shim_flimit_note(cur);
-}

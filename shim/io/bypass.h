@@ -12,7 +12,6 @@
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stddef.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -39,9 +38,5 @@ ssize_t shim_bypass_splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_ou
  * handshake runs in it from now on, and its connections go to the kernel's
  * own path (bypass.c). */
 void shim_bypass_sandboxed(const char *how, bool filter_ahead);
-
-/* The program is about to set RLIMIT_FSIZE's soft limit to cur: nothing of
- * the shim's may write a file past it (flimit.h). */
-void shim_bypass_files_limited(rlim_t cur);
 
 #endif
