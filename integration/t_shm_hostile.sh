@@ -476,12 +476,12 @@ if wants d && command -v redis-server >/dev/null; then
     "RDMASHIM_TRACE_FILE=$WORK/stall/trace.%p.jsonl" redis-server --save '' --appendonly no --bind 127.0.0.1 --port "$port"
   drpid=$BG_PID
   if wait_listen "$port" >/dev/null; then
-    start_bg d-pinger plain "$PYTHON" "$WORK/pinger.py" "$port" 14
+    start_bg d-pinger plain "$PYTHON" "$WORK/pinger.py" "$port" 9
     dppid=$BG_PID
     apids=()
     for ((i = 0; i < 50; i++)); do
       timeout -k 5 40 "${AS_OTHER[@]}" "$HOSTILE" --role client --connect "127.0.0.1:$port" --mode silent_close \
-        --resp 1 --payload 4096 --seconds 10 >"$WORK/stall/a$i.out" 2>&1 &
+        --resp 1 --payload 4096 --seconds 7 >"$WORK/stall/a$i.out" 2>&1 &
       apids+=($!)
     done
     for p in "${apids[@]}"; do wait "$p" 2>/dev/null; done

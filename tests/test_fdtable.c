@@ -135,6 +135,44 @@ START_TEST(edges_of_the_table)
 }
 END_TEST
 
+struct walk {
+	int fds[8];
+	int n;
+};
+
+static void collect(int fd, void *ctx)
+{
+	struct walk *w = ctx;
+
+	if (w->n < 8)
+		w->fds[w->n] = fd;
+	w->n++;
+}
+
+/* The sandbox's walk (no /proc): every fd the table names, in order,
+ * and none it cleared. */
+START_TEST(each_tracked_walks_the_table)
+{
+	struct shim_sock *a = fake(3, 1), *b = fake(9, 1), *c = fake(40, 1);
+	struct walk w = { .n = 0 };
+	int err;
+
+	setup();
+	shim_fd_each_tracked(collect, &w);
+	ck_assert_int_eq(w.n, 0);
+	ck_assert_ptr_null(shim_fd_publish(9, b, &err));
+	ck_assert_ptr_null(shim_fd_publish(3, a, &err));
+	ck_assert_ptr_null(shim_fd_publish(40, c, &err));
+	ck_assert_ptr_eq(shim_fd_clear(40), c);
+	shim_fd_each_tracked(collect, &w);
+	ck_assert_int_eq(w.n, 2);
+	ck_assert_int_eq(w.fds[0], 3);
+	ck_assert_int_eq(w.fds[1], 9);
+	ck_assert_ptr_eq(shim_fd_clear(3), a);
+	ck_assert_ptr_eq(shim_fd_clear(9), b);
+}
+END_TEST
+
 START_TEST(out_of_range)
 {
 	static const int bad[] = { -1, -2, TABLE_FDS, TABLE_FDS + 1, INT_MAX, INT_MIN };
@@ -360,6 +398,7 @@ static Suite *fdtable_suite(void)
 	tcase_add_test(tc, publish_get_clear);
 	tcase_add_test(tc, edges_of_the_table);
 	tcase_add_test(tc, out_of_range);
+	tcase_add_test(tc, each_tracked_walks_the_table);
 	tcase_add_test(tc, concurrent_publish_clear_get);
 	tcase_add_test(tc, concurrent_exchange_conserves_tokens);
 	suite_add_tcase(s, tc);

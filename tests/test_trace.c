@@ -14,6 +14,8 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "compiler.h" /* SHIM_TRACE() uses unlikely() */

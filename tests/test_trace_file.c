@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -248,6 +249,92 @@ START_TEST(a_forked_child_refuses_a_fifo_at_its_name)
 }
 END_TEST
 
+/* ---- RLIMIT_FSIZE ---------------------------------------------------------- */
+
+static char *read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "r");
+	static char data[8192];
+
+	ck_assert_ptr_nonnull(f);
+	*len = fread(data, 1, sizeof(data) - 1, f);
+	data[*len] = '\0';
+	fclose(f);
+	return data;
+}
+
+/* RLIMIT_FSIZE at 0, as sshd's pre-auth child sets it: a trace line past
+ * it would kill the process with SIGXFSZ; it is dropped, however the limit
+ * was set (here by the real setrlimit, which the shim does not hook). Run
+ * in a child: the limit and the trace are process-wide. */
+START_TEST(file_limit_zero_drops_lines)
+{
+	char dir[] = "/tmp/rdmashim-test-flimit-XXXXXX", path[128];
+	size_t len;
+	pid_t pid;
+	int status;
+	char *data;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/t.log", dir);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct rlimit none = { 0, RLIM_INFINITY };
+
+		if (shim_trace_open(path, SHIM_TRACE_INFO, NULL, 0) < 0)
+			_exit(2);
+		SHIM_TRACE(SHIM_TRACE_INFO, "before", -1, NULL, SHIM_REASON_NONE, NULL);
+		if (setrlimit(RLIMIT_FSIZE, &none) < 0)
+			_exit(3);
+		SHIM_TRACE(SHIM_TRACE_ERROR, "after", -1, NULL, SHIM_REASON_NONE, NULL);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+	data = read_file(path, &len);
+	ck_assert_ptr_nonnull(strstr(data, "\"event\":\"before\""));
+	ck_assert_ptr_null(strstr(data, "\"after\""));
+	unlink(path);
+	rmdir(dir);
+}
+END_TEST
+
+/* Under a small limit only whole lines below it are written. */
+START_TEST(line_past_limit_is_dropped)
+{
+	char dir[] = "/tmp/rdmashim-test-flimit-XXXXXX", path[128];
+	pid_t pid;
+	int status;
+	size_t len;
+	char *data;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/t.log", dir);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct rlimit small = { 300, RLIM_INFINITY };
+
+		if (shim_trace_open(path, SHIM_TRACE_INFO, NULL, 0) < 0)
+			_exit(2);
+		if (setrlimit(RLIMIT_FSIZE, &small) < 0)
+			_exit(3);
+		for (int i = 0; i < 10; i++)
+			SHIM_TRACE(SHIM_TRACE_INFO, "line", i, NULL, SHIM_REASON_NONE, NULL);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+	data = read_file(path, &len);
+	ck_assert_uint_le(len, 300);
+	ck_assert_ptr_nonnull(strstr(data, "\"event\":\"line\""));
+	ck_assert_msg(data[len - 1] == '\n', "only whole lines: %s", data);
+	unlink(path);
+	rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("trace_file");
@@ -262,6 +349,8 @@ int main(void)
 	tcase_add_test(tc, a_file_with_another_hard_link_is_refused);
 	tcase_add_test(tc, a_created_file_is_private_and_an_own_file_is_taken);
 	tcase_add_test(tc, a_forked_child_refuses_a_fifo_at_its_name);
+	tcase_add_test(tc, file_limit_zero_drops_lines);
+	tcase_add_test(tc, line_past_limit_is_dropped);
 	suite_add_tcase(s, tc);
 	return shim_check_run(s);
 }

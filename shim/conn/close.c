@@ -198,7 +198,10 @@ void shim_close_prepare(struct shim_sock *s, int fd)
 {
 	struct close_wait w = { 0 };
 
-	if (s->closed || s->aborted || (!s->intercept && !s->chan))
+	/* A sandboxed process gave its connections to the kernel before its
+	 * filter came (io/bypass.c): their close is the kernel's alone, with
+	 * no call of ours the filter could refuse. */
+	if (s->closed || s->aborted || (!s->intercept && (!s->chan || shim_upgrade_barred())))
 		return;
 	shim_upgrade_stop_for_close(s, fd);
 	send_ours(s, fd, &w);

@@ -73,7 +73,12 @@ static int endpoint_of(int fd, bool peer, struct shim_endpoint *ep)
 /* Decides whether a whitelisted connection may try to upgrade. */
 static void decide_eligibility(struct shim_sock *sock)
 {
-	if (shim_cfg.n_transports == 0) {
+	if (shim_upgrade_barred()) {
+		/* A sandboxed process: its calls on the connection stay the
+		 * program's own (io/bypass.c). */
+		sock->eligible = false;
+		sock->reason = SHIM_REASON_SANDBOXED;
+	} else if (shim_cfg.n_transports == 0) {
 		sock->eligible = false;
 		sock->reason = SHIM_REASON_TCP_ONLY;
 	} else if (!shim_tuple_ab_selected(&sock->tuple, shim_cfg.ab_percent)) {

@@ -342,6 +342,12 @@ void shim_sock_on_dup(int oldfd, int newfd);
 void shim_sock_each_right(const struct msghdr *msg, void (*fn)(int fd));
 /* exec: switched connections that stay open go back to TCP (sockfd.c). */
 void shim_sock_hand_off_before_exec(void);
+/* The process is about to restrict its own system calls (seccomp): every
+ * connection it holds goes to the kernel's own path, on TCP, so that from
+ * then on each call on it is the one the program made. Returns how many
+ * could not (they stay on their channel, traced). After upgrades are
+ * barred (shim_upgrade_bar): no handshake may start meanwhile. */
+unsigned shim_sock_leave_for_sandbox(void);
 /* sendmsg with SCM_RIGHTS: the tracked sockets it carries become shared. */
 void shim_sock_note_rights_sent(const struct msghdr *msg);
 void shim_sock_on_shutdown(int fd, int how);

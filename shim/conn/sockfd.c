@@ -249,3 +249,43 @@ void shim_sock_hand_off_before_exec(void)
 {
 	shim_fd_each_open(hand_off_before_exec, NULL);
 }
+
+/* A connection the shim still intercepts goes back to the kernel: one that
+ * moved is handed back to TCP (only by the process that runs its channel;
+ * another one's is not ours to stop), then the upgrade is given up for
+ * good, which lets the data path go straight to the kernel again. */
+static void leave_for_sandbox(int fd, void *ctx)
+{
+	struct shim_sock *sock = shim_sock_get(fd);
+	unsigned *kept = ctx;
+
+	if (!sock)
+		return;
+	pthread_mutex_lock(&sock->lock);
+	if ((sock->role == SHIM_ROLE_CLIENT || sock->role == SHIM_ROLE_SERVER) && !sock->closed &&
+	    !sock->aborted && shim_sock_fd_locked(sock, fd) == fd &&
+	    __atomic_load_n(&sock->intercept, __ATOMIC_RELAXED)) {
+		if ((sock->chan || sock->phase == SHIM_PHASE_NEGOTIATING || sock->phase == SHIM_PHASE_COMMITTING) &&
+		    (!sock->io_pid || sock->io_pid == shim_self_pid()))
+			hand_off(sock, fd, "sandbox");
+		if (!sock->closed && !sock->aborted && shim_sock_fd_locked(sock, fd) == fd)
+			shim_upgrade_pin_tcp(sock, fd, SHIM_REASON_SANDBOXED);
+		if (!sock->aborted && __atomic_load_n(&sock->intercept, __ATOMIC_RELAXED)) {
+			(*kept)++;
+			SHIM_TRACE(SHIM_TRACE_WARN, "conn.sandbox_kept", fd, &sock->tuple, SHIM_REASON_SANDBOXED,
+				   "\"phase\":\"%s\",\"tx\":%d,\"rx\":%d", shim_phase_name(sock->phase),
+				   sock->tx_dir, sock->rx_dir);
+		}
+	}
+	pthread_mutex_unlock(&sock->lock);
+	shim_sock_put(sock);
+}
+
+unsigned shim_sock_leave_for_sandbox(void)
+{
+	unsigned kept = 0;
+
+	/* The table, not /proc/self/fd: a sandbox often chroots first. */
+	shim_fd_each_tracked(leave_for_sandbox, &kept);
+	return kept;
+}

@@ -58,6 +58,10 @@ const struct shim_config_var shim_config_vars[] = {
 	  "next connection between the two processes makes a new one (0: kept while both processes live)" },
 	{ "RDMASHIM_HUGE_PAGES", "1",
 	  "1: back RDMA ring pools with 2 MiB huge pages when the system has them; 0: 4 KiB pages" },
+	{ "RDMASHIM_SECCOMP_TRUST", "0",
+	  "1: a seccomp filter the process inherited at start (a container runtime's, systemd's "
+	  "SystemCallFilter=) allows the shim's own calls: upgrade as usual; 0: such a process stays "
+	  "pass-through, as its filter may kill it for a call of ours" },
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", "0",
 	  "testing only: break each RDMA channel after it sent this many KiB (0: never)" },
 	{ "RDMASHIM_TEST_FAIL_LINK_KB", "0",
@@ -262,6 +266,7 @@ static const struct uint_var uint_vars[] = {
 	  "expected a count of connections 1-128" },
 	{ "RDMASHIM_RDMA_LINK_IDLE_MS", 0, 86400000, offsetof(struct shim_config, rdma_link_idle_ms),
 	  "expected milliseconds 0-86400000" },
+	{ "RDMASHIM_SECCOMP_TRUST", 0, 1, offsetof(struct shim_config, seccomp_trust), "expected 0 or 1" },
 	{ "RDMASHIM_TEST_FAIL_LINK_KB", 0, 4194304, offsetof(struct shim_config, test_fail_link_kb),
 	  "expected KiB 0-4194304" },
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", 0, 4194304, offsetof(struct shim_config, test_fail_rdma_kb),

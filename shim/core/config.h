@@ -64,6 +64,7 @@ struct shim_config {
 	unsigned rdma_links;        /* 0 or 1: transport/rdma/rdma_link.h */
 	unsigned rdma_link_conns;   /* 1..SHIM_CFG_LINK_CONNS_MAX: transport/rdma/rdma_link.h */
 	unsigned rdma_link_idle_ms; /* 0 or how long an empty link stays: transport/rdma/rdma_link_table.c */
+	unsigned seccomp_trust;     /* 0 or 1: an inherited seccomp filter allows our calls (interpose/init.c) */
 	unsigned test_fail_rdma_kb; /* testing only: 0 or where RDMA channels break */
 	unsigned test_fail_link_kb; /* testing only: 0 or where RDMA links break */
 	unsigned test_handback_after; /* testing only: 0 or the send on the channel that hands back (io.c) */

@@ -16,6 +16,10 @@
 
 struct shim_sock **shim_fd_slots;
 size_t shim_fd_capacity;
+/* One past the highest fd ever published: the walk of shim_fd_each_tracked
+ * reads no further, so it costs the program's own fd span, not the table's
+ * reservation (which may be a million slots). Only grows. */
+static size_t slots_high;
 
 int shim_fdtable_init(size_t max_fds)
 {
@@ -50,9 +54,26 @@ struct shim_sock *shim_fd_publish(int fd, struct shim_sock *sock, int *err)
 		*err = -EBADF;
 		return NULL;
 	}
+	if (sock) {
+		size_t high = __atomic_load_n(&slots_high, __ATOMIC_RELAXED);
+
+		while ((size_t)fd >= high &&
+		       !__atomic_compare_exchange_n(&slots_high, &high, (size_t)fd + 1, true, __ATOMIC_RELAXED,
+						    __ATOMIC_RELAXED))
+			;
+	}
 	/* Release: the sock's fields are written before it becomes visible.
 	 * Pairs with the acquire load in shim_fd_get_acquire(). */
 	return __atomic_exchange_n(&shim_fd_slots[fd], sock, __ATOMIC_ACQ_REL);
+}
+
+void shim_fd_each_tracked(void (*fn)(int fd, void *ctx), void *ctx)
+{
+	size_t high = __atomic_load_n(&slots_high, __ATOMIC_RELAXED);
+
+	for (size_t fd = 0; fd < high && fd < shim_fd_capacity; fd++)
+		if (__atomic_load_n(&shim_fd_slots[fd], __ATOMIC_RELAXED))
+			fn((int)fd, ctx);
 }
 
 struct shim_sock *shim_fd_clear(int fd)

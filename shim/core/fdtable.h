@@ -57,6 +57,11 @@ struct shim_sock *shim_fd_publish(int fd, struct shim_sock *sock, int *err);
  * lists them (the listing's own fd left out). */
 void shim_fd_each_open(void (*fn)(int fd, void *ctx), void *ctx);
 
+/* Calls fn(fd, ctx) for every fd the table names now, read from the table
+ * alone: no system call, so it works where /proc is out of reach (a
+ * chroot) and in a process about to restrict its system calls. */
+void shim_fd_each_tracked(void (*fn)(int fd, void *ctx), void *ctx);
+
 /* Clears fd and returns what it pointed at (NULL if nothing). */
 struct shim_sock *shim_fd_clear(int fd);
 

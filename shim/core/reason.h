@@ -46,7 +46,8 @@
 	X(RATE_LIMITED, "rate_limited", "too many refused rendezvous attempts: some were not looked at") \
 	X(BYPASS, "bypass",                                                                     \
 	  "the socket is read or written where the shim can not see (stdio, splice) or carries urgent data: stays on TCP") \
-	X(SANDBOXED, "sandboxed", "the process installed a seccomp filter: no new side channels in it") \
+	X(SANDBOXED, "sandboxed",                                                               \
+	  "the process has a seccomp filter: its connections stay on the kernel's own calls")   \
 	X(UNPROVEN_PEER, "unproven_peer",                                                       \
 	  "the side-channel peer did not prove it owns the TCP connection in time") \
 	X(HANDED_OFF, "handed_off",                                                             \

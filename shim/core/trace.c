@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "compiler.h"
+#include "flimit.h"
 #include "real.h"
 #include "self.h"
 
@@ -250,12 +251,10 @@ static int remember_identity(int fd)
 	return 0;
 }
 
-/* True while fd still names the file the trace opened. */
-static int still_ours(int fd)
+/* True while fd still names the file the trace opened; *st is its state. */
+static int still_ours(int fd, struct stat *st)
 {
-	struct stat st;
-
-	return fstat(fd, &st) == 0 && st.st_dev == trace_dev && st.st_ino == trace_ino;
+	return fstat(fd, st) == 0 && st->st_dev == trace_dev && st->st_ino == trace_ino;
 }
 
 int shim_trace_open(const char *pattern, enum shim_trace_level level, char *err, size_t errlen)
@@ -298,8 +297,9 @@ void shim_trace_after_fork(void)
 		return;
 	memcpy(line, prefix, sizeof(prefix));
 	int fd = open_destination(trace_pattern, line + strlen(prefix), room - strlen(prefix));
+	struct stat st;
 
-	if (still_ours(trace_fd))
+	if (still_ours(trace_fd, &st))
 		REAL(close)(trace_fd);
 	trace_fd = fd;
 	if (fd < 0) {
@@ -331,6 +331,7 @@ void shim_trace_emit(enum shim_trace_level level, const char *event, int fd,
 	};
 	char line[SHIM_TRACE_LINE_MAX];
 	int saved_errno = errno;
+	struct stat st;
 	va_list ap;
 	size_t n;
 
@@ -338,9 +339,15 @@ void shim_trace_emit(enum shim_trace_level level, const char *event, int fd,
 	va_start(ap, extra_fmt);
 	n = shim_trace_format(line, sizeof(line), &rec, extra_fmt, ap);
 	va_end(ap);
-	if (trace_fd < 0 || !still_ours(trace_fd)) {
+	if (trace_fd < 0 || !still_ours(trace_fd, &st)) {
 		/* The program closed or reused our fd: stop, never write into its files. */
 		shim_trace_level = SHIM_TRACE_OFF;
+	} else if (S_ISREG(st.st_mode) && !shim_flimit_allows((unsigned long long)st.st_size + n)) {
+		/* The line would pass RLIMIT_FSIZE, whose SIGXFSZ kills the
+		 * program (sshd's pre-auth child sets it to 0): it is lost
+		 * instead. Another process appending to the same file between
+		 * the look and the write could still push it past; a limit
+		 * that close to a shared trace file's size is not met in use. */
 	} else if (REAL(write)(trace_fd, line, n) < 0) {
 		/* Nothing sensible to do: the trace must never hurt the program. */
 	}
@@ -370,4 +377,12 @@ bool shim_trace_budget_take(struct shim_trace_budget *b, unsigned long long now_
 	__atomic_store_n(&b->tokens, tokens - 1, __ATOMIC_RELAXED);
 	*held = __atomic_exchange_n(&b->held, 0, __ATOMIC_RELAXED);
 	return true;
+}
+
+void shim_trace_end(const char *why)
+{
+	SHIM_TRACE(SHIM_TRACE_ERROR, "trace.end", -1, NULL, SHIM_REASON_NONE, "\"why\":\"%s\"", why);
+	/* Relaxed: a line another thread has begun still goes out, with the
+	 * calls it would have made anyway a moment before. */
+	__atomic_store_n(&shim_trace_level, SHIM_TRACE_OFF, __ATOMIC_RELAXED);
 }

@@ -65,6 +65,10 @@ int shim_trace_open(const char *pattern, enum shim_trace_level level, char *err,
 /* In a fork child: reopens a per-pid file (a refusal: one line on stderr,
  * tracing off in this process) and forgets the parent's tid. */
 void shim_trace_after_fork(void);
+/* Writes a last line (trace.end, with why) and stops tracing in this
+ * process: for a process that is about to restrict the system calls it may
+ * make, where even a trace line's fstat could be refused by killing it. */
+void shim_trace_end(const char *why);
 
 /*
  * A trace file must be a regular file of the caller's euid that neither

@@ -16,11 +16,14 @@
 #include "config.h"
 #include "fdtable.h"
 #include "layers.h"
+#include "bypass.h"
+#include "seccomp_state.h"
 #include "real.h"
 #include "sock.h"
 #include "stamps.h"
 #include "stats.h"
 #include "trace.h"
+#include "upgrade.h"
 #include "version.h"
 
 /* Upper bound on the fd table, whatever RLIMIT_NOFILE says (8 MiB reserved). */
@@ -100,12 +103,24 @@ __attribute__((constructor)) static void shim_init(void)
 		   "\"version\":\"%s\",\"transports\":%u,\"ab_percent\":%u", RDMASHIM_VERSION,
 		   shim_cfg.n_transports, shim_cfg.ab_percent);
 	shim_atfork_register();
+	/* A filter inherited: the process is a sandbox from its first call,
+	 * before any connection is adopted or made, unless the operator says
+	 * that filter lets the shim's calls through. */
+	if (shim_seccomp_mode() > 0) {
+		if (!shim_cfg.seccomp_trust)
+			shim_bypass_sandboxed("inherited", false);
+		else
+			SHIM_TRACE(SHIM_TRACE_INFO, "process.seccomp_trusted", -1, NULL, SHIM_REASON_NONE, NULL);
+	}
 	shim_sock_adopt_inherited();
 }
 
 __attribute__((destructor)) static void shim_fini(void)
 {
-	if (!shim_cfg.enabled)
+	/* A sandboxed process makes no call of ours at exit: its filter may
+	 * refuse the listing of /proc/self/fd by killing it, and its
+	 * connections are the kernel's (io/bypass.c). */
+	if (!shim_cfg.enabled || shim_upgrade_barred())
 		return;
 	shim_close_at_exit();
 	shim_stats_trace();

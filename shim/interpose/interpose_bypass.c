@@ -41,9 +41,9 @@ SHIM_EXPORT int prctl(int option, ...)
 		arg[i] = va_arg(ap, unsigned long);
 	va_end(ap);
 	if (option == PR_SET_SECCOMP)
-		shim_bypass_sandboxed("prctl_seccomp");
+		shim_bypass_sandboxed("prctl_seccomp", true);
 	else if (option == PR_SET_NO_NEW_PRIVS && arg[0] == 1)
-		shim_bypass_sandboxed("no_new_privs");
+		shim_bypass_sandboxed("no_new_privs", true);
 	return REAL(prctl)(option, arg[0], arg[1], arg[2], arg[3]);
 }
 
@@ -59,6 +59,7 @@ SHIM_EXPORT long syscall(long number, ...)
 		arg[i] = va_arg(ap, long);
 	va_end(ap);
 	if (unlikely(number == SYS_seccomp))
-		shim_bypass_sandboxed("seccomp");
+		shim_bypass_sandboxed("seccomp", true);
 	return REAL(syscall)(number, arg[0], arg[1], arg[2], arg[3], arg[4], arg[5]);
 }
+

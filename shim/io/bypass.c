@@ -100,8 +100,27 @@ ssize_t shim_bypass_splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_ou
 	return rc;
 }
 
-void shim_bypass_sandboxed(const char *how)
+/*
+ * Runs before the filter exists, so every call made here is still allowed.
+ * After it the process makes, for its connections, only the calls the
+ * program itself makes: nothing the shim would add (its data path's
+ * sendmsg for a write, a handshake's sockets, a trace line's fstat) can
+ * meet a filter that kills for it. That holds for whatever filter comes,
+ * which the shim can not read: the program's own calls on its own
+ * connections are the ones its filter was written for.
+ */
+void shim_bypass_sandboxed(const char *how, bool filter_ahead)
 {
+	unsigned kept;
+
 	shim_upgrade_bar(SHIM_REASON_SANDBOXED);
-	SHIM_TRACE(SHIM_TRACE_INFO, "process.sandboxed", -1, NULL, SHIM_REASON_SANDBOXED, "\"how\":\"%s\"", how);
+	kept = shim_sock_leave_for_sandbox();
+	SHIM_TRACE(SHIM_TRACE_INFO, "process.sandboxed", -1, NULL, SHIM_REASON_SANDBOXED,
+		   "\"how\":\"%s\",\"kept\":%u", how, kept);
+	/* A filter still to come may refuse even a trace line's fstat; one
+	 * the process started under let the trace's open, fstat and first
+	 * write through already. */
+	if (filter_ahead)
+		shim_trace_end("sandboxed");
 }
+

@@ -10,6 +10,7 @@
 #define RDMASHIM_BYPASS_H
 
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -32,8 +33,10 @@ void shim_bypass_on_setsockopt(int fd, int level, int name, const void *val, soc
 ssize_t shim_bypass_splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len,
 			   unsigned flags);
 
-/* The process installed a seccomp filter (or asked for no new privileges,
- * as sandboxes do first): no handshake runs in it from now on. */
-void shim_bypass_sandboxed(const char *how);
+/* The process is about to install a seccomp filter (filter_ahead; or asks
+ * for no new privileges, as sandboxes do first), or started under one: no
+ * handshake runs in it from now on, and its connections go to the kernel's
+ * own path (bypass.c). */
+void shim_bypass_sandboxed(const char *how, bool filter_ahead);
 
 #endif

@@ -1,7 +1,9 @@
 /* The rendezvous socket; see rendezvous.h. */
 #include "rendezvous.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
 #include <stdio.h>
@@ -167,29 +169,65 @@ static bool peer_still_there(int rv_fd)
  * verification that passed only. Without SO_PEERPIDFD the race stays open,
  * and only to a process of the user the first check let through.
  */
+/* Whether the /proc fd link link_fd names (under dir, or absolute when
+ * dir is AT_FDCWD) reads "socket:[inode]": 0, -EPERM, or -errno of the
+ * readlink. Never followed (see below). */
+static int link_is_socket(int dir, const char *link_path, ino_t inode)
+{
+	char want[32], link[64];
+	ssize_t n = readlinkat(dir, link_path, link, sizeof(link));
+	int w;
+
+	if (n < 0)
+		return -errno;
+	w = snprintf(want, sizeof(want), "socket:[%llu]", (unsigned long long)inode);
+	return n == w && memcmp(link, want, (size_t)n) == 0 ? 0 : -EPERM;
+}
+
 static int process_holds_socket(pid_t pid, uid_t uid, int fd, ino_t inode, int rv_fd)
 {
-	char path[64], want[32], link[64];
-	ssize_t n;
+	char path[64];
 	int rc;
 
 	if (fd < 0)
 		return -EPERM;
 	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, fd);
-	n = readlink(path, link, sizeof(link));
-	if (n < 0) {
-		if (errno == EACCES && uid == 0)
-			rc = 0;
-		/* No such fd (any more): the caller tells a peer that closed
-		 * its connection meanwhile from a liar (rendezvous.h). */
-		else
-			rc = errno == ENOENT ? -ENOENT : -EPERM;
-	} else {
-		int w = snprintf(want, sizeof(want), "socket:[%llu]", (unsigned long long)inode);
-
-		rc = n == w && memcmp(link, want, (size_t)n) == 0 ? 0 : -EPERM;
-	}
+	rc = link_is_socket(AT_FDCWD, path, inode);
+	if (rc == -EACCES && uid == 0)
+		rc = 0;
+	/* No such fd (any more): the caller tells a peer that closed its
+	 * connection meanwhile from a liar (rendezvous.h). */
+	else if (rc < 0 && rc != -EPERM)
+		rc = rc == -ENOENT ? -ENOENT : -EPERM;
 	/* Gone: its fds went with it, as -ENOENT says. */
+	if (rc == 0 && !peer_still_there(rv_fd))
+		rc = -ENOENT;
+	return rc;
+}
+
+/*
+ * The same proof without the fd's number: some fd of process pid is the
+ * socket. Only for a peer of another user than the socket's owner, so a
+ * stranger costs one listing of its fds. A peer we may not look at (a
+ * non-dumpable child, another user's process) passes only if it is root.
+ * Each link is read, never followed, as above: the peer chose what its
+ * fds are.
+ */
+static int process_holds_inode(pid_t pid, uid_t uid, ino_t inode, int rv_fd)
+{
+	char path[64];
+	struct dirent *de;
+	DIR *dir;
+	int rc = -EPERM;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	dir = opendir(path);
+	if (!dir)
+		return errno == EACCES && uid == 0 ? 0 : -EPERM;
+	while (rc && (de = readdir(dir)) != NULL)
+		if (de->d_name[0] != '.')
+			rc = link_is_socket(dirfd(dir), de->d_name, inode) == 0 ? 0 : -EPERM;
+	closedir(dir);
 	if (rc == 0 && !peer_still_there(rv_fd))
 		rc = -ENOENT;
 	return rc;
@@ -222,10 +260,13 @@ int shim_rv_verify_peer(int rv_fd, const struct shim_endpoint *peer_local,
 	rc = owner_known(peer_local, peer_remote, owner);
 	if (rc < 0)
 		return rc;
-	if (cred.uid != owner->uid)
-		return -EPERM;
+	/* Another user than the socket's owner may hold it all the same: a
+	 * daemon's per-connection child that dropped to its own user after
+	 * the accept (rsyncd's nobody, sshd's session), or a process it was
+	 * passed to. Holding the very socket proves it, before the peer names
+	 * its fd too: one of its fds is that socket. */
 	if (peer_tcp_fd == SHIM_RV_USER_ONLY)
-		return 0;
+		return cred.uid == owner->uid ? 0 : process_holds_inode(cred.pid, cred.uid, owner->inode, rv_fd);
 	return process_holds_socket(cred.pid, cred.uid, peer_tcp_fd, owner->inode, rv_fd);
 }
 

@@ -30,6 +30,8 @@ int shim_rv_connect(const struct shim_endpoint *client, const struct shim_endpoi
  * unless peer_tcp_fd is SHIM_RV_USER_ONLY, that its fd peer_tcp_fd is that
  * very socket (same inode as sock_diag reports). The user check comes first,
  * before the peer has said anything; the socket check once it named its fd.
+ * A peer of another user passes the first only if one of its fds is that
+ * socket (a daemon's child that dropped privileges after the accept).
  * Returns 0, or -EPERM on a mismatch (a spoofing attempt), -ENOENT when the
  * peer holds no fd of that number (it may have closed the connection just
  * now), or -errno.

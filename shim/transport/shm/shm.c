@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "fdtable.h"
+#include "flimit.h"
 #include "real.h"
 #include "reaper.h"
 #include "rendezvous.h"
@@ -180,6 +181,12 @@ int shim_shm_memfd(const char *name, uint64_t size)
 	memfd = shim_fd_own_checked(memfd);
 	if (memfd < 0)
 		return memfd;
+	/* A memfd's size counts against RLIMIT_FSIZE: ftruncate past it would
+	 * kill the program (SIGXFSZ), so the connection stays on TCP. */
+	if (!shim_flimit_allows(size)) {
+		REAL(close)(memfd);
+		return -EFBIG;
+	}
 	/* memfds are created 0777 minus nothing: tighten to the owner anyway,
 	 * since /proc/<pid>/fd is the only path and it checks ptrace rights. */
 	if (fchmod(memfd, 0600) < 0 || ftruncate(memfd, (off_t)size) < 0 ||
