@@ -81,7 +81,15 @@ case $KIND in
     # purpose, which TSan reports as races on the fd (with the shim
     # TSan-clean otherwise; CONC_TSAN=1 runs its own TSan pass).
     DEFAULT_SCENARIOS="t_shm_shapes t_shm_stress t_shm_calls t_shm_close_answer t_redis t_shm_inetd t_shm_peer_killed t_shm_pair t_shm_unpaid t_shm_loop_handshake"
-    SCENARIO_OPTS=("TSAN_OPTIONS=suppressions=$ROOT/tests/tsan.supp:second_deadlock_stack=1")
+    # die_after_fork=0: the shim starts threads of its own (the reaper,
+    # the failover worker) in a fork's child, as glibc allows; TSan's
+    # own background thread makes every forking program count as
+    # multi-threaded, and TSan would kill the child at that start.
+    # atexit_sleep_ms=0: TSan otherwise sleeps a second at every exit
+    # while another thread lives (the reaper, idle for its last 100 ms
+    # after a process's last release): a fork-per-connection server's
+    # children paid it each.
+    SCENARIO_OPTS=("TSAN_OPTIONS=suppressions=$ROOT/tests/tsan.supp:second_deadlock_stack=1:die_after_fork=0:atexit_sleep_ms=0")
     UNIT_OPTS=("${SCENARIO_OPTS[@]}")
     ;;
   *)
