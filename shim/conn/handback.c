@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <string.h>
 
+#include "close_budget.h"
 #include "failover.h"
 #include "fdtable.h"
 #include "frames.h"
@@ -119,9 +120,18 @@ static void move_local_peer(int peer_fd, const struct shim_tuple *ours)
 	shim_sock_put(p);
 }
 
-int shim_handback(struct shim_sock *s, int fd)
+/* How long a hand-back may wait for the peer's RESUME: drawn from the
+ * process's budget of waits on peers' promises (close_budget.h) at its
+ * first wait, so that an exec with many connections to silent peers waits
+ * SHIM_HANDBACK_WAIT_MS in all, not that long for each. */
+struct handback_wait {
+	unsigned long long granted_ms;
+	bool drawn;
+};
+
+static int hand_back(struct shim_sock *s, int fd, unsigned long long start, struct handback_wait *w)
 {
-	unsigned long long start = shim_now_ns(), waited_ms;
+	unsigned long long waited_ms;
 	struct shim_tuple tuple = s->tuple;
 	struct shim_chan *ch = s->chan;
 	int peer_fd, rc;
@@ -162,13 +172,18 @@ int shim_handback(struct shim_sock *s, int fd)
 			if (s->rx_tcp_eof)
 				return -ECONNRESET; /* the peer went before its RESUME */
 		}
+		if (!w->drawn) {
+			w->drawn = true;
+			w->granted_ms =
+				shim_close_budget_take(SHIM_HANDBACK_WAIT_MS * 1000000ull, start) / 1000000ull;
+		}
 		waited_ms = (shim_now_ns() - start) / 1000000ull;
-		if (waited_ms >= SHIM_HANDBACK_WAIT_MS)
+		if (waited_ms >= w->granted_ms)
 			return -ETIMEDOUT;
 		if (s->tcp_out_len || s->fo_replay)
 			p[0].events |= POLLOUT;
 		/* Short slices: a half-arrived frame keeps TCP readable. */
-		slice = SHIM_HANDBACK_WAIT_MS - (int)waited_ms;
+		slice = (int)(w->granted_ms - waited_ms);
 		slice = slice > 10 ? 10 : slice;
 		pthread_mutex_unlock(&s->lock);
 		if (peer_fd >= 0)
@@ -181,4 +196,16 @@ int shim_handback(struct shim_sock *s, int fd)
 	SHIM_TRACE(SHIM_TRACE_INFO, "conn.handed_back", fd, &s->tuple, SHIM_REASON_HANDED_OFF,
 		   "\"us\":%llu", (shim_now_ns() - start) / 1000ull);
 	return 0;
+}
+
+int shim_handback(struct shim_sock *s, int fd)
+{
+	unsigned long long start = shim_now_ns(), used_ns;
+	struct handback_wait w = { 0 };
+	int rc = hand_back(s, fd, start, &w);
+
+	used_ns = shim_now_ns() - start;
+	if (w.drawn && used_ns < w.granted_ms * 1000000ull)
+		shim_close_budget_refund(w.granted_ms * 1000000ull - used_ns);
+	return rc;
 }

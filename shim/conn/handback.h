@@ -23,7 +23,8 @@
  * part way and the caller must end the connection.
  *
  * Called with s->lock held; drops it while it sleeps on TCP (never longer
- * than SHIM_HANDBACK_WAIT_MS in all) and holds it again on return.
+ * than SHIM_HANDBACK_WAIT_MS, and that drawn from the budget every wait
+ * on a peer's promise shares: close_budget.h) and holds it again on return.
  */
 int shim_handback(struct shim_sock *s, int fd);
 
