@@ -121,6 +121,30 @@ static bool idle_end(int rx)
 	return end;
 }
 
+/* Calls fn with each fd a received message's SCM_RIGHTS carried. */
+static void each_passed_fd(struct msghdr *mh, void (*fn)(int fd))
+{
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+		for (size_t i = 0; i < k; i++) {
+			int fd;
+
+			/* CMSG_DATA need not be aligned for int. */
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			fn(fd);
+		}
+	}
+}
+
+static void release_here(int fd)
+{
+	REAL(close)(fd);
+	count(&n_released);
+}
+
 /* The reaper: one file per message; a close that blocks blocks here. */
 static void *reaper_main(void *arg)
 {
@@ -149,19 +173,7 @@ static void *reaper_main(void *arg)
 		}
 		if (n == sizeof(seq))
 			wait_sender_closed(seq);
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-				continue;
-			size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-
-			for (size_t i = 0; i < k; i++) {
-				int fd;
-
-				memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-				REAL(close)(fd);
-				count(&n_released);
-			}
-		}
+		each_passed_fd(&mh, release_here);
 		/* A close came back: whatever jammed the queue moves again. */
 		__atomic_store_n(&jammed, false, __ATOMIC_RELAXED);
 	}
@@ -312,19 +324,7 @@ void shim_reap(int fd)
 
 void shim_reap_cmsg_fds(struct msghdr *mh)
 {
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-
-		for (size_t i = 0; i < k; i++) {
-			int fd;
-
-			/* CMSG_DATA need not be aligned for int. */
-			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			shim_reap(fd);
-		}
-	}
+	each_passed_fd(mh, shim_reap);
 }
 
 bool shim_reap_jammed(void)
