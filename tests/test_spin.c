@@ -135,10 +135,32 @@ static bool wait_then_sleep(struct shim_spin_hist *h, long sleep_us)
 	if (spun)
 		while (shim_spin_more(&run, h, -1))
 			;
+	shim_spin_sleeping();
 	nanosleep(&ts, NULL);
 	shim_spin_end(&run, h, true, -1);
 	return spun;
 }
+
+/* The data came during the arm, before any sleep: no wake-up to learn
+ * from. Such waits must not make slow wake-ups look cheap (an RDMA arm is
+ * a round trip, which often finds the data). */
+START_TEST(a_wait_that_never_slept_is_no_wake_up)
+{
+	shim_cfg.spin_us = 100;
+	for (int i = 0; i < 4; i++)
+		wait_then_sleep(&(struct shim_spin_hist){ 0 }, 1000);
+	for (int i = 0; i < 8; i++) {
+		struct shim_spin_hist h = { 0 };
+		struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
+
+		ck_assert(shim_spin_more(&run, &h, -1));
+		while (shim_spin_more(&run, &h, -1))
+			;
+		shim_spin_end(&run, &h, true, -1); /* found at once, no sleep */
+	}
+	ck_assert_uint_ge(shim_spin_wake_ns(), 1000 * 1000);
+}
+END_TEST
 
 /*
  * Issue 34's lock-in: a round trip just over the budget, and a wake-up
@@ -254,6 +276,7 @@ START_TEST(a_spin_asked_again_after_an_empty_sleep_is_still_judged)
 		while (shim_spin_more(&run, &h, -1))
 			;
 		ck_assert(!shim_spin_more(&run, &h, -1)); /* after an empty sleep */
+		shim_spin_sleeping();
 		nanosleep(&ts, NULL);
 		shim_spin_end(&run, &h, true, -1);
 	}
@@ -405,6 +428,7 @@ static Suite *spin_suite(void)
 	tcase_add_test(tc, slow_wake_ups_make_late_hits_pay);
 	tcase_add_test(tc, cheap_wake_ups_or_idle_peers_still_back_off);
 	tcase_add_test(tc, a_spin_asked_again_after_an_empty_sleep_is_still_judged);
+	tcase_add_test(tc, a_wait_that_never_slept_is_no_wake_up);
 	tcase_add_test(tc, no_spin_when_every_cpu_has_a_spinner);
 	tcase_add_test(tc, adapt_off_always_spins);
 	tcase_add_test(tc, spin_us_zero_never_spins);

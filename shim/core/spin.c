@@ -34,6 +34,8 @@ static bool watch_preemption = true;
 #define WAKE_MAX_NS (4ull * 1000 * 1000)
 static unsigned long long wake_cur, wake_prev;
 static unsigned wake_n;
+/* When this thread last went to sleep in a wait (shim_spin_sleeping). */
+static __thread unsigned long long sleep_start_ns;
 
 void shim_spin_reset_prior(void)
 {
@@ -99,6 +101,21 @@ static void wake_sample(unsigned long long ns)
 	}
 }
 
+void shim_spin_sleeping(void)
+{
+	sleep_start_ns = shim_now_ns();
+}
+
+/* The wait ends with data: a wake-up's sample, if this thread slept since
+ * from_ns. Only a sleep is one: a look that found the data before any
+ * sleep (during an arm: an RDMA arm is a round trip) costs no wake-up,
+ * and taking it for one made the estimate say "cheap" under emulation. */
+static void wake_sample_since(unsigned long long from_ns, unsigned long long now)
+{
+	if (sleep_start_ns >= from_ns && sleep_start_ns <= now)
+		wake_sample(now - sleep_start_ns);
+}
+
 unsigned long long shim_spin_wake_ns(void)
 {
 	unsigned long long cur = LOAD(wake_cur), prev = LOAD(wake_prev);
@@ -114,13 +131,19 @@ static bool slow_wake(void)
 	return shim_spin_wake_ns() > budget_ns();
 }
 
-/* A sleep that ended with data this soon after the spin (or the skipped
+/*
+ * A sleep that ended with data this soon after the spin (or the skipped
  * spin) would have begun: spinning there nearly paid. With cheap wake-ups,
- * the budget itself; with slow ones, what a wake-up costs on top, twice
- * over for its spread. */
+ * the budget itself. With slow ones the data may come a chain of wake-ups
+ * late: ours, and the peer's own when it slept too, each up to a scheduler
+ * tick under emulation (WAKE_MAX_NS); a bound tied to the shortest sleep
+ * seen was crossed whenever both ends slept at once, and then held them
+ * there (the VM's speed guard: 1.9 ms round trips in one round of three).
+ * Only data later than that says the peer was idle.
+ */
 static unsigned long long near_ns(void)
 {
-	return slow_wake() ? 2 * (budget_ns() + shim_spin_wake_ns()) : budget_ns();
+	return slow_wake() ? budget_ns() + 2 * WAKE_MAX_NS : budget_ns();
 }
 
 static void resume(struct shim_spin_hist *h, unsigned level, int fd)
@@ -339,15 +362,15 @@ void shim_spin_end(struct shim_spin_run *run, struct shim_spin_hist *h, bool hit
 			hit = false;
 		spin_finish(run, h, hit, fd);
 	} else if (run->state == SHIM_SPIN_RAN_OUT) {
-		unsigned long long slept = shim_now_ns() - run->last_ns;
+		unsigned long long now = shim_now_ns();
 
 		if (hit)
-			wake_sample(slept);
-		ran_out_finish(h, hit, slept, fd);
+			wake_sample_since(run->last_ns, now);
+		ran_out_finish(h, hit, now - run->last_ns, fd);
 	} else if (run->state == SHIM_SPIN_SKIPPED && hit) {
-		unsigned long long slept = shim_now_ns() - run->start_ns;
+		unsigned long long now = shim_now_ns(), slept = now - run->start_ns;
 
-		wake_sample(slept);
+		wake_sample_since(run->start_ns, now);
 		/* The sleep ended about when a spin would have found the
 		 * data, so a spin would have paid: probe at the next wait
 		 * rather than after the back-off. With wake-ups that cost

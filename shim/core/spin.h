@@ -53,8 +53,8 @@
  *             ends: if the process's wake-ups are slow (the shortest
  *             sleep that ended with data, over the last 64 to 128 of
  *             them, is longer than the budget) and this sleep ended
- *             within twice the budget plus that cost, the spin nearly
- *             paid: not a miss, and a probe that nearly paid ends the
+ *             within two scheduler ticks (a chain of wake-ups: ours and
+ *             the peer's), the spin nearly paid: not a miss, and a probe that nearly paid ends the
  *             back-off; a skipped spin whose sleep ended that soon brings
  *             the probe forward; and a hit anywhere in the budget pays,
  *             since it saved more than it burnt. With wake-ups cheaper
@@ -144,6 +144,9 @@ void shim_spin_watch_preemption(bool on);
 void shim_spin_set_cpus(unsigned cpus);
 /* Threads spinning right now in this process. */
 unsigned shim_spin_spinners(void);
+/* The calling thread goes to sleep in a wait now (waitloop.c): what the
+ * wait's end then measures is a wake-up's cost (slow wake). */
+void shim_spin_sleeping(void);
 /* The process's estimate of a wake-up's cost (slow wake), 0: none yet. */
 unsigned long long shim_spin_wake_ns(void);
 
