@@ -3,7 +3,8 @@
 # ping-pong 64 B p50 for plain TCP and, for each shim library named in
 # SPEED_LIBS (label=path,...; default: this checkout's), the shim over RDMA
 # at its defaults, with RDMASHIM_SPIN_US=0 and with RDMASHIM_SPIN_US=1000000,
-# beside ib_send_lat and ib_send_lat -e (t_typical) on the same device.
+# beside ib_send_lat and ib_send_lat -e (t_typical) on the same device
+# (SPEED_MODES picks among default, spin0 and spin1s).
 # Rounds alternate every figure (SPEED_ROUNDS, default 3; sockperf -t
 # SPEED_T, default 3 s), so that compare ratios within the run: emulation
 # drifts from minute to minute. Prints "speed:" lines; never fails on a number.
@@ -67,9 +68,13 @@ for ((r = 1; r <= rounds; r++)); do
   add ib_send_lat_e "$(lat -e)"
   for l in "${L[@]}"; do
     n=${l%%=*} p=${l#*=}
-    add "$n.default" "$(pp "$p")"
-    add "$n.spin0" "$(pp "$p" RDMASHIM_SPIN_US=0)"
-    add "$n.spin1s" "$(pp "$p" RDMASHIM_SPIN_US=1000000)"
+    for m in ${SPEED_MODES:-default spin0 spin1s}; do
+      case $m in
+        default) add "$n.default" "$(pp "$p")" ;;
+        spin0) add "$n.spin0" "$(pp "$p" RDMASHIM_SPIN_US=0)" ;;
+        spin1s) add "$n.spin1s" "$(pp "$p" RDMASHIM_SPIN_US=1000000)" ;;
+      esac
+    done
   done
 done
 median() { tr ' ' '\n' | grep -E '^[0-9.]+$' | sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2); else print "n/a" }'; }
