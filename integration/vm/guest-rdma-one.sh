@@ -369,6 +369,8 @@ if wanted speed; then
     shim_r="$shim_r $(speed_p50 shim $port)"
   done
   tcp_m=$(speed_median <<<"$tcp_r") shim_m=$(speed_median <<<"$shim_r")
+  n_fig=$(tr ' ' '\n' <<<"$tcp_r $shim_r" | grep -cE '^[0-9.]+$')
+  check "speed: every round gave a figure ($n_fig of $((2 * ${SPEED_ROUNDS:-3})))" test "$n_fig" -eq $((2 * ${SPEED_ROUNDS:-3}))
   check "speed: shim over rdma p50 ${shim_m:-none} us at least 2x lower than plain TCP p50 ${tcp_m:-none} us (sockperf ping-pong 64 B, medians of ${SPEED_ROUNDS:-3} alternated rounds; rdma:$shim_r; tcp:$tcp_r)" \
     awk -v s="$shim_m" -v t="$tcp_m" 'BEGIN { exit !(s + 0 > 0 && t + 0 > 0 && 2 * s <= t) }'
   upgraded speed
