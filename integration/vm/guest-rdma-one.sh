@@ -348,9 +348,9 @@ speed_p50() {
   # --pre-warmup-wait: a process's first RDMA connection runs on TCP while
   # its warm-up (about 1 s here) runs; the figure is of the switched stream.
   if [[ $mode == shim ]]; then
-    shim speed $port timeout 60 sockperf ping-pong --tcp -i "$addr" -p "$port" -t 1 -m 64 --pre-warmup-wait 2 > "$f" 2>&1
+    shim speed $port timeout 60 sockperf ping-pong --tcp -i "$addr" -p "$port" -t "${SPEED_T:-3}" -m 64 --pre-warmup-wait 2 > "$f" 2>&1
   else
-    timeout 60 sockperf ping-pong --tcp -i "$addr" -p "$port" -t 1 -m 64 > "$f" 2>&1
+    timeout 60 sockperf ping-pong --tcp -i "$addr" -p "$port" -t "${SPEED_T:-3}" -m 64 > "$f" 2>&1
   fi
   kill "$sp" 2>/dev/null; wait "$sp" 2>/dev/null
   sed 's/\x1b\[[0-9;]*m//g' "$f" | sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' | head -n 1
