@@ -7,6 +7,15 @@
 # latency tests (no drops, duplicates or reordering), messages sent and a
 # message rate > 0 for throughput. The trace shows each client connection
 # from both ends.
+#
+# Speed guard (issue 34): sockperf ping-pong 64 B, plain TCP and both ends
+# under the shim over shared memory at its defaults, SPEED_ROUNDS (3)
+# alternated rounds of SPEED_T (1) s each in this run; the shim's median p50
+# must not be above TCP's (10% for noise: idle, the shim is 2x lower here;
+# beside two CPU hogs on two cores its spin is held, both ride the kernel's
+# wake-up and come out even, 7.32 against 7.32 us). It judges a ratio within
+# one run, never an absolute time; it fails with one line giving both
+# figures and every round's.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_built
 need_cmd sockperf python3
@@ -50,6 +59,36 @@ dir=$WORK/trace
 mkdir -p "$dir"
 shim_vars "$dir" "$PORT"
 run_round shim 3 "${SHIM_VARS[@]}"
+
+# pp_p50 MODE -> sockperf ping-pong p50 in us (empty: no figure)
+pp_p50() {
+  local mode=$1 port pid out
+  local run=(no_shim)
+  port=$(free_port)
+  out=$WORK/speed-$mode-$port.out
+  [[ $mode == shim ]] && run=(with_shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm)
+  start_bg "speed-$mode-server" "$mode" "${run[@]:1}" sockperf sr --tcp -i 127.0.0.1 -p "$port"
+  pid=$BG_PID
+  if wait_listen "$port"; then
+    # --mps: sockperf sizes its sequence table from it; over shm a round
+    # trip can take under a microsecond, past the default's (ERROR:
+    # _seqN > m_maxSequenceNo), as integration/bench/shm.sh found.
+    "${run[@]}" sockperf ping-pong --tcp -i 127.0.0.1 -p "$port" -t "${SPEED_T:-1}" -m 64 --mps 20000000 >"$out" 2>&1
+    sed 's/\x1b\[[0-9;]*m//g' "$out" | sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' | head -n 1
+  fi
+  stop_bg "$pid"
+}
+median() { grep -E '^[0-9.]+$' | sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+tcp_r="" shm_r=""
+for ((r = 0; r < ${SPEED_ROUNDS:-3}; r++)); do
+  tcp_r="$tcp_r $(pp_p50 plain)"
+  shm_r="$shm_r $(pp_p50 shim)"
+done
+tcp_m=$(tr ' ' '\n' <<<"$tcp_r" | median) shm_m=$(tr ' ' '\n' <<<"$shm_r" | median)
+n_fig=$(tr ' ' '\n' <<<"$tcp_r $shm_r" | grep -cE '^[0-9.]+$')
+check "speed: every round gave a figure ($n_fig of $((2 * ${SPEED_ROUNDS:-3})))" test "$n_fig" -eq $((2 * ${SPEED_ROUNDS:-3}))
+check "speed: shim over shm p50 ${shm_m:-none} us no slower than plain TCP p50 ${tcp_m:-none} us (sockperf ping-pong 64 B, medians of ${SPEED_ROUNDS:-3} alternated rounds; shm:$shm_r; tcp:$tcp_r)" \
+  awk -v s="$shm_m" -v t="$tcp_m" 'BEGIN { exit !(s + 0 > 0 && t + 0 > 0 && s + 0 <= 1.1 * t) }'
 
 trace_py "$dir" "$PORT" <<'PY'
 port = int(ARGS[0])

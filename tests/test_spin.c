@@ -123,6 +123,167 @@ START_TEST(short_sleep_hurries_the_probe)
 }
 END_TEST
 
+/* One wait whose spin runs out, then a sleep of sleep_us that ends with
+ * data (the wake-up and the rest of the round trip); returns whether it
+ * spun. */
+static bool wait_then_sleep(struct shim_spin_hist *h, long sleep_us)
+{
+	struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
+	struct timespec ts = { sleep_us / 1000000, (sleep_us % 1000000) * 1000 };
+	bool spun = shim_spin_more(&run, h, -1);
+
+	if (spun)
+		while (shim_spin_more(&run, h, -1))
+			;
+	shim_spin_sleeping();
+	nanosleep(&ts, NULL);
+	shim_spin_end(&run, h, true, -1);
+	return spun;
+}
+
+/* The data came during the arm, before any sleep: no wake-up to learn
+ * from. Such waits must not make slow wake-ups look cheap (an RDMA arm is
+ * a round trip, which often finds the data). */
+START_TEST(a_wait_that_never_slept_is_no_wake_up)
+{
+	shim_cfg.spin_us = 100;
+	for (int i = 0; i < 4; i++)
+		wait_then_sleep(&(struct shim_spin_hist){ 0 }, 1000);
+	for (int i = 0; i < 8; i++) {
+		struct shim_spin_hist h = { 0 };
+		struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
+
+		ck_assert(shim_spin_more(&run, &h, -1));
+		while (shim_spin_more(&run, &h, -1))
+			;
+		shim_spin_end(&run, &h, true, -1); /* found at once, no sleep */
+	}
+	ck_assert_uint_ge(shim_spin_wake_ns(), 1000 * 1000);
+}
+END_TEST
+
+/*
+ * Issue 34's lock-in: a round trip just over the budget, and a wake-up
+ * that costs ten times the budget (Soft-RoCE under emulation). Each spin
+ * runs out and the data comes during the sleep, a wake-up later. Those
+ * spins nearly paid: the waiter must not climb the back-off (it used to
+ * reach level 5 in 60 waits, spinning in 8 of them).
+ */
+START_TEST(slow_wake_ups_do_not_lock_the_back_off_in)
+{
+	struct shim_spin_hist h = { 0 };
+	int spun = 0;
+
+	shim_cfg.spin_us = 100;
+	for (int i = 0; i < 60; i++)
+		spun += wait_then_sleep(&h, 1000);
+	ck_assert_int_ge(spun, 50);
+	ck_assert_uint_le(h.level, 1);
+	ck_assert_uint_eq(shim_spin_spinners(), 0);
+}
+END_TEST
+
+/* Backed off already (a new socket starting from the process's prior, or
+ * real misses), with slow wake-ups: a sleep that ended a wake-up after a
+ * skipped spin brings the probe forward, and a probe that nearly paid
+ * ends the back-off. */
+START_TEST(slow_wake_ups_end_a_back_off)
+{
+	struct shim_spin_hist h = { 0 };
+
+	shim_cfg.spin_us = 100;
+	/* The process has seen its wake-ups cost a millisecond. */
+	for (int i = 0; i < 4; i++)
+		wait_then_sleep(&(struct shim_spin_hist){ 0 }, 1000);
+	h.level = SHIM_SPIN_MAX_LEVEL;
+	h.skip = 1u << SHIM_SPIN_MAX_LEVEL;
+	h.seeded = 1;
+	ck_assert(!wait_then_sleep(&h, 1000));
+	ck_assert_uint_eq(h.skip, 0);
+	ck_assert(wait_then_sleep(&h, 1000));
+	ck_assert_uint_eq(h.level, 0);
+}
+END_TEST
+
+/* With slow wake-ups a hit late in the budget still saved a wake-up: it
+ * pays (it is a miss only where a sleep costs less than what it burnt). */
+START_TEST(slow_wake_ups_make_late_hits_pay)
+{
+	struct shim_spin_hist h = { 0 };
+
+	shim_cfg.spin_us = 100;
+	for (int i = 0; i < 4; i++)
+		wait_then_sleep(&(struct shim_spin_hist){ 0 }, 1000);
+	for (int i = 0; i < 2 * SHIM_SPIN_MISS_LIMIT; i++) {
+		struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
+		unsigned long long until;
+
+		ck_assert(shim_spin_more(&run, &h, -1));
+		until = run.start_ns + 70 * 1000; /* past half of 100 us */
+		while (shim_spin_more(&run, &h, -1) && run.last_ns < until)
+			;
+		shim_spin_end(&run, &h, true, -1);
+	}
+	ck_assert_uint_eq(h.level, 0);
+}
+END_TEST
+
+/*
+ * What the back-off is for, on a full host: wake-ups are cheap (a few
+ * microseconds), and the data comes only once the spin gives its core up
+ * (the peer needed it). Those spins paid nothing: the waiter still backs
+ * off. The same when the data comes long after a slow wake-up would have
+ * (an idle peer).
+ */
+START_TEST(cheap_wake_ups_or_idle_peers_still_back_off)
+{
+	struct shim_spin_hist h = { 0 }, idle = { 0 };
+
+	/* A budget far above what a loaded machine adds to a sleep of 0. */
+	shim_cfg.spin_us = 5000;
+	for (int i = 0; i < SHIM_SPIN_MISS_LIMIT; i++)
+		ck_assert(wait_then_sleep(&h, 0));
+	ck_assert_uint_eq(h.level, 1);
+
+	shim_spin_reset_prior();
+	shim_cfg.spin_us = 20;
+	/* Slow wake-ups seen (a millisecond), then a peer that answers only
+	 * 30 ms after: far beyond what a spin could have caught. */
+	for (int i = 0; i < 4; i++)
+		wait_then_sleep(&(struct shim_spin_hist){ 0 }, 1000);
+	for (int i = 0; i < SHIM_SPIN_MISS_LIMIT; i++)
+		ck_assert(wait_then_sleep(&idle, 30 * 1000));
+	ck_assert_uint_eq(idle.level, 1);
+	ck_assert(!wait_then_sleep(&idle, 30 * 1000));
+}
+END_TEST
+
+/* The wait loop asks again after a sleep that ended empty (RDMA's first
+ * sleep after an arm lasts a millisecond): an idle peer's long waits must
+ * still count as misses then, and back off. */
+START_TEST(a_spin_asked_again_after_an_empty_sleep_is_still_judged)
+{
+	struct shim_spin_hist h = { 0 };
+
+	shim_cfg.spin_us = 20;
+	for (int i = 0; i < 4; i++)
+		wait_then_sleep(&(struct shim_spin_hist){ 0 }, 1000);
+	for (int i = 0; i < SHIM_SPIN_MISS_LIMIT; i++) {
+		struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
+		struct timespec ts = { 0, 15 * 1000 * 1000 };
+
+		ck_assert(shim_spin_more(&run, &h, -1));
+		while (shim_spin_more(&run, &h, -1))
+			;
+		ck_assert(!shim_spin_more(&run, &h, -1)); /* after an empty sleep */
+		shim_spin_sleeping();
+		nanosleep(&ts, NULL);
+		shim_spin_end(&run, &h, true, -1);
+	}
+	ck_assert_uint_eq(h.level, 1);
+}
+END_TEST
+
 START_TEST(no_spin_when_every_cpu_has_a_spinner)
 {
 	struct shim_spin_hist h = { 0 };
@@ -262,6 +423,12 @@ static Suite *spin_suite(void)
 	tcase_add_test(tc, back_off_is_bounded);
 	tcase_add_test(tc, late_hits_count_as_misses);
 	tcase_add_test(tc, short_sleep_hurries_the_probe);
+	tcase_add_test(tc, slow_wake_ups_do_not_lock_the_back_off_in);
+	tcase_add_test(tc, slow_wake_ups_end_a_back_off);
+	tcase_add_test(tc, slow_wake_ups_make_late_hits_pay);
+	tcase_add_test(tc, cheap_wake_ups_or_idle_peers_still_back_off);
+	tcase_add_test(tc, a_spin_asked_again_after_an_empty_sleep_is_still_judged);
+	tcase_add_test(tc, a_wait_that_never_slept_is_no_wake_up);
 	tcase_add_test(tc, no_spin_when_every_cpu_has_a_spinner);
 	tcase_add_test(tc, adapt_off_always_spins);
 	tcase_add_test(tc, spin_us_zero_never_spins);

@@ -14,7 +14,8 @@ soak run keeps them. With transport "rdma" it also leaves out the shapes
 of the RDMA transport's known differences (the "# known-rdma:" cases of
 the corpus): a child or a new image using a switched connection (fork,
 exec, SCM_RIGHTS to a child), and a kill -9 right after the read that
-emptied the ring (kill9_idle: a pause of 50 ms goes before the kill).
+emptied the ring (kill9_idle: a wait of 50 ms on the socket goes before
+the kill, whose arm carries the consumer's exact head).
 """
 import random
 
@@ -254,8 +255,8 @@ class Gen:
         elif k < 0.75:  # kill -9, with or without bytes left unread (the peer: reset)
             if self.pending[e] and (self.no_handover or r.random() < 0.5):
                 self.add(e, "drain %d" % self.pending[e])
-            if self.no_handover:  # corpus/kill9_idle.scn: the last read's head WRITE must leave first
-                self.add(e, "sleep 50")
+            if self.no_handover:  # corpus/kill9_idle.scn: a call on the socket carries the exact head
+                self.add(e, "poll in 50")
             self.sync()
             self.add(e, "die")
             self.add(o, "drain")

@@ -62,10 +62,10 @@ struct shim_transport_ops {
 	bool (*peer_rx_gone)(const struct shim_chan *ch);
 	/* Bytes we sent that the peer has not read yet (optional: NULL when
 	 * the transport can not tell). A peer that goes with some unread is
-	 * one whose kernel would have reset the connection. Exact at least as
-	 * to zero: never 0 while some are unread, never more than 0 for a peer
-	 * that read everything (rdma: its head is exact once its ring is
-	 * empty). */
+	 * one whose kernel would have reset the connection. Never 0 while some
+	 * are unread; 0 for a peer that read everything (rdma: once it made a
+	 * call on the socket after the read that emptied its ring: a send, a
+	 * wait or its close carries its exact head). */
 	size_t (*tx_unread)(const struct shim_chan *ch);
 	/* The peer ended the channel cleanly: the end of its stream came, it
 	 * closed its reading side, and it read every byte we sent. Under the

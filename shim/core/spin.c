@@ -23,8 +23,24 @@ static bool watch_preemption = true;
 #define CONTENDED_FIRST_NS (10ull * 1000 * 1000)
 #define CONTENDED_MAX_NS (1000ull * 1000 * 1000)
 
+/*
+ * The cost of a wake-up, as this process sees it (spin.h, "slow wake"):
+ * the shortest sleep that ended with data, over this window of WAKE_WINDOW
+ * such sleeps and the one before (so a load that went is forgotten), and
+ * never more than WAKE_MAX_NS (an idle peer's sleeps say nothing about
+ * wake-ups). 0: none seen yet.
+ */
+#define WAKE_WINDOW 64
+#define WAKE_MAX_NS (4ull * 1000 * 1000)
+static unsigned long long wake_cur, wake_prev;
+static unsigned wake_n;
+/* When this thread last went to sleep in a wait (shim_spin_sleeping). */
+static __thread unsigned long long sleep_start_ns;
+
 void shim_spin_reset_prior(void)
 {
+	__atomic_store_n(&wake_cur, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&wake_prev, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&prior_level, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&contended_until, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&contended_hold, 0, __ATOMIC_RELAXED);
@@ -62,29 +78,127 @@ static unsigned cpus(void)
 #define LOAD(f) __atomic_load_n(&(f), __ATOMIC_RELAXED)
 #define STORE(f, v) __atomic_store_n(&(f), (v), __ATOMIC_RELAXED)
 
+static unsigned long long budget_ns(void)
+{
+	return (unsigned long long)shim_cfg.spin_us * 1000ull;
+}
+
+/* A sleep of ns (from its start to its end with data). Threads race on
+ * these relaxed words: the worst outcome is a sample lost. */
+static void wake_sample(unsigned long long ns)
+{
+	unsigned long long cur = LOAD(wake_cur);
+
+	if (ns > WAKE_MAX_NS)
+		ns = WAKE_MAX_NS;
+	if (!ns)
+		ns = 1;
+	if (!cur || ns < cur)
+		STORE(wake_cur, ns);
+	if (__atomic_add_fetch(&wake_n, 1, __ATOMIC_RELAXED) % WAKE_WINDOW == 0) {
+		STORE(wake_prev, LOAD(wake_cur));
+		STORE(wake_cur, 0);
+	}
+}
+
+void shim_spin_sleeping(void)
+{
+	sleep_start_ns = shim_now_ns();
+}
+
+/* The wait ends with data: a wake-up's sample, if this thread slept since
+ * from_ns. Only a sleep is one: a look that found the data before any
+ * sleep (during an arm: an RDMA arm is a round trip) costs no wake-up,
+ * and taking it for one made the estimate say "cheap" under emulation. */
+static void wake_sample_since(unsigned long long from_ns, unsigned long long now)
+{
+	if (sleep_start_ns >= from_ns && sleep_start_ns <= now)
+		wake_sample(now - sleep_start_ns);
+}
+
+unsigned long long shim_spin_wake_ns(void)
+{
+	unsigned long long cur = LOAD(wake_cur), prev = LOAD(wake_prev);
+
+	if (!cur || (prev && prev < cur))
+		return prev;
+	return cur;
+}
+
+/* Waking costs more than the whole spin (spin.h, "slow wake"). */
+static bool slow_wake(void)
+{
+	return shim_spin_wake_ns() > budget_ns();
+}
+
+/*
+ * A sleep that ended with data this soon after the spin (or the skipped
+ * spin) would have begun: spinning there nearly paid. With cheap wake-ups,
+ * the budget itself. With slow ones the data may come a chain of wake-ups
+ * late: ours, and the peer's own when it slept too, each up to a scheduler
+ * tick under emulation (WAKE_MAX_NS); a bound tied to the shortest sleep
+ * seen was crossed whenever both ends slept at once, and then held them
+ * there (the VM's speed guard: 1.9 ms round trips in one round of three).
+ * Only data later than that says the peer was idle.
+ */
+static unsigned long long near_ns(void)
+{
+	return slow_wake() ? budget_ns() + 2 * WAKE_MAX_NS : budget_ns();
+}
+
+static void resume(struct shim_spin_hist *h, unsigned level, int fd)
+{
+	STORE(h->misses, 0);
+	if (!level)
+		return;
+	STORE(h->level, 0);
+	STORE(h->skip, 0);
+	if (!LOAD(h->apart))
+		STORE(prior_level, 0);
+	shim_stats_spin_count(SHIM_SPIN_STAT_RESUME);
+	SHIM_TRACE(SHIM_TRACE_DEBUG, "spin.resume", fd, NULL, SHIM_REASON_NONE, "\"level\":%u", level);
+}
+
+static void judge(struct shim_spin_hist *h, bool hit, int fd);
+
 /* The budget is over or the wait ended: did the spin pay? */
 static void spin_finish(struct shim_spin_run *run, struct shim_spin_hist *h, bool hit, int fd)
 {
-	unsigned level = LOAD(h->level);
-
 	__atomic_sub_fetch(&spinners, 1, __ATOMIC_RELAXED);
 	run->state = SHIM_SPIN_DONE;
 	/* Data found only in the second half of the budget did not pay for
-	 * the core burnt on it (a sleep and a wake-up cost less): for the
-	 * history it is a miss. */
-	if (hit && !LOAD(h->apart) && shim_now_ns() - run->start_ns > (unsigned long long)shim_cfg.spin_us * 500ull)
+	 * the core burnt on it, when a sleep and a wake-up cost less: for the
+	 * history it is a miss. Where waking costs more than the whole spin,
+	 * any hit saved more than it burnt. */
+	if (hit && !LOAD(h->apart) && shim_now_ns() - run->start_ns > budget_ns() / 2 && !slow_wake())
 		hit = false;
+	judge(h, hit, fd);
+}
+
+/* The spin ran out; the wait that followed ended (hit: with data) after
+ * slept_ns. Judged here rather than when the spin ran out: with wake-ups
+ * that cost more than the budget, a round trip just over the budget makes
+ * the data come during the sleep every time, and counting each such spin
+ * as a miss backed both ends off for good, each one's late answers making
+ * the other's spins miss in turn. A near miss is no miss: it leaves the
+ * count as it was, and a probe that nearly paid ends the back-off. */
+static void ran_out_finish(struct shim_spin_hist *h, bool hit, unsigned long long slept_ns, int fd)
+{
+	if (hit && slow_wake() && slept_ns <= near_ns()) {
+		shim_stats_spin_count(SHIM_SPIN_STAT_NEAR);
+		resume(h, LOAD(h->level), fd);
+		return;
+	}
+	judge(h, false, fd);
+}
+
+static void judge(struct shim_spin_hist *h, bool hit, int fd)
+{
+	unsigned level = LOAD(h->level);
+
 	shim_stats_spin_count(hit ? SHIM_SPIN_STAT_HIT : SHIM_SPIN_STAT_MISS);
 	if (hit) {
-		STORE(h->misses, 0);
-		if (level) {
-			STORE(h->level, 0);
-			STORE(h->skip, 0);
-			if (!LOAD(h->apart))
-				STORE(prior_level, 0);
-			shim_stats_spin_count(SHIM_SPIN_STAT_RESUME);
-			SHIM_TRACE(SHIM_TRACE_DEBUG, "spin.resume", fd, NULL, SHIM_REASON_NONE, "\"level\":%u", level);
-		}
+		resume(h, level, fd);
 		return;
 	}
 	if (level) {
@@ -192,11 +306,18 @@ bool shim_spin_more(struct shim_spin_run *run, struct shim_spin_hist *h, int fd)
 		run->last_ns = now;
 		if (now < run->end_ns)
 			return true;
-		spin_finish(run, h, false, fd);
+		/* Judged when the wait ends (ran_out_finish). */
+		__atomic_sub_fetch(&spinners, 1, __ATOMIC_RELAXED);
+		run->state = SHIM_SPIN_RAN_OUT;
 		return false;
 	}
 	if (run->state != SHIM_SPIN_IDLE || !shim_cfg.spin_us) {
-		run->state = SHIM_SPIN_DONE;
+		/* The wait loop asks again after each sleep that ended
+		 * empty (a slice, RDMA's first short sleep after an arm):
+		 * a spin that ran out or was skipped keeps its judgment for
+		 * the wait's end. */
+		if (run->state == SHIM_SPIN_IDLE)
+			run->state = SHIM_SPIN_DONE;
 		return false;
 	}
 	now = shim_now_ns();
@@ -240,11 +361,23 @@ void shim_spin_end(struct shim_spin_run *run, struct shim_spin_hist *h, bool hit
 		if (lost_core(run, shim_now_ns(), fd))
 			hit = false;
 		spin_finish(run, h, hit, fd);
-	} else if (run->state == SHIM_SPIN_SKIPPED && hit &&
-		   shim_now_ns() - run->start_ns <= (unsigned long long)shim_cfg.spin_us * 1000ull) {
-		/* The sleep ended within the budget, so a spin would have
-		 * paid: probe at the next wait rather than after the back-off. */
-		STORE(h->skip, 0);
+	} else if (run->state == SHIM_SPIN_RAN_OUT) {
+		unsigned long long now = shim_now_ns();
+
+		if (hit)
+			wake_sample_since(run->last_ns, now);
+		ran_out_finish(h, hit, now - run->last_ns, fd);
+	} else if (run->state == SHIM_SPIN_SKIPPED && hit) {
+		unsigned long long now = shim_now_ns(), slept = now - run->start_ns;
+
+		wake_sample_since(run->start_ns, now);
+		/* The sleep ended about when a spin would have found the
+		 * data, so a spin would have paid: probe at the next wait
+		 * rather than after the back-off. With wake-ups that cost
+		 * more than the budget, "within the budget" never happens:
+		 * the wake-up's cost counts in (near_ns). */
+		if (slept <= near_ns())
+			STORE(h->skip, 0);
 	}
 	run->state = SHIM_SPIN_DONE;
 }

@@ -41,6 +41,25 @@
  *             tens of microseconds, and pays.) 100 ping-pongs per
  *             connection with 2 CPU hogs on 2 cores: 50x TCP's time
  *             without this rule.
+ *   slow wake where a wake-up costs more than the whole budget (Soft-RoCE
+ *             under emulation: a round trip near the 50 us budget, a
+ *             wake-up of hundreds), the history above locked in: a round
+ *             trip just over the budget made each spin run out and the
+ *             data come during the sleep, four of those backed one end
+ *             off, its answers came a wake-up late, the other end's spins
+ *             ran out too, and both climbed to the longest back-off (the
+ *             short-sleep rule never fired: no sleep ends within the
+ *             budget). So a spin that ran out is judged when its wait
+ *             ends: if the process's wake-ups are slow (the shortest
+ *             sleep that ended with data, over the last 64 to 128 of
+ *             them, is longer than the budget) and this sleep ended
+ *             within two scheduler ticks (a chain of wake-ups: ours and
+ *             the peer's), the spin nearly paid: not a miss, and a probe that nearly paid ends the
+ *             back-off; a skipped spin whose sleep ended that soon brings
+ *             the probe forward; and a hit anywhere in the budget pays,
+ *             since it saved more than it burnt. With wake-ups cheaper
+ *             than the budget (a native host, a full one included) the
+ *             rules are the ones above, unchanged.
  *   prior     a waiter's history starts from the process's latest verdict:
  *             the back-off level the last waiter to change its own reached
  *             (0 once one resumed). A connection per request otherwise
@@ -87,7 +106,9 @@ struct shim_spin_run {
 	uint8_t state; /* SHIM_SPIN_* below */
 };
 
-enum { SHIM_SPIN_IDLE = 0, SHIM_SPIN_ON, SHIM_SPIN_SKIPPED, SHIM_SPIN_DONE };
+/* RAN_OUT: the budget ended with nothing; the spin is judged when the
+ * wait ends (slow wake). */
+enum { SHIM_SPIN_IDLE = 0, SHIM_SPIN_ON, SHIM_SPIN_SKIPPED, SHIM_SPIN_DONE, SHIM_SPIN_RAN_OUT };
 
 #define SHIM_SPIN_RUN_INIT { 0, 0, 0, SHIM_SPIN_IDLE }
 
@@ -123,5 +144,10 @@ void shim_spin_watch_preemption(bool on);
 void shim_spin_set_cpus(unsigned cpus);
 /* Threads spinning right now in this process. */
 unsigned shim_spin_spinners(void);
+/* The calling thread goes to sleep in a wait now (waitloop.c): what the
+ * wait's end then measures is a wake-up's cost (slow wake). */
+void shim_spin_sleeping(void);
+/* The process's estimate of a wake-up's cost (slow wake), 0: none yet. */
+unsigned long long shim_spin_wake_ns(void);
 
 #endif

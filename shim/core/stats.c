@@ -10,7 +10,7 @@ unsigned long shim_stats_spin[SHIM_SPIN_STAT_COUNT];
 
 static const char *const spin_names[SHIM_SPIN_STAT_COUNT] = {
 	"runs", "hits", "misses", "skipped_crowded", "skipped_backoff", "backoffs", "resumes",
-	"preempted", "skipped_contended",
+	"preempted", "skipped_contended", "near_misses",
 };
 
 void shim_stats_trace(void)

@@ -26,6 +26,7 @@ enum shim_spin_stat {
 	SHIM_SPIN_STAT_RESUME,
 	SHIM_SPIN_STAT_PREEMPTED,
 	SHIM_SPIN_STAT_SKIP_CONTENDED,
+	SHIM_SPIN_STAT_NEAR, /* ran out, the data came within a slow wake-up after (spin.h) */
 	SHIM_SPIN_STAT_COUNT,
 };
 

@@ -5,6 +5,7 @@
 
 #include "clock.h"
 #include "config.h"
+#include "spin.h"
 
 static int run(const struct shim_waitloop_ops *ops, void *ctx, long long timeout_ns)
 {
@@ -34,6 +35,8 @@ static int run(const struct shim_waitloop_ops *ops, void *ctx, long long timeout
 		slice = shim_slice_ms(deadline);
 		if (cap_ms > 0 && slice > cap_ms)
 			slice = cap_ms;
+		if (sleep)
+			shim_spin_sleeping();
 		rc = sleep ? ops->sleep(ctx, slice) : 0;
 		ops->disarm(ctx);
 		rc = ops->after(ctx, rc);

@@ -7,8 +7,9 @@
  * the new tail into the consumer's control page. The consumer reads its
  * local ring and WRITEs its head back into the producer's control page
  * (credits), at least every eighth of the ring and whenever the producer
- * asked for space, and, exact, on a read that empties the ring (the
- * producer's unread count, rdma_fail.c's tx_unread).
+ * asked for space or it arms, and, exact, with every tail it writes as a
+ * producer (the same WRITE) and before it closes: the producer's unread
+ * count (rdma_fail.c's tx_unread) rests on that.
  *
  * Ordering: one RC QP places WRITEs in the order they were posted (the IB
  * ordering rules for RDMA WRITE on one QP, which rxe and mlx5 keep and FaRM
@@ -123,8 +124,9 @@ static bool post_staged(struct rdma_conn *c, size_t add)
 
 	if (!die) {
 		/* The tail word after the data, on the same QP: placed after
-		 * them, and its immediate names our connection at the peer. */
-		shim_rdma_chain_word(c, &wrs, CTL_OFF(rx_announced), to, true);
+		 * them, and its immediate names our connection at the peer.
+		 * Our head rides with it (the reply carries the request's). */
+		shim_rdma_chain_tail(c, &wrs, to);
 		shim_rdma_chain_imm(&wrs, c->peer_id);
 	}
 	seq = shim_rdma_chain_post(c, &wrs);
@@ -323,7 +325,7 @@ static uint64_t post_closed(struct rdma_conn *c)
 
 	if (c->closed_sent || !take_credits(c, &head, &recvs) || !imm_room(c, recvs, 1, false))
 		return 0;
-	shim_rdma_chain_word(c, &wrs, CTL_OFF(rx_announced), c->tx_posted, true);
+	shim_rdma_chain_tail(c, &wrs, c->tx_posted);
 	shim_rdma_chain_imm(&wrs, c->peer_id | SHIM_RDMA_IMM_CLOSED);
 	seq = shim_rdma_chain_post(c, &wrs);
 	if (seq) {
@@ -403,27 +405,6 @@ static void chain_credits(struct rdma_conn *c, struct wr_chain *wrs, bool signal
 	c->recv_reported = posted;
 }
 
-/*
- * The read emptied our ring and the producer's view of our head lags:
- * write it, exact, without waiting. The producer's tail minus our head is
- * then the bytes we truly left unread, should our end go without a close
- * of ours (shim_rdma_tx_unread over there): 0 if we read everything before,
- * more if bytes came after. One unsignaled 8-byte WRITE per read that
- * empties the ring, none while bytes remain (the head then lags, and the
- * unread bytes make the count non-zero anyway).
- */
-static void publish_drained_head(struct rdma_conn *c)
-{
-	struct wr_chain wrs = { .n = 0 };
-
-	/* Acquire: pairs with the release in take_imm(); a tail that moved
-	 * since our read only means bytes are unread, which the lag shows. */
-	if (c->rx_head == c->rx_head_sent || __atomic_load_n(&c->rx_tail, __ATOMIC_ACQUIRE) != c->rx_head)
-		return;
-	shim_rdma_chain_head(c, &wrs, false);
-	shim_rdma_chain_post(c, &wrs);
-}
-
 /* Sends our credits to the producer and waits until they are there. */
 static bool flush_head(struct rdma_conn *c)
 {
@@ -445,12 +426,16 @@ static bool rchan_rx_should_bell(struct shim_chan *ch)
 	 * of our receives, so the producer's view lags ours by less than
 	 * that: with our ring empty it sees more than its low-water mark free
 	 * and never waits on us while we sleep.
+	 *
+	 * A read that empties the ring posts nothing more: the exact head
+	 * goes with our next tail (a reply, in the same WRITE), our arm
+	 * (chain_credits) or our close (rdma_teardown.c), whichever comes
+	 * first. Written here, it was a WRITE of its own on the QP right
+	 * ahead of the reply in every request/answer exchange.
 	 */
 	if (!wants && c->rx_head - c->rx_head_sent < c->ring_bytes / 8 &&
-	    __atomic_load_n(&c->recv_posted, __ATOMIC_RELAXED) - c->recv_reported < SHIM_RDMA_RQ_DEPTH / 4) {
-		publish_drained_head(c);
+	    __atomic_load_n(&c->recv_posted, __ATOMIC_RELAXED) - c->recv_reported < SHIM_RDMA_RQ_DEPTH / 4)
 		return false;
-	}
 	/* Fence: the head is in the producer's memory before we read
 	 * wants_space (again); pairs with the wait in rchan_tx_arm(). */
 	if (!flush_head(c))

@@ -118,11 +118,13 @@ int shim_rdma_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct io
 }
 
 /*
- * Our tail minus the consumer's head, as it wrote it into our page: exact
- * as to zero, since the consumer writes its head whenever a read empties
- * its ring, and before its "closed" (rdma_chan.c, publish_drained_head;
- * rdma_teardown.c); while bytes remain it lags, and the bytes unread make
- * the count non-zero anyway. Bytes held for an unproven peer count too: on
+ * Our tail minus the consumer's head, as it wrote it into our page: never
+ * 0 while bytes are unread (the head only lags). After a read that emptied
+ * its ring the consumer writes its exact head with its next tail, its arm
+ * or its "closed" (rdma_chan.c, shim_rdma_chain_tail and chain_credits;
+ * rdma_teardown.c), not at the read itself: a consumer killed between
+ * that read and its next call on the socket counts as having left them
+ * unread (PROTOCOL.md, "RDMA" 5). Bytes held for an unproven peer count too: on
  * TCP they would have been in its socket. The head is the peer's word:
  * read once, checked as every credit (a lie is a violation, and counts 0:
  * the connection ends as a protocol error anyway).

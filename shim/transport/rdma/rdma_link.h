@@ -70,6 +70,7 @@ struct wr_chain {
 	struct ibv_send_wr wr[CHAIN_MAX];
 	struct ibv_sge sge[CHAIN_MAX];
 	uint64_t words[CHAIN_MAX];
+	uint64_t tail_head[2]; /* shim_rdma_chain_tail's two words: one per chain */
 	unsigned copy_mask; /* entries whose source must sit in a send cell unless inline */
 	unsigned n;
 };

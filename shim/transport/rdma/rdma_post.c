@@ -196,6 +196,21 @@ void shim_rdma_chain_word(struct rdma_conn *c, struct wr_chain *ch, size_t ctl_o
 	shim_rdma_chain_write(c, ch, &ch->words[i], sizeof(value), ctl_off, signal);
 }
 
+void shim_rdma_chain_tail(struct rdma_conn *c, struct wr_chain *ch, uint64_t tail)
+{
+	unsigned i = ch->n;
+
+	/* Release, before the WRITE is posted: pairs with the acquire in
+	 * take_imm(), as in shim_rdma_chain_head(). The head goes with every
+	 * tail, exact: a reply says how far its request was read at no cost,
+	 * which is what lets a read that empties the ring post nothing. */
+	__atomic_store_n(&c->rx_head_sent, c->rx_head, __ATOMIC_RELEASE);
+	ch->tail_head[0] = tail;
+	ch->tail_head[1] = c->rx_head;
+	ch->copy_mask |= 1u << i;
+	shim_rdma_chain_write(c, ch, ch->tail_head, sizeof(ch->tail_head), CTL_OFF(rx_announced), true);
+}
+
 /* Makes the chain's last WRITE carry imm (signaled: tx_bell waits for
  * it). Precondition: at least one WR in the chain. */
 void shim_rdma_chain_imm(struct wr_chain *ch, uint32_t imm)

@@ -26,6 +26,10 @@ void shim_rdma_chain_write(struct rdma_conn *c, struct wr_chain *ch, const void 
 		      bool signal);
 /* Appends a WRITE of one 8-byte control word into the peer's control page. */
 void shim_rdma_chain_word(struct rdma_conn *c, struct wr_chain *ch, size_t ctl_off, uint64_t value, bool signal);
+/* Appends our tail for the peer's receive ring and, in the same 16-byte
+ * WRITE, our head of its (rdma_wire.h): signaled, for chain_imm to make
+ * the tail's news. At most one per chain. */
+void shim_rdma_chain_tail(struct rdma_conn *c, struct wr_chain *ch, uint64_t tail);
 /* Makes the chain's last WRITE carry imm, signaled. Precondition: n > 0. */
 void shim_rdma_chain_imm(struct wr_chain *ch, uint32_t imm);
 /* Posts the chain: the last WR's sequence number, or 0 (nothing posted). */

@@ -24,7 +24,7 @@
 #include "wire.h"
 
 #define SHIM_RDMA_MAGIC 0x52534852u /* "RSHR" */
-#define SHIM_RDMA_VERSION 5 /* 2: ring tails by WRITE WITH IMMEDIATE; 3: the proof before any byte; 4: the head exact once the ring is empty; 5: links (one QP per process pair) */
+#define SHIM_RDMA_VERSION 6 /* 2: ring tails by WRITE WITH IMMEDIATE; 3: the proof before any byte; 4: the head exact once the ring is empty; 5: links (one QP per process pair); 6: the head rides with the tail */
 #define SHIM_RDMA_REQ_PRIVATE_MAX 56
 #define SHIM_RDMA_REP_PRIVATE_MAX 196
 
@@ -119,6 +119,11 @@ _Static_assert(sizeof(struct shim_rdma_link_msg) == 96, "link message is 96 byte
  *                 "closed" reach Q as immediates on its CQ
  *   in P's page:  head (Q writes credits back), armed (Q arms for data),
  *                 consumer_closed (Q is gone), peer_recvs (Q's receives)
+ *
+ * tx_head sits right after rx_announced: both are written by the peer, and
+ * the peer's tail WRITE for our receive ring carries its head of our send
+ * ring in the same 16 bytes (rdma_chan.c, post_staged), so a reply costs
+ * no WRITE of its own to say how far the request was read.
  */
 struct shim_rdma_ctl {
 	/* Our receive ring, written by the peer as producer. Its data comes
@@ -126,15 +131,16 @@ struct shim_rdma_ctl {
 	 * completions on our CQ (SHIM_RDMA_IMM_*), not as words here. */
 	uint64_t rx_wants_space;
 	uint64_t rx_announced; /* the producer's tail (see the immediate above) */
-	uint8_t pad0[64 - 16];
 	/* Our send ring, written by the peer as consumer. */
 	uint64_t tx_head;
+	uint8_t pad0[64 - 24];
 	uint64_t tx_consumer_armed;
 	uint64_t tx_consumer_closed;
 	uint64_t tx_peer_recvs; /* receives the peer has posted in all (0: not told yet) */
-	uint8_t pad1[64 - 32];
+	uint8_t pad1[64 - 24];
 };
-_Static_assert(offsetof(struct shim_rdma_ctl, tx_head) == 64, "tx words on their own line");
+_Static_assert(offsetof(struct shim_rdma_ctl, tx_head) == offsetof(struct shim_rdma_ctl, rx_announced) + 8,
+	       "one WRITE carries the peer's tail and head");
 
 #define SHIM_RDMA_CTL_BYTES 4096u
 _Static_assert(sizeof(struct shim_rdma_ctl) <= SHIM_RDMA_CTL_BYTES, "control page fits");
