@@ -260,6 +260,51 @@ START_TEST(a_forked_child_releases_without_waiting)
 }
 END_TEST
 
+/* A program that closes numbers it did not open (a daemon's close-all
+ * loop) and gets them back for sockets of its own: the shim never sends
+ * into them, nor reads them, and makes itself a new pair. */
+START_TEST(numbers_the_program_took_back_are_never_touched)
+{
+	int before[64], nb = 0, ours[2], n = 0, mine[2], p[2];
+	char b;
+
+	for (int fd = 0; fd < 64; fd++)
+		if (fcntl(fd, F_GETFD) >= 0)
+			before[nb++] = fd;
+	shim_reap(dup(0));
+	ck_assert(shim_reap_settled(5000));
+	for (int fd = 0; fd < 64 && n < 2; fd++) {
+		bool was = false;
+
+		for (int i = 0; i < nb; i++)
+			was |= before[i] == fd;
+		if (!was && fcntl(fd, F_GETFD) >= 0)
+			ours[n++] = fd;
+	}
+	ck_assert_int_eq(n, 2);
+	/* Its thread ends once idle, then the program takes the numbers
+	 * (dup2 closes ours) for a socketpair of its own, with a message of
+	 * its own queued. */
+	usleep(300 * 1000);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, p), 0);
+	for (int i = 0; i < 2; i++) {
+		mine[i] = dup2(p[i], ours[i]);
+		ck_assert_int_eq(mine[i], ours[i]);
+		close(p[i]);
+	}
+	ck_assert_int_eq(send(mine[0], "m", 1, 0), 1);
+	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+	shim_reap(p[0]);
+	shim_reap(p[1]);
+	ck_assert(shim_reap_settled(5000));
+	/* The program's message is there, alone: nothing read, nothing sent. */
+	ck_assert_int_eq(recv(mine[1], &b, 1, MSG_DONTWAIT), 1);
+	ck_assert_int_eq(b, 'm');
+	ck_assert_int_lt(recv(mine[1], &b, 1, MSG_DONTWAIT), 0);
+	ck_assert_int_lt(recv(mine[0], &b, 1, MSG_DONTWAIT), 0);
+}
+END_TEST
+
 /* Where the kernel has SO_PASSRIGHTS (6.16), a socket that asked refuses
  * fds; RDMASHIM_TEST_NO_PASSRIGHTS makes the shim ask nothing. */
 START_TEST(refused_rights_refuse_fds_where_the_kernel_can)
@@ -306,6 +351,7 @@ int main(void)
 	tcase_add_test(tc, the_reaper_never_closes_before_the_caller);
 	tcase_add_test(tc, a_full_queue_never_blocks_and_bars_new_channels);
 	tcase_add_test(tc, a_forked_child_releases_without_waiting);
+	tcase_add_test(tc, numbers_the_program_took_back_are_never_touched);
 	tcase_add_test(tc, refused_rights_refuse_fds_where_the_kernel_can);
 	suite_add_tcase(s, tc);
 	return shim_check_run(s);

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include "clock.h"
 #include "config.h"
 #include "fdtable.h"
+#include "owned.h"
 #include "real.h"
 #include "self.h"
 #include "trace.h"
@@ -29,13 +31,16 @@
 #define REAP_PARK_MAX 64
 
 /*
- * The process's socketpair: [0] sends (nonblocking), [1] is the reaper's
- * (blocking). pair_pid is the process that made it: a fork's child makes
- * its own, and reaps its copies of the parent's ends through it. Set up
- * and read under setup_lock; the send itself takes no lock.
+ * The process's socketpair: pair_tx sends (nonblocking), pair_rx is the
+ * reaper's. pair_pid is the process that made it: a fork's child makes its
+ * own, and reaps its copies of the parent's ends through it. Both are kept
+ * fds (owned.h): a program that closes numbers it did not open (a daemon's
+ * close-all loop) and gets them back for files of its own never has us
+ * send our fds into its socket, nor the reaper read its bytes. Under
+ * setup_lock.
  */
 static pthread_mutex_t setup_lock = PTHREAD_MUTEX_INITIALIZER;
-static int pair[2] = { -1, -1 };
+static struct shim_owned_fd pair_tx = { .fd = -1 }, pair_rx = { .fd = -1 };
 static pid_t pair_pid;
 
 static int parked[REAP_PARK_MAX]; /* under setup_lock */
@@ -101,20 +106,33 @@ static bool thread_running; /* under setup_lock */
  * the files wait in the queue, which bounds them. */
 static void thread_ensure_locked(void)
 {
-	if (!thread_running && pair[1] >= 0 && shim_bgthread_start(reaper_main, (void *)(long)pair[1]) == 0)
+	struct shim_owned_fd *rx;
+
+	if (thread_running || pair_rx.fd < 0)
+		return;
+	/* The thread's own copy, checked before each receive, freed at its
+	 * end: a new pair may replace pair_rx meanwhile. */
+	rx = malloc(sizeof(*rx));
+	if (!rx)
+		return;
+	*rx = pair_rx;
+	if (shim_bgthread_start(reaper_main, rx) == 0)
 		thread_running = true;
+	else
+		free(rx);
 }
 
 /* Whether the queue is empty, and the thread may end: decided under
  * setup_lock, which every release holds from its send to its check that
  * a thread runs, so that no message is left without a reader. */
-static bool idle_end(int rx)
+static bool idle_end(const struct shim_owned_fd *rx)
 {
 	uint8_t b;
 	bool end;
 
 	pthread_mutex_lock(&setup_lock);
-	end = REAL(recv)(rx, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 && errno == EAGAIN;
+	/* A number that is no longer ours ends the thread, untouched. */
+	end = !shim_owned_still(rx) || (REAL(recv)(rx->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 && errno == EAGAIN);
 	if (end)
 		thread_running = false;
 	pthread_mutex_unlock(&setup_lock);
@@ -148,7 +166,8 @@ static void release_here(int fd)
 /* The reaper: one file per message; a close that blocks blocks here. */
 static void *reaper_main(void *arg)
 {
-	int rx = (int)(long)arg;
+	struct shim_owned_fd *own = arg;
+	int rx = own->fd;
 	union {
 		struct cmsghdr align;
 		char buf[SHIM_SCM_SPACE];
@@ -162,14 +181,14 @@ static void *reaper_main(void *arg)
 		struct pollfd p = { .fd = rx, .events = POLLIN };
 		ssize_t n;
 
-		if (REAL(poll)(&p, 1, REAP_IDLE_MS) == 0 && idle_end(rx))
-			return NULL;
+		if ((REAL(poll)(&p, 1, REAP_IDLE_MS) == 0 || !shim_owned_still(own)) && idle_end(own))
+			break;
 		n = REAL(recvmsg)(rx, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
 		if (n < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
 		if (n <= 0) {
-			idle_end(rx);
-			return NULL; /* our end is gone: nothing more can come */
+			idle_end(own);
+			break; /* our end is gone: nothing more can come */
 		}
 		if (n == sizeof(seq))
 			wait_sender_closed(seq);
@@ -177,6 +196,8 @@ static void *reaper_main(void *arg)
 		/* A close came back: whatever jammed the queue moves again. */
 		__atomic_store_n(&jammed, false, __ATOMIC_RELAXED);
 	}
+	free(own);
+	return NULL;
 }
 
 /*
@@ -215,12 +236,15 @@ static int hand_over(int tx, int fd)
  * thread starts with the first release); -errno when it can not be had. */
 static int sender_locked(void)
 {
-	int sv[2], old[2] = { pair[0], pair[1] };
+	struct shim_owned_fd old[2] = { pair_tx, pair_rx };
+	bool forked = pair_pid != shim_self_pid();
+	int sv[2];
 
-	if (pair[0] >= 0 && pair_pid == shim_self_pid())
-		return pair[0];
-	if (pair_pid != shim_self_pid())
-		pair[0] = pair[1] = -1;
+	if (!forked && shim_owned_still(&pair_tx) && shim_owned_still(&pair_rx))
+		return pair_tx.fd;
+	/* Numbers the program took over are its own now: never touched. */
+	shim_owned_forget(&pair_tx);
+	shim_owned_forget(&pair_rx);
 	pair_pid = shim_self_pid();
 	/* Tried again at the next release: a process near its fd limit may
 	 * have room later. Meanwhile release_stuck() does what it can. */
@@ -228,24 +252,25 @@ static int sender_locked(void)
 		return -errno;
 	sv[0] = shim_fd_own_checked(sv[0]);
 	sv[1] = shim_fd_own_checked(sv[1]);
-	if (sv[0] < 0 || sv[1] < 0 || REAL(fcntl)(sv[0], F_SETFL, O_NONBLOCK) < 0) {
+	if (sv[0] < 0 || sv[1] < 0 || REAL(fcntl)(sv[0], F_SETFL, O_NONBLOCK) < 0 ||
+	    shim_owned_take(&pair_tx, sv[0]) < 0 || shim_owned_take(&pair_rx, sv[1]) < 0) {
 		/* Fresh sockets with nothing queued: their close is harmless. */
 		if (sv[0] >= 0)
 			REAL(close)(sv[0]);
 		if (sv[1] >= 0)
 			REAL(close)(sv[1]);
+		shim_owned_forget(&pair_tx);
+		shim_owned_forget(&pair_rx);
 		return -EMFILE;
 	}
-	pair[0] = sv[0];
-	pair[1] = sv[1];
 	thread_running = false;
 	/* A fork's child holds its parent's ends too; the parent's reaper
 	 * may have died with it, leaving ours the last references, with
 	 * whatever was in flight: they go the same way as any other file. */
-	for (int i = 0; i < 2; i++)
-		if (old[i] >= 0)
-			hand_over(pair[0], old[i]);
-	return pair[0];
+	for (int i = 0; i < 2 && forked; i++)
+		if (old[i].fd >= 0 && shim_owned_still(&old[i]))
+			hand_over(pair_tx.fd, old[i].fd);
+	return pair_tx.fd;
 }
 
 /*
