@@ -100,6 +100,10 @@ static void wait_sender_closed(unsigned long long seq)
 static void *reaper_main(void *arg);
 
 static bool thread_running; /* under setup_lock */
+/* Between shim_reap_atfork_child() and _child_done(): the fork handlers
+ * release the parent's kept fds through us, and no thread is started
+ * inside a fork handler; the next release outside starts it. */
+static bool in_fork_handlers;
 
 /* Under setup_lock: the thread for this process's pair, started if none
  * runs. A start that fails is tried again at the next release; meanwhile
@@ -108,7 +112,7 @@ static void thread_ensure_locked(void)
 {
 	struct shim_owned_fd *rx;
 
-	if (thread_running || pair_rx.fd < 0)
+	if (thread_running || in_fork_handlers || pair_rx.fd < 0)
 		return;
 	/* The thread's own copy, checked before each receive, freed at its
 	 * end: a new pair may replace pair_rx meanwhile. */
@@ -347,6 +351,15 @@ void shim_reap(int fd)
 	release_stuck(fd);
 }
 
+void shim_reap_hung_up(int fd)
+{
+	if (fd < 0)
+		return;
+	/* Not ENOTSOCK-checked: a file that is no socket keeps no queue. */
+	REAL(shutdown)(fd, SHUT_RDWR);
+	shim_reap(fd);
+}
+
 void shim_reap_cmsg_fds(struct msghdr *mh)
 {
 	each_passed_fd(mh, shim_reap);
@@ -399,6 +412,12 @@ void shim_reap_atfork_child(void)
 {
 	/* The parent's thread is not in this process. */
 	thread_running = false;
+	in_fork_handlers = true;
 	__atomic_store_n(&jammed, false, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&setup_lock);
+}
+
+void shim_reap_atfork_child_done(void)
+{
+	in_fork_handlers = false;
 }

@@ -55,6 +55,17 @@
  * the reaper up). */
 void shim_reap(int fd);
 
+/*
+ * The same for a socket of ours whose peer must see our end go at once:
+ * the release itself comes a moment later, on the reaper, but a peer that
+ * tells a closed connection from a lie by our hang-up (rendezvous.h,
+ * shim_rv_peer_gone) must see it before the program's next call can
+ * reuse the TCP socket's number. shutdown() tells the peer and releases
+ * nothing. Never for a socket the peer passed us: it would end the
+ * peer's own connection.
+ */
+void shim_reap_hung_up(int fd);
+
 /* Makes this process's reaper now, while its fd table has room (a
  * connection that may upgrade is tracked): one made at the first release
  * could come too late, in a process near its fd limit. */
@@ -90,5 +101,8 @@ bool shim_reap_settled(int timeout_ms);
 void shim_reap_atfork_prepare(void);
 void shim_reap_atfork_release(void);
 void shim_reap_atfork_child(void);
+/* The child's fork handlers are done: the next release may start the
+ * child's reaper thread (none is started inside a fork handler). */
+void shim_reap_atfork_child_done(void);
 
 #endif

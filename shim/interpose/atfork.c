@@ -81,6 +81,7 @@ static void child(void)
 	/* With every lock free again: what only the parent's other threads
 	 * held is let go (it may take the locks above). */
 	shim_sock_atfork_child_done();
+	shim_reap_atfork_child_done();
 }
 
 void shim_atfork_register(void)

@@ -19,10 +19,14 @@
 /* rv.refused lines, per process: 20 at once, then 10 a second. */
 static struct shim_trace_budget refused_lines = { .burst = 20, .per_sec = 10 };
 
+/* A negotiation's rendezvous is this process's alone (handshakes are
+ * settled before a fork: upgrade.c), and its peer reads our hang-up as
+ * "the connection closed" (rendezvous.h): it must see it now, before the
+ * program's next call may reuse our TCP socket's number. */
 void shm_close_fd(int *fd)
 {
 	if (*fd >= 0) {
-		shim_reap(*fd);
+		shim_reap_hung_up(*fd);
 		*fd = -1;
 	}
 }
