@@ -25,7 +25,7 @@ CFLAGS_COMMON := -std=gnu11 -O2 -g -Wall -Wextra -Werror -D_GNU_SOURCE -fPIC \
 CFLAGS_SHIM   := $(CFLAGS_COMMON) -fvisibility=hidden
 LDLIBS_SHIM   := -ldl -lpthread -lrdmacm -libverbs
 
-# The shim's modules, one folder per layer (README.md, "How it works"):
+# The shim's modules, one folder per layer (docs/ARCHITECTURE.md):
 # a layer includes only its own and lower layers
 # (tools/check-layers.sh). interpose/ holds init and the exported wrappers, the
 # rest is the core that the unit tests link against. Object names stay flat
