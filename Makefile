@@ -25,7 +25,7 @@ CFLAGS_COMMON := -std=gnu11 -O2 -g -Wall -Wextra -Werror -D_GNU_SOURCE -fPIC \
 CFLAGS_SHIM   := $(CFLAGS_COMMON) -fvisibility=hidden
 LDLIBS_SHIM   := -ldl -lpthread -lrdmacm -libverbs
 
-# The shim's modules, one folder per layer (README.md, "How it works"):
+# The shim's modules, one folder per layer (docs/ARCHITECTURE.md):
 # a layer includes only its own and lower layers
 # (tools/check-layers.sh). interpose/ holds init and the exported wrappers, the
 # rest is the core that the unit tests link against. Object names stay flat
@@ -61,7 +61,7 @@ HOSTILE_SRCS := $(wildcard integration/hostile/*.c)
 DIFF_DRIVER := $(BUILD)/progs/diff_driver
 DIFF_SRCS   := $(wildcard integration/diff/*.c)
 
-.PHONY: all deps test check-layers unit unit-bins integration demo bench install clean asan tsan test-asan test-tsan soak-diff
+.PHONY: all deps test check-layers unit unit-bins integration docs demo bench install clean asan tsan test-asan test-tsan soak-diff
 
 all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS) $(HOSTILE) $(DIFF_DRIVER)
 
@@ -151,6 +151,10 @@ test-asan test-tsan: all
 # The differential harness's random scenarios for DIFF_SOAK_S seconds (default 3600).
 soak-diff: all
 	@unshare -n bash -c 'ip link set lo up; DIFF_SOAK=1 integration/diff/diff.py soak --budget $${DIFF_SOAK_S:-3600}'
+
+# docs/CONFIG.md's variables table, from the code's own (integration/t_docs.sh checks it).
+docs: $(TOOL)
+	@tools/gen-config-doc.sh $(TOOL)
 
 demo: deps
 	$(MAKE) all

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check-layers: shim/ is in layers (README.md, "How it works"); this proves
+# check-layers: shim/ is in layers (docs/ARCHITECTURE.md); this proves
 # that nothing runs the wrong way between them.
 #
 #   tools/check-layers.sh [--list] [--report] [OBJDIR]

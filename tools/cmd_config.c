@@ -3,6 +3,10 @@
  * parser, same getenv), shows every variable with its value and meaning, then
  * the effective result. Exit 2 with the shim's own error line when the shim
  * would stay inert because of a bad value.
+ *
+ * rdmashim config --markdown: the same table (name, default, meaning) as
+ * Markdown, whatever the environment holds: docs/CONFIG.md's generated block
+ * is this output (tools/gen-config-doc.sh, checked by integration/t_docs.sh).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -100,6 +104,37 @@ static void print_variables(void)
 	}
 }
 
+/* text with '|' escaped, so that it stays in its Markdown table cell */
+static void print_cell(const char *text)
+{
+	for (const char *c = text; *c; c++) {
+		if (*c == '|')
+			putchar('\\');
+		putchar(*c);
+	}
+}
+
+static void print_markdown(void)
+{
+	printf("| variable | default | meaning |\n");
+	printf("|---|---|---|\n");
+	for (size_t i = 0; i < shim_config_var_count; i++) {
+		const struct shim_config_var *var = &shim_config_vars[i];
+
+		printf("| `%s` | ", var->name);
+		if (var->default_value[0]) {
+			printf("`");
+			print_cell(var->default_value);
+			printf("`");
+		} else {
+			printf("(empty)");
+		}
+		printf(" | ");
+		print_cell(var->help);
+		printf(" |\n");
+	}
+}
+
 static void print_transports(const struct shim_config *cfg)
 {
 	if (cfg->n_transports == 0) {
@@ -121,11 +156,17 @@ int rdmashim_cmd_config(int argc, char **argv)
 
 	if (argc > 1) {
 		if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
-			printf("usage: rdmashim config\n"
-			       "Shows and checks the RDMASHIM_* variables of this environment.\n");
+			printf("usage: rdmashim config [--markdown]\n"
+			       "Shows and checks the RDMASHIM_* variables of this environment.\n"
+			       "--markdown: print the variables' table (name, default, meaning) as Markdown\n"
+			       "and nothing else, whatever the environment holds (docs/CONFIG.md).\n");
 			return 0;
 		}
-		fprintf(stderr, "rdmashim config: takes no arguments\n");
+		if (argc == 2 && strcmp(argv[1], "--markdown") == 0) {
+			print_markdown();
+			return 0;
+		}
+		fprintf(stderr, "rdmashim config: takes no arguments but --markdown\n");
 		return 2;
 	}
 	print_variables();

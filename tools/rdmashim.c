@@ -28,7 +28,7 @@ static void usage(FILE *out)
 	      "\n"
 	      "commands:\n"
 	      "  run [OPTIONS] [--] CMD [ARGS...]  run CMD under the shim\n"
-	      "  config                           show and check the RDMASHIM_* settings\n"
+	      "  config [--markdown]              show and check the RDMASHIM_* settings\n"
 	      "                                   of this environment\n"
 	      "  reasons                          list the reason codes of traces and stats\n"
 	      "  version                          print the version\n"

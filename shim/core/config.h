@@ -1,6 +1,7 @@
 /*
  * Configuration from the environment. Every variable is listed in
- * shim_config_vars[] (the README and `rdmashim config` print that table).
+ * shim_config_vars[] (`rdmashim config` prints that table, and
+ * docs/CONFIG.md's is generated from it: tools/gen-config-doc.sh).
  *
  * Parsing is all-or-nothing: one bad value leaves the shim inert (pure
  * pass-through) after one line on stderr naming the variable and the value.

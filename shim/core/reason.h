@@ -1,6 +1,6 @@
 /*
  * Reason codes: every decision the shim makes about a connection names one.
- * This table is the only list; the README prints it and the stats count by it.
+ * This table is the only list; `rdmashim reasons` prints it and the stats count by it.
  * New codes go at the end, so that the numbers `rdmashim reasons` prints stay.
  * X(identifier, "trace name", "what it means")
  */

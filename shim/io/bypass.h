@@ -3,7 +3,7 @@
  * shim can not follow (glibc's stdio reads with its internal read, splice
  * moves bytes inside the kernel, urgent data is out of the stream), and the
  * process sandbox (seccomp), after which the shim may make no new kind of
- * system call. The rule (README, "Limits"): a connection used so stays on
+ * system call. The rule (docs/LIMITS.md): a connection used so stays on
  * TCP if it can; one that already moved goes through the shim's data path.
  */
 #ifndef RDMASHIM_BYPASS_H

@@ -368,7 +368,7 @@ void shim_rdma_progress(struct shim_sock *s, int fd, unsigned long long now)
 	}
 	if (c->pid != shim_self_pid()) {
 		/* Before any direction moved, the child ends on TCP; after, the
-		 * connection is the parent's (README: a connection upgraded
+		 * connection is the parent's (docs/LIMITS.md: a connection upgraded
 		 * before fork is used by one process only). */
 		if (s->tx_dir == SHIM_DIR_TCP && s->rx_dir == SHIM_DIR_TCP) {
 			shim_rdma_forget_inherited(s);
