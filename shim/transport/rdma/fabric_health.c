@@ -68,7 +68,8 @@ int shim_fh_limits_set(struct shim_fh_limits *lim, const char *spec)
 	if (strcmp(eq + 1, "off") == 0) {
 		off = true;
 	} else {
-		if (eq[1] == '-' || eq[1] == '+')
+		/* strtoull would take a sign or leading blanks too. */
+		if (eq[1] < '0' || eq[1] > '9')
 			return -EINVAL;
 		errno = 0;
 		max = strtoull(eq + 1, &end, 10);
