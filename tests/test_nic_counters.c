@@ -100,6 +100,26 @@ START_TEST(reads_both_folders_errors_only)
 	ck_assert_uint_eq(*value_of(&c, "link_downed"), 0);
 	ck_assert_ptr_null(value_of(&c, "port_xmit_data"));
 	ck_assert_ptr_null(value_of(&c, "hw.rcvd_seq_err"));
+	/* The file that is no number is named, for a reader to say so. */
+	ck_assert_uint_eq(c.n_bad, 1);
+	ck_assert_str_eq(c.bad[0], "hw.rcvd_seq_err");
+}
+END_TEST
+
+static bool keep_traffic(const char *name)
+{
+	return strstr(name, "pkts") || strstr(name, "xmit_data");
+}
+
+START_TEST(read_if_keeps_what_keep_says)
+{
+	struct shim_nic_counters c;
+
+	ck_assert_int_eq(shim_nic_counters_read_if(root, "rxe0", 1, keep_traffic, &c), 0);
+	ck_assert_uint_eq(c.n, 2);
+	ck_assert_uint_eq(*value_of(&c, "hw.sent_pkts"), 5);
+	ck_assert_uint_eq(*value_of(&c, "port_xmit_data"), 100);
+	ck_assert_uint_eq(c.n_bad, 0);
 }
 END_TEST
 
@@ -170,6 +190,7 @@ static Suite *suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, error_names);
 	tcase_add_test(tc, reads_both_folders_errors_only);
+	tcase_add_test(tc, read_if_keeps_what_keep_says);
 	tcase_add_test(tc, missing_port_is_enoent);
 	tcase_add_test(tc, grew_names_the_deltas);
 	tcase_add_test(tc, new_counter_counts_from_zero);

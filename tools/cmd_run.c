@@ -19,6 +19,7 @@
 
 int rdmashim_cmd_run(int argc, char **argv);
 void rdmashim_run_usage(FILE *out);
+int rdmashim_locate_library(char out[PATH_MAX], char *why, size_t len);
 /* cmd_config.c */
 int rdmashim_check_trace_file(const char *pattern, char *path, size_t len, const char **why);
 
@@ -113,7 +114,10 @@ static int check_option(const struct run_option *opt, const char *value)
 	return 0;
 }
 
-static int locate_library(char out[PATH_MAX])
+/* Where the shim library is: RDMASHIM_LIB, else ../lib beside this
+ * program. 0, or -1 with one sentence in why (rdmashim doctor shows it
+ * too). */
+int rdmashim_locate_library(char out[PATH_MAX], char *why, size_t len)
 {
 	const char *env = getenv("RDMASHIM_LIB");
 	char exe[PATH_MAX], candidate[PATH_MAX + sizeof("/../lib/" SHIM_LIB_NAME)];
@@ -122,13 +126,12 @@ static int locate_library(char out[PATH_MAX])
 
 	if (env && *env) {
 		if (!realpath(env, out)) {
-			fprintf(stderr, "rdmashim run: RDMASHIM_LIB=\"%s\": %s\n", env, strerror(errno));
+			snprintf(why, len, "RDMASHIM_LIB=\"%s\": %s", env, strerror(errno));
 			return -1;
 		}
 	} else {
 		if (!realpath("/proc/self/exe", exe)) {
-			fprintf(stderr, "rdmashim run: can not resolve /proc/self/exe (%s); set RDMASHIM_LIB\n",
-				strerror(errno));
+			snprintf(why, len, "can not resolve /proc/self/exe (%s); set RDMASHIM_LIB", strerror(errno));
 			return -1;
 		}
 		slash = strrchr(exe, '/');
@@ -136,20 +139,20 @@ static int locate_library(char out[PATH_MAX])
 			*slash = '\0';
 		snprintf(candidate, sizeof(candidate), "%s/../lib/" SHIM_LIB_NAME, exe);
 		if (!realpath(candidate, out)) {
-			fprintf(stderr, "rdmashim run: no shim library at %s (%s); set RDMASHIM_LIB\n", candidate,
-				strerror(errno));
+			snprintf(why, len, "no shim library at %s (%s); set RDMASHIM_LIB", candidate, strerror(errno));
 			return -1;
 		}
 	}
 	if (stat(out, &st) < 0 || !S_ISREG(st.st_mode) || access(out, R_OK) < 0) {
-		fprintf(stderr, "rdmashim run: %s is not a readable file\n", out);
+		snprintf(why, len, "%s is not a readable file", out);
 		return -1;
 	}
 	/* The loader would split such a path into pieces and load none of them. */
 	if (strpbrk(out, PRELOAD_SEPARATORS)) {
-		fprintf(stderr, "rdmashim run: the shim library path \"%s\" holds a space or colon, "
-				"which LD_PRELOAD can not carry; install it elsewhere\n",
-			out);
+		snprintf(why, len,
+			 "the shim library path \"%s\" holds a space or colon, which LD_PRELOAD can not carry; "
+			 "install it elsewhere",
+			 out);
 		return -1;
 	}
 	return 0;
@@ -194,7 +197,7 @@ static const struct run_option *find_option(const char *arg, const char **inline
 int rdmashim_cmd_run(int argc, char **argv)
 {
 	const char *values[N_RUN_OPTIONS] = { NULL };
-	char lib[PATH_MAX];
+	char lib[PATH_MAX], why[PATH_MAX + 256];
 	int i = 1;
 
 	while (i < argc) {
@@ -234,8 +237,10 @@ int rdmashim_cmd_run(int argc, char **argv)
 		fprintf(stderr, "rdmashim run: no command given (rdmashim run [OPTIONS] -- CMD [ARGS...])\n");
 		return 2;
 	}
-	if (locate_library(lib) < 0)
+	if (rdmashim_locate_library(lib, why, sizeof(why)) < 0) {
+		fprintf(stderr, "rdmashim run: %s\n", why);
 		return 2;
+	}
 	for (size_t o = 0; o < N_RUN_OPTIONS; o++) {
 		if (values[o] && setenv(run_options[o].var, values[o], 1) < 0) {
 			fprintf(stderr, "rdmashim run: can not set %s: %s\n", run_options[o].var, strerror(errno));

@@ -1,10 +1,13 @@
 /*
  * The rdmashim command: runs unmodified programs under the shim and explains
  * its configuration. This file dispatches and holds the small commands; run
- * lives in cmd_run.c, config in cmd_config.c.
+ * lives in cmd_run.c, config in cmd_config.c, health in cmd_health.c,
+ * doctor in cmd_doctor.c.
  *
  * Exit status: 0 success; 2 bad usage or a bad value (one line on stderr);
- * for run, 127 when the program can not be exec'd, else the program's own.
+ * for run, 127 when the program can not be exec'd, else the program's own;
+ * for health, 0 healthy, 1 degraded, 2 no usable device; for doctor, 1
+ * when a check FAILs.
  */
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +20,11 @@ int rdmashim_cmd_run(int argc, char **argv);
 void rdmashim_run_usage(FILE *out);
 /* cmd_config.c */
 int rdmashim_cmd_config(int argc, char **argv);
+/* cmd_doctor.c */
+int rdmashim_cmd_doctor(int argc, char **argv);
+/* cmd_health.c */
+int rdmashim_cmd_health(int argc, char **argv);
+void rdmashim_health_usage(FILE *out);
 
 static void usage(FILE *out)
 {
@@ -30,15 +38,23 @@ static void usage(FILE *out)
 	      "  run [OPTIONS] [--] CMD [ARGS...]  run CMD under the shim\n"
 	      "  config [--markdown]              show and check the RDMASHIM_* settings\n"
 	      "                                   of this environment\n"
+	      "  health [--window SEC] [--json]   judge this host's RDMA ports (see below)\n"
+	      "  doctor                           checklist: can this host run RDMA under\n"
+	      "                                   the shim? PASS/WARN/FAIL, each with its fix\n"
 	      "  reasons                          list the reason codes of traces and stats\n"
 	      "  version                          print the version\n"
 	      "  help                             print this help\n"
 	      "\n",
 	      out);
 	rdmashim_run_usage(out);
+	fputs("\n", out);
+	rdmashim_health_usage(out);
 	fputs("\n"
 	      "exit status: 0 ok; 2 bad usage or value (one line on stderr);\n"
-	      "run: 127 if CMD can not be executed, else CMD's own status.\n",
+	      "run: 127 if CMD can not be executed, else CMD's own status;\n"
+	      "health: 0 healthy, 1 degraded, 2 no usable device;\n"
+	      "doctor: 0 no FAIL line, 1 some FAIL line.\n"
+	      "Operating guide: docs/OPERATIONS.md.\n",
 	      out);
 }
 
@@ -89,6 +105,8 @@ static const struct {
 } commands[] = {
 	{ "run", rdmashim_cmd_run },
 	{ "config", rdmashim_cmd_config },
+	{ "health", rdmashim_cmd_health },
+	{ "doctor", rdmashim_cmd_doctor },
 	{ "reasons", cmd_reasons },
 	{ "version", cmd_version },
 	{ "--version", cmd_version },

@@ -10,7 +10,6 @@
 
 #include "fdtable.h"
 #include "real.h"
-#include "reaper.h"
 
 /*
  * The marker: a unix datagram socket of ours (an inode of its own), in
@@ -136,15 +135,8 @@ void shim_owned_forget(struct shim_owned_fd *o)
 
 void shim_owned_close(struct shim_owned_fd *o)
 {
-	/* A kept socket a peer can write to (a pair channel, a bell line)
-	 * may hold fds it queued there: released off the program's threads
-	 * (reaper.h). An epoll set holds no file of anyone's. */
-	if (shim_owned_still(o)) {
-		if (o->epoll)
-			REAL(close)(o->fd);
-		else
-			shim_reap(o->fd);
-	}
+	if (shim_owned_still(o))
+		REAL(close)(o->fd);
 	shim_owned_forget(o);
 }
 

@@ -30,7 +30,9 @@ int shim_owned_take(struct shim_owned_fd *o, int fd);
 /* Keeps a fresh epoll set of ours as o, the marker added to it. 0, or
  * -errno (fd is not kept then, nor closed). */
 int shim_owned_take_epoll(struct shim_owned_fd *o, int epfd);
-/* Closes o->fd if it still is ours; o is empty after. */
+/* Closes o->fd if it still is ours; o is empty after. A socket a peer can
+ * write to, or a file a peer passed, goes to shim_reap_owned() instead
+ * (reaper.h). */
 void shim_owned_close(struct shim_owned_fd *o);
 /* o is empty after, its number left alone (it is no longer ours). Every
  * kept fd ends in this or shim_owned_close: the marker goes with the last

@@ -351,6 +351,13 @@ void shim_reap(int fd)
 	release_stuck(fd);
 }
 
+void shim_reap_owned(struct shim_owned_fd *o)
+{
+	if (shim_owned_still(o))
+		shim_reap(o->fd);
+	shim_owned_forget(o);
+}
+
 void shim_reap_hung_up(int fd)
 {
 	if (fd < 0)

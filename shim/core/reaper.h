@@ -43,6 +43,8 @@
 #include <stdbool.h>
 #include <sys/socket.h>
 
+#include "owned.h"
+
 /* The most fds one message can carry (the kernel's SCM_MAX_FD): every
  * receive of ours has room for this many, so the kernel never discards
  * (and releases in our thread) one that did not fit. */
@@ -70,6 +72,11 @@ void shim_reap_hung_up(int fd);
  * connection that may upgrade is tracked): one made at the first release
  * could come too late, in a process near its fd limit. */
 void shim_reap_prepare(void);
+
+/* shim_owned_close() for a kept socket a peer can write to (a pair
+ * channel, a bell line) or a kept file a peer passed: reaped if still
+ * ours; o is empty after. */
+void shim_reap_owned(struct shim_owned_fd *o);
 
 /* Hands every fd of a received message's SCM_RIGHTS to shim_reap(). */
 void shim_reap_cmsg_fds(struct msghdr *mh);

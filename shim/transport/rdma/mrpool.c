@@ -62,19 +62,25 @@ static void *map_chunk(size_t len, bool try_huge, bool *huge)
 	return p == MAP_FAILED ? NULL : p;
 }
 
+size_t shim_mrpool_chunk_bytes(size_t slot_bytes, unsigned *slots)
+{
+	size_t len = round_up(slot_bytes * SLOTS_PER_CHUNK, HUGE_2M);
+	unsigned n = (unsigned)(len / slot_bytes);
+
+	/* Rounding up to 2 MiB may leave room for more slots: use it. */
+	*slots = n > MAX_SLOTS_PER_CHUNK ? MAX_SLOTS_PER_CHUNK : n;
+	return len;
+}
+
 static struct mrpool_chunk *new_chunk(struct ibv_pd *pd, size_t slot_bytes)
 {
 	struct mrpool_chunk *c = calloc(1, sizeof(*c));
 	unsigned long long t0;
-	unsigned n = SLOTS_PER_CHUNK;
+	unsigned n;
 
 	if (!c)
 		return NULL;
-	c->len = round_up(slot_bytes * n, HUGE_2M);
-	/* Rounding up to 2 MiB may leave room for more slots: use it. */
-	n = (unsigned)(c->len / slot_bytes);
-	if (n > MAX_SLOTS_PER_CHUNK)
-		n = MAX_SLOTS_PER_CHUNK;
+	c->len = shim_mrpool_chunk_bytes(slot_bytes, &n);
 	c->base = map_chunk(c->len, shim_cfg.huge_pages, &c->huge);
 	if (!c->base) {
 		free(c);

@@ -41,6 +41,11 @@ void shim_mrpool_put(struct shim_mr_slot *slot);
 /* Whether the slot's chunk sits on huge pages. */
 bool shim_mrpool_slot_huge(const struct shim_mr_slot *slot);
 
+/* The bytes of one chunk for slots of slot_bytes, and in *slots how many
+ * it holds. A chunk is registered (pinned, counted against
+ * RLIMIT_MEMLOCK) whole, so `rdmashim doctor` weighs the limit by it. */
+size_t shim_mrpool_chunk_bytes(size_t slot_bytes, unsigned *slots);
+
 /* What the pool did so far (tool, bench, tests). */
 struct shim_mrpool_stats {
 	unsigned chunks, huge_chunks, slots_in_use;

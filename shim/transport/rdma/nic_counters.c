@@ -56,7 +56,8 @@ static bool read_value(const char *path, unsigned long long *value)
 }
 
 /* Adds the error counters of one folder; false when it does not exist. */
-static bool read_folder(const char *dir, const char *prefix, struct shim_nic_counters *out)
+static bool read_folder(const char *dir, const char *prefix, shim_nic_counter_keep_fn keep,
+			struct shim_nic_counters *out)
 {
 	DIR *d = opendir(dir);
 	struct dirent *e;
@@ -68,31 +69,43 @@ static bool read_folder(const char *dir, const char *prefix, struct shim_nic_cou
 		unsigned long long v;
 		int w;
 
-		if (e->d_name[0] == '.' || !shim_nic_counter_is_error(e->d_name))
+		if (e->d_name[0] == '.' || !keep(e->d_name))
 			continue;
 		w = snprintf(out->name[out->n], SHIM_NIC_COUNTER_NAME, "%s%s", prefix, e->d_name);
 		if (w < 0 || w >= SHIM_NIC_COUNTER_NAME)
 			continue;
 		w = snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-		if (w < 0 || (size_t)w >= sizeof(path) || !read_value(path, &v))
+		if (w < 0 || (size_t)w >= sizeof(path))
 			continue;
+		if (!read_value(path, &v)) {
+			if (out->n_bad < SHIM_NIC_COUNTERS_BAD_MAX)
+				memcpy(out->bad[out->n_bad++], out->name[out->n], SHIM_NIC_COUNTER_NAME);
+			continue;
+		}
 		out->value[out->n++] = v;
 	}
 	closedir(d);
 	return true;
 }
 
-int shim_nic_counters_read(const char *root, const char *dev, unsigned port, struct shim_nic_counters *out)
+int shim_nic_counters_read_if(const char *root, const char *dev, unsigned port, shim_nic_counter_keep_fn keep,
+			      struct shim_nic_counters *out)
 {
 	char dir[384];
 	bool any;
 
 	out->n = 0;
+	out->n_bad = 0;
 	snprintf(dir, sizeof(dir), "%s/%s/ports/%u/counters", root ? root : SYSFS_IB, dev, port);
-	any = read_folder(dir, "", out);
+	any = read_folder(dir, "", keep, out);
 	snprintf(dir, sizeof(dir), "%s/%s/ports/%u/hw_counters", root ? root : SYSFS_IB, dev, port);
-	any |= read_folder(dir, "hw.", out);
+	any |= read_folder(dir, "hw.", keep, out);
 	return any ? 0 : -ENOENT;
+}
+
+int shim_nic_counters_read(const char *root, const char *dev, unsigned port, struct shim_nic_counters *out)
+{
+	return shim_nic_counters_read_if(root, dev, port, shim_nic_counter_is_error, out);
 }
 
 static const unsigned long long *counter_named(const struct shim_nic_counters *c, const char *name)

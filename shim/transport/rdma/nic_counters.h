@@ -14,6 +14,7 @@
 
 #define SHIM_NIC_COUNTERS_MAX 64
 #define SHIM_NIC_COUNTER_NAME 48
+#define SHIM_NIC_COUNTERS_BAD_MAX 8
 
 struct shim_nic_counters {
 	unsigned n;
@@ -21,7 +22,15 @@ struct shim_nic_counters {
 	 * hold a counter of one name: link_downed). */
 	char name[SHIM_NIC_COUNTERS_MAX][SHIM_NIC_COUNTER_NAME];
 	unsigned long long value[SHIM_NIC_COUNTERS_MAX];
+	/* Files that were kept by name but did not read as a number (a
+	 * garbled or unreadable file): left out of the counts above, named
+	 * here so that a reader can say so (rdmashim health). */
+	unsigned n_bad;
+	char bad[SHIM_NIC_COUNTERS_BAD_MAX][SHIM_NIC_COUNTER_NAME];
 };
+
+/* Which counters a read keeps, by file name. */
+typedef bool (*shim_nic_counter_keep_fn)(const char *name);
 
 /* Whether a counter of this name counts faults (errors, discards, drops,
  * retries, sequence faults, link downs). */
@@ -32,6 +41,11 @@ bool shim_nic_counter_is_error(const char *name);
  * does not read as a number is left out. 0, or -ENOENT when the port has
  * neither folder. */
 int shim_nic_counters_read(const char *root, const char *dev, unsigned port, struct shim_nic_counters *out);
+
+/* The same with the counters keep() accepts (rdmashim health also wants
+ * out_of_buffer and the congestion counters, which count no fault). */
+int shim_nic_counters_read_if(const char *root, const char *dev, unsigned port, shim_nic_counter_keep_fn keep,
+			      struct shim_nic_counters *out);
 
 /* Writes "name":delta for every counter of now that is larger than in
  * before (one before did not have counts from 0) into buf, comma

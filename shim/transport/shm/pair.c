@@ -90,7 +90,7 @@ static struct client_pair *client_of(const struct shim_endpoint *server)
 
 static void client_drop(struct client_pair *c)
 {
-	shim_owned_close(&c->fd);
+	shim_reap_owned(&c->fd);
 	shim_slots_retire(&c->arena);
 }
 
@@ -264,7 +264,7 @@ static void server_drop(struct server_pair *sp)
 {
 	if (shim_owned_still(&sp->fd) && shim_owned_still(&hub))
 		REAL(epoll_ctl)(hub.fd, EPOLL_CTL_DEL, sp->fd.fd, NULL);
-	shim_owned_close(&sp->fd);
+	shim_reap_owned(&sp->fd);
 	shim_slots_retire(&sp->arena);
 	for (unsigned i = 0; i < PAIR_SERVER_MAX; i++)
 		if (servers[i].fd.fd >= 0)
@@ -307,8 +307,8 @@ void shim_pair_keep_server(int rv_fd)
 /* A pending HINT goes unclaimed: its slot back to C. */
 static void pending_free(struct pending *p)
 {
-	shim_owned_close(&p->rv);
-	shim_owned_close(&p->mem);
+	shim_reap_owned(&p->rv);
+	shim_reap_owned(&p->mem);
 	if (p->arena)
 		shim_slots_give_back(&p->arena, p->msg.slot, p->msg.slot_gen);
 }
@@ -431,7 +431,7 @@ static void drain(unsigned long long now)
 	if (!shim_owned_still(&hub)) {
 		shim_owned_forget(&hub);
 		for (unsigned i = 0; i < PAIR_SERVER_MAX; i++) {
-			shim_owned_close(&servers[i].fd);
+			shim_reap_owned(&servers[i].fd);
 			shim_slots_retire(&servers[i].arena);
 		}
 		return;
@@ -558,7 +558,7 @@ void shim_pair_atfork_child(void)
 		for (unsigned i = 0; i < PAIR_CLIENT_MAX; i++)
 			client_drop(&clients[i]);
 		for (unsigned i = 0; i < PAIR_SERVER_MAX; i++) {
-			shim_owned_close(&servers[i].fd);
+			shim_reap_owned(&servers[i].fd);
 			shim_slots_retire(&servers[i].arena);
 		}
 		for (unsigned i = 0; i < PENDING_MAX; i++)

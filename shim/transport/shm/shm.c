@@ -537,7 +537,7 @@ static void shm_abortive(struct shim_chan *ch)
 
 static void shm_unmap(struct shm_chan *sc, bool reusable)
 {
-	shim_owned_close(&sc->line);
+	shim_reap_owned(&sc->line);
 	if (sc->slot_done)
 		sc->slot_done(sc->slot_ctx, reusable);
 	else
