@@ -186,6 +186,28 @@ START_TEST(the_reaper_never_closes_before_the_caller)
 }
 END_TEST
 
+/* A burst (a thousand upgrades at once release three fds each) fills the
+ * queue faster than the reaper empties it: that is no stuck release, and
+ * must bar nothing. */
+START_TEST(a_burst_is_not_a_jam)
+{
+	struct shim_reap_counts c;
+	int p[2];
+
+	for (int i = 0; i < 3000; i++) {
+		ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+		shim_reap(p[0]);
+		shim_reap(p[1]);
+		ck_assert_msg(!shim_reap_jammed(), "jammed at release %d", 2 * i);
+	}
+	ck_assert(shim_reap_settled(20000));
+	shim_reap_counts(&c);
+	ck_assert_uint_eq(c.parked, 0);
+	ck_assert_uint_eq(c.defused, 0);
+	ck_assert_uint_eq(c.sent, c.released);
+}
+END_TEST
+
 /*
  * With the reaper stuck, its queue fills: each call still returns at once,
  * the process stops taking new side channels, an INET socket is reset in
@@ -349,6 +371,7 @@ int main(void)
 	tcase_add_test(tc, a_lingering_socket_is_released_without_waiting);
 	tcase_add_test(tc, a_socket_holding_a_lingering_one_is_released_without_waiting);
 	tcase_add_test(tc, the_reaper_never_closes_before_the_caller);
+	tcase_add_test(tc, a_burst_is_not_a_jam);
 	tcase_add_test(tc, a_full_queue_never_blocks_and_bars_new_channels);
 	tcase_add_test(tc, a_forked_child_releases_without_waiting);
 	tcase_add_test(tc, numbers_the_program_took_back_are_never_touched);

@@ -161,10 +161,26 @@ static void each_passed_fd(struct msghdr *mh, void (*fn)(int fd))
 	}
 }
 
+/* When the reaper's current close began (0: it is in none). A close that
+ * lasts is a release that blocks; a full queue with none is only a burst. */
+static unsigned long long close_since_ns; /* atomic */
+
+#define REAP_STUCK_NS (50ull * 1000 * 1000)
+
 static void release_here(int fd)
 {
+	/* Relaxed: read only to judge, never to order. */
+	__atomic_store_n(&close_since_ns, shim_now_ns(), __ATOMIC_RELAXED);
 	REAL(close)(fd);
+	__atomic_store_n(&close_since_ns, 0, __ATOMIC_RELAXED);
 	count(&n_released);
+}
+
+static bool release_is_stuck(void)
+{
+	unsigned long long since = __atomic_load_n(&close_since_ns, __ATOMIC_RELAXED);
+
+	return since && shim_now_ns() - since > REAP_STUCK_NS;
 }
 
 /* The reaper: one file per message; a close that blocks blocks here. */
@@ -318,6 +334,30 @@ static void unpark_locked(int tx)
 		n_parked--;
 }
 
+/*
+ * Under setup_lock, with the thread started: the queue is full. While no
+ * release is stuck (a burst: a thousand upgrades at once release three
+ * fds each), the reaper makes room within microseconds: wait for it,
+ * REAP_BURST_WAITS slices at most, never past the moment a release turns
+ * out stuck (then the queue is jammed, and the caller does what it can).
+ * The wait is on our own thread's progress, not on anything a peer holds.
+ */
+#define REAP_BURST_WAITS 40
+#define REAP_BURST_SLICE_MS 5
+
+static int hand_over_burst(int tx, int fd)
+{
+	int rc = -EAGAIN;
+
+	for (int i = 0; i < REAP_BURST_WAITS && rc == -EAGAIN && thread_running && !release_is_stuck(); i++) {
+		struct pollfd p = { .fd = tx, .events = POLLOUT };
+
+		REAL(poll)(&p, 1, REAP_BURST_SLICE_MS);
+		rc = hand_over(tx, fd);
+	}
+	return rc;
+}
+
 void shim_reap_prepare(void)
 {
 	pthread_mutex_lock(&setup_lock);
@@ -332,20 +372,23 @@ void shim_reap(int fd)
 	if (fd < 0)
 		return;
 	/* Held from the send to the thread's start: idle_end() must not
-	 * find the queue empty between them. Nothing here waits: the send
-	 * never blocks, and our close is not the last reference. */
+	 * find the queue empty between them. Nothing here waits on a peer:
+	 * the send never blocks, our close is not the last reference, and a
+	 * full queue is waited for only while the reaper moves. */
 	pthread_mutex_lock(&setup_lock);
 	tx = sender_locked();
 	rc = tx < 0 ? tx : hand_over(tx, fd);
-	if (rc == 0)
-		unpark_locked(tx);
 	if (tx >= 0)
 		thread_ensure_locked();
+	if (rc == -EAGAIN)
+		rc = hand_over_burst(tx, fd);
+	if (rc == 0)
+		unpark_locked(tx);
 	pthread_mutex_unlock(&setup_lock);
 	if (rc == 0)
 		return;
-	/* A full queue means a release is stuck; no reaper at all (a process
-	 * at its fd limit) bars nothing: it is tried again next time. */
+	/* A queue still full means a release is stuck; no reaper at all (a
+	 * process at its fd limit) bars nothing: it is tried again next time. */
 	if (tx >= 0 && !__atomic_exchange_n(&jammed, true, __ATOMIC_RELAXED))
 		SHIM_TRACE(SHIM_TRACE_WARN, "reap.jammed", fd, NULL, SHIM_REASON_NONE, "\"error\":%d", -rc);
 	release_stuck(fd);
