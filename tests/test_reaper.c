@@ -126,9 +126,9 @@ END_TEST
 
 /* A unix socket with fd queued in it, by a message whose sender is gone:
  * releasing the socket releases fd. Our fd is closed. */
-static int socket_holding(int fd)
+/* One byte with fd attached on sock: what sendmsg returns. */
+static ssize_t send_one_fd(int sock, int fd)
 {
-	int sp[2];
 	union {
 		struct cmsghdr align;
 		char buf[CMSG_SPACE(sizeof(int))];
@@ -139,12 +139,19 @@ static int socket_holding(int fd)
 			     .msg_controllen = sizeof(control.buf) };
 	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
 
-	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp), 0);
 	cm->cmsg_level = SOL_SOCKET;
 	cm->cmsg_type = SCM_RIGHTS;
 	cm->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-	ck_assert_int_eq(sendmsg(sp[0], &mh, 0), 1);
+	return sendmsg(sock, &mh, 0);
+}
+
+static int socket_holding(int fd)
+{
+	int sp[2];
+
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp), 0);
+	ck_assert_int_eq(send_one_fd(sp[0], fd), 1);
 	close(fd);
 	close(sp[0]);
 	return sp[1];
@@ -331,33 +338,19 @@ END_TEST
  * fds; RDMASHIM_TEST_NO_PASSRIGHTS makes the shim ask nothing. */
 START_TEST(refused_rights_refuse_fds_where_the_kernel_can)
 {
-	int sp[2], p[2];
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} control;
-	char b = 'x';
-	struct iovec iov = { &b, 1 };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-			     .msg_controllen = sizeof(control.buf) };
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-	int rc;
+	int sp[2], p[2], rc;
 
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp), 0);
 	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &p[0], sizeof(int));
 	shim_cfg.test_no_passrights = 1;
 	ck_assert_int_eq(shim_reap_refuse_rights(sp[1]), -ENOPROTOOPT);
-	ck_assert_int_eq(sendmsg(sp[0], &mh, 0), 1);
+	ck_assert_int_eq(send_one_fd(sp[0], p[0]), 1);
 	shim_cfg.test_no_passrights = 0;
 	rc = shim_reap_refuse_rights(sp[1]);
 	if (rc == -ENOPROTOOPT || rc == -EINVAL)
 		return; /* a kernel before 6.16: the other defences hold alone */
 	ck_assert_int_eq(rc, 0);
-	ck_assert_int_lt(sendmsg(sp[0], &mh, 0), 0);
+	ck_assert_int_lt(send_one_fd(sp[0], p[0]), 0);
 }
 END_TEST
 
