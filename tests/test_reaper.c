@@ -124,8 +124,6 @@ START_TEST(a_lingering_socket_is_released_without_waiting)
 }
 END_TEST
 
-/* A unix socket with fd queued in it, by a message whose sender is gone:
- * releasing the socket releases fd. Our fd is closed. */
 /* One byte with fd attached on sock: what sendmsg returns. */
 static ssize_t send_one_fd(int sock, int fd)
 {
@@ -146,6 +144,8 @@ static ssize_t send_one_fd(int sock, int fd)
 	return sendmsg(sock, &mh, 0);
 }
 
+/* A unix socket with fd queued in it, by a message whose sender is gone:
+ * releasing the socket releases fd. Our fd is closed. */
 static int socket_holding(int fd)
 {
 	int sp[2];
