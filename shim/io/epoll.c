@@ -205,7 +205,7 @@ int shim_epoll_fixup(int epfd, struct epoll_event *events, int n)
 	if (!es)
 		return n;
 	pthread_mutex_lock(&es->ep->lock);
-	n = shim_ep_translate(es->ep, events, n, false);
+	n = shim_ep_translate(es->ep, events, NULL, n, false);
 	pthread_mutex_unlock(&es->ep->lock);
 	shim_sock_put(es);
 	return n;

@@ -53,6 +53,10 @@ struct shim_epitem {
 	 * (shim_ep_item_wake). */
 	unsigned wake_gen;
 	unsigned moved_gen; /* the look that gave the program's registration back (epoll_wait.c) */
+	/* The report that holds this item's event, and where (epoll_wait.c,
+	 * ep_settle): one registration is one entry of a report. */
+	unsigned long settle_gen;
+	int settle_at;
 	bool oneshot_fired;
 	/* EPOLLET on a switched fd: the readiness last seen, and the bytes
 	 * received by then (shim_io_rx_arrived); an event is a rise of
@@ -87,6 +91,7 @@ struct shim_ep {
 	 * the kernel be asked again, within the same wait (epoll_wait.c). */
 	bool moved_back;
 	unsigned look_gen; /* counts looks, for moved_gen */
+	unsigned long settle_gen; /* counts reports, for the items' settle_gen */
 	/* Items the last channel round found in the shim's hands (a channel
 	 * or a handshake): with none, the set is the kernel's alone, and a
 	 * wait is one epoll_wait (epoll_wait.c). */
@@ -142,11 +147,22 @@ int shim_ep_item_line(struct shim_ep *ep, struct shim_epitem *it, int line);
  * (shim_io_wake_register). Under ep->lock, not s->lock. */
 void shim_ep_item_wake(struct shim_ep *ep, struct shim_epitem *it, struct shim_sock *s, int *cap_ms);
 
+/* Where an event of a report came from: the item it is for (item is
+ * false for a fd the shim holds nothing of) and whether the kernel's
+ * registration gave it (then it is TCP's readiness, which the shim may
+ * have consumed since: ep_settle checks it) or a channel round. */
+struct shim_ep_src {
+	uint32_t id;
+	bool item;
+	bool kernel;
+};
+
 /* Maps kernel events back (tagged ones to the item's data, bells of
- * switched items dropped); returns how many are kept. moved_only: only the
- * items whose registration came back in this look (moved_gen is look_gen),
- * the others' events were taken already. Under ep->lock. */
-int shim_ep_translate(struct shim_ep *ep, struct epoll_event *ev, int n, bool moved_only);
+ * switched items dropped); returns how many are kept, and for each kept
+ * one its source in src[] (NULL: not wanted). moved_only: only the items
+ * whose registration came back in this look (moved_gen is look_gen), the
+ * others' events were taken already. Under ep->lock. */
+int shim_ep_translate(struct shim_ep *ep, struct epoll_event *ev, struct shim_ep_src *src, int n, bool moved_only);
 
 /* The tag of our kernel registrations, made once before the first. */
 void shim_ep_tag_init(void);

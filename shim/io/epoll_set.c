@@ -320,7 +320,7 @@ struct shim_epitem *shim_ep_item_at(struct shim_ep *ep, int fd)
 
 /* Maps kernel events back: tagged ones to the item's data; events of
  * switched items are bells and are dropped (their readiness is ours). */
-int shim_ep_translate(struct shim_ep *ep, struct epoll_event *ev, int n, bool moved_only)
+int shim_ep_translate(struct shim_ep *ep, struct epoll_event *ev, struct shim_ep_src *src, int n, bool moved_only)
 {
 	int kept = 0;
 
@@ -365,6 +365,9 @@ int shim_ep_translate(struct shim_ep *ep, struct epoll_event *ev, int n, bool mo
 				it->oneshot_fired = true;
 			ev[i].data = it->data;
 		}
+		if (src)
+			src[kept] = it ? (struct shim_ep_src){ .id = it->id, .item = true, .kernel = true }
+				       : (struct shim_ep_src){ 0 };
 		ev[kept++] = ev[i];
 	}
 	return kept;

@@ -98,7 +98,8 @@ static void release_for_good(int efd, struct shim_ep *ep, struct shim_epitem *it
  * second round of one look, which only gives registrations back); switches
  * kernel registrations of items that switched, or came back, since.
  * Called with ep->lock. */
-static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out, int max, bool report)
+static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out, struct shim_ep_src *src, int max,
+			    bool report)
 {
 	struct shim_epitem *it, *tmp;
 	unsigned shim_items = 0;
@@ -178,6 +179,7 @@ static int ep_channel_round(int efd, struct shim_ep *ep, struct epoll_event *out
 			continue;
 		out[n].events = ev;
 		out[n].data = it->data;
+		src[n] = (struct shim_ep_src){ .id = it->id, .item = true, .kernel = false };
 		n++;
 		if (it->events & EPOLLONESHOT)
 			it->oneshot_fired = true;
@@ -209,6 +211,7 @@ struct arm {
 };
 
 #define ARMS_ON_STACK 32
+#define SRC_ON_STACK 64
 
 /* Arms every switched item into arms[] (at most cap). Returns false when
  * sleeping is not needed; lowers *cap_ms as the arms and handshakes ask
@@ -280,6 +283,7 @@ struct ep_wait {
 	int efd;
 	long long timeout_ns;
 	struct epoll_event *events;
+	struct shim_ep_src *src; /* each event's source (ep_settle) */
 	int maxevents;
 	const sigset_t *sigmask;
 	struct arm arms_stack[ARMS_ON_STACK], *arms;
@@ -315,13 +319,14 @@ static void ep_spin_end(void *ctx, int rc)
 
 /* The kernel's ready events into events[0, max), translated (moved_only:
  * see shim_ep_translate). */
-static int kernel_look(struct ep_wait *w, struct epoll_event *events, int max, bool moved_only)
+static int kernel_look(struct ep_wait *w, int at, bool moved_only)
 {
-	int theirs = max > 0 ? kernel_wait(w->efd, events, max, 0, NULL) : 0;
+	int max = w->maxevents - at;
+	int theirs = max > 0 ? kernel_wait(w->efd, w->events + at, max, 0, NULL) : 0;
 
 	if (theirs > 0) {
 		pthread_mutex_lock(&w->ep->lock);
-		theirs = shim_ep_translate(w->ep, events, theirs, moved_only);
+		theirs = shim_ep_translate(w->ep, w->events + at, w->src + at, theirs, moved_only);
 		pthread_mutex_unlock(&w->ep->lock);
 	}
 	return theirs;
@@ -352,10 +357,78 @@ static int look_again_if_moved(struct ep_wait *w, int got)
 		return got;
 	}
 	w->ep->moved_back = false;
-	ep_channel_round(w->efd, w->ep, NULL, 0, false);
+	ep_channel_round(w->efd, w->ep, NULL, NULL, 0, false);
 	pthread_mutex_unlock(&w->ep->lock);
-	theirs = kernel_look(w, w->events + got, w->maxevents - got, true);
+	theirs = kernel_look(w, got, true);
 	return theirs < 0 ? got : got + theirs;
+}
+
+/*
+ * What a report promises, made true at its end whatever the rounds before
+ * found (apache's event MPM aborted, wrk counted read errors):
+ * - one registration is one entry: a look's channel round and its kernel
+ *   round (or the round again after a registration came back) may both
+ *   see an item that switched or came back between them; its events are
+ *   merged into its first entry;
+ * - readiness the kernel gave for an intercepted connection is TCP's, and
+ *   the shim may have taken those bytes since (a SWITCH frame, a RESUME,
+ *   bells): it is checked against what a read or write of the program's
+ *   would now find (shim_io_poll_mask), and what is not so is taken out.
+ *   A channel round's entries were computed under this wait's lock just
+ *   before, from the rings, which only the program's own calls drain.
+ * An entry left with nothing goes; a one-shot registration the kernel
+ * disabled keeps its entry (it would not fire again). Under ep->lock.
+ */
+static int ep_settle(struct ep_wait *w, int n)
+{
+	const uint32_t any = EPOLLIN | EPOLLOUT | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLRDNORM |
+			     EPOLLRDBAND | EPOLLWRNORM | EPOLLWRBAND;
+	struct shim_ep *ep = w->ep;
+	unsigned long gen = ++ep->settle_gen;
+	int kept = 0;
+
+	for (int i = 0; i < n; i++) {
+		struct shim_epitem *it = NULL;
+		uint32_t ev = w->events[i].events;
+
+		if (w->src[i].item)
+			HASH_FIND(hh_id, ep->by_id, &w->src[i].id, sizeof(w->src[i].id), it);
+		if (it && it->settle_gen == gen) {
+			w->events[it->settle_at].events |= ev;
+			continue;
+		}
+		if (it && w->src[i].kernel && !(it->events & EPOLLONESHOT)) {
+			struct shim_sock *s = shim_ep_item_sock(it);
+			int mask = s ? shim_io_poll_mask(s, it->via) : -1;
+
+			shim_sock_put(s);
+			if (mask >= 0 && !(mask & POLLIN))
+				ev &= ~(uint32_t)(EPOLLIN | EPOLLRDNORM);
+			if (mask >= 0 && !(mask & POLLOUT))
+				ev &= ~(uint32_t)(EPOLLOUT | EPOLLWRNORM);
+			if (!(ev & any))
+				continue;
+		}
+		if (it) {
+			it->settle_gen = gen;
+			it->settle_at = kept;
+		}
+		w->events[kept] = w->events[i];
+		w->events[kept].events = ev;
+		w->src[kept] = w->src[i];
+		kept++;
+	}
+	return kept;
+}
+
+static int ep_report(struct ep_wait *w, int n)
+{
+	if (n <= 0)
+		return n;
+	pthread_mutex_lock(&w->ep->lock);
+	n = ep_settle(w, n);
+	pthread_mutex_unlock(&w->ep->lock);
+	return n;
 }
 
 static int ep_look(void *ctx)
@@ -365,7 +438,7 @@ static int ep_look(void *ctx)
 
 	pthread_mutex_lock(&w->ep->lock);
 	look_begin(w->ep);
-	mine = ep_channel_round(w->efd, w->ep, w->events, w->maxevents, true);
+	mine = ep_channel_round(w->efd, w->ep, w->events, w->src, w->maxevents, true);
 	/* The kernel round below sees what this round gave back. */
 	look_begin(w->ep);
 	pthread_mutex_unlock(&w->ep->lock);
@@ -374,8 +447,8 @@ static int ep_look(void *ctx)
 	 * call per wait as without the shim. */
 	if (!mine && w->timeout_ns != 0 && kernel_only(w))
 		return 0;
-	theirs = kernel_look(w, w->events + mine, w->maxevents - mine, false);
-	return theirs < 0 ? theirs : look_again_if_moved(w, mine + theirs);
+	theirs = kernel_look(w, mine, false);
+	return theirs < 0 ? theirs : ep_report(w, look_again_if_moved(w, mine + theirs));
 }
 
 static int ep_arm(void *ctx, int *cap_ms)
@@ -424,12 +497,13 @@ static int ep_after(void *ctx, int theirs)
 	pthread_mutex_lock(&w->ep->lock);
 	look_begin(w->ep);
 	if (theirs > 0)
-		theirs = shim_ep_translate(w->ep, w->events, theirs, false);
+		theirs = shim_ep_translate(w->ep, w->events, w->src, theirs, false);
 	mine = theirs >= 0 && theirs < w->maxevents
-		       ? ep_channel_round(w->efd, w->ep, w->events + theirs, w->maxevents - theirs, true)
+		       ? ep_channel_round(w->efd, w->ep, w->events + theirs, w->src + theirs,
+					  w->maxevents - theirs, true)
 		       : 0;
 	pthread_mutex_unlock(&w->ep->lock);
-	return theirs < 0 ? theirs : look_again_if_moved(w, mine + theirs);
+	return theirs < 0 ? theirs : ep_report(w, look_again_if_moved(w, mine + theirs));
 }
 
 static const struct shim_waitloop_ops ep_ops = {
@@ -450,12 +524,25 @@ static int wait_loop(struct shim_sock *es, struct epoll_event *events, int maxev
 		.maxevents = maxevents, .sigmask = sigmask,
 		.cap = ARMS_ON_STACK, .spin = SHIM_SPIN_RUN_INIT,
 	};
+	struct shim_ep_src src_stack[SRC_ON_STACK];
 	int rc;
 
 	w.arms = w.arms_stack;
+	w.src = src_stack;
+	/* A report shorter than asked is a report still: with no room for
+	 * the sources, fewer events per call. */
+	if (maxevents > SRC_ON_STACK) {
+		w.src = malloc((size_t)maxevents * sizeof(*w.src));
+		if (!w.src) {
+			w.src = src_stack;
+			w.maxevents = SRC_ON_STACK;
+		}
+	}
 	rc = shim_waitloop_run(&ep_ops, &w, timeout_ns);
 	if (w.arms != w.arms_stack)
 		free(w.arms);
+	if (w.src != src_stack)
+		free(w.src);
 	return rc;
 }
 
