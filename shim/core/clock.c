@@ -41,3 +41,23 @@ int shim_slice_ms(long long deadline_ns)
 	left = (left + 999999) / 1000000;
 	return left < SHIM_SLEEP_SLICE_MS ? (int)left : SHIM_SLEEP_SLICE_MS;
 }
+
+long long shim_left_ns(long long deadline_ns)
+{
+	long long left;
+
+	if (deadline_ns < 0)
+		return -1;
+	left = deadline_ns - (long long)shim_now_ns();
+	return left > 0 ? left : 0;
+}
+
+int shim_left_ms(long long deadline_ns)
+{
+	long long left = shim_left_ns(deadline_ns);
+
+	if (left < 0)
+		return -1;
+	left = (left + 999999) / 1000000;
+	return left < INT_MAX ? (int)left : INT_MAX;
+}

@@ -22,6 +22,11 @@ long long shim_deadline_ms(long long timeout_ms);
  * rounded up, at most SHIM_SLEEP_SLICE_MS; 0 once it passed. */
 int shim_slice_ms(long long deadline_ns);
 
+/* The time left until deadline_ns: -1 for none, else at least 0; in
+ * milliseconds rounded up (a wait that long finds it due). */
+long long shim_left_ns(long long deadline_ns);
+int shim_left_ms(long long deadline_ns);
+
 /* Whether deadline_ns (-1: none) has passed. */
 static inline int shim_deadline_passed(long long deadline_ns)
 {

@@ -3,7 +3,9 @@
  * fd go to the kernel as they are; the others to wait.c / epoll.c.
  */
 #include <errno.h>
+#include <stdbool.h>
 
+#include "clock.h"
 #include "compiler.h"
 #include "fdtable.h"
 #include "real.h"
@@ -91,9 +93,10 @@ SHIM_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 }
 
 /* The set may have gained an intercepted fd while the kernel waited. An
- * event of a registration whose item went meanwhile is dropped (epoll_wait.c,
- * release_for_good): a wait without a timeout that kept none waits again,
- * as the kernel never returns 0 from one. */
+ * event of a registration whose item went meanwhile, or the set's kick
+ * (epoll_set.c: a registration change made an item on a channel ready), is
+ * dropped; a wait that kept none goes round again, through the dispatch,
+ * which now sees the item: the kernel never returns 0 before its time. */
 static inline int kernel_epoll_result(int epfd, struct epoll_event *events, int n)
 {
 	if (likely(n <= 0 || !shim_fd_get(epfd)))
@@ -114,42 +117,74 @@ static int epoll_dispatch(int epfd, struct epoll_event *events, int maxevents, l
 	return (int)shim_ret(rc);
 }
 
+/* Whether a kernel wait that returned n, of which the shim kept none,
+ * waits again: yes while time is left, unless the kernel itself timed
+ * out (n is 0) or failed. */
+static inline bool epoll_again(int n, long long deadline)
+{
+	return n > 0 && (deadline < 0 || shim_left_ns(deadline) > 0);
+}
+
+static struct timespec *ns_timespec(long long ns, struct timespec *ts)
+{
+	if (ns < 0)
+		return NULL;
+	ts->tv_sec = ns / 1000000000ll;
+	ts->tv_nsec = ns % 1000000000ll;
+	return ts;
+}
+
 SHIM_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
-	int handled, rc = epoll_dispatch(epfd, events, maxevents, ms_ns(timeout), NULL, &handled);
+	long long deadline = shim_deadline_ms(timeout);
 
-	if (handled)
-		return rc;
-	do
-		rc = kernel_epoll_result(epfd, events, REAL(epoll_wait)(epfd, events, maxevents, timeout));
-	while (rc == 0 && timeout < 0);
-	return rc;
+	for (;;) {
+		int handled, n, rc = epoll_dispatch(epfd, events, maxevents, shim_left_ns(deadline), NULL, &handled);
+
+		if (handled)
+			return rc;
+		n = REAL(epoll_wait)(epfd, events, maxevents, shim_left_ms(deadline));
+		rc = kernel_epoll_result(epfd, events, n);
+		if (rc != 0 || !epoll_again(n, deadline))
+			return rc;
+	}
 }
 
 SHIM_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int timeout,
 			    const sigset_t *sigmask)
 {
-	int handled, rc = epoll_dispatch(epfd, events, maxevents, ms_ns(timeout), sigmask, &handled);
+	long long deadline = shim_deadline_ms(timeout);
 
-	if (handled)
-		return rc;
-	do
-		rc = kernel_epoll_result(epfd, events, REAL(epoll_pwait)(epfd, events, maxevents, timeout, sigmask));
-	while (rc == 0 && timeout < 0);
-	return rc;
+	for (;;) {
+		int handled, n,
+			rc = epoll_dispatch(epfd, events, maxevents, shim_left_ns(deadline), sigmask, &handled);
+
+		if (handled)
+			return rc;
+		n = REAL(epoll_pwait)(epfd, events, maxevents, shim_left_ms(deadline), sigmask);
+		rc = kernel_epoll_result(epfd, events, n);
+		if (rc != 0 || !epoll_again(n, deadline))
+			return rc;
+	}
 }
 
 SHIM_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
 			     const struct timespec *timeout, const sigset_t *sigmask)
 {
-	int handled, rc = epoll_dispatch(epfd, events, maxevents, timespec_ns(timeout), sigmask, &handled);
+	long long deadline = shim_deadline_ns(timespec_ns(timeout));
 
-	if (handled)
-		return rc;
-	do
-		rc = kernel_epoll_result(epfd, events, REAL(epoll_pwait2)(epfd, events, maxevents, timeout, sigmask));
-	while (rc == 0 && !timeout);
-	return rc;
+	for (;;) {
+		struct timespec left;
+		int handled, n,
+			rc = epoll_dispatch(epfd, events, maxevents, shim_left_ns(deadline), sigmask, &handled);
+
+		if (handled)
+			return rc;
+		n = REAL(epoll_pwait2)(epfd, events, maxevents, ns_timespec(shim_left_ns(deadline), &left), sigmask);
+		rc = kernel_epoll_result(epfd, events, n);
+		if (rc != 0 || !epoll_again(n, deadline))
+			return rc;
+	}
 }
 
 SHIM_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdslen)

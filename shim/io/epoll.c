@@ -135,6 +135,8 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 			shim_ep_item_drop(ep, old);
 		}
 		shim_ep_item_link(ep, it);
+		if (it->kernel_switched)
+			shim_ep_kick_if_ready(ep, it, s);
 		break;
 	}
 	case EPOLL_CTL_MOD:
@@ -162,6 +164,8 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		it->et_level = 0;
 		it->et_rx_arrived = 0;
 		rc = shim_ep_kernel_ctl(epfd, EPOLL_CTL_MOD, it);
+		if (rc == 0 && it->kernel_switched && s)
+			shim_ep_kick_if_ready(ep, it, s);
 		break;
 	case EPOLL_CTL_DEL:
 		if (!it) {
@@ -188,8 +192,10 @@ static bool events_tagged(const struct epoll_event *events, int n)
 {
 	uint32_t hi = shim_ep_tag_hi();
 
+	/* The items' tag, their lines' and the set's kick (epoll_set.c): the
+	 * two low bits tell them apart. */
 	for (int i = 0; i < n; i++)
-		if ((uint32_t)(events[i].data.u64 >> 32) == hi)
+		if (((uint32_t)(events[i].data.u64 >> 32) ^ hi) < 4u)
 			return true;
 	return false;
 }

@@ -27,6 +27,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <uthash.h>
 
@@ -79,6 +80,47 @@ static uint64_t tag_of(uint32_t id)
 static uint32_t line_tag_hi(void)
 {
 	return tag_hi ^ 1u;
+}
+
+static uint32_t kick_tag_hi(void)
+{
+	return tag_hi ^ 2u;
+}
+
+static void kick_make(struct shim_ep *ep)
+{
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.u64 = (uint64_t)kick_tag_hi() << 32 };
+	int fd;
+
+	if (ep->kick_fd >= 0)
+		return;
+	fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (fd < 0)
+		return; /* a sleep's slice still ends the wait */
+	if (REAL(epoll_ctl)(ep->efd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		REAL(close)(fd);
+		return;
+	}
+	ep->kick_fd = fd;
+}
+
+void shim_ep_kick_if_ready(struct shim_ep *ep, struct shim_epitem *it, struct shim_sock *s)
+{
+	static const uint64_t one = 1;
+	int mask = shim_io_poll_mask(s, it->via);
+
+	if (mask < 0 || !(mask & (POLLIN | POLLOUT | POLLRDHUP | POLLHUP | POLLERR)))
+		return;
+	if (!(it->events & EPOLLIN))
+		mask &= ~POLLIN;
+	if (!(it->events & EPOLLOUT))
+		mask &= ~POLLOUT;
+	if (!mask)
+		return;
+	kick_make(ep);
+	/* EAGAIN: the count is full, a wake-up is pending anyway. */
+	if (ep->kick_fd >= 0 && REAL(write)(ep->kick_fd, &one, sizeof(one)) < 0)
+		return;
 }
 
 int shim_ep_item_line(struct shim_ep *ep, struct shim_epitem *it, int line)
@@ -327,8 +369,10 @@ int shim_ep_translate(struct shim_ep *ep, struct epoll_event *ev, struct shim_ep
 	for (int i = 0; i < n; i++) {
 		struct shim_epitem *it = NULL;
 
-		/* A bell on a line: the wake-up was all it had to say. */
-		if ((uint32_t)(ev[i].data.u64 >> 32) == line_tag_hi())
+		/* A bell on a line, or the set's kick: the wake-up was all it
+		 * had to say. */
+		if ((uint32_t)(ev[i].data.u64 >> 32) == line_tag_hi() ||
+		    (uint32_t)(ev[i].data.u64 >> 32) == kick_tag_hi())
 			continue;
 		if ((uint32_t)(ev[i].data.u64 >> 32) != tag_hi && moved_only)
 			continue;
@@ -388,6 +432,8 @@ void shim_epoll_free(struct shim_ep *ep)
 	HASH_ITER(hh_id, ep->by_id, it, tmp) {
 		shim_ep_item_drop(ep, it);
 	}
+	if (ep->kick_fd >= 0)
+		REAL(close)(ep->kick_fd);
 	if (ep->efd >= 0)
 		REAL(close)(ep->efd);
 	pthread_mutex_destroy(&ep->lock);
@@ -410,6 +456,7 @@ struct shim_ep *shim_epoll_new(int epfd)
 		return NULL;
 	}
 	pthread_mutex_init(&ep->lock, NULL);
+	ep->kick_fd = -1;
 	ep->id = __atomic_add_fetch(&next_set_id, 1, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&all_lock);
 	ep->next = all_eps;
