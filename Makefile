@@ -152,7 +152,9 @@ test-asan test-tsan: all
 soak-diff: all
 	@unshare -n bash -c 'ip link set lo up; DIFF_SOAK=1 integration/diff/diff.py soak --budget $${DIFF_SOAK_S:-3600}'
 
-# docs/CONFIG.md's variables table, from the code's own (integration/t_docs.sh checks it).
+# The generated blocks of docs/CONFIG.md (the variables' table) and of
+# docs/man/rdmashim.7 (variables, reason codes), from the code's own tables
+# (integration/t_docs.sh and t_manpages.sh check them).
 docs: $(TOOL)
 	@tools/gen-config-doc.sh $(TOOL)
 
@@ -163,10 +165,14 @@ demo: deps
 bench: all
 	@integration/bench/run-all.sh
 
+MANDIR ?= $(PREFIX)/share/man
+
 install: all
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7
 	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/librdmashim.so
 	install -m 0755 $(TOOL) $(DESTDIR)$(PREFIX)/bin/rdmashim
+	install -m 0644 docs/man/rdmashim.1 $(DESTDIR)$(MANDIR)/man1/rdmashim.1
+	install -m 0644 docs/man/rdmashim.7 $(DESTDIR)$(MANDIR)/man7/rdmashim.7
 
 clean:
 	rm -rf $(BUILD)

@@ -1,7 +1,8 @@
 #!/bin/bash
 # t_docs: the documentation can not go stale where a machine can tell.
-# (a) docs/CONFIG.md's generated block is exactly what the code's own table
-#     prints now (`rdmashim config --markdown`, tools/gen-config-doc.sh).
+# (a) the generated blocks of docs/CONFIG.md and docs/man/rdmashim.7 are
+#     exactly what the code's own tables print now (`rdmashim config
+#     --markdown` and `--man`, `rdmashim reasons`; tools/gen-config-doc.sh).
 # (b) every path of the repository named in README.md and docs/*.md
 #     (docs/..., shim/..., integration/..., tools/..., tests/...) exists, and
 #     every relative Markdown link points at a file that exists.
@@ -9,7 +10,7 @@
 need_built "$ROOT/build/bin/rdmashim"
 need_cmd python3
 
-check "docs/CONFIG.md is what rdmashim config --markdown prints" \
+check "docs/CONFIG.md and docs/man/rdmashim.7 hold what the code prints (make docs)" \
   "$ROOT/tools/gen-config-doc.sh" --check "$ROOT/build/bin/rdmashim"
 
 missing=$(cd "$ROOT" && python3 - README.md docs/*.md <<'PY'

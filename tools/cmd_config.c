@@ -7,6 +7,9 @@
  * rdmashim config --markdown: the same table (name, default, meaning) as
  * Markdown, whatever the environment holds: docs/CONFIG.md's generated block
  * is this output (tools/gen-config-doc.sh, checked by integration/t_docs.sh).
+ *
+ * rdmashim config --man: the same table as man(7) paragraphs, for the
+ * ENVIRONMENT section of docs/man/rdmashim.7 (the same script writes it).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -135,6 +138,45 @@ static void print_markdown(void)
 	}
 }
 
+/* text as roff: a backslash printed as such; a line never starts with a
+ * control character (the callers start each text on a line of its own). */
+static void print_roff(const char *text)
+{
+	if (*text == '.' || *text == '\'')
+		fputs("\\&", stdout);
+	for (const char *c = text; *c; c++) {
+		if (*c == '\\')
+			fputs("\\e", stdout);
+		else
+			putchar(*c);
+	}
+}
+
+static void print_man(void)
+{
+	for (size_t i = 0; i < shim_config_var_count; i++) {
+		const struct shim_config_var *var = &shim_config_vars[i];
+
+		printf(".TP\n.B %s\n", var->name);
+		print_roff(var->help);
+		printf(".\n");
+		if (var->default_value[0]) {
+			printf("Default:\n.BR \"");
+			for (const char *c = var->default_value; *c; c++) {
+				if (*c == '"')
+					fputs("\\(dq", stdout); /* a quote inside a quoted argument */
+				else if (*c == '\\')
+					fputs("\\e", stdout);
+				else
+					putchar(*c);
+			}
+			printf("\" .\n");
+		} else {
+			printf("Default: empty.\n");
+		}
+	}
+}
+
 static void print_transports(const struct shim_config *cfg)
 {
 	if (cfg->n_transports == 0) {
@@ -156,17 +198,26 @@ int rdmashim_cmd_config(int argc, char **argv)
 
 	if (argc > 1) {
 		if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
-			printf("usage: rdmashim config [--markdown]\n"
-			       "Shows and checks the RDMASHIM_* variables of this environment.\n"
+			printf("usage: rdmashim config [--markdown | --man]\n"
+			       "Shows every RDMASHIM_* variable (NAME = \"value\", or the default and\n"
+			       "\"(default)\"; its meaning below it), then the effective result: enabled or\n"
+			       "inert, ports (how many), transports, ab percent, trace level -> file.\n"
+			       "Exit 2, with the shim's own line on stderr, when a value is bad or the\n"
+			       "trace file would be refused: the shim would stay inert.\n"
 			       "--markdown: print the variables' table (name, default, meaning) as Markdown\n"
-			       "and nothing else, whatever the environment holds (docs/CONFIG.md).\n");
+			       "and nothing else, whatever the environment holds (docs/CONFIG.md).\n"
+			       "--man: the same table as man(7) paragraphs (rdmashim(7), ENVIRONMENT).\n");
 			return 0;
 		}
 		if (argc == 2 && strcmp(argv[1], "--markdown") == 0) {
 			print_markdown();
 			return 0;
 		}
-		fprintf(stderr, "rdmashim config: takes no arguments but --markdown\n");
+		if (argc == 2 && strcmp(argv[1], "--man") == 0) {
+			print_man();
+			return 0;
+		}
+		fprintf(stderr, "rdmashim config: takes no arguments but --markdown or --man\n");
 		return 2;
 	}
 	print_variables();

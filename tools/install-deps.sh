@@ -8,7 +8,7 @@ packages=(build-essential pkg-config check uthash-dev libibverbs-dev librdmacm-d
 	qemu-system-x86 linux-image-amd64 busybox-static kmod cpio zstd xz-utils
 	curl wget socat nginx-light lighttpd memcached libmemcached-tools postgresql
 	python3-requests python3-pymemcache mosquitto mosquitto-clients time
-	openssh-server openssh-client rsync)
+	openssh-server openssh-client rsync groff-base man-db)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -7,8 +7,10 @@
  * Exit status: 0 success; 2 bad usage or a bad value (one line on stderr);
  * for run, 127 when the program can not be exec'd, else the program's own;
  * for health, 0 healthy, 1 degraded, 2 no usable device; for doctor, 1
- * when a check FAILs.
+ * when a check FAILs. `rdmashim help CMD` prints CMD's short help (CMD
+ * --help); the long form is the manual, docs/man/rdmashim.1.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,12 +40,13 @@ static void usage(FILE *out)
 	      "  run [OPTIONS] [--] CMD [ARGS...]  run CMD under the shim\n"
 	      "  config [--markdown]              show and check the RDMASHIM_* settings\n"
 	      "                                   of this environment\n"
-	      "  health [--window SEC] [--json]   judge this host's RDMA ports (see below)\n"
+	      "  health [--window SEC] [--max NAME=N|off]... [--json]\n"
+	      "                                   judge this host's RDMA ports (see below)\n"
 	      "  doctor                           checklist: can this host run RDMA under\n"
 	      "                                   the shim? PASS/WARN/FAIL, each with its fix\n"
 	      "  reasons                          list the reason codes of traces and stats\n"
 	      "  version                          print the version\n"
-	      "  help                             print this help\n"
+	      "  help [CMD]                       print this help, or CMD's own\n"
 	      "\n",
 	      out);
 	rdmashim_run_usage(out);
@@ -54,15 +57,27 @@ static void usage(FILE *out)
 	      "run: 127 if CMD can not be executed, else CMD's own status;\n"
 	      "health: 0 healthy, 1 degraded, 2 no usable device;\n"
 	      "doctor: 0 no FAIL line, 1 some FAIL line.\n"
-	      "Operating guide: docs/OPERATIONS.md.\n",
+	      "Manual: rdmashim(1), the commands; rdmashim(7), the variables, reasons,\n"
+	      "trace events and files. Operating guide: docs/OPERATIONS.md.\n",
 	      out);
+}
+
+static bool is_help(const char *arg)
+{
+	return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
 }
 
 static int cmd_reasons(int argc, char **argv)
 {
 	int width = (int)strlen("name");
 
-	(void)argv;
+	if (argc > 1 && is_help(argv[1])) {
+		printf("usage: rdmashim reasons\n"
+		       "Lists every reason code that trace lines (\"reason\") and the process.stats\n"
+		       "line carry, one a line: code (its number, which never changes), name (as\n"
+		       "the trace writes it), meaning.\n");
+		return 0;
+	}
 	if (argc > 1) {
 		fprintf(stderr, "rdmashim reasons: takes no arguments\n");
 		return 2;
@@ -82,7 +97,12 @@ static int cmd_reasons(int argc, char **argv)
 
 static int cmd_version(int argc, char **argv)
 {
-	(void)argv;
+	if (argc > 1 && is_help(argv[1])) {
+		printf("usage: rdmashim version\n"
+		       "Prints \"rdmashim VERSION\": the version of this command and of the library\n"
+		       "built with it (the trace's process.start line names the library's).\n");
+		return 0;
+	}
 	if (argc > 1) {
 		fprintf(stderr, "rdmashim version: takes no arguments\n");
 		return 2;
@@ -91,13 +111,7 @@ static int cmd_version(int argc, char **argv)
 	return 0;
 }
 
-static int cmd_help(int argc, char **argv)
-{
-	(void)argc;
-	(void)argv;
-	usage(stdout);
-	return 0;
-}
+static int cmd_help(int argc, char **argv);
 
 static const struct {
 	const char *name;
@@ -114,6 +128,27 @@ static const struct {
 	{ "--help", cmd_help },
 	{ "-h", cmd_help },
 };
+
+/* help: the whole usage; help CMD: CMD's own short help (CMD --help). */
+static int cmd_help(int argc, char **argv)
+{
+	if (argc < 2 || is_help(argv[1]) || strcmp(argv[1], "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	if (argc > 2) {
+		fprintf(stderr, "rdmashim help: takes at most one command\n");
+		return 2;
+	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		char *args[] = { argv[1], "--help", NULL };
+
+		if (strcmp(argv[1], commands[i].name) == 0)
+			return commands[i].fn(2, args); /* help's own names were handled above */
+	}
+	fprintf(stderr, "rdmashim help: unknown command '%s' (try 'rdmashim help')\n", argv[1]);
+	return 2;
+}
 
 int main(int argc, char **argv)
 {
