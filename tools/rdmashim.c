@@ -2,12 +2,12 @@
  * The rdmashim command: runs unmodified programs under the shim and explains
  * its configuration. This file dispatches and holds the small commands; run
  * lives in cmd_run.c, config in cmd_config.c, health in cmd_health.c,
- * doctor in cmd_doctor.c.
+ * doctor in cmd_doctor.c, trace in cmd_trace.c.
  *
  * Exit status: 0 success; 2 bad usage or a bad value (one line on stderr);
  * for run, 127 when the program can not be exec'd, else the program's own;
  * for health, 0 healthy, 1 degraded, 2 no usable device; for doctor, 1
- * when a check FAILs.
+ * when a check FAILs; for trace, 1 when a line of a file was bad.
  */
 #include <stdio.h>
 #include <string.h>
@@ -25,6 +25,9 @@ int rdmashim_cmd_doctor(int argc, char **argv);
 /* cmd_health.c */
 int rdmashim_cmd_health(int argc, char **argv);
 void rdmashim_health_usage(FILE *out);
+/* cmd_trace.c */
+int rdmashim_cmd_trace(int argc, char **argv);
+void rdmashim_trace_usage(FILE *out);
 
 static void usage(FILE *out)
 {
@@ -41,19 +44,24 @@ static void usage(FILE *out)
 	      "  health [--window SEC] [--json]   judge this host's RDMA ports (see below)\n"
 	      "  doctor                           checklist: can this host run RDMA under\n"
 	      "                                   the shim? PASS/WARN/FAIL, each with its fix\n"
+	      "  trace [OPTIONS] FILE...          one timeline per connection from trace\n"
+	      "                                   files, or --summary counts (see below)\n"
 	      "  reasons                          list the reason codes of traces and stats\n"
 	      "  version                          print the version\n"
-	      "  help                             print this help\n"
+	      "  help [COMMAND]                   print this help, or COMMAND's part of it\n"
 	      "\n",
 	      out);
 	rdmashim_run_usage(out);
 	fputs("\n", out);
 	rdmashim_health_usage(out);
+	fputs("\n", out);
+	rdmashim_trace_usage(out);
 	fputs("\n"
 	      "exit status: 0 ok; 2 bad usage or value (one line on stderr);\n"
 	      "run: 127 if CMD can not be executed, else CMD's own status;\n"
 	      "health: 0 healthy, 1 degraded, 2 no usable device;\n"
-	      "doctor: 0 no FAIL line, 1 some FAIL line.\n"
+	      "doctor: 0 no FAIL line, 1 some FAIL line;\n"
+	      "trace: 1 some line of a file was bad.\n"
 	      "Operating guide: docs/OPERATIONS.md.\n",
 	      out);
 }
@@ -91,12 +99,30 @@ static int cmd_version(int argc, char **argv)
 	return 0;
 }
 
+static const struct {
+	const char *name;
+	void (*usage)(FILE *out);
+} topics[] = {
+	{ "run", rdmashim_run_usage },
+	{ "health", rdmashim_health_usage },
+	{ "trace", rdmashim_trace_usage },
+};
+
+/* help COMMAND: the one command's part of the usage, for the commands that
+ * have one; the others are one line each in the full help. */
 static int cmd_help(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	usage(stdout);
-	return 0;
+	if (argc < 2) {
+		usage(stdout);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(topics) / sizeof(topics[0]); i++)
+		if (argc == 2 && strcmp(argv[1], topics[i].name) == 0) {
+			topics[i].usage(stdout);
+			return 0;
+		}
+	fprintf(stderr, "rdmashim help: no help page '%s' (pages: run, health, trace)\n", argv[1]);
+	return 2;
 }
 
 static const struct {
@@ -107,6 +133,7 @@ static const struct {
 	{ "config", rdmashim_cmd_config },
 	{ "health", rdmashim_cmd_health },
 	{ "doctor", rdmashim_cmd_doctor },
+	{ "trace", rdmashim_cmd_trace },
 	{ "reasons", cmd_reasons },
 	{ "version", cmd_version },
 	{ "--version", cmd_version },
