@@ -1,5 +1,5 @@
 #!/bin/bash
-# t_trace_tool: `rdmashim trace` on real traces. A
+# t_trace_tool: `rdmashim trace` and `rdmashim bundle` on real traces. A
 # redis-server under the shim (shm, trace at debug) serves a shimmed
 # redis-benchmark (its connections upgrade) and a plain Python client that
 # talks for about a second (the server's upgrade fails: peer_no_shim).
@@ -17,12 +17,15 @@
 #      FILE:LINE error each on stderr, exit 1, the good lines still shown;
 #      the same file gzipped too; with build/asan/bin/rdmashim as well when
 #      it is built (make asan), which must print no sanitizer report;
-#      usage errors and an unreadable file exit 2.
+#      usage errors and an unreadable file exit 2;
+#   6. bundle writes a 0600 tarball whose listing holds the expected
+#      members, the traces among them (one with a space and a quote in its
+#      name).
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 TOOL=$ROOT/build/bin/rdmashim
 ASAN_TOOL=$ROOT/build/asan/bin/rdmashim
 need_built "$TOOL"
-need_cmd redis-server redis-benchmark redis-cli python3 gzip
+need_cmd redis-server redis-benchmark redis-cli python3 gzip tar
 
 dir=$WORK/trace
 mkdir -p "$dir"
@@ -212,5 +215,33 @@ trace_rc --bogus "${files[0]}"
 same "unknown option: exit status 2" 2 "$RC"
 out=$(timeout 10 "$TOOL" help trace)
 check "help trace: describes --summary and --conn" grep -q -- '--conn ID' <<<"$out"
+out=$(timeout 10 "$TOOL" help bundle)
+check "help bundle: describes -o" grep -q -- '-o FILE' <<<"$out"
+
+# 6. bundle.
+odd="$WORK/we ird'name.jsonl"
+cp "$srv_file" "$odd"
+(cd "$WORK" && timeout 120 "$TOOL" bundle -o "$WORK/bug report.tar.gz" "$srv_file" "$odd") >"$WORK/b.out" 2>"$WORK/b.err"
+same "bundle: exit status" 0 "$?"
+tarball="$WORK/bug report.tar.gz"
+same "bundle: the tarball is 0600" 600 "$(stat -c %a "$tarball" 2>/dev/null)"
+tar tzf "$tarball" >"$WORK/list.txt" 2>&1
+sed 's/^/    /' "$WORK/list.txt"
+for m in MANIFEST.txt version.txt config.txt health.json uname.txt rdma-core.txt cpu.txt \
+         "traces/1-trace.$srv_pid.jsonl" "traces/2-we ird'name.jsonl"; do
+  check "bundle holds $m" grep -qxE "rdmashim-bundle-[0-9-]+/$(sed 's/[.]/[.]/g' <<<"$m")" "$WORK/list.txt"
+done
+mkdir -p "$WORK/x" && tar xzf "$tarball" -C "$WORK/x"
+b=("$WORK"/x/rdmashim-bundle-*)
+same "bundle: version.txt" "$("$TOOL" version)" "$(cat "${b[0]}/version.txt")"
+check "bundle: health.json parses" "$PYTHON" -c 'import json, sys; json.load(open(sys.argv[1]))' "${b[0]}/health.json"
+check "bundle: MANIFEST records health's exit status" grep -qE '^health.json +rdmashim health --json: exit status [0-9]' \
+  "${b[0]}/MANIFEST.txt"
+check "bundle: stat.json, or the MANIFEST says it is left out" \
+  bash -c "[[ -e '${b[0]}/stat.json' ]] || grep -q '^stat.json .*left out' '${b[0]}/MANIFEST.txt'"
+check "bundle: the trace copied byte for byte" cmp -s "$srv_file" "${b[0]}/traces/1-trace.$srv_pid.jsonl"
+check "bundle: no temporary directory left" bash -c "! ls -d \"\${TMPDIR:-/tmp}\"/rdmashim-bundle.* 2>/dev/null | grep -q ."
+timeout 30 "$TOOL" bundle "$WORK/no-such-trace" >/dev/null 2>&1
+same "bundle: a missing trace: exit status 2" 2 "$?"
 
 finish

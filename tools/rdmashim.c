@@ -2,7 +2,7 @@
  * The rdmashim command: runs unmodified programs under the shim and explains
  * its configuration. This file dispatches and holds the small commands; run
  * lives in cmd_run.c, config in cmd_config.c, health in cmd_health.c,
- * doctor in cmd_doctor.c, trace in cmd_trace.c.
+ * doctor in cmd_doctor.c, trace in cmd_trace.c, bundle in cmd_bundle.c.
  *
  * Exit status: 0 success; 2 bad usage or a bad value (one line on stderr);
  * for run, 127 when the program can not be exec'd, else the program's own;
@@ -28,6 +28,9 @@ void rdmashim_health_usage(FILE *out);
 /* cmd_trace.c */
 int rdmashim_cmd_trace(int argc, char **argv);
 void rdmashim_trace_usage(FILE *out);
+/* cmd_bundle.c */
+int rdmashim_cmd_bundle(int argc, char **argv);
+void rdmashim_bundle_usage(FILE *out);
 
 static void usage(FILE *out)
 {
@@ -46,6 +49,7 @@ static void usage(FILE *out)
 	      "                                   the shim? PASS/WARN/FAIL, each with its fix\n"
 	      "  trace [OPTIONS] FILE...          one timeline per connection from trace\n"
 	      "                                   files, or --summary counts (see below)\n"
+	      "  bundle [-o FILE] [TRACE...]      one tarball for a bug report (see below)\n"
 	      "  reasons                          list the reason codes of traces and stats\n"
 	      "  version                          print the version\n"
 	      "  help [COMMAND]                   print this help, or COMMAND's part of it\n"
@@ -56,6 +60,8 @@ static void usage(FILE *out)
 	rdmashim_health_usage(out);
 	fputs("\n", out);
 	rdmashim_trace_usage(out);
+	fputs("\n", out);
+	rdmashim_bundle_usage(out);
 	fputs("\n"
 	      "exit status: 0 ok; 2 bad usage or value (one line on stderr);\n"
 	      "run: 127 if CMD can not be executed, else CMD's own status;\n"
@@ -106,6 +112,7 @@ static const struct {
 	{ "run", rdmashim_run_usage },
 	{ "health", rdmashim_health_usage },
 	{ "trace", rdmashim_trace_usage },
+	{ "bundle", rdmashim_bundle_usage },
 };
 
 /* help COMMAND: the one command's part of the usage, for the commands that
@@ -121,7 +128,7 @@ static int cmd_help(int argc, char **argv)
 			topics[i].usage(stdout);
 			return 0;
 		}
-	fprintf(stderr, "rdmashim help: no help page '%s' (pages: run, health, trace)\n", argv[1]);
+	fprintf(stderr, "rdmashim help: no help page '%s' (pages: run, health, trace, bundle)\n", argv[1]);
 	return 2;
 }
 
@@ -134,6 +141,7 @@ static const struct {
 	{ "health", rdmashim_cmd_health },
 	{ "doctor", rdmashim_cmd_doctor },
 	{ "trace", rdmashim_cmd_trace },
+	{ "bundle", rdmashim_cmd_bundle },
 	{ "reasons", cmd_reasons },
 	{ "version", cmd_version },
 	{ "--version", cmd_version },
