@@ -252,10 +252,10 @@ static void text_lines(const struct opts *o, const struct tr_model *m, const str
 		else
 			printf("  %11.3f %+11.3f", t, dt);
 		if (text_details(r, false)) {
-			printf("  %-18s %-14s", r->event, *r->reason ? r->reason : "-");
+			printf("  %-20s %-14s", r->event, *r->reason ? r->reason : "-");
 			text_details(r, true);
 		} else {
-			printf("  %-18s %s", r->event, *r->reason ? r->reason : "-");
+			printf("  %-20s %s", r->event, *r->reason ? r->reason : "-");
 		}
 		putchar('\n');
 		prev = r;
@@ -273,7 +273,7 @@ static void print_text(const struct opts *o, const struct tr_model *m)
 		if (!proc_selected(o, m, p))
 			continue;
 		if (!any)
-			printf("%13s %11s  %-18s %-14s %s\n", "ms", "+ms", "event", "reason", "details");
+			printf("%13s %11s  %-20s %-14s %s\n", "ms", "+ms", "event", "reason", "details");
 		any = true;
 		printf("\nprocess %lld  (from %s)\n", p->pid, first->ts);
 		text_lines(o, m, &p->recs);
@@ -285,7 +285,7 @@ static void print_text(const struct opts *o, const struct tr_model *m)
 		if (!conn_selected(o, m, c))
 			continue;
 		if (!any)
-			printf("%13s %11s  %-18s %-14s %s\n", "ms", "+ms", "event", "reason", "details");
+			printf("%13s %11s  %-20s %-14s %s\n", "ms", "+ms", "event", "reason", "details");
 		any = true;
 		tr_outcome_text(c, outcome, sizeof(outcome));
 		printf("\nconn %s  %s fd %d, from %s: %s\n", c->id, *c->role ? c->role : "?", c->fd,
