@@ -84,7 +84,7 @@ $(BUILD)/obj/tools/%.o: tools/%.c
 
 $(TOOL): $(patsubst tools/%.c,$(BUILD)/obj/tools/%.o,$(wildcard tools/*.c)) $(CORE)
 	@mkdir -p $(dir $@)
-	$(CC) $(SAN_FLAGS) -o $@ $^ $(LDLIBS_SHIM)
+	$(CC) $(SAN_FLAGS) -o $@ $^ $(LDLIBS_SHIM) -lz
 
 $(BUILD)/tests/%: tests/%.c $(CORE)
 	@mkdir -p $(dir $@)
@@ -141,8 +141,10 @@ test: deps
 	$(MAKE) test-tsan
 
 # Sanitizer builds (own build dirs) and runs: tests/sanitize.sh says what runs.
+# The command too: integration/t_trace_tool.sh runs build/asan's on damaged
+# trace files.
 asan tsan:
-	$(MAKE) BUILD=build/$@ SAN=$@ build/$@/lib/librdmashim.so unit-bins
+	$(MAKE) BUILD=build/$@ SAN=$@ build/$@/lib/librdmashim.so build/$@/bin/rdmashim unit-bins
 
 test-asan test-tsan: all
 	$(MAKE) -j2 $(@:test-%=%)

@@ -56,7 +56,8 @@ case $KIND in
     # with libasan preloaded, with or without the shim.
     DEFAULT_SCENARIOS="t_passfd t_shm_security t_shm_plain_peers t_shm_shapes t_shm_stress t_shm_calls
                        t_shm_close_answer t_redis t_shm_inetd t_sandboxed t_shm_peer_killed
-                       t_concurrency t_shm_hostile t_shm_pair t_shm_unpaid t_shm_loop_handshake"
+                       t_concurrency t_shm_hostile t_shm_pair t_shm_unpaid t_shm_loop_handshake
+                       t_trace_tool"
     # Leaks: always in the unit tests; in the scenarios with SAN_LEAKS=1
     # only: the check at exit of a shimmed echo_client adds 0.4-0.5 s (the
     # medians of t_shm_plain_peers' cases 1-5 went from 20-60 ms to

@@ -2,7 +2,7 @@
 # Installs the Debian packages the build and the tests need, if any is missing.
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 set -euo pipefail
-packages=(build-essential pkg-config check uthash-dev libibverbs-dev librdmacm-dev
+packages=(build-essential pkg-config check uthash-dev zlib1g-dev libibverbs-dev librdmacm-dev
 	rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest
 	redis-server redis-tools iperf3 sockperf iproute2 python3
 	qemu-system-x86 linux-image-amd64 busybox-static kmod cpio zstd xz-utils

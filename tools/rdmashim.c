@@ -2,13 +2,14 @@
  * The rdmashim command: runs unmodified programs under the shim and explains
  * its configuration. This file dispatches and holds the small commands; run
  * lives in cmd_run.c, config in cmd_config.c, health in cmd_health.c,
- * doctor in cmd_doctor.c.
+ * doctor in cmd_doctor.c, trace in cmd_trace.c, bundle in cmd_bundle.c.
  *
  * Exit status: 0 success; 2 bad usage or a bad value (one line on stderr);
  * for run, 127 when the program can not be exec'd, else the program's own;
  * for health, 0 healthy, 1 degraded, 2 no usable device; for doctor, 1
- * when a check FAILs. `rdmashim help CMD` prints CMD's short help (CMD
- * --help); the long form is the manual, docs/man/rdmashim.1.
+ * when a check FAILs; for trace, 1 when a line of a file was bad.
+ * `rdmashim help CMD` prints CMD's short help (CMD --help); the long form
+ * is the manual, docs/man/rdmashim.1.
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -27,6 +28,12 @@ int rdmashim_cmd_doctor(int argc, char **argv);
 /* cmd_health.c */
 int rdmashim_cmd_health(int argc, char **argv);
 void rdmashim_health_usage(FILE *out);
+/* cmd_trace.c */
+int rdmashim_cmd_trace(int argc, char **argv);
+void rdmashim_trace_usage(FILE *out);
+/* cmd_bundle.c */
+int rdmashim_cmd_bundle(int argc, char **argv);
+void rdmashim_bundle_usage(FILE *out);
 
 static void usage(FILE *out)
 {
@@ -44,6 +51,9 @@ static void usage(FILE *out)
 	      "                                   judge this host's RDMA ports (see below)\n"
 	      "  doctor                           checklist: can this host run RDMA under\n"
 	      "                                   the shim? PASS/WARN/FAIL, each with its fix\n"
+	      "  trace [OPTIONS] FILE...          one timeline per connection from trace\n"
+	      "                                   files, or --summary counts (see below)\n"
+	      "  bundle [-o FILE] [TRACE...]      one tarball for a bug report (see below)\n"
 	      "  reasons                          list the reason codes of traces and stats\n"
 	      "  version                          print the version\n"
 	      "  help [CMD]                       print this help, or CMD's own\n"
@@ -52,11 +62,16 @@ static void usage(FILE *out)
 	rdmashim_run_usage(out);
 	fputs("\n", out);
 	rdmashim_health_usage(out);
+	fputs("\n", out);
+	rdmashim_trace_usage(out);
+	fputs("\n", out);
+	rdmashim_bundle_usage(out);
 	fputs("\n"
 	      "exit status: 0 ok; 2 bad usage or value (one line on stderr);\n"
 	      "run: 127 if CMD can not be executed, else CMD's own status;\n"
 	      "health: 0 healthy, 1 degraded, 2 no usable device;\n"
-	      "doctor: 0 no FAIL line, 1 some FAIL line.\n"
+	      "doctor: 0 no FAIL line, 1 some FAIL line;\n"
+	      "trace: 1 some line of a file was bad.\n"
 	      "Manual: rdmashim(1), the commands; rdmashim(7), the variables, reasons,\n"
 	      "trace events and files. Operating guide: docs/OPERATIONS.md.\n",
 	      out);
@@ -121,6 +136,8 @@ static const struct {
 	{ "config", rdmashim_cmd_config },
 	{ "health", rdmashim_cmd_health },
 	{ "doctor", rdmashim_cmd_doctor },
+	{ "trace", rdmashim_cmd_trace },
+	{ "bundle", rdmashim_cmd_bundle },
 	{ "reasons", cmd_reasons },
 	{ "version", cmd_version },
 	{ "--version", cmd_version },
