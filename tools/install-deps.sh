@@ -8,6 +8,7 @@ packages=(build-essential pkg-config check uthash-dev libibverbs-dev librdmacm-d
 	qemu-system-x86 linux-image-amd64 busybox-static kmod cpio zstd xz-utils
 	curl wget socat nginx-light lighttpd memcached libmemcached-tools postgresql
 	python3-requests python3-pymemcache mosquitto mosquitto-clients time
+	apache2 apache2-utils haproxy wrk
 	openssh-server openssh-client rsync)
 missing=()
 for p in "${packages[@]}"; do
@@ -24,9 +25,10 @@ echo "make deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 # The postinst of redis-server, nginx-light, lighttpd, memcached,
-# postgresql and mosquitto may start a system instance (6379, 80, 11211,
-# 5432, 1883); the tests start their own servers on other ports, so those
-# instances are harmless.
+# postgresql, mosquitto and apache2 may start a system instance (6379, 80,
+# 11211, 5432, 1883; apache2 also wants 80); the tests start their own
+# servers on other ports, so those instances are harmless. haproxy's
+# Debian configuration listens nowhere; wrk is a command only.
 # integration/bench/pgbench.sh starts its own PostgreSQL cluster in a
 # temporary directory and never touches the system one.
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
