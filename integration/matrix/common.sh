@@ -174,7 +174,7 @@ mx_ab() {
   if [[ $failed != 0 ]]; then
     grep -A3 '^Failed requests' "$out" | sed 's/^/    /'
   fi
-  grep -E '^apr_|^Benchmarking|error' "$out" | grep -v '^Benchmarking' | head -n 3
+  grep -E 'apr_|Total of|error' "$out" | sed 's/^Benchmarking [^.]*\.\.\.//' | head -n 3
 }
 
 mx_trace_check() {
