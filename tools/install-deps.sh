@@ -8,6 +8,7 @@ packages=(build-essential pkg-config check uthash-dev zlib1g-dev libibverbs-dev 
 	qemu-system-x86 linux-image-amd64 busybox-static kmod cpio zstd xz-utils
 	curl wget socat nginx-light lighttpd memcached libmemcached-tools postgresql
 	python3-requests python3-pymemcache mosquitto mosquitto-clients time
+	apache2 apache2-utils haproxy wrk
 	openssh-server openssh-client rsync groff-base man-db)
 missing=()
 for p in "${packages[@]}"; do
@@ -24,9 +25,16 @@ echo "make deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 # The postinst of redis-server, nginx-light, lighttpd, memcached,
-# postgresql and mosquitto may start a system instance (6379, 80, 11211,
-# 5432, 1883); the tests start their own servers on other ports, so those
-# instances are harmless.
+# postgresql, mosquitto and apache2 would start a system instance (6379,
+# 80, 11211, 5432, 1883; apache2 and nginx both want 80, and the second
+# one's failed start fails its install): no service starts while we
+# install (policy-rc.d, only if the host has none of its own). The tests
+# start their own servers on other ports.
 # integration/bench/pgbench.sh starts its own PostgreSQL cluster in a
 # temporary directory and never touches the system one.
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+	printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+	chmod 755 /usr/sbin/policy-rc.d
+	trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+fi
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -128,6 +128,55 @@ mx_wait_listen() {
   return 1
 }
 
+# mx_wrk WHO URL WRK_ARG...: wrk (an epoll loop per thread, non-blocking
+# sockets, keep-alive) loads URL for its fixed duration, under the shim in
+# the shim run (trace name WHO). Adds the result line "WHO: exit RC, socket
+# errors connect/read/write/timeout C/R/W/T, non-2xx N" (counts, not the
+# number of requests, which is a timing) and checks exit 0, no socket error
+# and no non-2xx answer. wrk prints its "Socket errors" and "Non-2xx or 3xx"
+# lines only when a count is not 0. Its output: $WORK/MODE-WHO.out.
+mx_wrk() {
+  local who=$1 url=$2 rc=0 out errs non2xx
+  shift 2
+  out=$WORK/$MODE-$who.out
+  mx_fg "$who" wrk "$@" "$url" >"$out" 2>&1 || rc=$?
+  errs=$(sed -n 's/.*Socket errors: connect \([0-9]*\), read \([0-9]*\), write \([0-9]*\), timeout \([0-9]*\).*/\1\/\2\/\3\/\4/p' "$out")
+  non2xx=$(sed -n 's/.*Non-2xx or 3xx responses: \([0-9]*\).*/\1/p' "$out")
+  errs=${errs:-0/0/0/0}
+  non2xx=${non2xx:-0}
+  mx_result "$who: exit $rc, socket errors connect/read/write/timeout $errs, non-2xx $non2xx"
+  mx_check "$who: exit status 0 (got $rc)" test "$rc" -eq 0
+  mx_check "$who: no socket error (connect/read/write/timeout $errs)" test "$errs" = 0/0/0/0
+  mx_check "$who: no non-2xx answer ($non2xx)" test "$non2xx" = 0
+  grep -q 'requests in' "$out" && log "$who: $(grep 'requests in' "$out" | sed 's/^ *//')"
+}
+
+# mx_ab WHO URL AB_ARG...: ApacheBench (one select/poll loop, -k keep-alive)
+# under the shim in the shim run (trace name WHO), -s 10: a stalled run
+# ends in 10 s, not 30. Adds the result line
+# "WHO: exit RC, complete C, failed F, non-2xx N" and checks exit 0, no
+# failed request, no non-2xx answer and C equal to ab's -n (the caller's
+# AB_N). Its output: $WORK/MODE-WHO.out.
+mx_ab() {
+  local who=$1 url=$2 rc=0 out complete failed non2xx
+  shift 2
+  out=$WORK/$MODE-$who.out
+  mx_fg "$who" ab -q -r -s 10 "$@" "$url" >"$out" 2>&1 || rc=$?
+  complete=$(sed -n 's/^Complete requests: *\([0-9]*\).*/\1/p' "$out")
+  failed=$(sed -n 's/^Failed requests: *\([0-9]*\).*/\1/p' "$out")
+  non2xx=$(sed -n 's/^Non-2xx responses: *\([0-9]*\).*/\1/p' "$out")
+  complete=${complete:-none} failed=${failed:-none} non2xx=${non2xx:-0}
+  mx_result "$who: exit $rc, complete $complete, failed $failed, non-2xx $non2xx"
+  mx_check "$who: exit status 0 (got $rc)" test "$rc" -eq 0
+  mx_check "$who: all $AB_N requests complete ($complete)" test "$complete" = "$AB_N"
+  mx_check "$who: no failed request ($failed)" test "$failed" = 0
+  mx_check "$who: no non-2xx answer ($non2xx)" test "$non2xx" = 0
+  if [[ $failed != 0 ]]; then
+    grep -A3 '^Failed requests' "$out" | sed 's/^/    /'
+  fi
+  grep -E 'apr_|Total of|error' "$out" | sed 's/^Benchmarking [^.]*\.\.\.//' | head -n 3
+}
+
 mx_trace_check() {
   trace_py "$TRACE_DIR" "$WORK/shim.ports" "$MX_ALLOW_EVENTS" "$MX_SWITCHED_BY" <<'PY'
 import collections

@@ -1,0 +1,28 @@
+#!/bin/bash
+# matrix/apache_event: Apache httpd with mpm_event (a parent forks children,
+# each a thread pool; keep-alive connections wait in a listener
+# thread's epoll between requests and go back to a worker when readable), standalone from its own
+# configuration (matrix/apache.inc), loaded by ab (ApacheBench: one poll
+# loop, non-blocking sockets) with keep-alive: ab -k -n 20000 -c 20, once
+# on a 6-byte file and once on a 64 KiB one. Both under the shim. Result:
+# per ab run its exit status, "Complete requests" (20000), "Failed
+# requests" (0) and "Non-2xx responses" (0); and no line of apache2's error
+# log with "unexpected state", an error or a child that exited.
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+need_cmd ab
+. "$(dirname "${BASH_SOURCE[0]}")/apache.inc"
+MX_SWITCHED_BY="apache ab-small ab-64k"
+AB_N=20000
+
+mx_body() {
+  local port
+  port=$(free_port)
+  mx_port apache "$port"
+  apache_start event "$port"
+  mx_wait_listen "$port" || { stop_bg "$APACHE_PID"; return; }
+  mx_ab ab-small "http://127.0.0.1:$port/small.txt" -k -n "$AB_N" -c 20
+  mx_ab ab-64k "http://127.0.0.1:$port/64k.bin" -k -n "$AB_N" -c 20
+  apache_stop_check
+}
+
+mx_main
