@@ -135,8 +135,11 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 			shim_ep_item_drop(ep, old);
 		}
 		shim_ep_item_link(ep, it);
+		/* A waiter asleep now armed its sleep without this item:
+		 * its channel would not wake it (nor a kernel-only wait,
+		 * begun while the set held nothing of ours). */
 		if (it->kernel_switched)
-			shim_ep_kick_if_ready(ep, it, s);
+			shim_ep_kick(ep);
 		break;
 	}
 	case EPOLL_CTL_MOD:
@@ -164,8 +167,8 @@ int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 		it->et_level = 0;
 		it->et_rx_arrived = 0;
 		rc = shim_ep_kernel_ctl(epfd, EPOLL_CTL_MOD, it);
-		if (rc == 0 && it->kernel_switched && s)
-			shim_ep_kick_if_ready(ep, it, s);
+		if (rc == 0 && it->kernel_switched)
+			shim_ep_kick(ep);
 		break;
 	case EPOLL_CTL_DEL:
 		if (!it) {

@@ -92,9 +92,10 @@ struct shim_ep {
 	bool moved_back;
 	unsigned look_gen; /* counts looks, for moved_gen */
 	unsigned long settle_gen; /* counts reports, for the items' settle_gen */
-	/* Wakes the set's waiters when a registration change makes an item
-	 * on a channel ready: the kernel would, for its own fds, at the ADD
-	 * or MOD; a channel's readiness has no kernel object to do it. An
+	/* Wakes the set's waiters at a registration change of an item on a
+	 * channel: the kernel would, for its own fds, when the change makes
+	 * one ready; a channel's readiness has no kernel object, and a sleep
+	 * armed before the change does not watch the item's channel. An
 	 * eventfd in the set, edge-triggered (each write is one wake-up, no
 	 * drain); -1 until the first such change. */
 	int kick_fd;
@@ -153,10 +154,10 @@ int shim_ep_item_line(struct shim_ep *ep, struct shim_epitem *it, int line);
  * (shim_io_wake_register). Under ep->lock, not s->lock. */
 void shim_ep_item_wake(struct shim_ep *ep, struct shim_epitem *it, struct shim_sock *s, int *cap_ms);
 
-/* Under ep->lock, after a registration change of switched item it of
- * sock s: when the channel is ready for what it asks, wakes the set's
- * waiters (the kick is made at the first). */
-void shim_ep_kick_if_ready(struct shim_ep *ep, struct shim_epitem *it, struct shim_sock *s);
+/* Under ep->lock, after a registration change of a switched item: wakes
+ * the set's waiters (the kick is made at the first), whose sleep was armed
+ * without it (epoll.c). */
+void shim_ep_kick(struct shim_ep *ep);
 
 /* Where an event of a report came from: the item it is for (item is
  * false for a fd the shim holds nothing of) and whether the kernel's

@@ -104,19 +104,10 @@ static void kick_make(struct shim_ep *ep)
 	ep->kick_fd = fd;
 }
 
-void shim_ep_kick_if_ready(struct shim_ep *ep, struct shim_epitem *it, struct shim_sock *s)
+void shim_ep_kick(struct shim_ep *ep)
 {
 	static const uint64_t one = 1;
-	int mask = shim_io_poll_mask(s, it->via);
 
-	if (mask < 0 || !(mask & (POLLIN | POLLOUT | POLLRDHUP | POLLHUP | POLLERR)))
-		return;
-	if (!(it->events & EPOLLIN))
-		mask &= ~POLLIN;
-	if (!(it->events & EPOLLOUT))
-		mask &= ~POLLOUT;
-	if (!mask)
-		return;
 	kick_make(ep);
 	/* EAGAIN: the count is full, a wake-up is pending anyway. */
 	if (ep->kick_fd >= 0 && REAL(write)(ep->kick_fd, &one, sizeof(one)) < 0)
