@@ -2,7 +2,7 @@
  * The rdmashim command: runs unmodified programs under the shim and explains
  * its configuration. This file dispatches and holds the small commands; run
  * lives in cmd_run.c, config in cmd_config.c, health in cmd_health.c,
- * doctor in cmd_doctor.c.
+ * doctor in cmd_doctor.c, stat in cmd_stat.c.
  *
  * Exit status: 0 success; 2 bad usage or a bad value (one line on stderr);
  * for run, 127 when the program can not be exec'd, else the program's own;
@@ -22,6 +22,10 @@ void rdmashim_run_usage(FILE *out);
 int rdmashim_cmd_config(int argc, char **argv);
 /* cmd_doctor.c */
 int rdmashim_cmd_doctor(int argc, char **argv);
+/* cmd_stat.c */
+int rdmashim_cmd_stat(int argc, char **argv);
+void rdmashim_stat_usage(FILE *out);
+
 /* cmd_health.c */
 int rdmashim_cmd_health(int argc, char **argv);
 void rdmashim_health_usage(FILE *out);
@@ -41,9 +45,12 @@ static void usage(FILE *out)
 	      "  health [--window SEC] [--json]   judge this host's RDMA ports (see below)\n"
 	      "  doctor                           checklist: can this host run RDMA under\n"
 	      "                                   the shim? PASS/WARN/FAIL, each with its fix\n"
+	      "  stat [OPTIONS]                   live connections and counters of the\n"
+	      "                                   processes under the shim (help stat)\n"
 	      "  reasons                          list the reason codes of traces and stats\n"
 	      "  version                          print the version\n"
-	      "  help                             print this help\n"
+	      "  help [COMMAND]                   print this help, or COMMAND's (run,\n"
+	      "                                   health, stat)\n"
 	      "\n",
 	      out);
 	rdmashim_run_usage(out);
@@ -93,9 +100,14 @@ static int cmd_version(int argc, char **argv)
 
 static int cmd_help(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	usage(stdout);
+	if (argc > 1 && !strcmp(argv[1], "stat"))
+		rdmashim_stat_usage(stdout);
+	else if (argc > 1 && !strcmp(argv[1], "run"))
+		rdmashim_run_usage(stdout);
+	else if (argc > 1 && !strcmp(argv[1], "health"))
+		rdmashim_health_usage(stdout);
+	else
+		usage(stdout);
 	return 0;
 }
 
@@ -106,6 +118,7 @@ static const struct {
 	{ "run", rdmashim_cmd_run },
 	{ "config", rdmashim_cmd_config },
 	{ "health", rdmashim_cmd_health },
+	{ "stat", rdmashim_cmd_stat },
 	{ "doctor", rdmashim_cmd_doctor },
 	{ "reasons", cmd_reasons },
 	{ "version", cmd_version },
