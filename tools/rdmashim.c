@@ -2,7 +2,8 @@
  * The rdmashim command: runs unmodified programs under the shim and explains
  * its configuration. This file dispatches and holds the small commands; run
  * lives in cmd_run.c, config in cmd_config.c, health in cmd_health.c,
- * doctor in cmd_doctor.c, trace in cmd_trace.c, bundle in cmd_bundle.c.
+ * doctor in cmd_doctor.c, trace in cmd_trace.c, bundle in cmd_bundle.c,
+ * stat in cmd_stat.c.
  *
  * Exit status: 0 success; 2 bad usage or a bad value (one line on stderr);
  * for run, 127 when the program can not be exec'd, else the program's own;
@@ -25,6 +26,10 @@ void rdmashim_run_usage(FILE *out);
 int rdmashim_cmd_config(int argc, char **argv);
 /* cmd_doctor.c */
 int rdmashim_cmd_doctor(int argc, char **argv);
+/* cmd_stat.c */
+int rdmashim_cmd_stat(int argc, char **argv);
+void rdmashim_stat_usage(FILE *out);
+
 /* cmd_health.c */
 int rdmashim_cmd_health(int argc, char **argv);
 void rdmashim_health_usage(FILE *out);
@@ -51,6 +56,8 @@ static void usage(FILE *out)
 	      "                                   judge this host's RDMA ports (see below)\n"
 	      "  doctor                           checklist: can this host run RDMA under\n"
 	      "                                   the shim? PASS/WARN/FAIL, each with its fix\n"
+	      "  stat [OPTIONS]                   live connections and counters of the\n"
+	      "                                   processes under the shim (help stat)\n"
 	      "  trace [OPTIONS] FILE...          one timeline per connection from trace\n"
 	      "                                   files, or --summary counts (see below)\n"
 	      "  bundle [-o FILE] [TRACE...]      one tarball for a bug report (see below)\n"
@@ -135,6 +142,7 @@ static const struct {
 	{ "run", rdmashim_cmd_run },
 	{ "config", rdmashim_cmd_config },
 	{ "health", rdmashim_cmd_health },
+	{ "stat", rdmashim_cmd_stat },
 	{ "doctor", rdmashim_cmd_doctor },
 	{ "trace", rdmashim_cmd_trace },
 	{ "bundle", rdmashim_cmd_bundle },

@@ -30,6 +30,7 @@
 
 #include "frames.h"
 #include "real.h"
+#include "sockstat.h"
 #include "stats.h"
 #include "trace.h"
 #include "transport.h"
@@ -67,6 +68,7 @@ static void start(struct shim_sock *s, int fd)
 		s->fo_started = true;
 		s->fo_tx_done = true;
 		shim_stats_count(SHIM_REASON_CHAN_FAILED);
+		shim_sockstat_sync(s);
 		SHIM_TRACE(fo_level(s), "failover.start", fd, &s->tuple, fo_reason(s),
 			   "\"tx_switched\":false");
 		return;
@@ -89,6 +91,7 @@ static void start(struct shim_sock *s, int fd)
 		s->fo_peer_closed = true;
 		s->tx_dir = SHIM_DIR_TCP;
 		shim_stats_count(SHIM_REASON_CHAN_FAILED);
+		shim_sockstat_sync(s);
 		SHIM_TRACE(fo_level(s), "failover.start", fd, &s->tuple, fo_reason(s), "\"peer_closed\":true");
 		return;
 	}
@@ -96,6 +99,7 @@ static void start(struct shim_sock *s, int fd)
 	frame.rx_offset = htobe64(rx_offset);
 	s->fo_started = true;
 	shim_stats_count(SHIM_REASON_CHAN_FAILED);
+	shim_sockstat_sync(s);
 	SHIM_TRACE(fo_level(s), "failover.start", fd, &s->tuple, fo_reason(s),
 		   "\"rx_offset\":%llu,\"peer_first\":%s", (unsigned long long)rx_offset,
 		   s->fo_peer_known ? "true" : "false");
@@ -130,6 +134,7 @@ static void take_peer_offset(struct shim_sock *s, int fd)
 	s->fo_replay_len = len;
 	s->fo_replay_off = 0;
 	s->tx_dir = SHIM_DIR_TCP;
+	shim_sockstat_sync(s);
 	SHIM_TRACE(fo_level(s), "failover.tx_tcp", fd, &s->tuple, fo_reason(s),
 		   "\"peer_rx\":%llu,\"replay\":%zu", (unsigned long long)s->fo_peer_rx_offset, len);
 }
@@ -192,6 +197,7 @@ static void leave_to_kernel(struct shim_sock *s, int fd)
 	if (!nodelay)
 		REAL(setsockopt)(fd, IPPROTO_TCP, TCP_NODELAY, &nodelay, sizeof(nodelay));
 	__atomic_store_n(&s->intercept, false, __ATOMIC_RELAXED);
+	shim_sockstat_sync(s);
 	SHIM_TRACE(fo_level(s), "failover.kernel", fd, &s->tuple, fo_reason(s), NULL);
 }
 
@@ -253,6 +259,7 @@ void shim_failover_progress(struct shim_sock *s, int fd)
 		 * poll reports (POLLIN, POLLRDHUP). */
 		if (s->rd_shut)
 			REAL(shutdown)(fd, SHUT_RD);
+		shim_sockstat_sync(s);
 		SHIM_TRACE(fo_level(s), "failover.rx_tcp", fd, &s->tuple, fo_reason(s), NULL);
 	}
 	leave_to_kernel(s, fd);

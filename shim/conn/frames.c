@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "real.h"
+#include "sockstat.h"
 #include "stats.h"
 #include "trace.h"
 #include "transport.h"
@@ -58,6 +59,7 @@ void shim_frames_abort(struct shim_sock *s, int fd, enum shim_reason reason, con
 		s->chan->ops->fail(s->chan);
 	s->fo_started = true;
 	s->fo_tx_done = true;
+	shim_sockstat_sync(s);
 	free(s->fo_replay);
 	s->fo_replay = NULL;
 	s->tcp_out_len = 0;

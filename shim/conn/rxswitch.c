@@ -12,6 +12,7 @@
 
 #include "frames.h"
 #include "real.h"
+#include "sockstat.h"
 #include "stats.h"
 #include "trace.h"
 #include "upgrade.h"
@@ -72,6 +73,7 @@ int shim_rxswitch_finish(struct shim_sock *s, int fd)
 		s->rx_dir = SHIM_DIR_CHAN;
 		if (unlikely(shim_cfg.test_stamps))
 			s->stamp_rx_ns = shim_now_ns();
+		shim_sockstat_sync(s);
 		SHIM_TRACE(SHIM_TRACE_INFO, "rx.switch", fd, &s->tuple, SHIM_REASON_UPGRADED,
 			   "\"offset\":%llu", (unsigned long long)s->rx_switch_at);
 		/* The frame proved the peer (rdma): bytes held for it go now. */

@@ -27,6 +27,7 @@
 #include "upgrade.h"
 #include "real.h"
 #include "reaper.h"
+#include "sockstat.h"
 #include "stats.h"
 #include "trace.h"
 #include "transport.h"
@@ -145,6 +146,7 @@ static bool track_connection(int fd, enum shim_role role, enum shim_sock_state s
 		sock->intercept = true;
 	}
 	eligible = sock->eligible;
+	shim_sockstat_track(sock, fd);
 	trace_tracked(fd, sock, how);
 	if (shim_sock_install(fd, sock) < 0) {
 		SHIM_TRACE(SHIM_TRACE_WARN, "conn.untracked", fd, tuple, SHIM_REASON_INTERNAL_ERROR,
@@ -246,6 +248,7 @@ void shim_sock_on_connect(int fd, const struct sockaddr *addr, socklen_t len, in
 		pthread_mutex_lock(&known->lock);
 		if (known->state == SHIM_STATE_CONNECTING && (rc == 0 || err == EISCONN))
 			known->state = SHIM_STATE_TCP;
+		shim_sockstat_sync(known);
 		pthread_mutex_unlock(&known->lock);
 		shim_sock_put(known);
 		return;
@@ -510,6 +513,8 @@ void shim_sock_adopt_rights(const struct msghdr *msg)
 void shim_sock_before_exec(void)
 {
 	shim_sock_hand_off_before_exec();
+	if (!shim_upgrade_barred())
+		shim_statarea_before_exec();
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "process.exec", -1, NULL, SHIM_REASON_NONE,
 		   "\"tracked\":%u", shim_sock_live_count());
 }

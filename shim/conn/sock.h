@@ -150,6 +150,13 @@ struct shim_sock {
 	bool shared_sleep;   /* two of them at once were seen (io.c) */
 	struct shim_spin_hist spin_hist; /* do this socket's waits spin (spin.h) */
 	struct shim_chan *chan;
+	/* Its record in the live stats area (core/statarea.h; NULL: none),
+	 * the fd it was tracked under, and when our send that began the
+	 * current round trip went (0: none pending; sockstat.h). */
+	struct shim_stat_rec *stat;
+	int stat_fd;
+	uint8_t stat_chan; /* enum shim_transport of the channel it had */
+	unsigned long long stat_sent_ns;
 
 	/* Back to TCP after the channel failed (failover.c). */
 	bool fo_started;    /* our RESUME is queued: the channel carries nothing more */

@@ -14,6 +14,7 @@
  *    few stores, never across a scan.
  */
 #include "sock.h"
+#include "sockstat.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -99,6 +100,7 @@ static void sock_free(struct shim_sock *s)
 	s->state = SHIM_STATE_CLOSED;
 	if (shim_sock_hooks.release)
 		shim_sock_hooks.release(s);
+	shim_sockstat_release(s);
 	pthread_mutex_unlock(&s->lock);
 	if (s->ep) {
 		if (shim_sock_hooks.ep_free)

@@ -104,6 +104,9 @@ struct shim_transport_ops {
 	 * reports. Under the sock's lock. */
 	unsigned (*line_bells_in)(const struct shim_chan *ch);
 	void (*shutdown_tx)(struct shim_chan *ch);
+	/* Optional: the queue pair number carrying the channel, for `rdmashim
+	 * stat` (0: none). Under the sock's lock. */
+	uint32_t (*qpn)(const struct shim_chan *ch);
 	/* Releases the channel; the peer sees both directions closed. */
 	void (*destroy)(struct shim_chan *ch);
 	/* The close about to come is abortive (bytes left unread): destroy

@@ -19,6 +19,7 @@
 #include "reaper.h"
 #include "self.h"
 #include "stamps.h"
+#include "sockstat.h"
 #include "stats.h"
 #include "streampos.h"
 #include "trace.h"
@@ -108,6 +109,7 @@ void shim_upgrade_fail(struct shim_sock *s, int fd, enum shim_reason reason)
 	/* Nothing moved yet: the data path can go straight to the kernel again. */
 	if (s->tx_dir == SHIM_DIR_TCP && s->rx_dir == SHIM_DIR_TCP && !s->chan)
 		__atomic_store_n(&s->intercept, false, __ATOMIC_RELAXED);
+	shim_sockstat_sync(s);
 }
 
 void shim_upgrade_fail_for_good(struct shim_sock *s, int fd, enum shim_reason reason)
@@ -122,6 +124,7 @@ void shim_upgrade_negotiating(struct shim_sock *s, void *neg)
 {
 	s->neg = neg;
 	s->phase = SHIM_PHASE_NEGOTIATING;
+	shim_sockstat_sync(s);
 }
 
 void shim_upgrade_committing(struct shim_sock *s)
@@ -133,6 +136,7 @@ void shim_upgrade_done(struct shim_sock *s)
 {
 	s->phase = SHIM_PHASE_DONE;
 	shim_upgrade_wake_close(s);
+	shim_sockstat_sync(s);
 }
 
 int shim_upgrade_new_nonce(uint8_t nonce[SHIM_NONCE_LEN])
@@ -185,6 +189,7 @@ void shim_upgrade_switch_tx(struct shim_sock *s, int fd)
 	if (unlikely(shim_cfg.test_stamps))
 		s->stamp_tx_ns = shim_now_ns();
 	shim_frames_queue(s, fd, &frame, sizeof(frame));
+	shim_sockstat_sync(s);
 	SHIM_TRACE(SHIM_TRACE_INFO, "tx.switch", fd, &s->tuple, SHIM_REASON_UPGRADED,
 		   "\"transport\":\"%s\",\"offset\":%llu", shim_transport_name(s->chan->ops->kind),
 		   (unsigned long long)s->tx_tcp_bytes);

@@ -62,6 +62,12 @@ const struct shim_config_var shim_config_vars[] = {
 	  "1: a seccomp filter the process inherited at start (a container runtime's, systemd's "
 	  "SystemCallFilter=) allows the shim's own calls: upgrade as usual; 0: such a process stays "
 	  "pass-through, as its filter may kill it for a call of ours" },
+	{ "RDMASHIM_STATS", "1",
+	  "1: keep this process's live counters in a file of its own under RDMASHIM_STATS_DIR for "
+	  "'rdmashim stat'; 0: none (the data path then counts nothing)" },
+	{ "RDMASHIM_STATS_DIR", "/run/rdmashim",
+	  "where the live counters go: one directory per user inside (0700), one file per process (0600); "
+	  "an absolute path" },
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", "0",
 	  "testing only: break each RDMA channel after it sent this many KiB (0: never)" },
 	{ "RDMASHIM_TEST_FAIL_LINK_KB", "0",
@@ -267,6 +273,7 @@ static const struct uint_var uint_vars[] = {
 	{ "RDMASHIM_RDMA_LINK_IDLE_MS", 0, 86400000, offsetof(struct shim_config, rdma_link_idle_ms),
 	  "expected milliseconds 0-86400000" },
 	{ "RDMASHIM_SECCOMP_TRUST", 0, 1, offsetof(struct shim_config, seccomp_trust), "expected 0 or 1" },
+	{ "RDMASHIM_STATS", 0, 1, offsetof(struct shim_config, stats), "expected 0 or 1" },
 	{ "RDMASHIM_TEST_FAIL_LINK_KB", 0, 4194304, offsetof(struct shim_config, test_fail_link_kb),
 	  "expected KiB 0-4194304" },
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", 0, 4194304, offsetof(struct shim_config, test_fail_rdma_kb),
@@ -305,6 +312,10 @@ static int parse_all(struct shim_config *cfg, shim_getenv_fn get, void *ctx, cha
 	if (strlen(v) >= sizeof(cfg->trace_file))
 		return bad_value(err, errlen, "RDMASHIM_TRACE_FILE", v, "path too long");
 	strcpy(cfg->trace_file, v);
+	v = value_of(get, ctx, "RDMASHIM_STATS_DIR");
+	if (v[0] != '/' || strlen(v) >= sizeof(cfg->stats_dir))
+		return bad_value(err, errlen, "RDMASHIM_STATS_DIR", v, "expected an absolute path");
+	strcpy(cfg->stats_dir, v);
 	for (size_t i = 0; i < sizeof(uint_vars) / sizeof(uint_vars[0]); i++) {
 		const struct uint_var *u = &uint_vars[i];
 		unsigned *field = (unsigned *)((char *)cfg + u->offset);

@@ -48,6 +48,7 @@ struct shim_config {
 	unsigned ab_percent;
 	enum shim_trace_level trace_level;
 	char trace_file[PATH_MAX]; /* empty: stderr; may hold %p */
+	char stats_dir[256];       /* RDMASHIM_STATS_DIR: absolute (core/statarea.c) */
 	unsigned ring_kb;
 	unsigned spin_us;
 	unsigned spin_adapt; /* 0 or 1: spin.h */
@@ -65,6 +66,7 @@ struct shim_config {
 	unsigned rdma_links;        /* 0 or 1: transport/rdma/rdma_link.h */
 	unsigned rdma_link_conns;   /* 1..SHIM_CFG_LINK_CONNS_MAX: transport/rdma/rdma_link.h */
 	unsigned rdma_link_idle_ms; /* 0 or how long an empty link stays: transport/rdma/rdma_link_table.c */
+	unsigned stats;             /* 0 or 1: the live stats area (core/statarea.c) */
 	unsigned seccomp_trust;     /* 0 or 1: an inherited seccomp filter allows our calls (interpose/init.c) */
 	unsigned test_fail_rdma_kb; /* testing only: 0 or where RDMA channels break */
 	unsigned test_fail_link_kb; /* testing only: 0 or where RDMA links break */

@@ -4,13 +4,17 @@
 #define RDMASHIM_STATS_H
 
 #include "reason.h"
+#include "statarea.h"
 
 extern unsigned long shim_stats_reason[SHIM_REASON_COUNT];
 
 static inline void shim_stats_count(enum shim_reason reason)
 {
 	if ((unsigned)reason < SHIM_REASON_COUNT)
+	{
 		__atomic_add_fetch(&shim_stats_reason[reason], 1, __ATOMIC_RELAXED);
+		shim_stat_reason(reason);
+	}
 }
 
 /* Busy polling (spin.h): spins run, paid (hit) or not (miss), waits that

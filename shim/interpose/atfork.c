@@ -26,6 +26,7 @@
 #include "rdma.h"
 #include "reaper.h"
 #include "self.h"
+#include "statarea.h"
 #include "sock.h"
 #include "wait.h"
 
@@ -76,6 +77,7 @@ static void child(void)
 	shim_beacon_atfork_release();
 	shim_diag_atfork_child();
 	shim_pair_atfork_child();
+	shim_statarea_atfork_child();
 	shim_sock_atfork_child();
 	shim_epoll_atfork_release();
 	/* With every lock free again: what only the parent's other threads

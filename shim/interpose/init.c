@@ -21,6 +21,7 @@
 #include "real.h"
 #include "sock.h"
 #include "stamps.h"
+#include "statarea.h"
 #include "stats.h"
 #include "trace.h"
 #include "upgrade.h"
@@ -126,4 +127,5 @@ __attribute__((destructor)) static void shim_fini(void)
 	shim_stats_trace();
 	if (shim_cfg.test_stamps)
 		shim_stamps_trace();
+	shim_statarea_exit();
 }

@@ -24,6 +24,7 @@
 #include "frames.h"
 #include "real.h"
 #include "spin.h"
+#include "sockstat.h"
 #include "stats.h"
 #include "trace.h"
 #include "transport.h"
@@ -374,6 +375,8 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		if (rc < 0)
 			break;
 	}
+	if (got && !peek)
+		shim_sockstat_received(s, got);
 	SHIM_TRACE(SHIM_TRACE_TRACE, "io.recv", fd, NULL, SHIM_REASON_NONE,
 		   "\"want\":%zu,\"got\":%zu,\"rc\":%d,\"flags\":%d,\"rx\":%d,\"tcp\":%llu",
 		   want, got, rc, flags, s->rx_dir, (unsigned long long)s->rx_tcp_bytes);
@@ -671,6 +674,8 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	} while (done < total && !(nonblock && done));
 	if (on_chan && s->tx_dir == SHIM_DIR_CHAN && !s->fo_started && fd >= 0)
 		count_exchange(s, fd, rang);
+	if (done)
+		shim_sockstat_sent(s, done);
 	SHIM_TRACE(SHIM_TRACE_TRACE, "io.send", fd, NULL, SHIM_REASON_NONE,
 		   "\"total\":%zu,\"done\":%zu,\"rc\":%d,\"flags\":%d,\"tx\":%d,\"tcp\":%llu", total, done,
 		   rc, flags, s->tx_dir, (unsigned long long)s->tx_tcp_bytes);

@@ -499,7 +499,15 @@ void shim_rdma_chan_init(struct rdma_conn *c)
 	shim_rdma_link_set_handlers(&shim_rdma_link_handlers);
 }
 
+static uint32_t rchan_qpn(const struct shim_chan *ch)
+{
+	const struct rdma_conn *c = shim_rdma_conn_of(ch);
+
+	return c->link && c->link->qp ? c->link->qp->qp_num : 0;
+}
+
 const struct shim_transport_ops shim_rdma_ops = {
+	.qpn = rchan_qpn,
 	.kind = SHIM_TRANSPORT_RDMA,
 	.send = rchan_send,
 	.recv = rchan_recv,

@@ -1,0 +1,513 @@
+/* The writer of this process's live stats area; see statarea.h. */
+#include "statarea.h"
+
+#include "real.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "stats.h"
+#include "trace.h"
+
+extern char *program_invocation_short_name;
+
+_Static_assert(SHIM_REASON_COUNT <= SHIM_STAT_REASONS, "every reason has a counter in the header");
+
+static const char *const state_names[SHIM_STAT_STATE_COUNT] = {
+	"free", "connecting", "tcp", "upgrading", "switching", "switched", "fallback", "kernel",
+};
+
+const char *shim_stat_state_name(unsigned state)
+{
+	return state < SHIM_STAT_STATE_COUNT ? state_names[state] : "?";
+}
+
+/*
+ * The area. lock guards everything here but hdr, which is read without it
+ * (shim_stat_reason). Records never move: each segment is mapped once and
+ * stays until exit, so a connection's record pointer is good for its life.
+ */
+static struct {
+	pthread_mutex_t lock;
+	struct shim_stat_hdr *hdr; /* published with a release store, read with acquire */
+	int fd, dirfd;
+	bool tried;              /* made or failed once: never again (a failure stays off) */
+	char name[64];
+	char path[400];
+	struct shim_stat_rec *seg[SHIM_STAT_MAX_SEGS];
+	size_t seg_recs[SHIM_STAT_MAX_SEGS];
+	unsigned nseg;
+	uint64_t nrec;
+	struct shim_stat_rec **free; /* records free for reuse */
+	size_t nfree, free_cap;
+	uint64_t next_gen;
+} area = { .lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1, .dirfd = -1 };
+
+uint64_t shim_stat_start_ticks(pid_t pid)
+{
+	char path[64], buf[1024];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = REAL(read)(fd, buf, sizeof(buf) - 1);
+	REAL(close)(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	/* The command name may hold spaces and parentheses: fields count from
+	 * the last ')'. Field 22 is the 20th after it. */
+	char *p = strrchr(buf, ')');
+
+	if (!p)
+		return 0;
+	for (int field = 2; field < 22 && p; field++)
+		p = strchr(p + 1, ' ');
+	return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+static int dir_checked(int fd, uid_t uid)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode) || st.st_uid != uid || (st.st_mode & 077))
+		return -EPERM;
+	return 0;
+}
+
+int shim_stat_dir_open(const char *base, uid_t uid, bool create)
+{
+	char name[32];
+	struct stat st;
+	int bfd, fd, rc;
+
+	/* The base: made world-writable and sticky (as /tmp) by its first
+	 * user when its parent lets them; followed only if it is a real
+	 * directory that nobody else can swap entries in unseen. */
+	if (create && mkdir(base, 01777) == 0)
+		chmod(base, 01777); /* the umask took bits off */
+	bfd = open(base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (bfd < 0)
+		return -errno;
+	if (fstat(bfd, &st) < 0 || (st.st_uid != 0 && st.st_uid != uid) ||
+	    ((st.st_mode & 0022) && !(st.st_mode & S_ISVTX))) {
+		REAL(close)(bfd);
+		return -EPERM;
+	}
+	snprintf(name, sizeof(name), "%u", (unsigned)uid);
+	if (create && mkdirat(bfd, name, 0700) < 0 && errno != EEXIST) {
+		rc = -errno;
+		REAL(close)(bfd);
+		return rc;
+	}
+	/* O_NOFOLLOW: a link planted at our name is refused, not followed. */
+	fd = openat(bfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	rc = fd < 0 ? -errno : 0;
+	REAL(close)(bfd);
+	if (rc < 0)
+		return rc == -ELOOP || rc == -ENOTDIR ? -EPERM : rc; /* a link, or not a directory */
+	rc = dir_checked(fd, uid);
+	if (rc < 0) {
+		REAL(close)(fd);
+		return rc;
+	}
+	return fd;
+}
+
+static uint64_t unix_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Seqlock write side. The caller is the one writer of this count. */
+static void seq_begin(uint64_t *seq)
+{
+	__atomic_store_n(seq, __atomic_load_n(seq, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+	/* release fence: the odd count is visible before any field written
+	 * after it; pairs with the acquire fence in shim_stat_read_rec()
+	 * (statread.c) between its field loads and its second count load. */
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static void seq_end(uint64_t *seq)
+{
+	/* release: the fields are in place before the count is even again;
+	 * pairs with the acquire load of the first count in
+	 * shim_stat_read_rec(). */
+	__atomic_store_n(seq, __atomic_load_n(seq, __ATOMIC_RELAXED) + 1, __ATOMIC_RELEASE);
+}
+
+/* Maps segment k (the file already long enough): records base..base+n. */
+static int map_segment(unsigned k, uint64_t base, size_t n)
+{
+	void *p = mmap(NULL, n * SHIM_STAT_REC_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, area.fd,
+		       (off_t)(SHIM_STAT_HDR_SIZE + base * SHIM_STAT_REC_SIZE));
+
+	if (p == MAP_FAILED)
+		return -errno;
+	area.seg[k] = p;
+	area.seg_recs[k] = n;
+	return 0;
+}
+
+/* One more segment, as large as all before it. Under area.lock. */
+static int grow(void)
+{
+	size_t n = area.nseg ? (size_t)area.nrec : SHIM_STAT_FIRST_SEG;
+	struct shim_stat_rec **fr;
+	int rc;
+
+	if (area.nseg == SHIM_STAT_MAX_SEGS)
+		return -ENOSPC;
+	if (area.free_cap < area.nrec + n) {
+		fr = realloc(area.free, (area.nrec + n) * sizeof(*fr));
+		if (!fr)
+			return -ENOMEM;
+		area.free = fr;
+		area.free_cap = area.nrec + n;
+	}
+	/* Readers map what fstat says; they never see records past nrec. */
+	if (ftruncate(area.fd, (off_t)(SHIM_STAT_HDR_SIZE + (area.nrec + n) * SHIM_STAT_REC_SIZE)) < 0)
+		return -errno;
+	rc = map_segment(area.nseg, area.nrec, n);
+	if (rc < 0)
+		return rc;
+	for (size_t i = n; i-- > 0;)
+		area.free[area.nfree++] = &area.seg[area.nseg][i];
+	area.nseg++;
+	area.nrec += n;
+	/* release: the file is this long before a reader learns nrec; pairs
+	 * with the acquire load of nrec in shim_stat_view_open() (statread.c). */
+	__atomic_store_n(&area.hdr->nrec, area.nrec, __ATOMIC_RELEASE);
+	return 0;
+}
+
+static void fill_identity(struct shim_stat_hdr *h)
+{
+	seq_begin(&h->seq);
+	h->pid = (int32_t)getpid();
+	h->uid = (uint32_t)geteuid();
+	h->start_ticks = shim_stat_start_ticks(getpid());
+	h->started_unix_ns = unix_ns();
+	snprintf(h->comm, sizeof(h->comm), "%s",
+		 program_invocation_short_name ? program_invocation_short_name : "?");
+	seq_end(&h->seq);
+}
+
+/* The file for this process: created, never opened if it exists (our
+ * own, left by this pid's image before an exec that failed to unlink it,
+ * is the only entry that can hold our name; a link there is refused). */
+static int create_file(int dirfd, char *name, size_t len)
+{
+	int fd;
+
+	snprintf(name, len, "%d-%llu.stat", (int)getpid(), (unsigned long long)shim_stat_start_ticks(getpid()));
+	fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	return fd < 0 ? -errno : fd;
+}
+
+static int open_locked(const char *dir)
+{
+	struct shim_stat_hdr *h;
+	int dfd, fd, rc;
+
+	dfd = shim_stat_dir_open(dir, geteuid(), true);
+	if (dfd < 0)
+		return dfd;
+	fd = create_file(dfd, area.name, sizeof(area.name));
+	if (fd < 0) {
+		REAL(close)(dfd);
+		return fd;
+	}
+	if (fchmod(fd, 0600) < 0 || ftruncate(fd, SHIM_STAT_HDR_SIZE) < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	h = mmap(NULL, SHIM_STAT_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (h == MAP_FAILED) {
+		rc = -errno;
+		goto fail;
+	}
+	memcpy(h->magic, SHIM_STAT_MAGIC, sizeof(h->magic));
+	h->version = SHIM_STAT_VERSION;
+	h->hdr_size = SHIM_STAT_HDR_SIZE;
+	h->rec_size = SHIM_STAT_REC_SIZE;
+	fill_identity(h);
+	/* What was counted before the area existed. */
+	for (unsigned r = 0; r < SHIM_REASON_COUNT; r++)
+		h->reasons[r] = __atomic_load_n(&shim_stats_reason[r], __ATOMIC_RELAXED);
+	area.fd = fd;
+	area.dirfd = dfd;
+	snprintf(area.path, sizeof(area.path), "%s/%u/%s", dir, (unsigned)geteuid(), area.name);
+	/* release: the header is filled before shim_stat_reason() adds to it;
+	 * pairs with its acquire load of area.hdr. */
+	__atomic_store_n(&area.hdr, h, __ATOMIC_RELEASE);
+	return 0;
+fail:
+	unlinkat(dfd, area.name, 0);
+	REAL(close)(fd);
+	REAL(close)(dfd);
+	return rc;
+}
+
+int shim_statarea_open_in(const char *dir)
+{
+	int rc;
+
+	pthread_mutex_lock(&area.lock);
+	area.tried = true;
+	rc = area.hdr ? 0 : open_locked(dir);
+	pthread_mutex_unlock(&area.lock);
+	return rc;
+}
+
+const char *shim_statarea_path(void)
+{
+	return area.hdr ? area.path : NULL;
+}
+
+struct shim_stat_rec *shim_stat_rec_new(const struct shim_stat_desc *d)
+{
+	struct shim_stat_rec *r = NULL;
+	int rc = 0;
+
+	if (!shim_cfg.stats && !area.hdr)
+		return NULL;
+	pthread_mutex_lock(&area.lock);
+	if (!area.hdr && !area.tried) {
+		area.tried = true;
+		rc = open_locked(shim_cfg.stats_dir);
+		if (rc < 0)
+			SHIM_TRACE(SHIM_TRACE_WARN, "stats.off", -1, NULL, SHIM_REASON_NONE,
+				   "\"dir\":\"%s\",\"errno\":%d", shim_cfg.stats_dir, -rc);
+	}
+	if (area.hdr && (area.nfree || grow() == 0)) {
+		r = area.free[--area.nfree];
+		seq_begin(&r->seq);
+		r->gen = ++area.next_gen;
+		r->born_unix_ns = unix_ns();
+		r->d = *d;
+		memset(r->bytes, 0, sizeof(r->bytes));
+		memset(r->msgs, 0, sizeof(r->msgs));
+		memset(r->rtt, 0, sizeof(r->rtt));
+		r->rtt_path = d->path;
+		seq_end(&r->seq);
+		__atomic_add_fetch(&area.hdr->conns, 1, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&area.lock);
+	return r;
+}
+
+void shim_stat_rec_describe(struct shim_stat_rec *r, const struct shim_stat_desc *d)
+{
+	seq_begin(&r->seq);
+	r->d = *d;
+	seq_end(&r->seq);
+}
+
+/* The record's samples go to the header's, by their path. Under the
+ * connection's lock: no sample is added meanwhile. */
+static void fold_rtt(struct shim_stat_rec *r)
+{
+	unsigned p = r->rtt_path < SHIM_STAT_PATHS ? (unsigned)r->rtt_path : 0;
+
+	for (unsigned b = 0; b < SHIM_STAT_RTT_BUCKETS; b++) {
+		uint64_t n = __atomic_load_n(&r->rtt[b], __ATOMIC_RELAXED);
+
+		if (n) {
+			__atomic_add_fetch(&area.hdr->closed_rtt[p][b], n, __ATOMIC_RELAXED);
+			__atomic_store_n(&r->rtt[b], 0, __ATOMIC_RELAXED);
+		}
+	}
+}
+
+void shim_stat_rec_rtt(struct shim_stat_rec *r, unsigned path, uint64_t ns)
+{
+	if (path >= SHIM_STAT_PATHS)
+		return;
+	if (__atomic_load_n(&r->rtt_path, __ATOMIC_RELAXED) != path) {
+		fold_rtt(r);
+		__atomic_store_n(&r->rtt_path, path, __ATOMIC_RELAXED);
+	}
+	shim_stat_add(&r->rtt[shim_stat_rtt_bucket(ns)], 1);
+}
+
+void shim_stat_rec_free(struct shim_stat_rec *r)
+{
+	if (!r)
+		return;
+	for (unsigned p = 0; p < SHIM_STAT_PATHS; p++)
+		for (unsigned w = 0; w < 2; w++) {
+			__atomic_add_fetch(&area.hdr->closed_bytes[p][w], r->bytes[p][w], __ATOMIC_RELAXED);
+			__atomic_add_fetch(&area.hdr->closed_msgs[p][w], r->msgs[p][w], __ATOMIC_RELAXED);
+		}
+	fold_rtt(r);
+	/* A reader that saw the record live and reads it again finds it free
+	 * (or a later connection, told apart by gen): not a mix. */
+	seq_begin(&r->seq);
+	r->d.state = SHIM_STAT_FREE;
+	memset(r->bytes, 0, sizeof(r->bytes));
+	memset(r->msgs, 0, sizeof(r->msgs));
+	seq_end(&r->seq);
+	pthread_mutex_lock(&area.lock);
+	area.free[area.nfree++] = r;
+	pthread_mutex_unlock(&area.lock);
+}
+
+void shim_stat_reason(unsigned reason)
+{
+	/* acquire: pairs with the release store of area.hdr in open_locked(). */
+	struct shim_stat_hdr *h = __atomic_load_n(&area.hdr, __ATOMIC_ACQUIRE);
+
+	if (h && reason < SHIM_STAT_REASONS)
+		__atomic_add_fetch(&h->reasons[reason], 1, __ATOMIC_RELAXED);
+}
+
+static void remove_file(void)
+{
+	if (area.hdr && area.dirfd >= 0)
+		unlinkat(area.dirfd, area.name, 0);
+}
+
+void shim_statarea_exit(void)
+{
+	remove_file();
+}
+
+void shim_statarea_before_exec(void)
+{
+	/* The new image is another program (its own file if it runs the
+	 * shim: the same pid and start time, so this name must be free). If
+	 * the exec fails, this image goes on unseen by `rdmashim stat`. */
+	remove_file();
+}
+
+/* Copies len bytes at p into fd at off. */
+static int write_all_at(int fd, const void *p, size_t len, off_t off)
+{
+	const char *c = p;
+
+	while (len) {
+		ssize_t n = pwrite(fd, c, len, off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		c += n;
+		len -= (size_t)n;
+		off += n;
+	}
+	return 0;
+}
+
+/* Puts fd's [off, off+len) where p is mapped; anonymous memory if fd < 0. */
+static int remap_at(void *p, size_t len, int fd, off_t off)
+{
+	void *q = fd >= 0 ? mmap(p, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, off)
+			  : mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+
+	return q == MAP_FAILED ? -errno : 0;
+}
+
+static int child_file(void)
+{
+	size_t total = SHIM_STAT_HDR_SIZE + area.nrec * SHIM_STAT_REC_SIZE;
+	uint64_t base = 0;
+	int fd, rc;
+
+	fd = create_file(area.dirfd, area.name, sizeof(area.name));
+	if (fd < 0)
+		return fd;
+	rc = ftruncate(fd, (off_t)total) < 0 ? -errno : write_all_at(fd, area.hdr, SHIM_STAT_HDR_SIZE, 0);
+	for (unsigned k = 0; k < area.nseg && rc == 0; k++) {
+		rc = write_all_at(fd, area.seg[k], area.seg_recs[k] * SHIM_STAT_REC_SIZE,
+			      (off_t)(SHIM_STAT_HDR_SIZE + base * SHIM_STAT_REC_SIZE));
+		base += area.seg_recs[k];
+	}
+	base = 0;
+	/* Each mapping now shows the child's file, with the same contents. */
+	if (rc == 0)
+		rc = remap_at(area.hdr, SHIM_STAT_HDR_SIZE, fd, 0);
+	for (unsigned k = 0; k < area.nseg && rc == 0; k++) {
+		rc = remap_at(area.seg[k], area.seg_recs[k] * SHIM_STAT_REC_SIZE, fd,
+			      (off_t)(SHIM_STAT_HDR_SIZE + base * SHIM_STAT_REC_SIZE));
+		base += area.seg_recs[k];
+	}
+	if (rc < 0) {
+		unlinkat(area.dirfd, area.name, 0);
+		REAL(close)(fd);
+		return rc;
+	}
+	REAL(close)(area.fd);
+	area.fd = fd;
+	return 0;
+}
+
+void shim_statarea_atfork_child(void)
+{
+	/* Only the forking thread lives on: no other writer is mid-way. */
+	pthread_mutex_init(&area.lock, NULL);
+	if (!area.hdr)
+		return;
+	if (child_file() < 0) {
+		/* Never write into the parent's file: private memory at the
+		 * same places, so that record pointers stay good, unpublished. */
+		remap_at(area.hdr, SHIM_STAT_HDR_SIZE, -1, 0);
+		for (unsigned k = 0; k < area.nseg; k++)
+			remap_at(area.seg[k], area.seg_recs[k] * SHIM_STAT_REC_SIZE, -1, 0);
+		area.dirfd = -1;
+		area.hdr->nrec = area.nrec;
+		return;
+	}
+	fill_identity(area.hdr);
+	/* A record some parent thread was describing at the fork stays odd
+	 * in the copy: make it even, its writer is gone. */
+	for (unsigned k = 0; k < area.nseg; k++)
+		for (size_t i = 0; i < area.seg_recs[k]; i++) {
+			uint64_t *seq = &area.seg[k][i].seq;
+
+			if (__atomic_load_n(seq, __ATOMIC_RELAXED) & 1)
+				seq_end(seq);
+		}
+	snprintf(area.path, sizeof(area.path), "%s/%u/%s", shim_cfg.stats_dir, (unsigned)geteuid(), area.name);
+}
+
+void shim_statarea_reset_for_test(void)
+{
+	pthread_mutex_lock(&area.lock);
+	remove_file();
+	if (area.hdr)
+		munmap(area.hdr, SHIM_STAT_HDR_SIZE);
+	for (unsigned k = 0; k < area.nseg; k++)
+		munmap(area.seg[k], area.seg_recs[k] * SHIM_STAT_REC_SIZE);
+	if (area.fd >= 0)
+		REAL(close)(area.fd);
+	if (area.dirfd >= 0)
+		REAL(close)(area.dirfd);
+	free(area.free);
+	__atomic_store_n(&area.hdr, NULL, __ATOMIC_RELEASE);
+	area.fd = area.dirfd = -1;
+	area.tried = false;
+	area.nseg = 0;
+	area.nrec = area.nfree = area.free_cap = 0;
+	area.free = NULL;
+	pthread_mutex_unlock(&area.lock);
+}
