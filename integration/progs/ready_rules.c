@@ -8,7 +8,7 @@
  * that race.
  *
  *   ready_rules --mode MODE --port P [--conns N] [--seconds S] [--msgs M]
- *               [--depth D] [--seed X] [--max-size B]
+ *               [--min-msgs K] [--depth D] [--seed X] [--max-size B]
  *
  * The process listens on 127.0.0.1:P, forks the server side in the shape
  * MODE names and a client that connects N connections (32) and runs an
@@ -26,13 +26,16 @@
  *
  * Traffic: each client connection keeps up to D (4) requests in flight,
  * without waiting for the replies (no lock-step), for S seconds (3) or M
- * requests. A request asks for a reply of a random size; both sizes are
- * 1 B to B (256 KiB), log-uniform, from the seed. Every message is a
- * 32-byte header (kind, length, the connection's id, a per-direction
- * sequence number, the payload's checksum) and a payload that is a pure
- * function of (seed, connection, direction, sequence), so the receiver
- * checks every byte, not only the sum. A side that is done sends END with
- * the number of bytes it sent before it, then shuts its writing down.
+ * requests, but at least K (50) each: on a machine so loaded that the
+ * processes barely start within S, every connection still lives long
+ * enough for the shim to upgrade it. A request asks for a reply of a
+ * random size; both sizes are 1 B to B (256 KiB), log-uniform, from the
+ * seed. Every message is a 32-byte header (kind, length, the
+ * connection's id, a per-direction sequence number, the payload's
+ * checksum) and a payload that is a pure function of (seed, connection,
+ * direction, sequence), so the receiver checks every byte, not only the
+ * sum. A side that is done sends END with the number of bytes it sent
+ * before it, then shuts its writing down.
  *
  * Rules, counted as violations:
  *   R1 one registration appears at most once in one epoll_wait result
@@ -123,7 +126,7 @@ struct shared {
 static struct shared *S;
 static int mode, nconns = 32, depth = 4, port;
 static uint32_t max_size = 256 * 1024;
-static uint64_t seed = 1, msgs_per_conn;
+static uint64_t seed = 1, msgs_per_conn, min_msgs = 50;
 static double seconds = 3;
 static uint64_t t_start_us, t_stop_us, t_giveup_us;
 
@@ -393,7 +396,7 @@ static void enqueue(struct loop *L, struct conn *c, uint32_t magic, uint32_t len
 
 static void client_ask(struct loop *L, struct conn *c)
 {
-	if (!c->stopping && (now_us() >= t_stop_us || (msgs_per_conn && c->reqs >= msgs_per_conn)))
+	if (!c->stopping && ((now_us() >= t_stop_us && c->reqs >= min_msgs) || (msgs_per_conn && c->reqs >= msgs_per_conn)))
 		c->stopping = true;
 	while (!c->stopping && c->outstanding < (unsigned)depth) {
 		uint32_t len = rand_size(c), reply = rand_size(c);
@@ -1274,7 +1277,7 @@ static void run_client(int lfd)
 static void usage(void)
 {
 	fprintf(stderr, "usage: ready_rules --mode level|et|oneshot|modtoggle|forkconn|poll --port P [--conns N]\n"
-			"       [--seconds S] [--msgs M] [--depth D] [--seed X] [--max-size B]\n");
+			"       [--seconds S] [--msgs M] [--min-msgs K] [--depth D] [--seed X] [--max-size B]\n");
 	exit(2);
 }
 
@@ -1304,6 +1307,8 @@ int main(int argc, char **argv)
 			seconds = atof(val);
 		} else if (!strcmp(o, "--msgs")) {
 			msgs_per_conn = strtoull(val, NULL, 0);
+		} else if (!strcmp(o, "--min-msgs")) {
+			min_msgs = strtoull(val, NULL, 0);
 		} else if (!strcmp(o, "--depth")) {
 			depth = atoi(val);
 		} else if (!strcmp(o, "--seed")) {
