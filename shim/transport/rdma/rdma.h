@@ -118,6 +118,7 @@ struct rdma_conn {
 	uint64_t remote_addr; /* the peer's control page */
 	uint32_t rkey;
 	unsigned long long step_deadline_ns;
+	unsigned long long listen_ns; /* when the client side began to listen (rdma_setup.c) */
 	bool breaker_probe; /* this attempt reports to the breaker */
 	bool established;   /* C: S is committed (ESTABLISHED or its SWITCH_AT) */
 	bool installed;     /* s->chan points here */

@@ -279,7 +279,13 @@ bool shim_rdma_link_progress(struct shim_sock *s, int fd, struct rdma_conn *c, u
 		waits = shim_rdma_link_room_coming(&s->tuple.peer);
 	else
 		waits = now < c->link_wait_ns;
-	if (!waits)
+	if (!waits) {
 		shim_rdma_link_waiting_done(c);
+		/* No offer came in time, or the links coming have no room
+		 * for us: this connection makes a link of its own, rdma_cm's
+		 * way. Traced, so that each link beyond what the connections
+		 * needed is explained (a loaded host cuts many waits short). */
+		trace_join(s, fd, c, now >= c->link_wait_ns ? "wait_over" : "wait_no_room");
+	}
 	return waits;
 }
