@@ -33,7 +33,7 @@ LDLIBS_SHIM   := -ldl -lpthread -lrdmacm -libverbs
 SHIM_DIRS := shim/core shim/conn shim/transport shim/transport/shm shim/transport/rdma shim/io shim/interpose
 SHIM_INC  := $(addprefix -I,$(SHIM_DIRS))
 vpath %.c $(SHIM_DIRS)
-SHIM_CORE := clock self nonce bgthread spin config tuple reason flimit seccomp_state trace fdtable owned reaper streampos real \
+SHIM_CORE := clock self nonce bgthread spin faults config tuple reason flimit seccomp_state trace fdtable owned reaper streampos real \
              stats stamps wire \
              sock sockfd socklife frames failover fo_worker transport upgrade upgrade_wake rxswitch handback close close_budget \
              ring shm arena slots shm_neg neg_state shm_pair_neg pair diag beacon rendezvous \
