@@ -86,11 +86,14 @@ int shim_faults_parse(const char *text, struct shim_fault_plan *plan, char *why,
 		if (!isdigit((unsigned char)*p))
 			return faults_refuse(plan, -EINVAL, why, whylen, "expected a count N after '%.*s@'", QUOTE(len), name);
 		while (isdigit((unsigned char)*p)) {
-			n = n * 10 + (uint64_t)(*p - '0');
-			/* Checked at every digit, so n never wraps. */
-			if (n > SHIM_FAULT_N_MAX)
+			uint64_t digit = (uint64_t)(*p - '0');
+
+			/* Checked before each digit is taken in, so n never
+			 * wraps (2^64 would read as 0). */
+			if (n > (SHIM_FAULT_N_MAX - digit) / 10)
 				return faults_refuse(plan, -ERANGE, why, whylen, "N of '%.*s' past %llu", QUOTE(len), name,
-					      (unsigned long long)SHIM_FAULT_N_MAX);
+						     (unsigned long long)SHIM_FAULT_N_MAX);
+			n = n * 10 + digit;
 			p++;
 		}
 		if (n == 0)
