@@ -61,7 +61,7 @@ HOSTILE_SRCS := $(wildcard integration/hostile/*.c)
 DIFF_DRIVER := $(BUILD)/progs/diff_driver
 DIFF_SRCS   := $(wildcard integration/diff/*.c)
 
-.PHONY: all deps test check-layers unit unit-bins integration docs demo bench install clean asan tsan test-asan test-tsan soak-diff
+.PHONY: all deps test check-layers unit unit-bins integration docs demo bench install clean asan tsan test-asan test-tsan soak-diff soak-faults
 
 all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS) $(HOSTILE) $(DIFF_DRIVER)
 
@@ -151,6 +151,12 @@ test-asan test-tsan: all
 # The differential harness's random scenarios for DIFF_SOAK_S seconds (default 3600).
 soak-diff: all
 	@unshare -n bash -c 'ip link set lo up; DIFF_SOAK=1 integration/diff/diff.py soak --budget $${DIFF_SOAK_S:-3600}'
+
+# Random fault schedules (RDMASHIM_TEST_FAULTS) under checksummed streams for
+# SOAK_MINUTES (default 60), from SOAK_SEED (default random, printed); a
+# failing seed goes to integration/faults_seeds.txt, which t_faults replays.
+soak-faults: all
+	@SOAK_MINUTES=$${SOAK_MINUTES:-60} integration/soak_faults.sh
 
 # docs/CONFIG.md's variables table, from the code's own (integration/t_docs.sh checks it).
 docs: $(TOOL)

@@ -25,6 +25,8 @@
 #       switch_late  the peer's rx.switch for it, after its frame came
 #                    500 ms late, and upgrade.done at both ends
 #   - and nowhere a conn.abort or an rx.switch_refused, nothing on stderr.
+# Then the random schedules that once failed (integration/faults_seeds.txt,
+# written by `make soak-faults`: integration/soak_faults.sh) run again.
 # No check is on time: it must pass on a loaded machine (two CPU hogs).
 # The timeouts only bound the runs.
 : "${CMD_TIMEOUT:=90}"
@@ -34,125 +36,7 @@ need_built "$STRESS"
 need_cmd python3
 TMO=$((CMD_TIMEOUT - 20))
 
-# fault_run LABEL SIDE FAULTS EXPECT MODE CONNS STREAM-ARGS... [-- VAR=V...]
-#   SIDE: server or client, the process given RDMASHIM_TEST_FAULTS=FAULTS;
-#   EXPECT: the outcome check (see check_outcome below).
-fault_run() {
-  local label=$1 side=$2 faults=$3 expect=$4 mode=$5 conns=$6 port dir spid rc src line cli srv
-  shift 6
-  local stream=() extra=()
-  while (($#)) && [[ $1 != -- ]]; do stream+=("$1"); shift; done
-  (($#)) && shift
-  extra=("$@")
-  # A warm-up connection (upgraded, and its rendezvous kept as the two
-  # processes' pair) comes first: the server counts it too.
-  local sconns=$conns
-  [[ " ${stream[*]} " == *" --warm-up "* ]] && sconns=$((conns + 1))
-  dir=$WORK/$label
-  mkdir -p "$dir"
-  port=$(free_port)
-  local vars=(RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_TRACE=info
-              "RDMASHIM_TRACE_FILE=$dir/trace.%p.jsonl" "${extra[@]}")
-  local svars=("${vars[@]}") cvars=("${vars[@]}")
-  if [[ $side == server ]]; then svars+=(RDMASHIM_TEST_FAULTS="$faults"); else cvars+=(RDMASHIM_TEST_FAULTS="$faults"); fi
-  start_bg "$label-server" shim "${svars[@]}" "$STRESS" server --port "$port" --bind 127.0.0.1 \
-    --exit-after "$sconns" --mode "$mode" --timeout "$TMO"
-  spid=$BG_PID
-  if ! wait_ready "$label-server" >/dev/null; then
-    not_ok "$label: server ready"
-    stop_bg "$spid"
-    return
-  fi
-  rc=0
-  with_shim "${cvars[@]}" "$STRESS" client --host 127.0.0.1 --port "$port" --conns "$conns" \
-    --mode "$mode" --seed 7 --timeout "$TMO" -v "${stream[@]}" \
-    >"$WORK/$label-client.out" 2>"$WORK/$label-client.err" || rc=$?
-  line=$(tail -n 1 "$WORK/$label-client.out")
-  log "$label ($side $faults): $line (status $rc)"
-  check "$label: client exit 0 and OK line" test "$rc" -eq 0 -a "$(awk '{print $2}' <<<"$line")" = OK
-  src=0
-  wait_bg "$spid" 60 || src=$?
-  same "$label: server exit status" 0 "$src"
-  same "$label: server verdict" "stress-server: OK conns=$sconns" \
-    "$(grep -o '^stress-server: [A-Z]* conns=[0-9]*' "$WORK/$label-server.out")"
-  cli=$(awk '$2 ~ /^conn=/ && $3 == "OK" { print $2, $5, $6, $7, $8 }' "$WORK/$label-client.out" | sort)
-  srv=$(awk '$2 ~ /^conn=/ && $3 == "OK" {
-               sub("recv=", "sent=", $5); sub("sent=", "recv=", $7); print $2, $5, $6, $7, $8 }' \
-          "$WORK/$label-server.out" | sort)
-  check "$label: $sconns connections reported OK by each side" \
-    test "$(grep -c . <<<"$cli")" -eq "$sconns" -a "$(grep -c . <<<"$srv")" -eq "$sconns"
-  same "$label: byte counts and CRC32C agree, both directions, every connection" "$cli" "$srv"
-  check "$label: nothing on client stderr" test ! -s "$WORK/$label-client.err"
-  check "$label: nothing on server stderr" test ! -s "$WORK/$label-server.err"
-  check_outcome "$dir" "$label" "${faults%%@*}" "$side" "$expect"
-}
-
-# check_outcome DIR LABEL KIND SIDE EXPECT: the trace checks above.
-check_outcome() {
-  trace_py "$@" <<'PY'
-label, kind, side, expect = ARGS
-L = label + ": "
-other = "client" if side == "server" else "server"
-role_of = {}
-for r in events("conn.track"):
-    role_of[r["pid"]] = r.get("role")
-def ends(r):
-    """The connection's (client end, server end), from a line of a process of role_of."""
-    if role_of.get(r["pid"]) == "client":
-        return (r.get("local"), r.get("peer"))
-    return (r.get("peer"), r.get("local"))
-def at(event, role, key, **kw):
-    return [r for r in events(event, **kw) if role_of.get(r["pid"]) == role and ends(r) == key]
-inj = events("fault.injected")
-mine = [r for r in inj if r.get("kind") == kind]
-check(mine, L + "fault.injected kind=%s traced (%d: %s)" % (kind, len(mine),
-      ", ".join("n=%s at %s" % (r.get("n"), r.get("where")) for r in mine)))
-check(all(role_of.get(r["pid"]) == side for r in inj) and len(mine) == len(inj),
-      L + "every fault.injected is of kind %s in the %s" % (kind, side))
-for r in mine:
-    key = ends(r)
-    where = "%s (n=%s, %s)" % (key[0], r.get("n"), r.get("where"))
-    done = at("upgrade.done", side, key) + at("upgrade.done", other, key)
-    if expect.startswith("fail:"):
-        reason = expect[5:]
-        fails = at("upgrade.fail", side, key)
-        check([f for f in fails if f.get("reason") == reason],
-              L + "%s: upgrade.fail %s at the %s (%s)" % (where, reason, side,
-              ",".join(f.get("reason") for f in fails) or "none"))
-        check(not done, L + "%s: stays on TCP (no upgrade.done at either end: %d)" % (where, len(done)))
-    elif expect.startswith("waiter:"):
-        # The silent end's peer waited for it: its upgrade ends at its
-        # deadline, or when the silent end gives up first and closes.
-        reasons = set(expect[7:].split("|"))
-        fails = at("upgrade.fail", other, key) + at("upgrade.fail", side, key)
-        check([f for f in fails if f.get("reason") == "timeout"],
-              L + "%s: an upgrade.fail timeout for it (%s)" % (where,
-              ",".join("%s:%s" % (role_of.get(f["pid"]), f.get("reason")) for f in fails) or "none"))
-        check(all(f.get("reason") in reasons for f in fails),
-              L + "%s: every upgrade.fail for it is one of %s" % (where, "/".join(sorted(reasons))))
-        check(not done, L + "%s: stays on TCP (no upgrade.done at either end: %d)" % (where, len(done)))
-    elif expect == "refused":
-        ref = at("rv.refused", side, key)
-        check(ref and all(x.get("reason") == "verify_failed" for x in ref),
-              L + "%s: rv.refused verify_failed at the %s (%d)" % (where, side, len(ref)))
-        check(not done, L + "%s: stays on TCP (no upgrade.done at either end: %d)" % (where, len(done)))
-    elif expect == "spill":
-        sp = at("failover.spill", other, key)
-        check(sp and all(x.get("reason") == "ring_full" for x in sp),
-              L + "%s: the %s's writer spilled to TCP (failover.spill ring_full: %d)" % (where, other, len(sp)))
-    elif expect == "switch":
-        rx = at("rx.switch", other, key)
-        check(rx, L + "%s: the %s took the late SWITCH frame (rx.switch: %d)" % (where, other, len(rx)))
-        check(len(at("upgrade.done", side, key)) == 1 and len(at("upgrade.done", other, key)) == 1,
-              L + "%s: upgrade.done at both ends" % where)
-    else:
-        check(expect == "none", L + "known outcome check %r" % expect)
-bad = events("conn.abort") + events("rx.switch_refused")
-check(not bad, L + "no conn.abort, no rx.switch_refused (%d)" % len(bad))
-for r in bad[:5]:
-    print("    %s" % r)
-PY
-}
+. "$(dirname "${BASH_SOURCE[0]}")/faults_lib.sh"
 
 B=(--bytes 64M)
 # Streams that outlive the upgrade timeout, for the silent rendezvous.
@@ -216,5 +100,15 @@ fault_run bell-tcp server bell_loss@2,bell_loss@9 none epoll-et 4 "${B[@]}" -- R
 # switch_late: the server's first SWITCH frame, the client's second.
 fault_run late-s1 server switch_late@1 switch blocking 2 "${B[@]}"
 fault_run late-c2 client switch_late@2 switch mixed 4 "${B[@]}"
+
+# Seeds of random schedules that once failed (make soak-faults), again.
+while read -r seed note; do
+  [[ -z $seed || $seed == \#* ]] && continue
+  if [[ $note == "# known:"* && ${FAULTS_KNOWN:-0} != 1 ]]; then
+    log "skipped seed $seed, a known bug ($note); FAULTS_KNOWN=1 runs it"
+    continue
+  fi
+  fault_seed_run "seed-$seed" "$seed"
+done <"$ROOT/integration/faults_seeds.txt"
 
 finish
