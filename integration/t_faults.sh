@@ -21,7 +21,9 @@
 #                    the writer, which stays within its one ring and goes
 #                    on over TCP; with event loops: nothing but the bytes
 #       bell_loss    nothing but the bytes: the sleeper finds them by its
-#                    slice (bells on the line, and on TCP)
+#                    slice (bells on the line, and on TCP); and a sockperf
+#                    ping-pong, where every message needs its bell, ends
+#                    with its report
 #       switch_late  the peer's rx.switch for it, after its frame came
 #                    500 ms late, and upgrade.done at both ends
 #   - and nowhere a conn.abort or an rx.switch_refused, nothing on stderr.
@@ -96,6 +98,41 @@ fault_run stall-c40 client peer_stall@40 none epoll-et 2 "${B[@]}"
 fault_run bell-line client bell_loss@1,bell_loss@4 none blocking 2 "${B[@]}" -- RDMASHIM_SPIN_US=0
 fault_run bell-tcp server bell_loss@2,bell_loss@9 none epoll-et 4 "${B[@]}" -- RDMASHIM_SPIN_US=0 \
   RDMASHIM_SHM_BELL_LINE=0
+
+# bell_loss where every message needs its bell: a sockperf ping-pong, no
+# busy polling, no unpaid hand-back. A lost bell leaves its receiver asleep
+# until its slice ends (200 ms), never for good: the run must end with its
+# report. The slices that expired are counted, not checked (a receiver that
+# rechecked the ring after its arm found the bytes without sleeping).
+if command -v sockperf >/dev/null; then
+  dir=$WORK/bell-pingpong
+  mkdir -p "$dir"
+  port=$(free_port)
+  pp_vars=(RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_TRACE=debug
+           "RDMASHIM_TRACE_FILE=$dir/trace.%p.jsonl" RDMASHIM_SPIN_US=0 RDMASHIM_UNPAID_PERCENT=0)
+  start_bg bell-pingpong-server shim "${pp_vars[@]}" RDMASHIM_TEST_FAULTS=bell_loss@20,bell_loss@21,bell_loss@200 \
+    sockperf sr --tcp -i 127.0.0.1 -p "$port"
+  spid=$BG_PID
+  if wait_listen "$port"; then
+    rc=0
+    with_shim "${pp_vars[@]}" sockperf ping-pong --tcp -i 127.0.0.1 -p "$port" -t 3 \
+      >"$WORK/bell-pingpong-client.out" 2>&1 || rc=$?
+    same "bell-pingpong: sockperf ping-pong exit status" 0 "$rc"
+    check_sockperf_report bell-pingpong ping-pong "$WORK/bell-pingpong-client.out"
+  else
+    not_ok "bell-pingpong: sockperf server listening"
+  fi
+  stop_bg "$spid"
+  trace_py "$dir" <<'PY'
+inj = events("fault.injected", kind="bell_loss")
+check(inj, "bell-pingpong: fault.injected bell_loss in the server (%d)" % len(inj))
+check(len(events("fault.injected")) == len(inj), "bell-pingpong: no other fault")
+check(not events("conn.abort"), "bell-pingpong: no conn.abort")
+print("    slices that expired: %d" % len(events("wait.slice_expired")))
+PY
+else
+  log "no sockperf: bell-pingpong not run"
+fi
 
 # switch_late: the server's first SWITCH frame, the client's second.
 fault_run late-s1 server switch_late@1 switch blocking 2 "${B[@]}"
