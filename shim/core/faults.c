@@ -8,7 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-
 static const char *const kind_names[SHIM_FAULT_KINDS] = {
 	[SHIM_FAULT_RING_ALLOC] = "ring_alloc",   [SHIM_FAULT_BELL_LOSS] = "bell_loss",
 	[SHIM_FAULT_PEER_STALL] = "peer_stall",   [SHIM_FAULT_VERIFY_FAIL] = "verify_fail",
@@ -72,33 +71,37 @@ int shim_faults_parse(const char *text, struct shim_fault_plan *plan, char *why,
 			if (strlen(kind_names[k]) == len && strncmp(p, kind_names[k], len) == 0)
 				kind = (int)k;
 		if (!len)
-			return faults_refuse(plan, -EINVAL, why, whylen, "expected KIND@N at '%.*s'", QUOTE(strlen(p)), p);
+			return faults_refuse(plan, -EINVAL, why, whylen, "expected KIND@N at '%.*s'",
+					     QUOTE(strlen(p)), p);
 		if (kind < 0)
 			return faults_refuse(plan, -EINVAL, why, whylen,
-				      "unknown kind '%.*s'; kinds: ring_alloc, bell_loss, peer_stall, "
-				      "verify_fail, rv_silent, switch_late", QUOTE(len), p);
+					     "unknown kind '%.*s'; kinds: ring_alloc, bell_loss, peer_stall, "
+					     "verify_fail, rv_silent, switch_late",
+					     QUOTE(len), p);
 		const char *name = p;
 
 		p = faults_skip_blanks(p + len);
 		if (*p != '@')
-			return faults_refuse(plan, -EINVAL, why, whylen, "expected @N after '%.*s'", QUOTE(len), name);
+			return faults_refuse(plan, -EINVAL, why, whylen, "expected @N after '%.*s'", QUOTE(len),
+					     name);
 		p = faults_skip_blanks(p + 1);
 		if (!isdigit((unsigned char)*p))
-			return faults_refuse(plan, -EINVAL, why, whylen, "expected a count N after '%.*s@'", QUOTE(len), name);
+			return faults_refuse(plan, -EINVAL, why, whylen, "expected a count N after '%.*s@'",
+					     QUOTE(len), name);
 		while (isdigit((unsigned char)*p)) {
 			uint64_t digit = (uint64_t)(*p - '0');
 
 			/* Checked before each digit is taken in, so n never
 			 * wraps (2^64 would read as 0). */
 			if (n > (SHIM_FAULT_N_MAX - digit) / 10)
-				return faults_refuse(plan, -ERANGE, why, whylen, "N of '%.*s' past %llu", QUOTE(len), name,
-						     (unsigned long long)SHIM_FAULT_N_MAX);
+				return faults_refuse(plan, -ERANGE, why, whylen, "N of '%.*s' past %llu",
+						     QUOTE(len), name, (unsigned long long)SHIM_FAULT_N_MAX);
 			n = n * 10 + digit;
 			p++;
 		}
 		if (n == 0)
-			return faults_refuse(plan, -ERANGE, why, whylen, "N of '%.*s' is 0; the first attempt is 1", QUOTE(len),
-				      name);
+			return faults_refuse(plan, -ERANGE, why, whylen,
+					     "N of '%.*s' is 0; the first attempt is 1", QUOTE(len), name);
 		if (plan->count == SHIM_FAULTS_MAX)
 			return faults_refuse(plan, -EINVAL, why, whylen, "more than %d faults", SHIM_FAULTS_MAX);
 		plan->e[plan->count].kind = (enum shim_fault_kind)kind;
@@ -108,8 +111,8 @@ int shim_faults_parse(const char *text, struct shim_fault_plan *plan, char *why,
 		if (*p == '\0')
 			return 0;
 		if (*p != ',')
-			return faults_refuse(plan, -EINVAL, why, whylen, "expected ',' or the end at '%.*s'", QUOTE(strlen(p)),
-				      p);
+			return faults_refuse(plan, -EINVAL, why, whylen, "expected ',' or the end at '%.*s'",
+					     QUOTE(strlen(p)), p);
 		p = faults_skip_blanks(p + 1);
 	}
 }
@@ -125,10 +128,11 @@ void shim_faults_arm(const struct shim_fault_plan *plan)
 	}
 	for (unsigned i = 0; i < plan->count; i++)
 		armed |= 1u << plan->e[i].kind;
-	/* The plan is written before any thread of the program's runs (the
-	 * constructor); the release pairs with nothing that needs it there,
-	 * but keeps a re-arm in the unit tests ordered. */
-	__atomic_store_n(&shim_faults_armed, armed, __ATOMIC_RELEASE);
+	/* Relaxed, as the sites' load (faults.h, shim_fault_hit): the plan is
+	 * armed in the constructor, before the program starts a thread, and
+	 * pthread_create orders it before everything that thread does; the
+	 * unit tests re-arm between their threads the same way. */
+	__atomic_store_n(&shim_faults_armed, armed, __ATOMIC_RELAXED);
 }
 
 uint64_t shim_fault_strike(enum shim_fault_kind kind)

@@ -101,15 +101,15 @@ uint64_t shim_fault_strike(enum shim_fault_kind kind);
  * counted. fd and tuple (may be -1, NULL) name the connection in the
  * trace, where the site in it.
  */
-#define shim_fault_hit(kind, fd, tuple, where)                                                                   \
-	__extension__({                                                                                          \
-		uint64_t fault_n_ = 0;                                                                            \
-		if (unlikely(__atomic_load_n(&shim_faults_armed, __ATOMIC_RELAXED) & (1u << (kind))) &&          \
-		    (fault_n_ = shim_fault_strike(kind)) != 0)                                                    \
-			SHIM_TRACE(SHIM_TRACE_WARN, "fault.injected", fd, tuple, SHIM_REASON_NONE,                \
-				   "\"kind\":\"%s\",\"n\":%llu,\"where\":\"%s\"", shim_fault_name(kind),               \
-				   (unsigned long long)fault_n_, where);                                          \
-		fault_n_ != 0;                                                                                    \
+#define shim_fault_hit(kind, fd, tuple, where)                                                     \
+	__extension__({                                                                            \
+		uint64_t fault_n_ = 0;                                                             \
+		if (unlikely(__atomic_load_n(&shim_faults_armed, __ATOMIC_RELAXED) & (1u << (kind))) && \
+		    (fault_n_ = shim_fault_strike(kind)) != 0)                                     \
+			SHIM_TRACE(SHIM_TRACE_WARN, "fault.injected", fd, tuple, SHIM_REASON_NONE,  \
+				   "\"kind\":\"%s\",\"n\":%llu,\"where\":\"%s\"",               \
+				   shim_fault_name(kind), (unsigned long long)fault_n_, where);    \
+		fault_n_ != 0;                                                                     \
 	})
 
 /* Sleeps ms in this thread (a stall or a delay a kind injects). */
