@@ -4,7 +4,8 @@
 # `make soak-faults`). Each run's seed is printed; the runs' seeds follow
 # one another from SOAK_SEED (default: a random one, printed first), so a
 # soak is repeated by its first seed. A run checks every byte, that only the
-# listed kinds struck and in the faulted process, and no conn.abort or
+# listed kinds struck and in the faulted process, that a connection a
+# ring_alloc or rv_silent struck never upgraded, and no conn.abort or
 # rx.switch_refused (fault_run ... any). A failing run's seed is appended to
 # integration/faults_seeds.txt, which t_faults replays; its scratch files
 # are kept (those of passing runs are removed as it goes).
