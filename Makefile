@@ -33,7 +33,7 @@ LDLIBS_SHIM   := -ldl -lpthread -lrdmacm -libverbs
 SHIM_DIRS := shim/core shim/conn shim/transport shim/transport/shm shim/transport/rdma shim/io shim/interpose
 SHIM_INC  := $(addprefix -I,$(SHIM_DIRS))
 vpath %.c $(SHIM_DIRS)
-SHIM_CORE := clock self nonce bgthread spin config tuple reason flimit seccomp_state trace fdtable owned reaper streampos real \
+SHIM_CORE := clock self nonce bgthread spin faults config tuple reason flimit seccomp_state trace fdtable owned reaper streampos real \
              stats statarea statread stamps wire \
              sock sockfd socklife sockstat frames failover fo_worker transport upgrade upgrade_wake rxswitch handback close close_budget \
              ring shm arena slots shm_neg neg_state shm_pair_neg pair diag beacon rendezvous \
@@ -61,7 +61,7 @@ HOSTILE_SRCS := $(wildcard integration/hostile/*.c)
 DIFF_DRIVER := $(BUILD)/progs/diff_driver
 DIFF_SRCS   := $(wildcard integration/diff/*.c)
 
-.PHONY: all deps test check-layers unit unit-bins integration docs demo bench install clean asan tsan test-asan test-tsan soak-diff
+.PHONY: all deps test check-layers unit unit-bins integration docs demo bench install clean asan tsan test-asan test-tsan soak-diff soak-faults
 
 all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS) $(HOSTILE) $(DIFF_DRIVER)
 
@@ -153,6 +153,12 @@ test-asan test-tsan: all
 # The differential harness's random scenarios for DIFF_SOAK_S seconds (default 3600).
 soak-diff: all
 	@unshare -n bash -c 'ip link set lo up; DIFF_SOAK=1 integration/diff/diff.py soak --budget $${DIFF_SOAK_S:-3600}'
+
+# Random fault schedules (RDMASHIM_TEST_FAULTS) under checksummed streams for
+# SOAK_MINUTES (default 60), from SOAK_SEED (default random, printed); a
+# failing seed goes to integration/faults_seeds.txt, which t_faults replays.
+soak-faults: all
+	@SOAK_MINUTES=$${SOAK_MINUTES:-60} integration/soak_faults.sh
 
 # The generated blocks of docs/CONFIG.md (the variables' table) and of
 # docs/man/rdmashim.7 (variables, reason codes), from the code's own tables

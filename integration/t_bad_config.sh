@@ -136,5 +136,10 @@ if [[ $(id -u) == 0 ]]; then
 fi
 bad_case RDMASHIM_RING_KB 3000
 bad_case RDMASHIM_SPIN_US 99999999999999999999
+# The test-only fault list is refused as any value: an unknown kind, a bad
+# syntax, an N that would wrap.
+bad_case RDMASHIM_TEST_FAULTS nope@1
+bad_case RDMASHIM_TEST_FAULTS bell_loss
+bad_case RDMASHIM_TEST_FAULTS bell_loss@18446744073709551616
 
 finish

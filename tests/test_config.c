@@ -502,6 +502,8 @@ static const struct {
 	{ "RDMASHIM_TEST_FAIL_RDMA_KB", "4194305" },
 	{ "RDMASHIM_TEST_HANDBACK_AFTER", "1000000001" },
 	{ "RDMASHIM_TEST_STAMPS", "2" },
+	{ "RDMASHIM_TEST_FAULTS", "bell_loss@0" },
+	{ "RDMASHIM_TEST_FAULTS", "nope@1" },
 };
 
 START_TEST(parse_bad_value_disables)

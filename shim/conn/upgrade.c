@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "faults.h"
 #include "frames.h"
 #include "nonce.h"
 #include "real.h"
@@ -188,6 +189,10 @@ void shim_upgrade_switch_tx(struct shim_sock *s, int fd)
 	s->tx_dir = SHIM_DIR_CHAN;
 	if (unlikely(shim_cfg.test_stamps))
 		s->stamp_tx_ns = shim_now_ns();
+	/* Test-only (faults.h, switch_late): the peer learned our offset
+	 * (SWITCH_AT) and waits there for a frame that comes late. */
+	if (unlikely(shim_fault_hit(SHIM_FAULT_SWITCH_LATE, fd, &s->tuple, "switch")))
+		shim_fault_sleep_ms(SHIM_FAULT_SWITCH_LATE_MS);
 	shim_frames_queue(s, fd, &frame, sizeof(frame));
 	shim_sockstat_sync(s);
 	SHIM_TRACE(SHIM_TRACE_INFO, "tx.switch", fd, &s->tuple, SHIM_REASON_UPGRADED,

@@ -82,6 +82,9 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_TEST_NO_PASSRIGHTS", "0",
 	  "testing only: 1: never ask the kernel to refuse descriptors on the shim's sockets (SO_PASSRIGHTS, "
 	  "Linux 6.16), as on older kernels, so that the defences that do not depend on it are tested alone" },
+	{ "RDMASHIM_TEST_FAULTS", "",
+	  "testing only: faults to inject, KIND@N[,KIND@N...]: the Nth attempt of KIND in the process fails "
+	  "(ring_alloc, bell_loss, peer_stall, verify_fail, rv_silent, switch_late; traced as fault.injected)" },
 };
 const size_t shim_config_var_count = sizeof(shim_config_vars) / sizeof(shim_config_vars[0]);
 
@@ -316,6 +319,11 @@ static int parse_all(struct shim_config *cfg, shim_getenv_fn get, void *ctx, cha
 	if (v[0] != '/' || strlen(v) >= sizeof(cfg->stats_dir))
 		return bad_value(err, errlen, "RDMASHIM_STATS_DIR", v, "expected an absolute path");
 	strcpy(cfg->stats_dir, v);
+	v = value_of(get, ctx, "RDMASHIM_TEST_FAULTS");
+	char why[160];
+
+	if (shim_faults_parse(v, &cfg->faults, why, sizeof(why)) < 0)
+		return bad_value(err, errlen, "RDMASHIM_TEST_FAULTS", v, why);
 	for (size_t i = 0; i < sizeof(uint_vars) / sizeof(uint_vars[0]); i++) {
 		const struct uint_var *u = &uint_vars[i];
 		unsigned *field = (unsigned *)((char *)cfg + u->offset);

@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "faults.h"
+
 enum shim_transport {
 	SHIM_TRANSPORT_TCP = 0,
 	SHIM_TRANSPORT_SHM,
@@ -73,6 +75,7 @@ struct shim_config {
 	unsigned test_handback_after; /* testing only: 0 or the send on the channel that hands back (io.c) */
 	unsigned test_stamps;         /* testing only: 0 or 1, core/stamps.h */
 	unsigned test_no_passrights;  /* testing only: 0 or 1, core/reaper.h */
+	struct shim_fault_plan faults; /* testing only: RDMASHIM_TEST_FAULTS, core/faults.h */
 };
 
 struct shim_config_var {

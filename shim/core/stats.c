@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 
+#include "faults.h"
 #include "trace.h"
 
 unsigned long shim_stats_reason[SHIM_REASON_COUNT];
@@ -15,8 +16,8 @@ static const char *const spin_names[SHIM_SPIN_STAT_COUNT] = {
 
 void shim_stats_trace(void)
 {
-	char body[SHIM_TRACE_LINE_MAX / 2], spin[SHIM_TRACE_LINE_MAX / 4];
-	size_t off = 0, soff = 0;
+	char body[SHIM_TRACE_LINE_MAX / 2], spin[SHIM_TRACE_LINE_MAX / 4], faults[SHIM_TRACE_LINE_MAX / 8];
+	size_t off = 0, soff = 0, foff = 0;
 
 	body[0] = '\0';
 	for (unsigned r = 0; r < SHIM_REASON_COUNT; r++) {
@@ -43,6 +44,21 @@ void shim_stats_trace(void)
 			break;
 		soff += (size_t)w;
 	}
-	SHIM_TRACE(SHIM_TRACE_INFO, "process.stats", -1, NULL, SHIM_REASON_NONE, "\"reasons\":{%s},\"spin\":{%s}",
-		   body, spin);
+	/* Test-only faults struck (faults.h): only where some were armed. */
+	faults[0] = '\0';
+	for (unsigned k = 0; k < SHIM_FAULT_KINDS; k++) {
+		unsigned long n = shim_faults_injected((enum shim_fault_kind)k);
+		int w;
+
+		if (!n)
+			continue;
+		w = snprintf(faults + foff, sizeof(faults) - foff, "%s\"%s\":%lu", foff ? "," : "",
+			     shim_fault_name((enum shim_fault_kind)k), n);
+		if (w < 0 || (size_t)w >= sizeof(faults) - foff)
+			break;
+		foff += (size_t)w;
+	}
+	SHIM_TRACE(SHIM_TRACE_INFO, "process.stats", -1, NULL, SHIM_REASON_NONE,
+		   "\"reasons\":{%s},\"spin\":{%s}%s%s%s", body, spin, foff ? ",\"faults\":{" : "", faults,
+		   foff ? "}" : "");
 }

@@ -14,6 +14,7 @@
 #include "atfork.h"
 #include "close.h"
 #include "config.h"
+#include "faults.h"
 #include "fdtable.h"
 #include "layers.h"
 #include "bypass.h"
@@ -100,6 +101,9 @@ __attribute__((constructor)) static void shim_init(void)
 		shim_cfg.enabled = false;
 		return;
 	}
+	/* Test-only faults (faults.h): armed once tracing is up, so that
+	 * the first strike is traced. */
+	shim_faults_arm(&shim_cfg.faults);
 	SHIM_TRACE(SHIM_TRACE_INFO, "process.start", -1, NULL, SHIM_REASON_NONE,
 		   "\"version\":\"%s\",\"transports\":%u,\"ab_percent\":%u", RDMASHIM_VERSION,
 		   shim_cfg.n_transports, shim_cfg.ab_percent);

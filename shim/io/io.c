@@ -20,6 +20,7 @@
 #include "clock.h"
 #include "config.h"
 #include "failover.h"
+#include "faults.h"
 #include "fdtable.h"
 #include "frames.h"
 #include "real.h"
@@ -329,6 +330,15 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
 		}
 		struct shim_chan *ch = s->chan;
 
+		/* Test-only (faults.h, peer_stall): this reader stops taking
+		 * for a while, as a busy program would; without the lock, so
+		 * that the connection's other calls go on meanwhile. */
+		if (unlikely(shim_fault_hit(SHIM_FAULT_PEER_STALL, fd, &s->tuple, "recv"))) {
+			pthread_mutex_unlock(&s->lock);
+			shim_fault_sleep_ms(SHIM_FAULT_STALL_MS);
+			pthread_mutex_lock(&s->lock);
+			continue;
+		}
 		if (s->bells_owed)
 			shim_frames_drain(s, fd);
 		n = (ssize_t)ch->ops->recv(ch, win, wincnt, peek);

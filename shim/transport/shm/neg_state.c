@@ -161,8 +161,14 @@ bool shm_s_ring_fits(struct shim_sock *s, int fd, uint32_t ring_bytes)
 
 int shm_s_attach_ring(struct shim_sock *s, int fd, int memfd, uint32_t ring_bytes, struct shim_chan **out)
 {
-	int rc = shm_s_ring_fits(s, fd, ring_bytes) ? shim_shm_attach(memfd, ring_bytes, out) : -EPROTO;
+	int rc;
 
+	if (!shm_s_ring_fits(s, fd, ring_bytes))
+		rc = -EPROTO;
+	else if (shim_fault_hit(SHIM_FAULT_RING_ALLOC, fd, &s->tuple, "server_ring"))
+		rc = -ENOMEM; /* test-only (faults.h) */
+	else
+		rc = shim_shm_attach(memfd, ring_bytes, out);
 	shim_reap(memfd);
 	return rc;
 }

@@ -7,10 +7,13 @@
 #ifndef RDMASHIM_NEG_STATE_H
 #define RDMASHIM_NEG_STATE_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "faults.h"
+#include "trace.h"
 #include "rendezvous.h"
 #include "sock.h"
 
@@ -60,6 +63,9 @@ struct shm_neg {
 	 * the connection comes once its back-off lets it, however long the
 	 * bytes flow meanwhile. */
 	bool server_has_shim;
+	/* Test-only (faults.h, rv_silent): this end says and reads nothing
+	 * more on its rendezvous; its upgrade ends at its deadline. */
+	bool silent;
 };
 
 #define SHM_ARRIVED_UNKNOWN UINT64_MAX
@@ -67,6 +73,13 @@ struct shm_neg {
 static inline struct shm_neg *shm_neg_of(const struct shim_sock *s)
 {
 	return s->neg;
+}
+
+/* Test-only (faults.h, verify_fail): -EACCES where this check of the
+ * peer must fail as a stranger's would, else 0 (then the real check runs). */
+static inline int shm_verify_fault(const struct shim_sock *s, int fd, const char *where)
+{
+	return shim_fault_hit(SHIM_FAULT_VERIFY_FAIL, fd, &s->tuple, where) ? -EACCES : 0;
 }
 
 /* The negotiation ends (failed, done or released): its fds and state go. */

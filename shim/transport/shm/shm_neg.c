@@ -120,7 +120,9 @@ static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 	ng->rv_fd = rv;
 	/* The listener must belong to the user who owns C's end of the TCP
 	 * connection; anything else is a squatter on the name. */
-	rc = shim_rv_verify_peer(rv, shm_client_ep(s), shm_server_ep(s), SHIM_RV_USER_ONLY, &ng->rv_owner);
+	rc = shm_verify_fault(s, fd, "server_user");
+	if (!rc)
+		rc = shim_rv_verify_peer(rv, shm_client_ep(s), shm_server_ep(s), SHIM_RV_USER_ONLY, &ng->rv_owner);
 	if (rc == -ENOENT) {
 		/* C's TCP socket is gone (sock_diag): nothing left to join. */
 		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
@@ -129,6 +131,13 @@ static void s_connect(struct shim_sock *s, int fd, unsigned long long now)
 	if (rc < 0) {
 		shm_trace_refused(s, fd, "server", -rc);
 		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
+		return;
+	}
+	/* Test-only (rv_silent): C, listening, gets no OFFER; we wait out
+	 * our deadline as if sent (shm_progress). */
+	if (shim_fault_hit(SHIM_FAULT_RV_SILENT, fd, &s->tuple, "server")) {
+		ng->silent = true;
+		ng->step = SHM_S_OFFERED;
 		return;
 	}
 	memset(&offer, 0, sizeof(offer));
@@ -209,7 +218,10 @@ static void s_read_accept(struct shim_sock *s, int fd)
 	 * first. A C that closed its socket already (a short connection)
 	 * fails it too and stays on TCP, which costs it nothing.
 	 */
-	rc = shim_rv_verify_peer(ng->rv_fd, shm_client_ep(s), shm_server_ep(s), msg.accept.tcp_fd, &ng->rv_owner);
+	rc = shm_verify_fault(s, fd, "server_holds");
+	if (!rc)
+		rc = shim_rv_verify_peer(ng->rv_fd, shm_client_ep(s), shm_server_ep(s), msg.accept.tcp_fd,
+					 &ng->rv_owner);
 	if (rc < 0) {
 		shim_reap(memfd);
 		shim_reap(fds[1]);
@@ -311,11 +323,16 @@ static void c_accept(struct shim_sock *s, int fd, unsigned long long now)
 			shim_upgrade_fail(s, fd, shm_local_failure(rv));
 			return;
 		}
-		rc = shim_rv_verify_peer(rv, shm_server_ep(s), shm_client_ep(s), SHIM_RV_USER_ONLY, &ng->rv_owner);
+		rc = shm_verify_fault(s, fd, "client_user");
+		if (!rc)
+			rc = shim_rv_verify_peer(rv, shm_server_ep(s), shm_client_ep(s), SHIM_RV_USER_ONLY,
+						 &ng->rv_owner);
 		if (rc == 0) {
 			ng->rv_fd = rv;
 			shm_close_fd(&ng->rv_listen_fd);
 			ng->step = SHM_C_CONNECTED;
+			/* Test-only (rv_silent): S's OFFER is left unread. */
+			ng->silent = shim_fault_hit(SHIM_FAULT_RV_SILENT, fd, &s->tuple, "client");
 			return;
 		}
 		/* No TCP socket of S's any more (sock_diag): the connection
@@ -368,7 +385,10 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 		shim_upgrade_fail(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
 		return;
 	}
-	rc = shim_rv_verify_peer(ng->rv_fd, shm_server_ep(s), shm_client_ep(s), msg.offer.tcp_fd, &ng->rv_owner);
+	rc = shm_verify_fault(s, fd, "client_holds");
+	if (!rc)
+		rc = shim_rv_verify_peer(ng->rv_fd, shm_server_ep(s), shm_client_ep(s), msg.offer.tcp_fd,
+					 &ng->rv_owner);
 	if (rc < 0) {
 		/* An S that answered and closed (a short connection) closed its
 		 * rendezvous before its socket: that is no spoofing. */
@@ -380,7 +400,8 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
 		return;
 	}
-	rc = shim_shm_create(shm_ring_bytes(), &chan, &memfd);
+	rc = shim_fault_hit(SHIM_FAULT_RING_ALLOC, fd, &s->tuple, "client_ring") ? -ENOMEM
+		: shim_shm_create(shm_ring_bytes(), &chan, &memfd);
 	if (rc < 0) {
 		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);
 		return;
@@ -506,11 +527,21 @@ static void shm_progress(struct shim_sock *s, int fd, unsigned long long now)
 		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
 		return;
 	}
+	/* Test-only (rv_silent): nothing said or read until the deadline,
+	 * which bounds every negotiation; a stop (a close, a pin) ends it. */
+	if (unlikely(ng->silent)) {
+		if (ng->stopped)
+			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
+		else if (now >= s->deadline_ns)
+			shim_upgrade_fail(s, fd, SHIM_REASON_TIMEOUT);
+		return;
+	}
 	switch (ng->step) {
 	case SHM_C_LISTENING:
 		c_accept(s, fd, now);
-		/* Unless it ended (ng is gone then): the OFFER may be there. */
-		if (s->neg == ng && ng->step == SHM_C_CONNECTED)
+		/* Unless it ended (ng is gone then) or went silent: the OFFER
+		 * may be there. */
+		if (s->neg == ng && ng->step == SHM_C_CONNECTED && !ng->silent)
 			c_read_offer(s, fd, now);
 		break;
 	case SHM_C_CONNECTED:
@@ -566,6 +597,10 @@ static int shm_wait_fd(const struct shim_sock *s)
 {
 	const struct shm_neg *ng = shm_neg_of(s);
 
+	/* Silent (rv_silent): the rendezvous is not looked at, and must not
+	 * keep a wait awake; the deadline ends the sleep (shm_due_ns). */
+	if (ng->silent)
+		return -1;
 	/* S between tries: C's HINT wakes it, so S commits while C's first
 	 * bytes are still on their way. */
 	if (ng->step == SHM_S_RETRY)
@@ -585,6 +620,8 @@ static int shm_wait_fd(const struct shim_sock *s)
  * meanwhile for one without the shim (RDMASHIM_PLAIN_PEER_MS). */
 static unsigned long long shm_due_ns(const struct shim_sock *s)
 {
+	if (shm_neg_of(s)->silent)
+		return s->deadline_ns;
 	return shm_neg_of(s)->step == SHM_S_RETRY ? s->next_try_ns : 0;
 }
 

@@ -169,8 +169,11 @@ static enum shm_hint_result c_hint_fell_through(struct shim_sock *s, int fd, uns
 static void c_take_commit(struct shim_sock *s, int fd, const struct shim_msg_commit *commit, int s_sock)
 {
 	struct shm_neg *ng = shm_neg_of(s);
-	int rc = shim_rv_verify_socket(s_sock, ng->pair_pid, commit->tcp_fd, shm_server_ep(s), shm_client_ep(s),
-				       &ng->rv_owner);
+	int rc = shm_verify_fault(s, fd, "client_commit");
+
+	if (!rc)
+		rc = shim_rv_verify_socket(s_sock, ng->pair_pid, commit->tcp_fd, shm_server_ep(s), shm_client_ep(s),
+					   &ng->rv_owner);
 
 	if (rc < 0 && s_sock == -EMFILE) {
 		shm_trace_refused(s, fd, "client", -rc);
@@ -245,7 +248,9 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 		shim_pair_hint_drop_ring(h);
 		return false;
 	}
-	rc = shim_rv_verify_peer(h->rv_fd, shm_client_ep(s), shm_server_ep(s), h->msg.tcp_fd, &ng->rv_owner);
+	rc = shm_verify_fault(s, fd, "server_hint");
+	if (!rc)
+		rc = shim_rv_verify_peer(h->rv_fd, shm_client_ep(s), shm_server_ep(s), h->msg.tcp_fd, &ng->rv_owner);
 	if (rc < 0) {
 		bool gone = rc == -ENOENT && shim_rv_peer_gone(h->rv_fd, rc);
 
@@ -261,6 +266,9 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 	if (!shm_s_ring_fits(s, fd, h->msg.ring_bytes)) {
 		shim_pair_hint_drop_ring(h);
 		rc = -EPROTO;
+	} else if (shim_fault_hit(SHIM_FAULT_RING_ALLOC, fd, &s->tuple, "server_pair_ring")) {
+		shim_pair_hint_drop_ring(h);
+		rc = -ENOMEM;
 	} else {
 		rc = shim_pair_hint_ring(h, &chan);
 	}

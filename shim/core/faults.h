@@ -1,0 +1,122 @@
+/*
+ * Test-only fault injection: RDMASHIM_TEST_FAULTS=KIND@N[,KIND@N...]
+ * (docs/CONFIG.md, docs/TESTING.md; integration/t_faults.sh).
+ *
+ * N counts attempts: the Nth occurrence of the kind's operation in this
+ * process strikes (counted from 1 over every thread and connection, from
+ * the process's start; a fork's child goes on from its parent's counts).
+ * A kind may be listed more than once (bell_loss@3,bell_loss@40). Each
+ * strike is traced (`fault.injected`, level warn, with its kind, N and
+ * where it struck), so that a test tells it from a real failure, and
+ * counted (process.stats, "faults").
+ *
+ * Off unless the variable is set: then a check is one relaxed load of a
+ * word that is 0 (shim_fault_hit).
+ *
+ * The trace line is written by the site (shim_fault_hit is a macro, and
+ * needs trace.h there): trace.c uses config.c, which parses with this
+ * module, so this module may not call trace.c.
+ *
+ * The kinds, and what a strike does (the caller's site):
+ *   ring_alloc   a shm ring or pair arena allocation or mapping fails
+ *                (shim_shm_create, the server's attach of the client's
+ *                ring, a pair arena's creation)
+ *   bell_loss    a shm bell that a sleeper asked for (its armed word was
+ *                taken) is never sent, on the bell line or on TCP
+ *   peer_stall   a recv on a channel sleeps SHIM_FAULT_STALL_MS first,
+ *                without the connection's lock: the peer's writer finds
+ *                its ring full
+ *   verify_fail  a check that the peer on a rendezvous or pair channel
+ *                owns the TCP connection's other end fails (-EACCES)
+ *   rv_silent    a named rendezvous this process connected (server) or
+ *                accepted (client) gets nothing more from it: it neither
+ *                sends nor reads there until its upgrade's deadline, then
+ *                fails its upgrade (timeout)
+ *   switch_late  a SWITCH frame goes out SHIM_FAULT_SWITCH_LATE_MS late
+ *                (after its SWITCH_AT, so the peer waits at that offset)
+ */
+#ifndef RDMASHIM_FAULTS_H
+#define RDMASHIM_FAULTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compiler.h"
+
+enum shim_fault_kind {
+	SHIM_FAULT_RING_ALLOC = 0,
+	SHIM_FAULT_BELL_LOSS,
+	SHIM_FAULT_PEER_STALL,
+	SHIM_FAULT_VERIFY_FAIL,
+	SHIM_FAULT_RV_SILENT,
+	SHIM_FAULT_SWITCH_LATE,
+	SHIM_FAULT_KINDS,
+};
+
+/* Entries one list may hold. */
+#define SHIM_FAULTS_MAX 16
+/* Largest N: far beyond any count a test reaches, and it keeps the counts
+ * clear of wrapping. */
+#define SHIM_FAULT_N_MAX (1ull << 62)
+/* How long peer_stall sleeps: longer than a blocked writer's spill bound
+ * (io.c, IO_SPILL_AFTER_MS, 1 s). */
+#define SHIM_FAULT_STALL_MS 2000
+/* How late switch_late sends its SWITCH frame. */
+#define SHIM_FAULT_SWITCH_LATE_MS 500
+
+struct shim_fault_entry {
+	enum shim_fault_kind kind;
+	uint64_t n; /* 1..SHIM_FAULT_N_MAX */
+};
+
+struct shim_fault_plan {
+	unsigned count;
+	struct shim_fault_entry e[SHIM_FAULTS_MAX];
+};
+
+
+/*
+ * Parses text (NULL or blank: no faults) into plan. Returns 0, or -EINVAL
+ * (bad syntax, unknown kind, too many entries) or -ERANGE (N is 0 or past
+ * SHIM_FAULT_N_MAX) with why, a clause for the one line on stderr ("unknown
+ * kind 'x'"), written into why; plan is then empty.
+ */
+int shim_faults_parse(const char *text, struct shim_fault_plan *plan, char *why, size_t whylen);
+
+/* Makes plan this process's faults, counts from zero (once, at start-up;
+ * the unit tests call it again). */
+void shim_faults_arm(const struct shim_fault_plan *plan);
+
+/* A bit per kind listed in the armed plan. */
+extern unsigned shim_faults_armed;
+
+/* Counts one occurrence of kind's operation: its number when it strikes
+ * (counted then as injected), else 0. */
+uint64_t shim_fault_strike(enum shim_fault_kind kind);
+
+/*
+ * Counts one occurrence of kind's operation (an enum shim_fault_kind);
+ * true when it must fail here, and then traced (fault.injected) and
+ * counted. fd and tuple (may be -1, NULL) name the connection in the
+ * trace, where the site in it.
+ */
+#define shim_fault_hit(kind, fd, tuple, where)                                                     \
+	__extension__({                                                                            \
+		uint64_t fault_n_ = 0;                                                             \
+		if (unlikely(__atomic_load_n(&shim_faults_armed, __ATOMIC_RELAXED) & (1u << (kind))) && \
+		    (fault_n_ = shim_fault_strike(kind)) != 0)                                     \
+			SHIM_TRACE(SHIM_TRACE_WARN, "fault.injected", fd, tuple, SHIM_REASON_NONE,  \
+				   "\"kind\":\"%s\",\"n\":%llu,\"where\":\"%s\"",               \
+				   shim_fault_name(kind), (unsigned long long)fault_n_, where);    \
+		fault_n_ != 0;                                                                     \
+	})
+
+/* Sleeps ms in this thread (a stall or a delay a kind injects). */
+void shim_fault_sleep_ms(unsigned ms);
+
+const char *shim_fault_name(enum shim_fault_kind kind);
+/* Strikes so far of kind, in this process. */
+unsigned long shim_faults_injected(enum shim_fault_kind kind);
+
+#endif
