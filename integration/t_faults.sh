@@ -67,17 +67,13 @@ fault_run verify-c2 client verify_fail@2 refused epoll-et 1 "${B[@]}" -- RDMASHI
 fault_run verify-s1 server verify_fail@1 refused mixed 2 "${B[@]}" -- RDMASHIM_SHM_PAIRS=0
 fault_run verify-s2 server verify_fail@2 refused blocking 1 "${B[@]}" -- RDMASHIM_SHM_PAIRS=0
 
-# Known bug, run with FAULTS_KNOWN=1: the client's check of the socket a
-# pair COMMIT carries fails (client_commit, the third check after a
-# warm-up), and the client gives the upgrade up as if a stranger had
-# committed, while the real server did: its SWITCH frame reaches the
-# program as data (the client's verdict: FAIL offset=0 got=0x57, 'W').
-if [[ ${FAULTS_KNOWN:-0} == 1 ]]; then
-  fault_run verify-commit client verify_fail@3 refused blocking 1 "${B[@]}" --warm-up 1 -- \
-    "${PAIR_VARS[@]}"
-else
-  log "skipped verify-commit (client_commit): a known bug, FAULTS_KNOWN=1 runs it"
-fi
+# The client's check of the socket a pair COMMIT carries fails
+# (client_commit, the third check after a warm-up): the server switched
+# already, so the connection is reset, with no wrong byte. Before, the
+# client gave up as if a stranger had committed, and the server's SWITCH
+# frame reached the program as data (FAIL offset=0 got=0x57, 'W'). When
+# the third check falls elsewhere (timing), the named way's refusal holds.
+fault_run verify-commit client verify_fail@3 any blocking 1 "${B[@]}" --warm-up 1 -- "${PAIR_VARS[@]}"
 
 # rv_silent: a silent server (the client waits for its OFFER) and a silent
 # client (the server waits for its ACCEPT; the client itself times out).

@@ -175,15 +175,18 @@ static void c_take_commit(struct shim_sock *s, int fd, const struct shim_msg_com
 		rc = shim_rv_verify_socket(s_sock, ng->pair_pid, commit->tcp_fd, shm_server_ep(s), shm_client_ep(s),
 					   &ng->rv_owner);
 
-	if (rc < 0 && s_sock == -EMFILE) {
-		shm_trace_refused(s, fd, "client", -rc);
-		shim_frames_abort(s, fd, SHIM_REASON_FD_LIMIT, "commit_unverified");
-		return;
-	}
+	/* A COMMIT is sent by a server that has switched already: its SWITCH
+	 * frame is on its way on TCP. Giving up now would hand that frame to
+	 * the program as data (t_faults, verify-commit: the stream corrupt).
+	 * Whoever sent it, the connection can not go on as plain TCP, so it
+	 * ends as a reset, as one that can not hold the socket (EMFILE). Only
+	 * a process holding our pair channel can get here. */
 	if (rc < 0) {
 		shm_trace_refused(s, fd, "client", -rc);
-		shim_pair_miss(shm_server_ep(s), shim_now_ns());
-		shm_c_give_up(s, fd, SHIM_REASON_VERIFY_FAILED);
+		if (s_sock != -EMFILE)
+			shim_pair_miss(shm_server_ep(s), shim_now_ns());
+		shim_frames_abort(s, fd, s_sock == -EMFILE ? SHIM_REASON_FD_LIMIT : SHIM_REASON_VERIFY_FAILED,
+				  "commit_unverified");
 		return;
 	}
 	memcpy(s->tx_nonce, commit->nonce, SHIM_NONCE_LEN);
