@@ -11,18 +11,4 @@
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 need_cmd ab
 . "$(dirname "${BASH_SOURCE[0]}")/apache.inc"
-MX_SWITCHED_BY="apache ab-small ab-64k"
-AB_N=20000
-
-mx_body() {
-  local port
-  port=$(free_port)
-  mx_port apache "$port"
-  apache_start worker "$port"
-  mx_wait_listen "$port" || { stop_bg "$APACHE_PID"; return; }
-  mx_ab ab-small "http://127.0.0.1:$port/small.txt" -k -n "$AB_N" -c 20
-  mx_ab ab-64k "http://127.0.0.1:$port/64k.bin" -k -n "$AB_N" -c 20
-  apache_stop_check
-}
-
-mx_main
+apache_ab_entry worker

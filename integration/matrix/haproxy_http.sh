@@ -10,17 +10,4 @@
 # status, socket error counts (connect/read/write/timeout) and non-2xx count.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 . "$(dirname "${BASH_SOURCE[0]}")/haproxy.inc"
-MX_SWITCHED_BY="curl wrk haproxy@haproxy haproxy@backend"
-
-mx_body() {
-  local front back
-  front=$(free_port)
-  back=$(free_port)
-  mx_port haproxy "$front"
-  mx_port backend "$back"
-  haproxy_start http "$front" "$back" || { stop_bg "$NGINX_PID"; not_ok "$MODE: haproxy and nginx listen"; return; }
-  haproxy_fetch "$front"
-  haproxy_stop
-}
-
-mx_main
+haproxy_entry http

@@ -37,6 +37,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "loop_pair.h"
+
 #define DATA_A 0xa1a1a1a100000001ull
 #define DATA_B 0xb2b2b2b200000002ull
 #define DATA_C 0xc3c3c3c300000003ull
@@ -59,15 +61,10 @@ static void fail(const char *fmt, ...)
 
 static void pair(int *c, int *s)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	int rc = loop_pair(lfd, port, c, s);
 
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	*c = socket(AF_INET, SOCK_STREAM, 0);
-	if (connect(*c, (struct sockaddr *)&a, sizeof(a)) < 0)
-		fail("connect: %s", strerror(errno));
-	*s = accept(lfd, NULL, NULL);
-	if (*s < 0)
-		fail("accept: %s", strerror(errno));
+	if (rc < 0)
+		fail("connect/accept: %s", strerror(-rc));
 }
 
 static void put(int fd, char b)
@@ -86,18 +83,13 @@ static char get(int fd)
 	return b;
 }
 
-/* Bytes both ways, so that under the shim the connection upgrades (the
- * handshake rides on the first calls; a few round trips settle it). */
+/* Bytes both ways, so that under the shim the connection upgrades. */
 static void warm(int c, int s)
 {
-	for (int i = 0; i < 200; i++) {
-		put(c, 'w');
-		get(s);
-		put(s, 'w');
-		get(c);
-		if (i >= 20)
-			usleep(500);
-	}
+	int rc = loop_warm(c, s, 200);
+
+	if (rc < 0)
+		fail("warm-up: %s", strerror(-rc));
 }
 
 /* One wait: exactly the events wanted (data, EPOLLIN), in any order. */
@@ -145,8 +137,7 @@ static void ctl(int ep, int op, int fd, uint64_t data, int want_errno)
 
 int main(int argc, char **argv)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	int one = 1, c, s, d, c2, s2, c3, s3, c4, s4, ep, old;
+	int c, s, d, c2, s2, c3, s3, c4, s4, ep, old, rc;
 	struct sleeper w;
 	pthread_t t;
 
@@ -155,12 +146,9 @@ int main(int argc, char **argv)
 			port = atoi(argv[++i]);
 	if (!port)
 		fail("usage: epoll_dup --port P");
-	a.sin_port = htons((uint16_t)port);
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	lfd = socket(AF_INET, SOCK_STREAM, 0);
-	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 8) < 0)
-		fail("listen on %d: %s", port, strerror(errno));
+	rc = loop_listen(port, 8, &lfd);
+	if (rc < 0)
+		fail("listen on %d: %s", port, strerror(-rc));
 	ep = epoll_create1(0);
 
 	step = 1;

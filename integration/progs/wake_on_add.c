@@ -21,9 +21,7 @@
  * (a timeout, or another event than the one made ready). The caller
  * compares the figures with a run without the shim.
  */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -34,6 +32,8 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "loop_pair.h"
 
 #define DATA_READY 0x5eadbeef00000001ull
 #define DATA_IDLE 0x1d1e000000000002ull
@@ -63,15 +63,10 @@ static double now_ms(void)
 
 static void pair(int *c, int *s)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	int rc = loop_pair(lfd, port, c, s);
 
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	*c = socket(AF_INET, SOCK_STREAM, 0);
-	if (connect(*c, (struct sockaddr *)&a, sizeof(a)) < 0)
-		fail("connect: %s", strerror(errno));
-	*s = accept(lfd, NULL, NULL);
-	if (*s < 0)
-		fail("accept: %s", strerror(errno));
+	if (rc < 0)
+		fail("connect/accept: %s", strerror(-rc));
 }
 
 static void put(int fd)
@@ -94,14 +89,10 @@ static void get(int fd)
 /* Bytes both ways, so that under the shim the connection upgrades. */
 static void warm(int c, int s)
 {
-	for (int i = 0; i < 200; i++) {
-		put(c);
-		get(s);
-		put(s);
-		get(c);
-		if (i >= 20)
-			usleep(500);
-	}
+	int rc = loop_warm(c, s, 200);
+
+	if (rc < 0)
+		fail("warm-up: %s", strerror(-rc));
 }
 
 struct sleeper {
@@ -168,10 +159,9 @@ static double worst(double a, double b)
 
 int main(int argc, char **argv)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET };
 	struct conn ready, idle;
 	double w_empty = 0, w_busy = 0, w_rearm = 0;
-	int rounds = 3, one = 1;
+	int rounds = 3, rc;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--port") && i + 1 < argc)
@@ -181,12 +171,9 @@ int main(int argc, char **argv)
 	}
 	if (port <= 0)
 		fail("usage: wake_on_add --port P [--rounds N]");
-	a.sin_port = htons((uint16_t)port);
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	lfd = socket(AF_INET, SOCK_STREAM, 0);
-	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 16) < 0)
-		fail("listen: %s", strerror(errno));
+	rc = loop_listen(port, 16, &lfd);
+	if (rc < 0)
+		fail("listen: %s", strerror(-rc));
 	pair(&ready.c, &ready.s);
 	pair(&idle.c, &idle.s);
 	warm(ready.c, ready.s);
