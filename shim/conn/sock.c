@@ -21,6 +21,7 @@
 #include <sys/ioctl.h>
 
 #include "close.h"
+#include "statarea.h"
 #include "fdtable.h"
 #include "streampos.h"
 #include "frames.h"
@@ -74,6 +75,11 @@ static int endpoint_of(int fd, bool peer, struct shim_endpoint *ep)
 /* Decides whether a whitelisted connection may try to upgrade. */
 static void decide_eligibility(struct shim_sock *sock)
 {
+	/* The arm is the hash's alone, whatever else keeps the connection on
+	 * TCP (RDMASHIM_TRANSPORTS=tcp makes an A/A test: both arms TCP). */
+	if (shim_cfg.ab_percent < 100)
+		sock->ab_arm = shim_tuple_ab_selected(&sock->tuple, shim_cfg.ab_percent) ? SHIM_STAT_ARM_ACCEL
+											: SHIM_STAT_ARM_CONTROL;
 	if (shim_upgrade_barred()) {
 		/* A sandboxed process: its calls on the connection stay the
 		 * program's own (io/bypass.c). */
