@@ -141,7 +141,16 @@ static bool track_connection(int fd, enum shim_role role, enum shim_sock_state s
 		sock->reason = SHIM_REASON_ADOPTED_MID_STREAM;
 		shim_stats_count(sock->reason);
 	}
-	if (sock->eligible) {
+	/* An A/B arm that stays on TCP (the control arm; every arm when
+	 * RDMASHIM_TRANSPORTS=tcp) is still measured: its calls go through
+	 * the shim as the accelerated arm's do, so both arms pay the same
+	 * interception and their round trips compare. It never negotiates. */
+	bool measured = !sock->eligible && sock->ab_arm &&
+			(sock->reason == SHIM_REASON_AB_EXCLUDED || sock->reason == SHIM_REASON_TCP_ONLY);
+
+	if (measured)
+		sock->phase = SHIM_PHASE_FAILED;
+	if (sock->eligible || measured) {
 		if (nonblocking < 0) {
 			int fl = REAL(fcntl)(fd, F_GETFL);
 

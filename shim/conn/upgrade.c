@@ -106,8 +106,9 @@ void shim_upgrade_fail(struct shim_sock *s, int fd, enum shim_reason reason)
 	shim_stats_count(reason);
 	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.fail", fd, &s->tuple, reason, "\"role\":\"%s\"",
 		   shim_role_name(s->role));
-	/* Nothing moved yet: the data path can go straight to the kernel again. */
-	if (s->tx_dir == SHIM_DIR_TCP && s->rx_dir == SHIM_DIR_TCP && !s->chan)
+	/* Nothing moved yet: the data path can go straight to the kernel again
+	 * (not in an A/B test: the arm's round trips are counted by it). */
+	if (s->tx_dir == SHIM_DIR_TCP && s->rx_dir == SHIM_DIR_TCP && !s->chan && !s->ab_arm)
 		__atomic_store_n(&s->intercept, false, __ATOMIC_RELAXED);
 	shim_sockstat_sync(s);
 }
