@@ -97,7 +97,7 @@ static void ratio_text(const struct shim_ab_quant *q, char *buf, size_t len)
 	else if (q->judged)
 		snprintf(buf, len, "%.3f [%.3f, %.3f] %s", q->ratio, q->lo, q->hi, shim_ab_verdict_name(q->verdict));
 	else
-		snprintf(buf, len, "%.3f (too few samples for an interval)", q->ratio);
+		snprintf(buf, len, "%.3f (too few intervals or samples for an interval)", q->ratio);
 }
 
 int stat_ab(const char *dir, const struct snap_filter *f, const struct stat_ab_opts *o)
