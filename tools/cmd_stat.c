@@ -215,13 +215,16 @@ static void json_conn(const struct snap *s, const struct snap *prev, const struc
 	printf(",\"fd\":%d,\"local\":\"%s\",\"peer\":\"%s\",\"role\":\"%s\",\"path\":\"%s\",\"state\":\"%s\","
 	       "\"reason\":\"%s\",\"reason_code\":%u,\"tx_bytes\":%llu,\"rx_bytes\":%llu,\"tx_msgs\":%llu,"
 	       "\"rx_msgs\":%llu,\"rtt_samples\":%llu,\"rtt_p50_us\":%.3f,\"rtt_p99_us\":%.3f,\"age_s\":%.3f,"
-	       "\"qpn\":%u,\"consistent\":%s",
+	       "\"qpn\":%u,\"arm\":%s,\"consistent\":%s",
 	       c->rec.d.fd, l, r, c->rec.d.role ? "server" : "client", path_name(c->rec.d.path),
 	       shim_stat_state_name(c->rec.d.state), shim_reason_name((enum shim_reason)c->rec.d.reason),
 	       c->rec.d.reason, (unsigned long long)m[0], (unsigned long long)m[1], (unsigned long long)m[2],
 	       (unsigned long long)m[3], (unsigned long long)n,
 	       (double)shim_stat_quantile_ns(c->rec.rtt, 0.5) / 1000.0,
 	       (double)shim_stat_quantile_ns(c->rec.rtt, 0.99) / 1000.0, age_s(s, &c->rec), c->rec.d.qpn,
+	       c->rec.d.arm == SHIM_STAT_ARM_ACCEL     ? "\"accelerated\""
+	       : c->rec.d.arm == SHIM_STAT_ARM_CONTROL ? "\"control\""
+						       : "null",
 	       c->inconsistent ? "false" : "true");
 	if (watch) {
 		moved(c, find_prev(prev, s, c), m);
