@@ -7,14 +7,16 @@
 #  - a run of about a second: INSUFFICIENT_DATA, exit 5.
 # The verdict is taken from the client's area while it runs (its round
 # trips are its requests' latency; its area goes when it exits). The
-# figures are printed. AB_SECS sets the long runs' length (default 20 s:
-# 20 intervals of a few thousand round trips each, twice the floor of 10
-# intervals); AB_HOGS=N runs N busy loops beside (AB_HOG_NICE, default 0,
-# their nice value). 10 clients: in one event loop that mixes both arms
-# the shm arm's edge shrinks as connections are added (each request waits
-# for the loop's round over all of them), and with two busy loops at the
-# same priority on two cores the shm arm is judged WORSE (its receivers can
-# not spin and pay a bell per message): the verdict says so, docs/OPERATIONS.md.
+# figures are printed. AB_SECS sets the long runs' length (default 30 s:
+# 30 intervals of thousands of round trips each, three times the floor of
+# 10 intervals); AB_HOGS=N runs N busy loops beside (AB_HOG_NICE, default
+# 0, their nice value). 4 clients: in one event loop that holds both arms
+# the shm arm's edge shrinks as its connections in the loop grow in number
+# (p50 ratio about 0.6 with 1 of them, 0.8 with 3 or 4, 1.07 to 1.15 with 8
+# to 12), and with two busy loops at the same priority on two cores it is
+# judged WORSE (its receivers can not spin and pay a bell per message): the
+# verdict says so, docs/OPERATIONS.md. With 4 clients an arm is left empty
+# by the hash one time in 8: that run is made again.
 # RDMASHIM_UNPAID_PERCENT=0 keeps the shm arm on shm on a machine so loaded
 # that its exchanges wake sleeping receivers (otherwise those go back to
 # TCP as unpaid, and the fallback guardrail makes the verdict WORSE, as it
@@ -24,9 +26,9 @@ need_built "$ROOT/build/bin/rdmashim"
 need_cmd redis-server redis-benchmark redis-cli python3
 
 TOOL=$ROOT/build/bin/rdmashim
-AB_SECS=${AB_SECS:-20}
+AB_SECS=${AB_SECS:-30}
 AB_HOGS=${AB_HOGS:-0}
-CLIENTS=10
+CLIENTS=4
 HOGS=()
 for ((i = 0; i < AB_HOGS; i++)); do
   timeout -k 5 $((AB_SECS * 3 + 60)) nice -n "${AB_HOG_NICE:-0}" sh -c 'while :; do :; done' &
@@ -42,7 +44,9 @@ codes = {"BETTER": 0, "WORSE": 1, "EQUIVALENT": 3, "INCONCLUSIVE": 4, "INSUFFICI
 print("    [%s] json: %d intervals; n %d / %d; p50 ratio %.3f %s; verdict %s (exit %d)" % (
     label, doc["intervals"], a["samples"], c["samples"], doc["p50"]["ratio"], doc["p50"]["ci95"],
     doc["verdict"], doc["exit_status"]))
-ok = doc["exit_status"] == codes[doc["verdict"]] and a["connections"] >= 1 and c["connections"] >= 1
+print("    [%s] json: connections %d / %d, fallbacks %d / %d, errors %d / %d" % (
+    label, a["connections"], c["connections"], a["fallbacks"], c["fallbacks"], a["errors"], c["errors"]))
+ok = doc["exit_status"] == codes[doc["verdict"]]
 sys.exit(0 if ok else 1)
 PY
 
@@ -84,14 +88,28 @@ ab_case() {
   same "$label: redis-cli GET after the run" "v" "$got"
   with_shim "${vars[@]}" redis-cli -h 127.0.0.1 -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1
   wait_bg "$pid" 30 || true
-  check "$label: the JSON verdict and exit status agree, both arms counted" \
+  check "$label: the JSON verdict and its exit status agree" \
     "$PYTHON" "$WORK/figures.py" "$WORK/$label.json" "$label"
   AB_RC=$rc
+  AB_INTERVALS=$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["intervals"])' \
+                 "$WORK/$label.json" 2>/dev/null || echo 0)
 }
 
-ab_case shm "$AB_SECS" shm
+# ab_long LABEL TRANSPORTS: as ab_case for AB_SECS, again (at most 3
+# times) when the hash's draw of the clients' ports left an arm with no
+# connection: then there is nothing to compare.
+ab_long() {
+  local try
+  for try in 1 2 3; do
+    ab_case "$1-$try" "$AB_SECS" "$2"
+    ((AB_INTERVALS > 0)) && return
+    log "$1: an arm had no connection (try $try): again with new ports"
+  done
+}
+
+ab_long shm shm
 check "shm arm at AB 50%: verdict BETTER (exit 0, got $AB_RC)" test "$AB_RC" -eq 0
-ab_case tcp "$AB_SECS" tcp
+ab_long tcp tcp
 check "both arms TCP: neither BETTER nor WORSE (exit 3 or 4, got $AB_RC)" \
   test "$AB_RC" -eq 3 -o "$AB_RC" -eq 4
 ab_case short 1.2 shm
