@@ -410,6 +410,28 @@ START_TEST(parse_tcp_only_is_valid)
 }
 END_TEST
 
+/* RDMASHIM_MODE: on by default, shadow, nothing else. */
+START_TEST(parse_mode)
+{
+	struct fake_env env = { .vars = { { "RDMASHIM_PORTS", "80" }, { NULL } } };
+	struct shim_config cfg;
+	char err[256];
+
+	ck_assert_int_eq(parse(&env, &cfg, err, sizeof(err)), 0);
+	ck_assert(!cfg.shadow);
+	env.vars[1][0] = "RDMASHIM_MODE";
+	env.vars[1][1] = "shadow";
+	ck_assert_int_eq(parse(&env, &cfg, err, sizeof(err)), 0);
+	ck_assert(cfg.shadow);
+	env.vars[1][1] = "on";
+	ck_assert_int_eq(parse(&env, &cfg, err, sizeof(err)), 0);
+	ck_assert(!cfg.shadow);
+	env.vars[1][1] = "dry-run";
+	ck_assert_int_eq(parse(&env, &cfg, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "RDMASHIM_MODE"));
+}
+END_TEST
+
 START_TEST(parse_empty_ports_valid_but_inert)
 {
 	static const char *const empties[] = { "", "   ", "\t" };
@@ -606,6 +628,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, parse_documented_defaults_agree);
 	tcase_add_test(tc, parse_full_environment);
 	tcase_add_test(tc, parse_tcp_only_is_valid);
+	tcase_add_test(tc, parse_mode);
 	tcase_add_test(tc, parse_empty_ports_valid_but_inert);
 	tcase_add_test(tc, parse_ab_150_rejected);
 	tcase_add_test(tc, parse_ring_kb_power_of_two);

@@ -3,7 +3,8 @@
  * the caller may read, from their stats areas (shim/core/statarea.h), as a
  * table, JSON or Prometheus text; --watch prints what moved per interval.
  * Files of the caller's own dead processes are removed on the way.
- * Exit 0; 2 bad usage; 1 the areas' directory can not be read.
+ * Exit 0; 2 bad usage; 1 the areas' directory can not be read. With --ab,
+ * the verdict's status (cmd_stat_ab.c).
  */
 #include <errno.h>
 #include <signal.h>
@@ -26,6 +27,8 @@ void rdmashim_stat_usage(FILE *out)
 	fputs("rdmashim stat [--pid PID] [--port PORT] [--path tcp|shm|rdma] [--dir DIR]\n"
 	      "              [--keep-dead] [--json | --prom | --prom-file DIR]\n"
 	      "              [--watch [-i SEC] [-n COUNT]]\n"
+	      "rdmashim stat --ab [--seed S] [--margin PCT] [--quantile 50|99]\n"
+	      "              [--max-fallback PCT] [--max-errors PCT] [--pid PID] [--dir DIR] [--json]\n"
 	      "  One row per live connection of every process under the shim that you may\n"
 	      "  read: pid, program, fd, local and peer address, path, state, the last\n"
 	      "  reason (name and code), bytes and messages each way, round trip p50/p99\n"
@@ -42,14 +45,27 @@ void rdmashim_stat_usage(FILE *out)
 	      "  --prom         Prometheus text exposition, summed over processes\n"
 	      "  --prom-file D  the same written to D/rdmashim.prom (temporary file + rename)\n"
 	      "  --watch        again every -i SEC (default 1), bytes and messages per\n"
-	      "                 interval; -n COUNT intervals then stop (default: until killed)\n",
+	      "                 interval; -n COUNT intervals then stop (default: until killed)\n"
+	      "  --ab           the two arms of an RDMASHIM_AB_PERCENT test side by side\n"
+	      "                 (connections, bytes, fallbacks, errors, round trips n, p50,\n"
+	      "                 p99), the ratio accelerated/control with a 95% interval from\n"
+	      "                 a bootstrap over whole seconds, and a verdict; exit 0 BETTER,\n"
+	      "                 1 WORSE, 3 EQUIVALENT, 4 INCONCLUSIVE, 5 INSUFFICIENT_DATA,\n"
+	      "                 6 the areas can not be read\n"
+	      "  --seed S       the bootstrap's seed (default: from the clock; printed)\n"
+	      "  --margin PCT   BETTER/WORSE beyond, EQUIVALENT within (default 5)\n"
+	      "  --quantile Q   the verdict's quantile: 50 (default) or 99\n"
+	      "  --max-fallback PCT  WORSE when more of the accelerated arm's connections\n"
+	      "                 fell back to TCP (default 10)\n"
+	      "  --max-errors PCT  WORSE when more of them met an error (default 1)\n",
 	      out);
 }
 
 struct opts {
 	struct snap_filter f;
 	const char *dir, *prom_dir;
-	bool json, prom, watch;
+	bool json, prom, watch, ab, seed_set;
+	struct stat_ab_opts abo;
 	double interval;
 	long count;
 };
@@ -199,13 +215,16 @@ static void json_conn(const struct snap *s, const struct snap *prev, const struc
 	printf(",\"fd\":%d,\"local\":\"%s\",\"peer\":\"%s\",\"role\":\"%s\",\"path\":\"%s\",\"state\":\"%s\","
 	       "\"reason\":\"%s\",\"reason_code\":%u,\"tx_bytes\":%llu,\"rx_bytes\":%llu,\"tx_msgs\":%llu,"
 	       "\"rx_msgs\":%llu,\"rtt_samples\":%llu,\"rtt_p50_us\":%.3f,\"rtt_p99_us\":%.3f,\"age_s\":%.3f,"
-	       "\"qpn\":%u,\"consistent\":%s",
+	       "\"qpn\":%u,\"arm\":%s,\"consistent\":%s",
 	       c->rec.d.fd, l, r, c->rec.d.role ? "server" : "client", path_name(c->rec.d.path),
 	       shim_stat_state_name(c->rec.d.state), shim_reason_name((enum shim_reason)c->rec.d.reason),
 	       c->rec.d.reason, (unsigned long long)m[0], (unsigned long long)m[1], (unsigned long long)m[2],
 	       (unsigned long long)m[3], (unsigned long long)n,
 	       (double)shim_stat_quantile_ns(c->rec.rtt, 0.5) / 1000.0,
 	       (double)shim_stat_quantile_ns(c->rec.rtt, 0.99) / 1000.0, age_s(s, &c->rec), c->rec.d.qpn,
+	       c->rec.d.arm == SHIM_STAT_ARM_ACCEL     ? "\"accelerated\""
+	       : c->rec.d.arm == SHIM_STAT_ARM_CONTROL ? "\"control\""
+						       : "null",
 	       c->inconsistent ? "false" : "true");
 	if (watch) {
 		moved(c, find_prev(prev, s, c), m);
@@ -273,6 +292,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	o->f.path = -1;
 	o->dir = env && *env ? env : "/run/rdmashim";
 	o->interval = 1;
+	o->abo.margin_pct = 5;
+	o->abo.quantile = 0.5;
+	o->abo.max_fallback_pct = 10;
+	o->abo.max_error_pct = 1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		char *end;
@@ -285,6 +308,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			o->f.keep_dead = true;
 		} else if (!strcmp(a, "--watch")) {
 			o->watch = true;
+		} else if (!strcmp(a, "--ab")) {
+			o->ab = true;
 		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			rdmashim_stat_usage(stdout);
 			exit(0);
@@ -305,6 +330,25 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 				o->f.path = !strcmp(v, "tcp") ? 0 : !strcmp(v, "shm") ? 1 : !strcmp(v, "rdma") ? 2 : -2;
 				if (o->f.path == -2)
 					goto bad;
+			} else if (!strcmp(a, "--seed")) {
+				o->abo.seed = strtoull(v, &end, 10);
+				if (*end || !*v || *v == '-')
+					goto bad;
+				o->seed_set = true;
+			} else if (!strcmp(a, "--margin")) {
+				o->abo.margin_pct = strtod(v, &end);
+				if (*end || !(o->abo.margin_pct >= 0) || o->abo.margin_pct >= 100)
+					goto bad;
+			} else if (!strcmp(a, "--quantile")) {
+				if (strcmp(v, "50") && strcmp(v, "99"))
+					goto bad;
+				o->abo.quantile = !strcmp(v, "50") ? 0.5 : 0.99;
+			} else if (!strcmp(a, "--max-fallback") || !strcmp(a, "--max-errors")) {
+				double pct = strtod(v, &end);
+
+				if (*end || !(pct >= 0) || pct > 100)
+					goto bad;
+				*(a[6] == 'f' ? &o->abo.max_fallback_pct : &o->abo.max_error_pct) = pct;
 			} else if (!strcmp(a, "--dir")) {
 				o->dir = v;
 			} else if (!strcmp(a, "--prom-file")) {
@@ -326,6 +370,10 @@ bad:
 			fprintf(stderr, "rdmashim stat: bad value for %s: %s\n", a, v);
 			return -EINVAL;
 		}
+	}
+	if (o->ab && (o->prom || o->prom_dir || o->watch)) {
+		fprintf(stderr, "rdmashim stat: --ab goes with neither --prom, --prom-file nor --watch\n");
+		return -EINVAL;
 	}
 	if (o->json + o->prom + (o->prom_dir != NULL) > 1) {
 		fprintf(stderr, "rdmashim stat: --json, --prom and --prom-file exclude each other\n");
@@ -370,6 +418,16 @@ int rdmashim_cmd_stat(int argc, char **argv)
 
 	if (parse_opts(argc, argv, &o) < 0)
 		return 2;
+	if (o.ab) {
+		if (!o.seed_set) {
+			struct timespec now;
+
+			clock_gettime(CLOCK_REALTIME, &now);
+			o.abo.seed = (unsigned long long)now.tv_sec * 1000000ull + (unsigned long long)now.tv_nsec / 1000;
+		}
+		o.abo.json = o.json;
+		return stat_ab(o.dir, &o.f, &o.abo);
+	}
 	rc = one_look(&o, &cur, NULL);
 	for (long n = 1; rc == 0 && o.watch && (!o.count || n < o.count); n++) {
 		struct timespec ts = { (time_t)o.interval, (long)((o.interval - (double)(time_t)o.interval) * 1e9) };

@@ -73,6 +73,12 @@ static int read_area(struct snap *s, struct shim_stat_view *v, const struct snap
 		}
 		memcpy(p->rtt[path], p->hdr.closed_rtt[path], sizeof(p->rtt[path]));
 	}
+	if (f->ab) {
+		p->ab = malloc(sizeof(*p->ab));
+		if (!p->ab)
+			return -ENOMEM;
+		shim_stat_read_ab(v, p->ab, SNAP_TRIES);
+	}
 	for (uint64_t i = 0; i < v->nrec; i++) {
 		struct snap_conn c = { .proc = pi, .slot = i };
 		int rc = shim_stat_read_rec(v, i, &c.rec, SNAP_TRIES);
@@ -95,6 +101,14 @@ static int read_area(struct snap *s, struct shim_stat_view *v, const struct snap
 			for (unsigned b = 0; b < SHIM_STAT_RTT_BUCKETS; b++)
 				p->rtt[c.rec.rtt_path][b] += c.rec.rtt[b];
 		p->live[c.rec.d.path]++;
+		if (c.rec.d.arm >= SHIM_STAT_ARM_ACCEL && c.rec.d.arm <= SHIM_STAT_ARM_CONTROL) {
+			unsigned a = c.rec.d.arm - 1u;
+
+			p->arm_live[a]++;
+			for (unsigned path = 0; path < SHIM_STAT_PATHS; path++)
+				for (unsigned w = 0; w < 2; w++)
+					p->arm_live_bytes[a][w] += c.rec.bytes[path][w];
+		}
 		if (!conn_passes(&c.rec, f))
 			continue;
 		slot = add_conn(s);
@@ -211,6 +225,8 @@ int snap_take(struct snap *s, const char *base, const struct snap_filter *f)
 
 void snap_free(struct snap *s)
 {
+	for (size_t i = 0; i < s->nproc; i++)
+		free(s->procs[i].ab);
 	free(s->procs);
 	free(s->conns);
 	memset(s, 0, sizeof(*s));

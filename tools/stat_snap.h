@@ -30,6 +30,11 @@ struct snap_proc {
 	uint64_t bytes[SHIM_STAT_PATHS][2], msgs[SHIM_STAT_PATHS][2];
 	uint64_t rtt[SHIM_STAT_PATHS][SHIM_STAT_RTT_BUCKETS];
 	unsigned live[SHIM_STAT_PATHS];
+	/* With snap_filter.ab: a copy of its A/B area (NULL without), and
+	 * per arm the bytes of its live connections, sent and received. */
+	struct shim_stat_ab *ab;
+	uint64_t arm_live_bytes[SHIM_STAT_ARMS][2];
+	unsigned arm_live[SHIM_STAT_ARMS];
 };
 
 struct snap {
@@ -46,10 +51,20 @@ struct snap_filter {
 	int port;      /* 0: any; local or peer */
 	int path;      /* -1: any */
 	bool keep_dead; /* read dead processes' areas, marked dead, and keep them */
+	bool ab;        /* copy each area's A/B part too (850 KiB each) */
 };
 
 int snap_take(struct snap *s, const char *base, const struct snap_filter *f);
 void snap_free(struct snap *s);
+
+/* cmd_stat_ab.c: prints the A/B arms and verdict; the verdict's exit
+ * status (abverdict.h), 6 when the areas can not be read. */
+struct stat_ab_opts {
+	bool json;
+	unsigned long long seed;
+	double margin_pct, quantile, max_fallback_pct, max_error_pct;
+};
+int stat_ab(const char *dir, const struct snap_filter *f, const struct stat_ab_opts *o);
 
 /* cmd_stat_prom.c */
 void stat_print_prom(FILE *out, const struct snap *s);

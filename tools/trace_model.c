@@ -319,6 +319,11 @@ static void judge_one(struct tr_model *m, struct tr_conn *c)
 		} else if (strcmp(e, "upgrade.fail") == 0) {
 			c->outcome = TR_FAILED;
 			c->why = r->reason;
+		} else if (strcmp(e, "upgrade.shadow") == 0) {
+			/* Shadow mode: stayed on TCP, reason shadow when it
+			 * reached the switch, else the failure's own. */
+			c->outcome = TR_FAILED;
+			c->why = r->reason;
 		} else if (strcmp(e, "upgrade.closed") == 0) {
 			c->outcome = TR_CLOSED;
 			c->why = r->reason;

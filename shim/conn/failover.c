@@ -190,8 +190,8 @@ static void leave_to_kernel(struct shim_sock *s, int fd)
 	if (s->tx_dir != SHIM_DIR_TCP || s->rx_dir != SHIM_DIR_TCP || !s->fo_started || !s->fo_peer_known ||
 	    s->fo_replay || s->tcp_out_len || s->aborted || s->rx_tcp_reset || s->rx_reset_seen ||
 	    s->peer_gone_told || s->rd_shut || s->wr_shut || s->rx_tcp_eof || s->rx_switch_known || s->closing ||
-	    !__atomic_load_n(&s->intercept, __ATOMIC_RELAXED))
-		return;
+	    !__atomic_load_n(&s->intercept, __ATOMIC_RELAXED) || s->ab_arm)
+		return; /* an A/B arm stays counted: its calls stay the shim's */
 	/* The shim set TCP_NODELAY for its bells (upgrade.c); the kernel's
 	 * is the program's own again. */
 	if (!nodelay)

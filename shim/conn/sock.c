@@ -21,6 +21,7 @@
 #include <sys/ioctl.h>
 
 #include "close.h"
+#include "statarea.h"
 #include "fdtable.h"
 #include "streampos.h"
 #include "frames.h"
@@ -74,6 +75,11 @@ static int endpoint_of(int fd, bool peer, struct shim_endpoint *ep)
 /* Decides whether a whitelisted connection may try to upgrade. */
 static void decide_eligibility(struct shim_sock *sock)
 {
+	/* The arm is the hash's alone, whatever else keeps the connection on
+	 * TCP (RDMASHIM_TRANSPORTS=tcp makes an A/A test: both arms TCP). */
+	if (shim_cfg.ab_percent < 100)
+		sock->ab_arm = shim_tuple_ab_selected(&sock->tuple, shim_cfg.ab_percent) ? SHIM_STAT_ARM_ACCEL
+											: SHIM_STAT_ARM_CONTROL;
 	if (shim_upgrade_barred()) {
 		/* A sandboxed process: its calls on the connection stay the
 		 * program's own (io/bypass.c). */
@@ -135,7 +141,16 @@ static bool track_connection(int fd, enum shim_role role, enum shim_sock_state s
 		sock->reason = SHIM_REASON_ADOPTED_MID_STREAM;
 		shim_stats_count(sock->reason);
 	}
-	if (sock->eligible) {
+	/* An A/B arm that stays on TCP (the control arm; every arm when
+	 * RDMASHIM_TRANSPORTS=tcp) is still measured: its calls go through
+	 * the shim as the accelerated arm's do, so both arms pay the same
+	 * interception and their round trips compare. It never negotiates. */
+	bool measured = !sock->eligible && sock->ab_arm &&
+			(sock->reason == SHIM_REASON_AB_EXCLUDED || sock->reason == SHIM_REASON_TCP_ONLY);
+
+	if (measured)
+		sock->phase = SHIM_PHASE_FAILED;
+	if (sock->eligible || measured) {
 		if (nonblocking < 0) {
 			int fl = REAL(fcntl)(fd, F_GETFL);
 

@@ -156,6 +156,9 @@ struct shim_sock {
 	struct shim_stat_rec *stat;
 	int stat_fd;
 	uint8_t stat_chan; /* enum shim_transport of the channel it had */
+	uint8_t ab_arm;    /* enum shim_stat_arm_id, 0 with no A/B test */
+	bool ab_fell_back, ab_erred; /* counted in its arm once */
+	bool shadowed;     /* RDMASHIM_MODE=shadow: negotiated to the switch, stayed on TCP */
 	unsigned long long stat_sent_ns;
 
 	/* Back to TCP after the channel failed (failover.c). */

@@ -47,13 +47,15 @@ static inline void shim_sockstat_received(struct shim_sock *s, size_t n)
 	path = shim_sockstat_path(s, s->rx_dir);
 	shim_stat_io(r, path, 1, n);
 	if (s->stat_sent_ns) {
-		uint64_t ns = shim_now_ns() - s->stat_sent_ns;
+		uint64_t now = shim_now_ns(), ns = now - s->stat_sent_ns;
 
 		s->stat_sent_ns = 0;
 		if (likely(__atomic_load_n(&r->rtt_path, __ATOMIC_RELAXED) == path))
 			shim_stat_add(&r->rtt[shim_stat_rtt_bucket(ns)], 1);
 		else
 			shim_stat_rec_rtt(r, path, ns);
+		if (s->ab_arm)
+			shim_stat_ab_rtt(s->ab_arm, now, ns);
 	}
 }
 

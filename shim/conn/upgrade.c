@@ -107,8 +107,16 @@ void shim_upgrade_fail(struct shim_sock *s, int fd, enum shim_reason reason)
 	shim_stats_count(reason);
 	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.fail", fd, &s->tuple, reason, "\"role\":\"%s\"",
 		   shim_role_name(s->role));
-	/* Nothing moved yet: the data path can go straight to the kernel again. */
-	if (s->tx_dir == SHIM_DIR_TCP && s->rx_dir == SHIM_DIR_TCP && !s->chan)
+	if (shim_cfg.shadow) {
+		/* What shadow mode is for: why this one would not have moved. */
+		s->shadowed = true;
+		shim_stats_count(SHIM_REASON_SHADOW);
+		SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.shadow", fd, &s->tuple, reason,
+			   "\"role\":\"%s\",\"transport\":null,\"proved\":false", shim_role_name(s->role));
+	}
+	/* Nothing moved yet: the data path can go straight to the kernel again
+	 * (not in an A/B test: the arm's round trips are counted by it). */
+	if (s->tx_dir == SHIM_DIR_TCP && s->rx_dir == SHIM_DIR_TCP && !s->chan && !s->ab_arm)
 		__atomic_store_n(&s->intercept, false, __ATOMIC_RELAXED);
 	shim_sockstat_sync(s);
 }
@@ -117,6 +125,24 @@ void shim_upgrade_fail_for_good(struct shim_sock *s, int fd, enum shim_reason re
 {
 	s->await_bytes_used = true;
 	shim_upgrade_fail(s, fd, reason);
+}
+
+void shim_upgrade_shadow(struct shim_sock *s, int fd, enum shim_transport kind)
+{
+	if (s->xport && s->xport->abandon)
+		s->xport->abandon(s);
+	shim_upgrade_wake_close(s);
+	s->await_bytes_used = true; /* no second attempt: it would end here again */
+	s->phase = SHIM_PHASE_FAILED;
+	s->reason = SHIM_REASON_SHADOW;
+	s->shadowed = true;
+	shim_stats_count(SHIM_REASON_SHADOW);
+	SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.shadow", fd, &s->tuple, SHIM_REASON_SHADOW,
+		   "\"role\":\"%s\",\"transport\":\"%s\",\"proved\":true", shim_role_name(s->role),
+		   shim_transport_name(kind));
+	if (s->tx_dir == SHIM_DIR_TCP && s->rx_dir == SHIM_DIR_TCP && !s->chan && !s->ab_arm)
+		__atomic_store_n(&s->intercept, false, __ATOMIC_RELAXED);
+	shim_sockstat_sync(s);
 }
 
 /* ---- services for the transports' negotiations ---- */
@@ -250,6 +276,20 @@ static void upgrade_start(struct shim_sock *s, int fd, unsigned long long now)
 	x = shim_transport_pick(&s->tuple, &why);
 	if (!x) {
 		shim_upgrade_fail(s, fd, why);
+		return;
+	}
+	/* Shadow mode cuts only the named shm handshake (shm_neg.c); the
+	 * other negotiations are not run at all, so nothing can switch. */
+	if (shim_cfg.shadow && x->kind != SHIM_TRANSPORT_SHM) {
+		s->shadowed = true;
+		SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.shadow", fd, &s->tuple, SHIM_REASON_SHADOW,
+			   "\"role\":\"%s\",\"transport\":\"%s\",\"proved\":false", shim_role_name(s->role),
+			   shim_transport_name(x->kind));
+		s->await_bytes_used = true;
+		s->phase = SHIM_PHASE_FAILED;
+		s->reason = SHIM_REASON_SHADOW;
+		shim_stats_count(SHIM_REASON_SHADOW);
+		shim_sockstat_sync(s);
 		return;
 	}
 	s->xport = x;

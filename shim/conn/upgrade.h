@@ -107,6 +107,17 @@ void shim_upgrade_fail(struct shim_sock *s, int fd, enum shim_reason reason);
 void shim_upgrade_fail_for_good(struct shim_sock *s, int fd, enum shim_reason reason);
 
 /*
+ * RDMASHIM_MODE=shadow: the negotiation reached its cut, after both ends
+ * proved each other and the transport was chosen, before either sent its
+ * SWITCH (PROTOCOL.md, "Shadow mode"). The negotiation ends as a failure
+ * would (the transport's abandon: the peer sees its rendezvous close and
+ * stays on TCP too), the connection stays on TCP byte for byte, traced
+ * upgrade.shadow with the transport, counted under reason shadow, state
+ * shadow in the stats area.
+ */
+void shim_upgrade_shadow(struct shim_sock *s, int fd, enum shim_transport kind);
+
+/*
  * The services a transport's negotiation reports through (transport.h).
  * negotiating: it started, with neg its state (phase NEGOTIATING);
  * committing: the peer may switch from now on (COMMITTING); done: both

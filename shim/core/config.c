@@ -17,6 +17,9 @@ const struct shim_config_var shim_config_vars[] = {
 	  "upgrade preference from shm, rdma; 'tcp' alone never upgrades (still traced)" },
 	{ "RDMASHIM_AB_PERCENT", "100",
 	  "0-100: share of whitelisted connections, by a hash of the 4-tuple, that may upgrade" },
+	{ "RDMASHIM_MODE", "on",
+	  "on: upgrade connections; shadow: negotiate up to the switch (both ends proven, the transport "
+	  "chosen), then stay on TCP, traced upgrade.shadow and counted" },
 	{ "RDMASHIM_TRACE", "off", "trace level: off, error, warn, info, debug, trace" },
 	{ "RDMASHIM_TRACE_FILE", "",
 	  "trace destination (%p becomes the pid); empty: stderr; a regular file of this user's only, "
@@ -307,6 +310,10 @@ static int parse_all(struct shim_config *cfg, shim_getenv_fn get, void *ctx, cha
 	if (shim_config_parse_transports(v, cfg->transports, &cfg->n_transports) < 0)
 		return bad_value(err, errlen, "RDMASHIM_TRANSPORTS", v,
 				 "expected shm and/or rdma in order of preference, or tcp alone");
+	v = value_of(get, ctx, "RDMASHIM_MODE");
+	if (strcmp(v, "on") && strcmp(v, "shadow"))
+		return bad_value(err, errlen, "RDMASHIM_MODE", v, "expected on or shadow");
+	cfg->shadow = !strcmp(v, "shadow");
 	v = value_of(get, ctx, "RDMASHIM_TRACE");
 	if (shim_config_parse_level(v, &cfg->trace_level) < 0)
 		return bad_value(err, errlen, "RDMASHIM_TRACE", v,

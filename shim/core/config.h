@@ -48,6 +48,7 @@ struct shim_config {
 	enum shim_transport transports[SHIM_TRANSPORT_COUNT];
 	unsigned n_transports;
 	unsigned ab_percent;
+	bool shadow; /* RDMASHIM_MODE=shadow: negotiate, never switch (conn/upgrade.h) */
 	enum shim_trace_level trace_level;
 	char trace_file[PATH_MAX]; /* empty: stderr; may hold %p */
 	char stats_dir[256];       /* RDMASHIM_STATS_DIR: absolute (core/statarea.c) */

@@ -65,7 +65,9 @@
 	X(RDMA_PORT_DOWN, "rdma_port_down",                                                     \
 	  "the RDMA port the connection uses or would use is not active (its link is down): on TCP") \
 	X(REAPER_JAMMED, "reaper_jammed",                                                       \
-	  "a descriptor a peer passed blocks in its release (the shim's reaper is stuck): no new side channel until it moves")
+	  "a descriptor a peer passed blocks in its release (the shim's reaper is stuck): no new side channel until it moves") \
+	X(SHADOW, "shadow",                                                                     \
+	  "RDMASHIM_MODE=shadow: the upgrade stopped at the switch, or ended before it for the reason traced with upgrade.shadow: stays on TCP")
 
 enum shim_reason {
 #define SHIM_REASON_ENUM(id, name, text) SHIM_REASON_##id,

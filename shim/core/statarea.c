@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "config.h"
 #include "stats.h"
 #include "trace.h"
@@ -23,7 +24,7 @@ extern char *program_invocation_short_name;
 _Static_assert(SHIM_REASON_COUNT <= SHIM_STAT_REASONS, "every reason has a counter in the header");
 
 static const char *const state_names[SHIM_STAT_STATE_COUNT] = {
-	"free", "connecting", "tcp", "upgrading", "switching", "switched", "fallback", "kernel",
+	"free", "connecting", "tcp", "upgrading", "switching", "switched", "fallback", "kernel", "shadow",
 };
 
 const char *shim_stat_state_name(unsigned state)
@@ -50,6 +51,8 @@ static struct {
 	struct shim_stat_rec **free; /* records free for reuse */
 	size_t nfree, free_cap;
 	uint64_t next_gen;
+	struct shim_stat_ab *ab;  /* in hdr's mapping, at SHIM_STAT_AB_OFF */
+	int64_t real_minus_mono_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC when the area was made */
 } area = { .lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1, .dirfd = -1 };
 
 uint64_t shim_stat_start_ticks(pid_t pid)
@@ -253,6 +256,10 @@ static int open_locked(const char *dir)
 	/* What was counted before the area existed. */
 	for (unsigned r = 0; r < SHIM_REASON_COUNT; r++)
 		h->reasons[r] = __atomic_load_n(&shim_stats_reason[r], __ATOMIC_RELAXED);
+	area.ab = (struct shim_stat_ab *)((char *)h + SHIM_STAT_AB_OFF);
+	area.ab->percent = shim_cfg.ab_percent;
+	area.ab->active = shim_cfg.ab_percent < 100;
+	area.real_minus_mono_ns = (int64_t)(unix_ns() - (uint64_t)shim_now_ns());
 	area.fd = fd;
 	area.dirfd = dfd;
 	snprintf(area.path, sizeof(area.path), "%s/%u/%s", dir, (unsigned)geteuid(), area.name);
@@ -359,6 +366,14 @@ void shim_stat_rec_free(struct shim_stat_rec *r)
 			__atomic_add_fetch(&area.hdr->closed_msgs[p][w], r->msgs[p][w], __ATOMIC_RELAXED);
 		}
 	fold_rtt(r);
+	if (r->d.arm >= SHIM_STAT_ARM_ACCEL && r->d.arm <= SHIM_STAT_ARM_CONTROL)
+		for (unsigned w = 0; w < 2; w++) {
+			uint64_t n = 0;
+
+			for (unsigned p = 0; p < SHIM_STAT_PATHS; p++)
+				n += r->bytes[p][w];
+			__atomic_add_fetch(&area.ab->arm[r->d.arm - 1].closed_bytes[w], n, __ATOMIC_RELAXED);
+		}
 	/* A reader that saw the record live and reads it again finds it free
 	 * (or a later connection, told apart by gen): not a mix. */
 	seq_begin(&r->seq);
@@ -369,6 +384,89 @@ void shim_stat_rec_free(struct shim_stat_rec *r)
 	pthread_mutex_lock(&area.lock);
 	area.free[area.nfree++] = r;
 	pthread_mutex_unlock(&area.lock);
+}
+
+/* The arm's counters, when the area exists and holds an A/B test. */
+static struct shim_stat_arm *ab_arm(unsigned arm)
+{
+	/* acquire: pairs with the release store of area.hdr in open_locked():
+	 * area.ab and its percent are set before it. */
+	if (!__atomic_load_n(&area.hdr, __ATOMIC_ACQUIRE) || !area.ab->active || arm < SHIM_STAT_ARM_ACCEL ||
+	    arm > SHIM_STAT_ARM_CONTROL)
+		return NULL;
+	return &area.ab->arm[arm - 1];
+}
+
+void shim_stat_ab_conn(unsigned arm)
+{
+	struct shim_stat_arm *a = ab_arm(arm);
+
+	if (a)
+		__atomic_add_fetch(&a->conns, 1, __ATOMIC_RELAXED);
+}
+
+void shim_stat_ab_fallback(unsigned arm)
+{
+	struct shim_stat_arm *a = ab_arm(arm);
+
+	if (a)
+		__atomic_add_fetch(&a->fallbacks, 1, __ATOMIC_RELAXED);
+}
+
+void shim_stat_ab_error(unsigned arm)
+{
+	struct shim_stat_arm *a = ab_arm(arm);
+
+	if (a)
+		__atomic_add_fetch(&a->errors, 1, __ATOMIC_RELAXED);
+}
+
+/*
+ * One round trip into the interval of the second it ended in. The slot of
+ * that second is taken over from an older second by the writer whose
+ * compare-and-swap makes its count odd; a writer that finds it odd (the
+ * zeroing is a few hundred stores, but that thread may lose its CPU)
+ * drops its sample and counts the drop rather than wait.
+ */
+void shim_stat_ab_rtt(unsigned arm, uint64_t now_ns, uint64_t ns)
+{
+	struct shim_stat_arm *a = ab_arm(arm);
+	struct shim_stat_ab_slot *sl;
+	uint64_t sec, seq, had;
+
+	if (!a)
+		return;
+	sec = (uint64_t)((int64_t)now_ns + area.real_minus_mono_ns) / 1000000000ull;
+	sl = &area.ab->slot[sec % SHIM_STAT_AB_INTERVALS];
+	for (int tries = 0; tries < 4; tries++) {
+		seq = __atomic_load_n(&sl->seq, __ATOMIC_ACQUIRE);
+		if (seq & 1)
+			break;
+		had = __atomic_load_n(&sl->sec, __ATOMIC_RELAXED);
+		if (had == sec) {
+			__atomic_add_fetch(&sl->hist[arm - 1][shim_stat_rtt_bucket(ns)], 1, __ATOMIC_RELAXED);
+			return;
+		}
+		if (had > sec)
+			break; /* a sample a whole ring late: its second is gone */
+		if (!__atomic_compare_exchange_n(&sl->seq, &seq, seq + 1, false, __ATOMIC_RELAXED,
+						 __ATOMIC_RELAXED))
+			continue;
+		/* release fence: the odd count is visible before the zeroing;
+		 * pairs with the acquire fence in shim_stat_read_ab_slot()
+		 * (statread.c) between its copy and its second count load. */
+		__atomic_thread_fence(__ATOMIC_RELEASE);
+		for (unsigned k = 0; k < SHIM_STAT_ARMS; k++)
+			for (unsigned b = 0; b < SHIM_STAT_RTT_BUCKETS; b++)
+				__atomic_store_n(&sl->hist[k][b], 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&sl->sec, sec, __ATOMIC_RELAXED);
+		/* release: the zeroed slot and its second are in place before
+		 * the count is even again; pairs with the acquire load of the
+		 * first count in shim_stat_read_ab_slot(), and with the acquire
+		 * load above in other writers, which then add to this second. */
+		__atomic_store_n(&sl->seq, seq + 2, __ATOMIC_RELEASE);
+	}
+	__atomic_add_fetch(&a->dropped, 1, __ATOMIC_RELAXED);
 }
 
 void shim_stat_reason(unsigned reason)
@@ -418,6 +516,27 @@ static int write_all_at(int fd, const void *p, size_t len, off_t off)
 	return 0;
 }
 
+/* Copies the 4 KiB pages at p that are not all zero into fd at off (the
+ * file was just made and truncated: the rest reads as zero, and a sparse
+ * A/B area an idle test never touched stays unallocated in the copy). */
+static int write_nonzero_at(int fd, const void *p, size_t len, off_t off)
+{
+	static const char zero[4096];
+	const char *c = p;
+
+	for (size_t at = 0; at < len; at += sizeof(zero)) {
+		size_t n = len - at < sizeof(zero) ? len - at : sizeof(zero);
+		int rc;
+
+		if (!memcmp(c + at, zero, n))
+			continue;
+		rc = write_all_at(fd, c + at, n, off + (off_t)at);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
 /* Puts fd's [off, off+len) where p is mapped; anonymous memory if fd < 0. */
 static int remap_at(void *p, size_t len, int fd, off_t off)
 {
@@ -436,7 +555,7 @@ static int child_file(void)
 	fd = create_file(area.dirfd, area.name, sizeof(area.name));
 	if (fd < 0)
 		return fd;
-	rc = ftruncate(fd, (off_t)total) < 0 ? -errno : write_all_at(fd, area.hdr, SHIM_STAT_HDR_SIZE, 0);
+	rc = ftruncate(fd, (off_t)total) < 0 ? -errno : write_nonzero_at(fd, area.hdr, SHIM_STAT_HDR_SIZE, 0);
 	for (unsigned k = 0; k < area.nseg && rc == 0; k++) {
 		rc = write_all_at(fd, area.seg[k], area.seg_recs[k] * SHIM_STAT_REC_SIZE,
 			      (off_t)(SHIM_STAT_HDR_SIZE + base * SHIM_STAT_REC_SIZE));
@@ -504,6 +623,7 @@ void shim_statarea_reset_for_test(void)
 		REAL(close)(area.dirfd);
 	free(area.free);
 	__atomic_store_n(&area.hdr, NULL, __ATOMIC_RELEASE);
+	area.ab = NULL;
 	area.fd = area.dirfd = -1;
 	area.tried = false;
 	area.nseg = 0;

@@ -32,8 +32,12 @@
 #include "tuple.h"
 
 #define SHIM_STAT_MAGIC "RSHSTAT1"
-#define SHIM_STAT_VERSION 1
-#define SHIM_STAT_HDR_SIZE 16384
+#define SHIM_STAT_VERSION 2
+/* The header's room: struct shim_stat_hdr in the first 16 KiB, then the
+ * A/B area (struct shim_stat_ab) at SHIM_STAT_AB_OFF. The file is sparse:
+ * a process with no A/B test never touches the A/B pages. */
+#define SHIM_STAT_AB_OFF 16384
+#define SHIM_STAT_HDR_SIZE (SHIM_STAT_AB_OFF + 856064)
 #define SHIM_STAT_REC_SIZE 1024
 #define SHIM_STAT_REASONS 64
 #define SHIM_STAT_PATHS 3 /* enum shim_transport: tcp, shm, rdma */
@@ -52,6 +56,7 @@ enum shim_stat_state {
 	SHIM_STAT_SWITCHED,   /* both directions on the side channel */
 	SHIM_STAT_FALLBACK,   /* was on a side channel, back on TCP */
 	SHIM_STAT_KERNEL,     /* stays on TCP, its calls go straight to the kernel (not counted) */
+	SHIM_STAT_SHADOW,     /* RDMASHIM_MODE=shadow: negotiated up to the switch, stays on TCP */
 	SHIM_STAT_STATE_COUNT,
 };
 
@@ -63,7 +68,7 @@ struct shim_stat_desc {
 	uint8_t path;  /* enum shim_transport */
 	uint8_t state; /* enum shim_stat_state */
 	uint8_t role;  /* 0 client, 1 server */
-	uint8_t pad0;
+	uint8_t arm;   /* enum shim_stat_arm_id: its A/B arm, 0 with no A/B test */
 	uint16_t reason; /* enum shim_reason: the last decision about it */
 	uint16_t pad1;
 	uint32_t qpn; /* RDMA queue pair number, 0 otherwise */
@@ -104,7 +109,53 @@ struct shim_stat_hdr {
 	uint64_t closed_msgs[SHIM_STAT_PATHS][2];
 	uint64_t closed_rtt[SHIM_STAT_PATHS][SHIM_STAT_RTT_BUCKETS];
 };
-_Static_assert(sizeof(struct shim_stat_hdr) <= SHIM_STAT_HDR_SIZE, "the header fits its room");
+_Static_assert(sizeof(struct shim_stat_hdr) <= SHIM_STAT_AB_OFF, "the header fits its room");
+
+/*
+ * A/B (RDMASHIM_AB_PERCENT below 100): each connection belongs to an arm
+ * by the 4-tuple hash that decides whether it may upgrade, the same at
+ * both ends. Per arm: connections, bytes of closed ones, fallbacks,
+ * errors; and a ring of one-second intervals, each holding a round-trip
+ * histogram per arm, for `rdmashim stat --ab` to bootstrap over.
+ *
+ * Writers are every thread with a connection, so the interval counters
+ * are atomic adds (only under an A/B test: one locked add per round trip).
+ * A slot is reused for a new second by the one writer that wins its
+ * sequence count (odd while it zeroes the slot); readers copy a slot under
+ * that count and use only seconds that are over, so adds still arriving
+ * in the current second never matter.
+ */
+enum shim_stat_arm_id {
+	SHIM_STAT_ARM_NONE = 0,
+	SHIM_STAT_ARM_ACCEL,   /* the hash selected it: it may upgrade */
+	SHIM_STAT_ARM_CONTROL, /* the hash excluded it: stays on TCP */
+};
+#define SHIM_STAT_ARMS 2 /* index: arm id - 1 */
+#define SHIM_STAT_AB_INTERVALS 600
+
+struct shim_stat_ab_slot {
+	uint64_t seq; /* odd while the slot is zeroed for a new second */
+	uint64_t sec; /* the CLOCK_REALTIME second it counts; 0 never used */
+	uint64_t hist[SHIM_STAT_ARMS][SHIM_STAT_RTT_BUCKETS];
+};
+
+struct shim_stat_arm {
+	uint64_t conns;           /* connections tracked in this arm */
+	uint64_t closed_bytes[2]; /* sent, received by its closed connections */
+	uint64_t fallbacks;       /* were on a side channel, went back to TCP */
+	uint64_t errors;          /* reset by the shim, or a local fault in the upgrade */
+	uint64_t dropped;         /* round trips not counted: their slot was being reused */
+	uint64_t pad[2];
+};
+
+struct shim_stat_ab {
+	uint64_t percent; /* RDMASHIM_AB_PERCENT; 0 in the area: no A/B test (set once) */
+	uint64_t active;  /* 1 once an A/B test counts here */
+	uint64_t pad[6];
+	struct shim_stat_arm arm[SHIM_STAT_ARMS];
+	struct shim_stat_ab_slot slot[SHIM_STAT_AB_INTERVALS];
+};
+_Static_assert(SHIM_STAT_AB_OFF + sizeof(struct shim_stat_ab) <= SHIM_STAT_HDR_SIZE, "the A/B area fits");
 
 /* The bucket of a round trip of ns nanoseconds, and a bucket's upper bound. */
 static inline unsigned shim_stat_rtt_bucket(uint64_t ns)
@@ -151,6 +202,14 @@ void shim_stat_rec_describe(struct shim_stat_rec *r, const struct shim_stat_desc
 void shim_stat_rec_rtt(struct shim_stat_rec *r, unsigned path, uint64_t ns);
 /* The connection is gone: its counts go to the header, the record is free. */
 void shim_stat_rec_free(struct shim_stat_rec *r);
+
+/* A/B: a connection of arm (enum shim_stat_arm_id) tracked; a round trip
+ * of ns ending at now_ns (CLOCK_MONOTONIC, shim_now_ns()); a connection
+ * that fell back or met an error (each counted once per connection). */
+void shim_stat_ab_conn(unsigned arm);
+void shim_stat_ab_rtt(unsigned arm, uint64_t now_ns, uint64_t ns);
+void shim_stat_ab_fallback(unsigned arm);
+void shim_stat_ab_error(unsigned arm);
 
 /* A reason counted (stats.h); before the area exists nothing is lost:
  * the area takes the counts so far when it is made. */

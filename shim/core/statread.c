@@ -116,6 +116,19 @@ int shim_stat_read_hdr(const struct shim_stat_view *v, struct shim_stat_hdr *out
 	return rc;
 }
 
+void shim_stat_read_ab(const struct shim_stat_view *v, struct shim_stat_ab *out, unsigned tries)
+{
+	const struct shim_stat_ab *ab = (const struct shim_stat_ab *)((const char *)v->hdr + SHIM_STAT_AB_OFF);
+
+	copy_words(out, ab, offsetof(struct shim_stat_ab, slot));
+	for (unsigned i = 0; i < SHIM_STAT_AB_INTERVALS; i++)
+		/* The same seqlock read side: its acquire load and fence pair
+		 * with the release fence and store of a slot's reuse in
+		 * shim_stat_ab_rtt() (statarea.c). */
+		if (read_seq(&ab->slot[i].seq, &ab->slot[i], &out->slot[i], sizeof(out->slot[i]), tries) < 0)
+			out->slot[i].sec = 0;
+}
+
 uint64_t shim_stat_quantile_ns(const uint64_t hist[SHIM_STAT_RTT_BUCKETS], double q)
 {
 	uint64_t total = 0, seen = 0, want;

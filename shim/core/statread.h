@@ -29,6 +29,11 @@ int shim_stat_read_rec(const struct shim_stat_view *v, uint64_t i, struct shim_s
 /* The same for the header (out: a copy of it all). */
 int shim_stat_read_hdr(const struct shim_stat_view *v, struct shim_stat_hdr *out, unsigned tries);
 
+/* The A/B area of v into out: every slot copied under its own count (a
+ * slot whose count stayed odd or moving over tries reads as unused,
+ * sec 0), the rest word by word. */
+void shim_stat_read_ab(const struct shim_stat_view *v, struct shim_stat_ab *out, unsigned tries);
+
 /* The upper bound of the bucket holding the q-th quantile (0 < q <= 1)
  * of hist's samples, in ns; 0 with no sample. */
 uint64_t shim_stat_quantile_ns(const uint64_t hist[SHIM_STAT_RTT_BUCKETS], double q);

@@ -105,8 +105,8 @@ __attribute__((constructor)) static void shim_init(void)
 	 * the first strike is traced. */
 	shim_faults_arm(&shim_cfg.faults);
 	SHIM_TRACE(SHIM_TRACE_INFO, "process.start", -1, NULL, SHIM_REASON_NONE,
-		   "\"version\":\"%s\",\"transports\":%u,\"ab_percent\":%u", RDMASHIM_VERSION,
-		   shim_cfg.n_transports, shim_cfg.ab_percent);
+		   "\"version\":\"%s\",\"transports\":%u,\"ab_percent\":%u,\"mode\":\"%s\"", RDMASHIM_VERSION,
+		   shim_cfg.n_transports, shim_cfg.ab_percent, shim_cfg.shadow ? "shadow" : "on");
 	shim_atfork_register();
 	/* A filter inherited: the process is a sandbox from its first call,
 	 * before any connection is adopted or made, unless the operator says

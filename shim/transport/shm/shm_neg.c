@@ -235,6 +235,15 @@ static void s_read_accept(struct shim_sock *s, int fd)
 		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
 		return;
 	}
+	/* Shadow mode's cut on S: C proved itself and sent its ring; S would
+	 * commit first (its SWITCH_AT) and withdraws instead: C, which has
+	 * switched nothing before S's SWITCH_AT, sees the close and gives up. */
+	if (shim_cfg.shadow) {
+		shim_reap(memfd);
+		shim_reap(fds[1]);
+		shim_upgrade_shadow(s, fd, SHIM_TRANSPORT_SHM);
+		return;
+	}
 	rc = shm_s_attach_ring(s, fd, memfd, msg.accept.ring_bytes, &chan);
 	if (rc < 0) {
 		shim_reap(fds[1]);
@@ -398,6 +407,13 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 		}
 		shm_trace_refused(s, fd, "client", -rc);
 		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
+		return;
+	}
+	/* Shadow mode's cut on C: S proved it holds the connection's other
+	 * end; C withdraws before its ACCEPT, the point of no return, so S
+	 * (in either mode) sees the rendezvous close and stays on TCP. */
+	if (shim_cfg.shadow) {
+		shim_upgrade_shadow(s, fd, SHIM_TRANSPORT_SHM);
 		return;
 	}
 	rc = shim_fault_hit(SHIM_FAULT_RING_ALLOC, fd, &s->tuple, "client_ring") ? -ENOMEM
