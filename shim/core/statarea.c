@@ -40,8 +40,14 @@ const char *shim_stat_state_name(unsigned state)
 static struct {
 	pthread_mutex_t lock;
 	struct shim_stat_hdr *hdr; /* published with a release store, read with acquire */
-	int fd, dirfd;
+	/* No fd is held between calls: a process near its fd limit has
+	 * every number for its own (t_shm_fd_limit). The file is opened by
+	 * name, under the checked directory, when it grows, and checked to
+	 * be the one made (ino). */
+	char base[400]; /* the areas' directory (RDMASHIM_STATS_DIR) */
+	ino_t ino;
 	bool tried;              /* made or failed once: never again (a failure stays off) */
+	bool left;               /* the file is gone for good (sandboxed): nothing more on disk */
 	char name[64];
 	char path[400];
 	struct shim_stat_rec *seg[SHIM_STAT_MAX_SEGS];
@@ -53,7 +59,32 @@ static struct {
 	uint64_t next_gen;
 	struct shim_stat_ab *ab;  /* in hdr's mapping, at SHIM_STAT_AB_OFF */
 	int64_t real_minus_mono_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC when the area was made */
-} area = { .lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1, .dirfd = -1 };
+} area = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* Our directory, checked again (statread.c's rules), or -errno. */
+static int dir_open(void)
+{
+	return shim_stat_dir_open(area.base, geteuid(), false);
+}
+
+/* Our file, opened by name and checked to be the one made, or -errno. */
+static int file_open(void)
+{
+	struct stat st;
+	int dfd = dir_open(), fd;
+
+	if (dfd < 0)
+		return dfd;
+	fd = openat(dfd, area.name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	REAL(close)(dfd);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || st.st_ino != area.ino || !S_ISREG(st.st_mode)) {
+		REAL(close)(fd);
+		return -ESTALE;
+	}
+	return fd;
+}
 
 uint64_t shim_stat_start_ticks(pid_t pid)
 {
@@ -158,9 +189,9 @@ static void seq_end(uint64_t *seq)
 }
 
 /* Maps segment k (the file already long enough): records base..base+n. */
-static int map_segment(unsigned k, uint64_t base, size_t n)
+static int map_segment(int fd, unsigned k, uint64_t base, size_t n)
 {
-	void *p = mmap(NULL, n * SHIM_STAT_REC_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, area.fd,
+	void *p = mmap(NULL, n * SHIM_STAT_REC_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
 		       (off_t)(SHIM_STAT_HDR_SIZE + base * SHIM_STAT_REC_SIZE));
 
 	if (p == MAP_FAILED)
@@ -175,10 +206,12 @@ static int grow(void)
 {
 	size_t n = area.nseg ? (size_t)area.nrec : SHIM_STAT_FIRST_SEG;
 	struct shim_stat_rec **fr;
-	int rc;
+	int rc, fd;
 
 	if (area.nseg == SHIM_STAT_MAX_SEGS)
 		return -ENOSPC;
+	if (area.left)
+		return -EPERM;
 	if (area.free_cap < area.nrec + n) {
 		fr = realloc(area.free, (area.nrec + n) * sizeof(*fr));
 		if (!fr)
@@ -186,10 +219,14 @@ static int grow(void)
 		area.free = fr;
 		area.free_cap = area.nrec + n;
 	}
+	fd = file_open();
+	if (fd < 0)
+		return fd;
 	/* Readers map what fstat says; they never see records past nrec. */
-	if (ftruncate(area.fd, (off_t)(SHIM_STAT_HDR_SIZE + (area.nrec + n) * SHIM_STAT_REC_SIZE)) < 0)
-		return -errno;
-	rc = map_segment(area.nseg, area.nrec, n);
+	rc = ftruncate(fd, (off_t)(SHIM_STAT_HDR_SIZE + (area.nrec + n) * SHIM_STAT_REC_SIZE)) < 0
+		     ? -errno
+		     : map_segment(fd, area.nseg, area.nrec, n);
+	REAL(close)(fd);
 	if (rc < 0)
 		return rc;
 	for (size_t i = n; i-- > 0;)
@@ -229,8 +266,11 @@ static int create_file(int dirfd, char *name, size_t len)
 static int open_locked(const char *dir)
 {
 	struct shim_stat_hdr *h;
+	struct stat st;
 	int dfd, fd, rc;
 
+	if (strlen(dir) >= sizeof(area.base))
+		return -ENAMETOOLONG;
 	dfd = shim_stat_dir_open(dir, geteuid(), true);
 	if (dfd < 0)
 		return dfd;
@@ -239,7 +279,7 @@ static int open_locked(const char *dir)
 		REAL(close)(dfd);
 		return fd;
 	}
-	if (fchmod(fd, 0600) < 0 || ftruncate(fd, SHIM_STAT_HDR_SIZE) < 0) {
+	if (fchmod(fd, 0600) < 0 || ftruncate(fd, SHIM_STAT_HDR_SIZE) < 0 || fstat(fd, &st) < 0) {
 		rc = -errno;
 		goto fail;
 	}
@@ -260,8 +300,10 @@ static int open_locked(const char *dir)
 	area.ab->percent = shim_cfg.ab_percent;
 	area.ab->active = shim_cfg.ab_percent < 100;
 	area.real_minus_mono_ns = (int64_t)(unix_ns() - (uint64_t)shim_now_ns());
-	area.fd = fd;
-	area.dirfd = dfd;
+	snprintf(area.base, sizeof(area.base), "%s", dir);
+	area.ino = st.st_ino;
+	REAL(close)(fd);
+	REAL(close)(dfd);
 	snprintf(area.path, sizeof(area.path), "%s/%u/%s", dir, (unsigned)geteuid(), area.name);
 	/* release: the header is filled before shim_stat_reason() adds to it;
 	 * pairs with its acquire load of area.hdr. */
@@ -480,8 +522,22 @@ void shim_stat_reason(unsigned reason)
 
 static void remove_file(void)
 {
-	if (area.hdr && area.dirfd >= 0)
-		unlinkat(area.dirfd, area.name, 0);
+	int dfd;
+
+	if (!area.hdr || area.left || (dfd = dir_open()) < 0)
+		return;
+	unlinkat(dfd, area.name, 0);
+	REAL(close)(dfd);
+}
+
+void shim_statarea_leave(void)
+{
+	/* The sandbox to come may refuse any call on the file: it goes now,
+	 * and the records stay memory of ours (the mapping outlives it). */
+	pthread_mutex_lock(&area.lock);
+	remove_file();
+	area.left = true;
+	pthread_mutex_unlock(&area.lock);
 }
 
 void shim_statarea_exit(void)
@@ -550,12 +606,18 @@ static int child_file(void)
 {
 	size_t total = SHIM_STAT_HDR_SIZE + area.nrec * SHIM_STAT_REC_SIZE;
 	uint64_t base = 0;
-	int fd, rc;
+	struct stat st;
+	int fd, dfd, rc;
 
-	fd = create_file(area.dirfd, area.name, sizeof(area.name));
-	if (fd < 0)
+	if (area.left || (dfd = dir_open()) < 0)
+		return -EPERM;
+	fd = create_file(dfd, area.name, sizeof(area.name));
+	if (fd < 0) {
+		REAL(close)(dfd);
 		return fd;
-	rc = ftruncate(fd, (off_t)total) < 0 ? -errno : write_nonzero_at(fd, area.hdr, SHIM_STAT_HDR_SIZE, 0);
+	}
+	rc = ftruncate(fd, (off_t)total) < 0 || fstat(fd, &st) < 0 ? -errno
+								  : write_nonzero_at(fd, area.hdr, SHIM_STAT_HDR_SIZE, 0);
 	for (unsigned k = 0; k < area.nseg && rc == 0; k++) {
 		rc = write_all_at(fd, area.seg[k], area.seg_recs[k] * SHIM_STAT_REC_SIZE,
 			      (off_t)(SHIM_STAT_HDR_SIZE + base * SHIM_STAT_REC_SIZE));
@@ -570,14 +632,13 @@ static int child_file(void)
 			      (off_t)(SHIM_STAT_HDR_SIZE + base * SHIM_STAT_REC_SIZE));
 		base += area.seg_recs[k];
 	}
-	if (rc < 0) {
-		unlinkat(area.dirfd, area.name, 0);
-		REAL(close)(fd);
-		return rc;
-	}
-	REAL(close)(area.fd);
-	area.fd = fd;
-	return 0;
+	if (rc < 0)
+		unlinkat(dfd, area.name, 0);
+	else
+		area.ino = st.st_ino;
+	REAL(close)(fd);
+	REAL(close)(dfd);
+	return rc;
 }
 
 void shim_statarea_atfork_child(void)
@@ -592,7 +653,7 @@ void shim_statarea_atfork_child(void)
 		remap_at(area.hdr, SHIM_STAT_HDR_SIZE, -1, 0);
 		for (unsigned k = 0; k < area.nseg; k++)
 			remap_at(area.seg[k], area.seg_recs[k] * SHIM_STAT_REC_SIZE, -1, 0);
-		area.dirfd = -1;
+		area.left = true;
 		area.hdr->nrec = area.nrec;
 		return;
 	}
@@ -617,14 +678,10 @@ void shim_statarea_reset_for_test(void)
 		munmap(area.hdr, SHIM_STAT_HDR_SIZE);
 	for (unsigned k = 0; k < area.nseg; k++)
 		munmap(area.seg[k], area.seg_recs[k] * SHIM_STAT_REC_SIZE);
-	if (area.fd >= 0)
-		REAL(close)(area.fd);
-	if (area.dirfd >= 0)
-		REAL(close)(area.dirfd);
 	free(area.free);
 	__atomic_store_n(&area.hdr, NULL, __ATOMIC_RELEASE);
 	area.ab = NULL;
-	area.fd = area.dirfd = -1;
+	area.left = false;
 	area.tried = false;
 	area.nseg = 0;
 	area.nrec = area.nfree = area.free_cap = 0;

@@ -219,6 +219,9 @@ void shim_stat_reason(unsigned reason);
  * makes its own if it runs the shim). */
 void shim_statarea_exit(void);
 void shim_statarea_before_exec(void);
+/* The process sandboxes itself (bypass.c): the file goes now, and no call
+ * on disk is made for the area again; counting goes on in memory. */
+void shim_statarea_leave(void);
 /* A fork's child: the parent's file is not its own. It gets a file of its
  * own holding a copy, mapped where the parent's was, so that the records
  * of the connections it inherited stay where they are. */

@@ -8,6 +8,7 @@
 #include "io.h"
 #include "real.h"
 #include "sock.h"
+#include "statarea.h"
 #include "trace.h"
 #include "upgrade.h"
 
@@ -120,7 +121,11 @@ void shim_bypass_sandboxed(const char *how, bool filter_ahead)
 	/* A filter still to come may refuse even a trace line's fstat; one
 	 * the process started under let the trace's open, fstat and first
 	 * write through already. */
-	if (filter_ahead)
+	if (filter_ahead) {
 		shim_trace_end("sandboxed");
+		/* Its exit would unlink the stats file, and a fork would make
+		 * a file of its own: gone now, counted in memory after. */
+		shim_statarea_leave();
+	}
 }
 
