@@ -9,7 +9,8 @@ packages=(build-essential pkg-config check uthash-dev zlib1g-dev libibverbs-dev 
 	curl wget socat nginx-light lighttpd memcached libmemcached-tools postgresql
 	python3-requests python3-pymemcache mosquitto mosquitto-clients time
 	apache2 apache2-utils haproxy wrk
-	openssh-server openssh-client rsync groff-base man-db)
+	openssh-server openssh-client rsync groff-base man-db
+	mariadb-server mariadb-client nodejs nghttp2-client python3-grpcio)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -25,9 +26,9 @@ echo "make deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 # The postinst of redis-server, nginx-light, lighttpd, memcached,
-# postgresql, mosquitto and apache2 would start a system instance (6379,
-# 80, 11211, 5432, 1883; apache2 and nginx both want 80, and the second
-# one's failed start fails its install): no service starts while we
+# postgresql, mosquitto, apache2 and mariadb-server would start a system
+# instance (6379, 80, 11211, 5432, 1883, 3306; apache2 and nginx both want
+# 80, and the second one's failed start fails its install): no service starts while we
 # install (policy-rc.d, only if the host has none of its own). The tests
 # start their own servers on other ports.
 # integration/bench/pgbench.sh starts its own PostgreSQL cluster in a

@@ -1,0 +1,112 @@
+#!/bin/bash
+# matrix/sshd_scp: the OpenSSH server (sshd -D: it re-executes itself per
+# connection; a privilege-separated pre-auth child, chrooted, seccomp
+# sandboxed, does the key exchange and authentication; after login the
+# monitor forks the session child that relays between the connection and
+# the command's pipes) and a shimmed ssh/scp client, set up as
+# integration/t_sshd.sh does (host and user keys in $WORK, no PAM, root by
+# key). One login running a command, then scp of a 100 MB file up and down
+# (scp runs ssh, which talks to sftp-server on the far side).
+# Result: the login's output and status, scp's exit statuses, the SHA-256
+# of both copies (equal to the file's), and sshd logged no reset or child
+# killed by a signal.
+#
+# No connection can be counted as upgraded here, so the port is checked
+# with MIN 0 and MX_SWITCHED_BY is empty: sshd hands every connection to a
+# forked child (the pre-auth child, which sandboxes itself: seccomp and
+# no_new_privs, so the shim leaves it; then the session child), and a
+# connection changing hands returns to TCP (the server's trace:
+# upgrade.fail reason forked, upgrade.settle_fork); and ssh closes every
+# fd above 2 at start (closefrom), the shim's trace file with them, so the
+# client's end of each connection is never in the trace.
+#
+# Known failure, a shim bug (MX_KNOWN): with both ends under the shim and
+# RDMASHIM_UPGRADE_AFTER_MS=0 (the matrix's setting), about one ssh
+# connection in two dies in the key exchange: ssh exits 255 with
+# "Connection reset by 127.0.0.1" after "expecting SSH2_MSG_KEX_ECDH_REPLY"
+# (LogLevel DEBUG1); sshd at INFO logs nothing wrong (at DEBUG1: "SSH2_MSG_
+# KEXINIT sent [preauth]", then "monitor_read_log: child log fd closed").
+# The pre-auth child is killed by its own seccomp filter: strace -f of sshd
+# shows it set RLIMIT_FSIZE 0, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, then
+# the shim's sendto(4, "D", 1, MSG_DONTWAIT|MSG_NOSIGNAL) on the
+# connection, and "+++ killed by SIGSYS +++". It happens when the upgrade
+# finished in the re-executed sshd before it forked that child: its trace
+# has upgrade.done (role server, tx switched at offset 41, after its
+# 41-byte banner; rx switch at 1601), then the child's process.fork and
+# nothing more (the child's RLIMIT_FSIZE of 0 drops its lines). Every
+# connection that works has upgrade.fail reason forked instead (the fork
+# came before the upgrade finished). So a switched connection inherited
+# over fork by a process that then sandboxes itself is neither handed back
+# to TCP nor left alone: the shim still makes a call of its own on it
+# (docs/SECURITY.md, "Sandboxed processes", promises it makes none).
+# integration/t_sshd.sh does not see it: it sets
+# RDMASHIM_UPGRADE_AFTER_MS=2, and on an idle host the pre-auth fork comes
+# within those 2 ms (on a loaded one it need not). Reproduce: sshd and
+# `ssh ... 'echo login'` both with LD_PRELOAD, RDMASHIM_PORTS=PORT,
+# RDMASHIM_TRANSPORTS=shm and RDMASHIM_UPGRADE_AFTER_MS=0, a few logins in
+# a row.
+MX_KNOWN="shim bug: a connection switched before sshd forks its pre-auth child gets a shim sendto after the child's seccomp filter, SIGSYS, the client sees a reset (header)"
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+need_cmd ssh scp ssh-keygen sha256sum
+SSHD=/usr/sbin/sshd
+[[ -x $SSHD ]] || skip "$SSHD is not installed (tools/install-deps.sh installs openssh-server)"
+[[ $(id -u) -eq 0 ]] || skip "sshd's privilege separation needs root"
+mkdir -p /run/sshd && chmod 0755 /run/sshd
+MX_SWITCHED_BY=
+
+KEYS=$WORK/keys
+mkdir -p "$KEYS"
+ssh-keygen -q -t ed25519 -N '' -f "$KEYS/host" || not_ok "host key"
+ssh-keygen -q -t ed25519 -N '' -f "$KEYS/user" || not_ok "user key"
+cp "$KEYS/user.pub" "$KEYS/authorized_keys"
+"$PY3" -c 'import random, sys; open(sys.argv[1], "wb").write(random.Random(99).randbytes(100 * 1000 * 1000))' "$WORK/blob"
+SUM=$(sha256sum <"$WORK/blob" | cut -d' ' -f1)
+ssh_opts=(-F /dev/null -i "$KEYS/user" -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=no
+  -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ConnectTimeout=30 -o Compression=no)
+
+mx_body() {
+  local port pid rc got dir=$WORK/$MODE-sshd
+  port=$(free_port)
+  mx_port sshd "$port" 0
+  mkdir -p "$dir"
+  cat >"$dir/sshd_config" <<EOF
+Port $port
+ListenAddress 127.0.0.1
+HostKey $KEYS/host
+PidFile $dir/sshd.pid
+AuthorizedKeysFile $KEYS/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+Subsystem sftp /usr/lib/openssh/sftp-server
+EOF
+  mx_bg sshd "$SSHD" -D -e -f "$dir/sshd_config"
+  pid=$BG_PID
+  mx_wait_listen "$port" || { stop_bg "$pid"; return; }
+  rc=0
+  got=$(mx_fg ssh ssh -p "$port" "${ssh_opts[@]}" root@127.0.0.1 'echo login; id -u; exit 7' 2>"$dir/ssh.err") || rc=$?
+  mx_result "login: $(tr '\n' ' ' <<<"$got")status $rc"
+  mx_same "login runs its command (stderr: $(head -c 200 "$dir/ssh.err"))" "login 0 7" "$(tr '\n' ' ' <<<"$got")$rc"
+  rc=0
+  mx_fg scp-up scp -P "$port" "${ssh_opts[@]}" "$WORK/blob" "root@127.0.0.1:$dir/up.bin" 2>"$dir/scp-up.err" || rc=$?
+  got=$( (sha256sum <"$dir/up.bin") 2>/dev/null | cut -d' ' -f1)
+  mx_result "scp up exit $rc, sha256 $got"
+  mx_check "scp up: exit status 0 (got $rc: $(head -c 200 "$dir/scp-up.err"))" test "$rc" -eq 0
+  mx_same "scp up: the 100 MB arrived byte for byte (SHA-256)" "$SUM" "$got"
+  rm -f "$dir/up.bin"
+  rc=0
+  mx_fg scp-down scp -P "$port" "${ssh_opts[@]}" "root@127.0.0.1:$WORK/blob" "$dir/down.bin" 2>"$dir/scp-down.err" || rc=$?
+  got=$( (sha256sum <"$dir/down.bin") 2>/dev/null | cut -d' ' -f1)
+  mx_result "scp down exit $rc, sha256 $got"
+  mx_check "scp down: exit status 0 (got $rc: $(head -c 200 "$dir/scp-down.err"))" test "$rc" -eq 0
+  mx_same "scp down: the 100 MB arrived byte for byte (SHA-256)" "$SUM" "$got"
+  rm -f "$dir/down.bin"
+  mx_check "sshd still running" kill -0 "$pid"
+  stop_bg "$pid"
+  got=$(grep -E 'terminated by signal|Connection reset|Broken pipe|fatal' "$WORK/$MODE-sshd.err" | head -n 3)
+  mx_check "sshd logged no reset and no child killed ($got)" test -z "$got"
+}
+
+mx_main
