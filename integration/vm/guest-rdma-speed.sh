@@ -4,7 +4,7 @@
 # SPEED_LIBS (label=path,...; default: this checkout's), the shim over RDMA
 # at its defaults, with RDMASHIM_SPIN_US=0 and with RDMASHIM_SPIN_US=1000000,
 # beside ib_send_lat and ib_send_lat -e (t_typical) on the same device
-# (SPEED_MODES picks among default, spin0 and spin1s).
+# (SPEED_MODES picks among default, spin0 and spin1s, comma-separated).
 # Rounds alternate every figure (SPEED_ROUNDS, default 3; sockperf -t
 # SPEED_T, default 3 s), so that compare ratios within the run: emulation
 # drifts from minute to minute. Prints "speed:" lines; never fails on a number.
@@ -20,6 +20,9 @@ port=7400
 rounds=${SPEED_ROUNDS:-3}
 secs=${SPEED_T:-3}
 libs=${SPEED_LIBS:-new=$LIB}
+# Commas or spaces between modes (RXEVM_ENV passes no spaces).
+modes=${SPEED_MODES:-default spin0 spin1s}
+modes=${modes//,/ }
 
 echo "== guest: $(uname -r), $(nproc) cpu"
 rxe_up dummy0 "$addr/24" || exit 1
@@ -68,7 +71,7 @@ for ((r = 1; r <= rounds; r++)); do
   add ib_send_lat_e "$(lat -e)"
   for l in "${L[@]}"; do
     n=${l%%=*} p=${l#*=}
-    for m in ${SPEED_MODES:-default spin0 spin1s}; do
+    for m in $modes; do
       case $m in
         default) add "$n.default" "$(pp "$p")" ;;
         spin0) add "$n.spin0" "$(pp "$p" RDMASHIM_SPIN_US=0)" ;;

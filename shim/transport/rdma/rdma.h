@@ -122,6 +122,7 @@ struct rdma_conn {
 	bool breaker_probe; /* this attempt reports to the breaker */
 	bool established;   /* C: S is committed (ESTABLISHED or its SWITCH_AT) */
 	bool installed;     /* s->chan points here */
+	bool rx_line_armed; /* our rx arm is the link's CQ event (rdma_chan.c) */
 	bool tx_decided;    /* our SWITCH_AT went out (or we stay on TCP) */
 	bool tx_switched;   /* ... and it moved our direction */
 	bool rx_learned;    /* the peer's SWITCH_AT was taken (learn_rx) */

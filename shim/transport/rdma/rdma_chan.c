@@ -42,6 +42,7 @@
 #include "ring.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -278,7 +279,7 @@ static bool rchan_peer_ended_clean(struct shim_chan *ch)
 	       rchan_peer_rx_gone(ch) && shim_rdma_tx_unread(ch) == 0;
 }
 
-/* how: TCP always; an RDMA channel has no bell line (no bell_fd). */
+/* how: TCP always; the line (bell_fd) is for rx only (rchan_rx_arm). */
 static bool rchan_tx_arm(struct shim_chan *ch, unsigned how)
 {
 	struct rdma_conn *c = shim_rdma_conn_of(ch);
@@ -448,14 +449,82 @@ static bool rchan_rx_should_bell(struct shim_chan *ch)
 	return __atomic_exchange_n(&c->ctl->rx_wants_space, 0, __ATOMIC_ACQ_REL) != 0;
 }
 
+/*
+ * The sleeping consumer's wake-up without the producer: every data WRITE
+ * of the producer's ends with an immediate (post_staged), whose receive
+ * completes on our link's CQ; armed (ibv_req_notify_cq), the CQ turns the
+ * next completion into an event on the link's completion channel, the fd
+ * the waits watch as this channel's line (bell_fd). No arm WRITE, no
+ * round trip for it, no bell on TCP: the device wakes us. One thread of
+ * ours at a time owns the channel's wake-ups (comp_take), since its drain
+ * at disarm takes the events that would have woken another.
+ */
+static bool comp_take(struct rdma_link *l)
+{
+	uintptr_t me = (uintptr_t)pthread_self(), cur = 0;
+
+	if (!__atomic_compare_exchange_n(&l->comp_owner, &cur, me, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED) &&
+	    cur != me)
+		return false;
+	l->comp_nest++;
+	return true;
+}
+
+static void comp_give(struct rdma_link *l)
+{
+	if (--l->comp_nest)
+		return;
+	/* Events our arms caused are ours to take: left, they would keep a
+	 * level-triggered wait of the next owner awake. One that comes after
+	 * this drain wakes the next owner once, for nothing. */
+	shim_rdma_link_comp_drain(l);
+	__atomic_store_n(&l->comp_owner, 0, __ATOMIC_RELEASE);
+}
+
+static bool line_arm(struct rdma_conn *c)
+{
+	struct rdma_link *l = c->link;
+
+	if (!l || !l->comp || !comp_take(l))
+		return false;
+	if (ibv_req_notify_cq(l->cq, 0)) {
+		comp_give(l);
+		return false;
+	}
+	c->rx_line_armed = true;
+	/* Fence: the CQ is armed before we look at our tail. A tail that
+	 * lands after this look completes its immediate after the arm, and
+	 * the device raises the event; one that landed before, we see. */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return true;
+}
+
+static int rchan_bell_fd(const struct shim_chan *ch)
+{
+	const struct rdma_conn *c = shim_rdma_conn_of(ch);
+
+	return c->link && c->link->comp ? c->link->comp->fd : -1;
+}
+
 static bool rchan_rx_arm(struct shim_chan *ch, unsigned how)
 {
 	struct rdma_conn *c = shim_rdma_conn_of(ch);
 	uint64_t seq;
 
-	(void)how;
 	if (c->broken)
 		return true; /* see rchan_tx_arm() */
+	if (how == SHIM_BELL_LINE && line_arm(c)) {
+		/* Credits need not go with this arm: they lag ours by less
+		 * than an eighth of the ring and a quarter of our receives
+		 * (rx_should_bell), so a producer never waits on us while we
+		 * sleep with an empty ring. Our exact head does, when it moved
+		 * since our last tail or arm carried it (a request answered
+		 * carries it already): the producer's tx_unread rests on it
+		 * for a consumer killed in its sleep (PROTOCOL.md, RDMA 5). */
+		if (c->rx_head != __atomic_load_n(&c->rx_head_sent, __ATOMIC_RELAXED) && !flush_head(c))
+			return false;
+		return !rchan_readable(ch) && !__atomic_load_n(&c->rx_closed, __ATOMIC_ACQUIRE);
+	}
 	struct wr_chain wrs = { .n = 0 };
 
 	/* Credits first: a producer waiting for room must not wait on us. */
@@ -473,6 +542,11 @@ static bool rchan_rx_disarm(struct shim_chan *ch)
 {
 	struct rdma_conn *c = shim_rdma_conn_of(ch);
 
+	if (c->rx_line_armed) {
+		c->rx_line_armed = false;
+		comp_give(c->link);
+		return true; /* nothing was asked of the producer */
+	}
 	shim_rdma_post_word(c, CTL_OFF(tx_consumer_armed), 0, false);
 	return true; /* see rchan_tx_disarm() */
 }
@@ -520,6 +594,7 @@ const struct shim_transport_ops shim_rdma_ops = {
 	.rx_should_bell = rchan_rx_should_bell,
 	.rx_arm = rchan_rx_arm,
 	.rx_disarm = rchan_rx_disarm,
+	.bell_fd = rchan_bell_fd,
 	.tx_arm = rchan_tx_arm,
 	.tx_disarm = rchan_tx_disarm,
 	.shutdown_tx = rchan_shutdown_tx,

@@ -6,6 +6,7 @@
 #include "rdma_link.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,8 +117,16 @@ int shim_rdma_link_make(struct rdma_cm_id *id, struct rdma_event_channel *ec, st
 	l->cells = aligned_alloc(4096, cells_bytes);
 	if (l->cells)
 		l->cells_mr = ibv_reg_mr(pd, l->cells, cells_bytes, IBV_ACCESS_LOCAL_WRITE);
-	if (l->cells_mr)
-		l->cq = ibv_create_cq(id->verbs, (int)(SHIM_LINK_SQ_DEPTH + l->rq_depth + CQ_SPARE), NULL, NULL, 0);
+	if (l->cells_mr) {
+		/* Without a channel (a device or limit that refuses one) the
+		 * link works all the same: its sleepers are belled on TCP. */
+		l->comp = ibv_create_comp_channel(id->verbs);
+		if (l->comp && fcntl(l->comp->fd, F_SETFL, fcntl(l->comp->fd, F_GETFL) | O_NONBLOCK) < 0) {
+			ibv_destroy_comp_channel(l->comp);
+			l->comp = NULL;
+		}
+		l->cq = ibv_create_cq(id->verbs, (int)(SHIM_LINK_SQ_DEPTH + l->rq_depth + CQ_SPARE), NULL, l->comp, 0);
+	}
 	if (l->cq) {
 		memset(&init, 0, sizeof(init));
 		init.send_cq = init.recv_cq = l->cq;
@@ -159,6 +168,19 @@ int shim_rdma_link_post_recvs(struct rdma_link *l)
 	return 0;
 }
 
+void shim_rdma_link_comp_drain(struct rdma_link *l)
+{
+	struct ibv_cq *cq;
+	void *ctx;
+
+	if (!l->comp)
+		return;
+	/* Nonblocking fd: -1 with EAGAIN once the channel is empty. Each
+	 * event is acked at once, so a destroy never waits on one. */
+	while (ibv_get_cq_event(l->comp, &cq, &ctx) == 0)
+		ibv_ack_cq_events(cq, 1);
+}
+
 static void free_place_memory(struct rdma_link_place *p)
 {
 	if (p->mr)
@@ -179,8 +201,14 @@ static void destroy(struct rdma_link *l)
 		ibv_modify_qp(l->qp, &attr, IBV_QP_STATE);
 		ibv_destroy_qp(l->qp);
 	}
-	if (l->cq)
+	if (l->cq) {
+		/* ibv_destroy_cq waits for every event it gave to be acked:
+		 * take and ack what the channel still holds. */
+		shim_rdma_link_comp_drain(l);
 		ibv_destroy_cq(l->cq);
+	}
+	if (l->comp)
+		ibv_destroy_comp_channel(l->comp);
 	for (unsigned i = 0; i < l->n_places; i++)
 		if (l->places[i].used && l->places[i].local_done)
 			free_place_memory(&l->places[i]);

@@ -113,6 +113,17 @@ struct rdma_link {
 	bool cm_owned; /* up: ec and id are the link's (before, its first connection's) */
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
+	/* The CQ's completion channel: a sleeper's wake-up (rdma_chan.c,
+	 * rx arms for the line): every data WRITE ends with an immediate,
+	 * whose completion an armed CQ turns into an event on this fd.
+	 * NULL: none (the sleepers are belled on TCP). */
+	struct ibv_comp_channel *comp;
+	/* The thread whose sleeps comp wakes now (atomic; 0: none) and its
+	 * arms outstanding (its own to count): one thread at a time, since a
+	 * drain of one would take the event that woke another. The others'
+	 * arms are belled on TCP, as without a channel (rdma_chan.c). */
+	uintptr_t comp_owner;
+	unsigned comp_nest;
 	struct ibv_qp *qp;
 	unsigned max_conns; /* live + held, at most (see SHIM_LINK_MAX_CONNS) */
 	unsigned rq_depth;  /* max_conns * SHIM_LINK_RECVS_PER_CONN */
@@ -158,6 +169,9 @@ int shim_rdma_link_make(struct rdma_cm_id *id, struct rdma_event_channel *ec, st
 			const struct shim_endpoint *peer, struct rdma_link **out);
 /* Posts every receive (after INIT). */
 int shim_rdma_link_post_recvs(struct rdma_link *l);
+/* Takes and acks every event the link's completion channel holds (none:
+ * returns at once). Lock-free: the channel's reads are the kernel's. */
+void shim_rdma_link_comp_drain(struct rdma_link *l);
 /* The handshake connected: the CM objects are the link's from now on. */
 void shim_rdma_link_up(struct rdma_link *l);
 /* A connection on it proved its peer: later connections may use it. */
