@@ -16,6 +16,7 @@
 
 #include "config.h"
 #include "rdma.h"
+#include "real.h"
 #include "self.h"
 #include "trace.h"
 
@@ -121,7 +122,7 @@ int shim_rdma_link_make(struct rdma_cm_id *id, struct rdma_event_channel *ec, st
 		/* Without a channel (a device or limit that refuses one) the
 		 * link works all the same: its sleepers are belled on TCP. */
 		l->comp = ibv_create_comp_channel(id->verbs);
-		if (l->comp && fcntl(l->comp->fd, F_SETFL, fcntl(l->comp->fd, F_GETFL) | O_NONBLOCK) < 0) {
+		if (l->comp && REAL(fcntl)(l->comp->fd, F_SETFL, REAL(fcntl)(l->comp->fd, F_GETFL) | O_NONBLOCK) < 0) {
 			ibv_destroy_comp_channel(l->comp);
 			l->comp = NULL;
 		}
