@@ -199,7 +199,11 @@ if wanted port; then
   spid=$!
   listening "$port"
   warm_server port "$port"
-  shim port "$port" timeout 240 "$PROGS/stress" client --host "$addr" --port "$port" --conns 2 --duration 12 \
+  # The streams must outlast the wait for their upgrades below and the
+  # carrier's loss after it: under load (a full make test beside CPU
+  # hogs) the upgrades took long enough that 12 s streams had ended, and
+  # their process with them, before the port went down.
+  shim port "$port" timeout 240 "$PROGS/stress" client --host "$addr" --port "$port" --conns 2 --duration 24 \
     --mode mixed --half-close --warm-up 60 --timeout 200 > "$T/port.client" 2>&1 &
   cpid=$!
   for ((i = 0; i < 300; i++)); do
@@ -208,7 +212,8 @@ if wanted port; then
     ((n >= 2)) && break
     sleep 0.2
   done
-  echo "   port: $n connections of the client on RDMA before the carrier goes"
+  echo "   port: $n connections of the client on RDMA before the carrier goes ($((i / 5)) s)"
+  kill -0 "$cpid" 2>/dev/null || echo "   port: the client's streams ended before the carrier went"
   off_ns=$(date +%s%N)
   ip link set dummy0 carrier off
   t_off=$SECONDS
