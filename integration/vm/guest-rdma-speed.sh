@@ -4,7 +4,8 @@
 # SPEED_LIBS (label=path,...; default: this checkout's), the shim over RDMA
 # at its defaults, with RDMASHIM_SPIN_US=0 and with RDMASHIM_SPIN_US=1000000,
 # beside ib_send_lat and ib_send_lat -e (t_typical) on the same device
-# (SPEED_MODES picks among default, spin0 and spin1s, comma-separated).
+# (SPEED_MODES picks among default, spin0, spin1s and adapt0, the last
+# RDMASHIM_SPIN_ADAPT=0: a fixed spin; comma-separated).
 # Rounds alternate every figure (SPEED_ROUNDS, default 3; sockperf -t
 # SPEED_T, default 3 s), so that compare ratios within the run: emulation
 # drifts from minute to minute. Prints "speed:" lines; never fails on a number.
@@ -76,6 +77,7 @@ for ((r = 1; r <= rounds; r++)); do
         default) add "$n.default" "$(pp "$p")" ;;
         spin0) add "$n.spin0" "$(pp "$p" RDMASHIM_SPIN_US=0)" ;;
         spin1s) add "$n.spin1s" "$(pp "$p" RDMASHIM_SPIN_US=1000000)" ;;
+        adapt0) add "$n.adapt0" "$(pp "$p" RDMASHIM_SPIN_ADAPT=0)" ;;
       esac
     done
   done
