@@ -36,6 +36,7 @@ if [[ ! -e ${SHIM_LIB:-$ROOT/build/lib/librdmashim.so} ]]; then
 fi
 
 passed=0 failed=0 skipped=0
+failures=()
 start=$EPOCHREALTIME
 for t in "${scenarios[@]}"; do
   name=$(basename "$t" .sh)
@@ -60,6 +61,9 @@ for t in "${scenarios[@]}"; do
       failed=$((failed + 1))
       why="status $rc"
       ((rc == 124 || rc == 137)) && why="timed out after ${lim}s"
+      failures+=("$name: $why")
+      while IFS= read -r line; do failures+=("  $line"); done \
+        < <(grep -E '^(\[[A-Za-z0-9_]+\] )?not ok - ' "$log" | head -n 6 | cut -c1-300)
       printf 'FAIL  %-28s %6ss  %s (log: %s)\n' "$name" "$secs" "$why" "${log#"$ROOT"/}"
       if grep -E -q '^(\[[A-Za-z0-9_]+\] )?not ok - ' "$log"; then
         echo "      failed checks:"
@@ -75,5 +79,11 @@ total=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'
 echo "wall time ${total}s for ${#scenarios[@]} scenario(s); logs in ${LOG_DIR#"$ROOT"/}/"
 summary="$passed passed, $failed failed"
 ((skipped > 0)) && summary+=", $skipped skipped"
+# Again at the very end, where a reader of only the output's tail (CI's
+# summary) sees which scenarios failed and why.
+if ((failed > 0)); then
+  echo "failed scenarios:"
+  printf '  %s\n' "${failures[@]}"
+fi
 echo "$summary"
 ((failed == 0 && ${#scenarios[@]} > 0))

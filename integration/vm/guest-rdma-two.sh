@@ -103,9 +103,16 @@ if [[ $ROLE == a ]]; then
   t=$(events breaker upgrade.fail '"cm_timeout"')
   b=$(events breaker upgrade.fail '"breaker_open"')
   d=$(events breaker upgrade.done rdma)
-  echo "   A: phase 2 outcomes: cm_timeout $t, breaker_open $b, rdma $d"
+  # On a loaded host a later connection's hello may be answered past its
+  # wait (peer_no_shim or timeout): it falls back before it reaches the
+  # breaker, as it must. Those are counted apart; at least one later
+  # connection must meet the open breaker, and none may try RDMA again.
+  slow=$(events breaker upgrade.fail '"reason":"\(peer_no_shim\|timeout\)"')
+  echo "   A: phase 2 outcomes: cm_timeout $t, breaker_open $b, slow hello $slow, rdma $d"
   check "A: 3 CM timeouts open the breaker (cm_timeout $t)" test "$t" -eq 3
-  check "A: later connections skip rdma with breaker_open ($b of $((ROUNDS - 3)))" test "$b" -eq $((ROUNDS - 3))
+  check "A: later connections skip rdma with breaker_open ($b of $((ROUNDS - 3)), $slow of them fell back before it on a slow hello)" \
+    test "$b" -ge 1 -a "$((b + slow))" -eq $((ROUNDS - 3))
+  ((b + slow == ROUNDS - 3)) || outcomes breaker
   check "A: no connection upgraded in phase 2 ($d)" test "$d" -eq 0
 else
   # 1. Clients are retried until A's servers listen (a refused connection

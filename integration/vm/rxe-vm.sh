@@ -8,7 +8,7 @@
 # GUEST_SCRIPT must be an absolute path on this machine and must not be under
 # /tmp: the guest sees this machine's whole root filesystem (9p, read-write, at
 # the same paths) but mounts a fresh tmpfs on /tmp. It runs as root with bash,
-# chrooted into the shared root, with /proc /sys /dev /dev/pts /dev/shm /tmp
+# chrooted into the shared root, with /proc /sys /dev /dev/pts /dev/shm /tmp /run
 # and /dev/hugepages mounted, cwd /, stdin /dev/null, `ulimit -l unlimited`.
 # Its stdout+stderr is the serial console, i.e. this script's stdout.
 # The VM powers off when the script returns.
@@ -187,6 +187,9 @@ if mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 hostroot $H; then
   rm -f $H/dev/ptmx; ln -s pts/ptmx $H/dev/ptmx
   mount -t tmpfs -o mode=1777 shm $H/dev/shm
   mount -t hugetlbfs hugetlbfs $H/dev/hugepages
+  # A /run of its own, as on a booted host: the shim's stats area there
+  # needs shared mappings, which the 9p root does not give.
+  mount -t tmpfs -o mode=0755 run $H/run
   keep=$(cat /rxevm/keep_tmp)
   if [ -n "$keep" ]; then mkdir -p /keep && mount -o bind "$H/tmp/$keep" /keep; fi
   mount -t tmpfs -o mode=1777 tmp $H/tmp
