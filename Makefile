@@ -60,10 +60,13 @@ HOSTILE_SRCS := $(wildcard integration/hostile/*.c)
 # The differential driver (integration/diff/) is several files as well.
 DIFF_DRIVER := $(BUILD)/progs/diff_driver
 DIFF_SRCS   := $(wildcard integration/diff/*.c)
+# And the readiness-rules harness (integration/progs/ready_rules/).
+READY_RULES      := $(BUILD)/progs/ready_rules
+READY_RULES_SRCS := $(wildcard integration/progs/ready_rules/*.c)
 
 .PHONY: all deps test check-layers unit unit-bins integration docs demo bench install clean asan tsan test-asan test-tsan soak-diff soak-faults
 
-all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS) $(HOSTILE) $(DIFF_DRIVER)
+all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS) $(HOSTILE) $(DIFF_DRIVER) $(READY_RULES)
 
 $(BUILD)/obj/shim/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -111,6 +114,10 @@ $(HOSTILE): $(HOSTILE_SRCS) integration/hostile/hostile.h
 $(DIFF_DRIVER): $(DIFF_SRCS) integration/diff/driver.h
 	@mkdir -p $(dir $@)
 	$(CC) $(filter-out -MMD -MP,$(CFLAGS_COMMON)) -o $@ $(DIFF_SRCS) -lpthread
+
+$(READY_RULES): $(READY_RULES_SRCS) integration/progs/ready_rules/ready_rules.h
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -MMD -MP,$(CFLAGS_COMMON)) -o $@ $(READY_RULES_SRCS) -lpthread
 
 deps:
 	@tools/install-deps.sh

@@ -4,7 +4,7 @@
 # processes sharing a listener (level), EPOLLET (et), EPOLLONESHOT shared
 # by two threads (oneshot), EPOLL_CTL_MOD between EPOLLIN and EPOLLOUT per
 # request (modtoggle), a process per connection (forkconn), and poll()
-# with every fd twice plus select() (poll); integration/progs/ready_rules.c
+# with every fd twice plus select() (poll); integration/progs/ready_rules/main.c
 # states the rules R1-R6 and checks them at every wait of both ends.
 # Each mode runs without the shim (the kernel must give no violation, or
 # the checker is wrong), then with both ends under the shim on shm: no

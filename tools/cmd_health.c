@@ -18,6 +18,7 @@
 #include <infiniband/verbs.h>
 
 #include "fabric_health.h"
+#include "jsonl.h"
 
 int rdmashim_cmd_health(int argc, char **argv);
 void rdmashim_health_usage(FILE *out);
@@ -77,32 +78,20 @@ static void fill_active_mtu(struct shim_fh_report *r)
 	ibv_free_device_list(list);
 }
 
-static void json_str(const char *s)
+/* The member ,"key": with s, or null where sysfs said nothing (s empty). */
+static void json_member_str(const char *key, const char *s)
 {
-	putchar('"');
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c == '"' || c == '\\')
-			printf("\\%c", c);
-		else if (c < 0x20 || c >= 0x7f)
-			printf("\\u%04x", c); /* sysfs text is ASCII; anything else is shown, not trusted */
-		else
-			putchar(c);
-	}
-	putchar('"');
-}
-
-static void json_str_or_null(const char *s)
-{
+	printf(",\"%s\":", key);
 	if (*s)
-		json_str(s);
+		jl_put_str(s);
 	else
 		fputs("null", stdout);
 }
 
-static void json_int_or_null(int v)
+/* The member ,"key": with v, or null where it is unknown (v < 0). */
+static void json_member_int(const char *key, int v)
 {
+	printf(",\"%s\":", key);
 	if (v >= 0)
 		printf("%d", v);
 	else
@@ -115,7 +104,7 @@ static void json_lines(const char *key, char (*lines)[SHIM_FH_LINE], unsigned n)
 	for (unsigned i = 0; i < n; i++) {
 		if (i)
 			putchar(',');
-		json_str(lines[i]);
+		jl_put_str(lines[i]);
 	}
 	putchar(']');
 }
@@ -125,31 +114,22 @@ static void json_port(const struct shim_fh_port *p, const struct shim_fh_limits 
 	const struct shim_nic_counters *c = p->counters_gone ? &p->before : &p->after;
 
 	fputs("{\"device\":", stdout);
-	json_str(p->dev);
-	printf(",\"port\":%u,\"state\":", p->num);
-	json_str_or_null(p->state);
-	fputs(",\"state_code\":", stdout);
-	json_int_or_null(p->state_code);
-	fputs(",\"phys_state\":", stdout);
-	json_str_or_null(p->phys_state);
-	fputs(",\"rate\":", stdout);
-	json_str_or_null(p->rate);
-	fputs(",\"link_layer\":", stdout);
-	json_str_or_null(p->link_layer);
-	fputs(",\"active_mtu\":", stdout);
-	json_int_or_null(p->active_mtu);
-	fputs(",\"netdev\":", stdout);
-	json_str_or_null(p->netdev);
-	fputs(",\"netdev_mtu\":", stdout);
-	json_int_or_null(p->netdev_mtu);
+	jl_put_str(p->dev);
+	printf(",\"port\":%u", p->num);
+	json_member_str("state", p->state);
+	json_member_int("state_code", p->state_code);
+	json_member_str("phys_state", p->phys_state);
+	json_member_str("rate", p->rate);
+	json_member_str("link_layer", p->link_layer);
+	json_member_int("active_mtu", p->active_mtu);
+	json_member_str("netdev", p->netdev);
+	json_member_int("netdev_mtu", p->netdev_mtu);
 	fputs(",\"gids\":[", stdout);
 	for (unsigned i = 0; i < p->n_gids; i++) {
 		printf("%s{\"index\":%u,\"gid\":", i ? "," : "", p->gids[i].index);
-		json_str(p->gids[i].gid);
-		fputs(",\"type\":", stdout);
-		json_str_or_null(p->gids[i].type);
-		fputs(",\"netdev\":", stdout);
-		json_str_or_null(p->gids[i].netdev);
+		jl_put_str(p->gids[i].gid);
+		json_member_str("type", p->gids[i].type);
+		json_member_str("netdev", p->gids[i].netdev);
 		putchar('}');
 	}
 	printf("],\"has_counters\":%s,\"counters\":[", p->has_counters ? "true" : "false");
@@ -158,7 +138,7 @@ static void json_port(const struct shim_fh_port *p, const struct shim_fh_limits 
 		unsigned long long d;
 
 		printf("%s{\"name\":", i ? "," : "");
-		json_str(shim_fh_bare_name(c->name[i]));
+		jl_put_str(shim_fh_bare_name(c->name[i]));
 		printf(",\"folder\":\"%s\",\"value\":%llu,\"delta\":",
 		       strncmp(c->name[i], "hw.", 3) == 0 ? "hw_counters" : "counters", c->value[i]);
 		if (!p->counters_gone && shim_fh_delta(p, i, &d))
@@ -186,10 +166,9 @@ static const char *status_name(enum shim_fh_status s)
 static void print_json(const struct shim_fh_report *r, const struct shim_fh_limits *lim, double window)
 {
 	fputs("{\"sysfs\":", stdout);
-	json_str(r->root);
-	printf(",\"window_s\":%.3f,\"status\":\"%s\",\"exit_status\":%d,\"reason\":", window, status_name(r->status),
-	       (int)r->status);
-	json_str_or_null(r->why);
+	jl_put_str(r->root);
+	printf(",\"window_s\":%.3f,\"status\":\"%s\",\"exit_status\":%d", window, status_name(r->status), (int)r->status);
+	json_member_str("reason", r->why);
 	printf(",\"devices\":%u,\"ports_left_out\":%s,\"ports\":[", r->n_devices, r->ports_left_out ? "true" : "false");
 	for (unsigned i = 0; i < r->n_ports; i++) {
 		if (i)

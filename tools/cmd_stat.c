@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "jsonl.h"
 #include "reason.h"
 #include "stat_snap.h"
 #include "statread.h"
@@ -185,20 +186,6 @@ static void print_table(const struct snap *s, const struct snap *prev, bool watc
 		printf("removed %u file(s) of dead processes\n", s->removed);
 }
 
-static void json_str(const char *str)
-{
-	putchar('"');
-	for (const unsigned char *c = (const unsigned char *)str; *c; c++) {
-		if (*c == '"' || *c == '\\')
-			printf("\\%c", *c);
-		else if (*c < 0x20 || *c >= 0x7f)
-			printf("\\u%04x", *c);
-		else
-			putchar(*c);
-	}
-	putchar('"');
-}
-
 static void json_conn(const struct snap *s, const struct snap *prev, const struct snap_conn *c, bool watch)
 {
 	const struct snap_proc *p = &s->procs[c->proc];
@@ -211,7 +198,7 @@ static void json_conn(const struct snap *s, const struct snap *prev, const struc
 	for (unsigned b = 0; b < SHIM_STAT_RTT_BUCKETS; b++)
 		n += c->rec.rtt[b];
 	printf("{\"pid\":%d,\"program\":", p->pid);
-	json_str(p->hdr.comm);
+	jl_put_str(p->hdr.comm);
 	printf(",\"fd\":%d,\"local\":\"%s\",\"peer\":\"%s\",\"role\":\"%s\",\"path\":\"%s\",\"state\":\"%s\","
 	       "\"reason\":\"%s\",\"reason_code\":%u,\"tx_bytes\":%llu,\"rx_bytes\":%llu,\"tx_msgs\":%llu,"
 	       "\"rx_msgs\":%llu,\"rtt_samples\":%llu,\"rtt_p50_us\":%.3f,\"rtt_p99_us\":%.3f,\"age_s\":%.3f,"
@@ -251,12 +238,12 @@ static void print_json(const struct snap *s, const struct snap *prev, bool watch
 			printf("null");
 		printf(",\"uid\":%u,\"error\":", p->uid);
 		if (p->error) {
-			json_str(p->error);
+			jl_put_str(p->error);
 			printf("}");
 			continue;
 		}
 		printf("null,\"program\":");
-		json_str(p->hdr.comm);
+		jl_put_str(p->hdr.comm);
 		printf(",\"dead\":%s,\"consistent\":%s,\"connections_ever\":%llu,\"by_path\":{", p->dead ? "true" : "false",
 		       p->hdr_inconsistent ? "false" : "true",
 		       (unsigned long long)p->hdr.conns);

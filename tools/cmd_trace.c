@@ -170,24 +170,6 @@ static bool proc_selected(const struct opts *o, const struct tr_model *m, const 
 
 /* ---- output ---- */
 
-/* A string for JSON output: trace text is already escaped; a file name may
- * hold anything. */
-static void json_str(const char *s)
-{
-	putchar('"');
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c == '"' || c == '\\')
-			printf("\\%c", c);
-		else if (c < 0x20 || c >= 0x7f)
-			printf("\\u%04x", c);
-		else
-			putchar(c);
-	}
-	putchar('"');
-}
-
 static double ms_between(const struct tr_rec *a, const struct tr_rec *b)
 {
 	return a->t < 0 || b->t < 0 ? NAN : (b->t - a->t) * 1000.0;
@@ -306,7 +288,7 @@ static void json_lines(const struct opts *o, const struct tr_model *m, const str
 		if (!line_shown(o, r))
 			continue;
 		printf("%s{\"file\":", comma ? "," : "");
-		json_str(m->files[r->file].path);
+		jl_put_str(m->files[r->file].path);
 		printf(",\"line\":%lu,\"t_ms\":", r->lineno);
 		json_ms(ms_between(first, r));
 		fputs(",\"dt_ms\":", stdout);
@@ -326,7 +308,7 @@ static void print_json(const struct opts *o, const struct tr_model *m)
 	fputs("{\"files\":[", stdout);
 	for (size_t i = 0; i < m->n_files; i++) {
 		printf("%s{\"path\":", i ? "," : "");
-		json_str(m->files[i].path);
+		jl_put_str(m->files[i].path);
 		printf(",\"gzip\":%s,\"lines\":%lu,\"bad_lines\":%lu}", m->files[i].gzip ? "true" : "false",
 		       m->files[i].lines, m->files[i].bad);
 	}

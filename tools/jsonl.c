@@ -1,9 +1,10 @@
-/* JSON-lines reading for the rdmashim command; see jsonl.h. */
+/* JSON-lines reading (and a string writer) for the rdmashim command; see jsonl.h. */
 #include "jsonl.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -556,4 +557,22 @@ int jl_next(struct jl_reader *r, const char **line, size_t *len, unsigned long *
 	*len = n;
 	*lineno = ++r->lineno;
 	return 1;
+}
+
+/* ---- writing ---- */
+
+void jl_put_str(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			printf("\\%c", c);
+		else if (c < 0x20 || c >= 0x7f)
+			printf("\\u%04x", c);
+		else
+			putchar(c);
+	}
+	putchar('"');
 }

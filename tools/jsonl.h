@@ -1,7 +1,8 @@
 /*
  * Reading JSON-lines files for the rdmashim command (trace files): a line
  * reader that takes plain or gzip-compressed files alike, and a strict
- * parser for one line holding one JSON object.
+ * parser for one line holding one JSON object. And the one writer the
+ * commands' --json outputs share: a string.
  *
  * A trace file may be cut (a disk full, a copy taken while the program ran)
  * or damaged, so nothing here trusts its input: lines longer than
@@ -83,5 +84,13 @@ void jl_close(struct jl_reader *r);
 /* Checks s[0, len) is valid UTF-8 without NUL bytes: NULL, or what is
  * wrong and *at where. */
 const char *jl_check_text(const char *s, size_t len, size_t *at);
+
+/* ---- writing ---- */
+
+/* Prints s to stdout as a JSON string. Every byte outside printable ASCII
+ * is written as a \u escape of its own, so the output is ASCII whatever s
+ * holds (a file name, a process name, text read from sysfs): shown, not
+ * trusted. */
+void jl_put_str(const char *s);
 
 #endif

@@ -177,6 +177,86 @@ mx_ab() {
   grep -E 'apr_|Total of|error' "$out" | sed 's/^Benchmarking [^.]*\.\.\.//' | head -n 3
 }
 
+# mx_client WHO CMD...: runs CMD once in the foreground (mx_fg WHO), its
+# output in $WORK/MODE-WHO.out (named by MX_OUT; its lines go into the
+# result) and its errors in $WORK/MODE-WHO.err (shown when there are any).
+# Adds the result line "WHO exit RC" and checks exit status 0; the caller
+# checks what the output says.
+mx_client() {
+  local who=$1 rc=0 err
+  shift
+  MX_OUT=$WORK/$MODE-$who.out
+  err=$WORK/$MODE-$who.err
+  mx_fg "$who" "$@" >"$MX_OUT" 2>"$err" || rc=$?
+  mx_result "$who exit $rc"
+  cat "$MX_OUT" >>"$RES"
+  mx_check "$who exit status 0 (got $rc)" test "$rc" -eq 0
+  if [[ -s $err ]]; then
+    # A traceback ends with its cause, a list of failures starts with the first.
+    if (($(wc -l <"$err") > 6)); then
+      head -n 3 "$err"
+      echo "    ..."
+      tail -n 3 "$err"
+    else
+      cat "$err"
+    fi
+  fi
+  return 0
+}
+
+# mx_seeded_files DIR PREFIX SEED COUNT MAX SIZE...: COUNT files of random
+# bytes from the seed, DIR/PREFIX01.bin on, each of one of the sizes
+# SIZE... or a random one from 1 to MAX; their MD5s (md5sum in DIR) in
+# $WORK/want.md5. MX_SEEDED_BIG=K:N makes the files from the Kth on N
+# bytes each.
+mx_seeded_files() {
+  local dir=$1 prefix=$2
+  mkdir -p "$dir"
+  "$PY3" - "$@" "${MX_SEEDED_BIG:-0:0}" <<'PY'
+import random, sys
+d, pre, seed, count, top = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+sizes = tuple(int(x) for x in sys.argv[6:-1])
+big_from, big = (int(x) for x in sys.argv[-1].split(":"))
+rng = random.Random(seed)
+for i in range(1, count + 1):
+    n = rng.choice(sizes + (rng.randint(1, top),))
+    if big_from and i >= big_from:
+        n = big
+    open("%s/%s%02d.bin" % (d, pre, i), "wb").write(rng.randbytes(n))
+PY
+  (cd "$dir" && md5sum "$prefix"*.bin) >"$WORK/want.md5"
+}
+
+# mx_small_files DIR: what the load generators' entries fetch, DIR/small.txt
+# (6 bytes) and DIR/64k.bin (64 KiB, seeded).
+mx_small_files() {
+  mkdir -p "$1"
+  printf 'small\n' >"$1/small.txt"
+  "$PY3" -c 'import random, sys; open(sys.argv[1], "wb").write(random.Random(64).randbytes(65536))' "$1/64k.bin"
+}
+
+# mx_curl_files WHO LABEL OUT URL PREFIX N CURL_ARG...: one curl (trace name
+# WHO) fetches the N files URL/PREFIX01.bin on (mx_seeded_files) into the
+# directory OUT; per file its HTTP version, code and connections opened in
+# OUT.codes. Adds the result lines "LABEL exit RC, HTTP versions and codes:
+# ..." and the files' MD5s; checks exit status 0 and every file byte for
+# byte against $WORK/want.md5.
+mx_curl_files() {
+  local who=$1 label=$2 out=$3 url=$4 prefix=$5 n=$6 rc=0
+  shift 6
+  mkdir -p "$out"
+  mx_fg "$who" curl -sS "$@" -w '%{http_version} %{http_code} %{num_connects}\n' -o "$out/$prefix#1.bin" \
+    "$url/${prefix}[01-$(printf %02d "$n")].bin" >"$out.codes" 2>"$out.err" || rc=$?
+  mx_result "$label exit $rc, HTTP versions and codes:" \
+    "$(cut -d' ' -f1,2 "$out.codes" | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
+  (cd "$out" && md5sum "$prefix"*.bin) >"$out.md5" 2>&1
+  cat "$out.md5" >>"$RES"
+  mx_check "$label: exit status 0 (got $rc)" test "$rc" -eq 0
+  mx_check "$label: the $n files byte for byte (MD5)" cmp -s "$WORK/want.md5" "$out.md5"
+  [[ -s $out.err ]] && head -n 3 "$out.err"
+  return 0
+}
+
 mx_trace_check() {
   trace_py "$TRACE_DIR" "$WORK/shim.ports" "$MX_ALLOW_EVENTS" "$MX_SWITCHED_BY" <<'PY'
 import collections

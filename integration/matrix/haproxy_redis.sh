@@ -14,23 +14,13 @@
 # reported, the counter and list lengths they left, --pipe's "errors: 0,
 # replies: 20000" and the SHA-1 (equal to the one computed here).
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-need_cmd haproxy redis-server redis-benchmark redis-cli
+need_cmd haproxy redis-benchmark
+. "$(dirname "${BASH_SOURCE[0]}")/redis.inc"
 N=20000
 BN=10000
 MX_SWITCHED_BY="haproxy@haproxy haproxy@redis redis bench bench-P16 pipe"
 
-"$PY3" - "$WORK" "$N" <<'PY'
-import hashlib, random, sys
-work, n = sys.argv[1], int(sys.argv[2])
-rng = random.Random(88)
-vals = [rng.randbytes(rng.randint(1, 2000)) for _ in range(n)]
-with open(work + "/pipe.resp", "wb") as f:
-    for i, v in enumerate(vals):
-        k = b"h:%d" % i
-        f.write(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(k), k, len(v), v))
-open(work + "/want.sha1", "w").write(hashlib.sha1(b"|".join(vals)).hexdigest() + "\n")
-PY
-DIGEST="local t = {} for i = 0, $N - 1 do t[#t + 1] = redis.call('GET', 'h:' .. i) end return redis.sha1hex(table.concat(t, '|'))"
+redis_pipe_file h 88 "$N"
 
 mx_body() {
   local front back rpid hpid rc out how dir=$WORK/$MODE-haproxy
@@ -55,8 +45,7 @@ frontend fe
 backend be
   server r1 127.0.0.1:$back
 CONF
-  mx_bg redis redis-server --save '' --appendonly no --port "$back" --bind 127.0.0.1 --dir "$WORK" \
-    --daemonize no --logfile '' --unixsocket ''
+  redis_start redis "$back" "$WORK"
   rpid=$BG_PID
   mx_wait_listen "$back" || { stop_bg "$rpid"; return; }
   mx_bg haproxy haproxy -db -f "$dir/haproxy.cfg"
@@ -80,13 +69,7 @@ CONF
   out=$(mx_fg cli-llen redis-cli -h 127.0.0.1 -p "$front" LLEN mylist 2>&1)
   mx_result "LLEN mylist: $out"
   mx_same "the LPUSHes of both runs all counted" "$((2 * BN))" "$out"
-  rc=0
-  out=$(mx_fg pipe redis-cli -h 127.0.0.1 -p "$front" --pipe <"$WORK/pipe.resp" 2>&1) || rc=$?
-  mx_result "redis-cli --pipe exit $rc: $(grep -o 'errors: .*' <<<"$out")"
-  mx_same "redis-cli --pipe: every SET answered, no error" "errors: 0, replies: $N" "$(grep -o 'errors: .*' <<<"$out")"
-  out=$(mx_fg cli-eval redis-cli -h 127.0.0.1 -p "$front" EVAL "$DIGEST" 0 2>&1)
-  mx_result "server-side SHA-1 of the values: $out"
-  mx_same "the server holds the $N values byte for byte (SHA-1)" "$(cat "$WORK/want.sha1")" "$out"
+  redis_pipe_check "$front" h "$N"
   mx_check "haproxy still running" kill -0 "$hpid"
   mx_check "redis-server still running" kill -0 "$rpid"
   stop_bg "$hpid"

@@ -8,27 +8,16 @@
 # few still in flight when iperf3 stopped counting: at most the rings and
 # socket buffers).
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-need_cmd iperf3
+. "$(dirname "${BASH_SOURCE[0]}")/iperf3.inc"
 MX_SWITCHED_BY="client-P2 client-R server-P2 server-R"
 MX_MIN_SWITCHED=2
 
 mx_body() {
-  local port pid rc crc how extra
+  local how extra
   for how in P2 R; do
     extra=(-P 2)
     [[ $how == R ]] && extra=(-R)
-    port=$(free_port)
-    mx_port "iperf3-$how" "$port"
-    mx_bg "server-$how" iperf3 -s -1 -J -p "$port" -B 127.0.0.1
-    pid=$BG_PID
-    mx_wait_listen "$port" || { stop_bg "$pid"; return; }
-    crc=0
-    mx_fg "client-$how" iperf3 -c 127.0.0.1 -p "$port" -n 64M -J "${extra[@]}" \
-      >"$WORK/$MODE-client-$how.json" 2>"$WORK/$MODE-client-$how.err" || crc=$?
-    rc=0
-    wait_bg "$pid" 30 || rc=$?
-    mx_result "iperf3 $how: client exit $crc, server exit $rc"
-    mx_check "iperf3 $how: client and server exit status 0 (got $crc, $rc)" test "$crc$rc" = 00
+    iperf3_pair "$how" -n 64M "${extra[@]}" || return
     "$PY3" - "$WORK/$MODE-client-$how.json" "$WORK/$MODE-server-$how.out" >"$WORK/$MODE-$how.sum" <<'PY'
 import json, sys
 def load(f):

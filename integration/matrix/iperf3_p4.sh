@@ -10,28 +10,17 @@
 # last round: see iperf3.sh) and the receiver's count (every byte, or the
 # few still in flight when iperf3 stopped counting).
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-need_cmd iperf3
+. "$(dirname "${BASH_SOURCE[0]}")/iperf3.inc"
 MX_SWITCHED_BY="client-P4 client-R4 server-P4 server-R4"
 MX_MIN_SWITCHED=4
 
 mx_body() {
-  local port pid rc crc how extra ask
+  local how extra ask
   for how in P4 R4; do
     extra=(-P 4 -n 64M)
     ask=64
     [[ $how == R4 ]] && extra=(-P 4 -R -n 64M)
-    port=$(free_port)
-    mx_port "iperf3-$how" "$port"
-    mx_bg "server-$how" iperf3 -s -1 -J -p "$port" -B 127.0.0.1
-    pid=$BG_PID
-    mx_wait_listen "$port" || { stop_bg "$pid"; return; }
-    crc=0
-    mx_fg "client-$how" iperf3 -c 127.0.0.1 -p "$port" -J "${extra[@]}" \
-      >"$WORK/$MODE-client-$how.json" 2>"$WORK/$MODE-client-$how.err" || crc=$?
-    rc=0
-    wait_bg "$pid" 30 || rc=$?
-    mx_result "iperf3 $how: client exit $crc, server exit $rc"
-    mx_check "iperf3 $how: client and server exit status 0 (got $crc, $rc)" test "$crc$rc" = 00
+    iperf3_pair "$how" "${extra[@]}" || return
     "$PY3" - "$WORK/$MODE-client-$how.json" "$WORK/$MODE-server-$how.out" "$ask" >"$WORK/$MODE-$how.sum" <<'PY'
 import json, sys
 def load(f):

@@ -11,14 +11,7 @@ need_cmd lighttpd
 "$PY3" -c 'import requests' 2>/dev/null || skip "python3-requests is not installed"
 MX_SWITCHED_BY="client lighttpd"
 
-mkdir -p "$WORK/www"
-"$PY3" - "$WORK/www" <<'PY'
-import random, sys
-rng = random.Random(83)
-for i in range(1, 21):
-    n = rng.choice((1, 1000, 65536, 300000, 1000000, rng.randint(1, 1000000)))
-    open("%s/h%02d.bin" % (sys.argv[1], i), "wb").write(rng.randbytes(n))
-PY
+mx_seeded_files "$WORK/www" h 83 20 1000000 1 1000 65536 300000 1000000
 cat >"$WORK/www/md5.sh" <<'CGI'
 #!/bin/sh
 printf 'Content-Type: text/plain\r\n\r\n'
@@ -61,7 +54,7 @@ print("connections opened by the pool:", len(opened))
 '
 
 mx_body() {
-  local port pid rc dir
+  local port pid dir
   port=$(free_port)
   mx_port lighttpd "$port"
   dir=$WORK/$MODE-lighttpd
@@ -78,16 +71,11 @@ CONF
   mx_bg lighttpd lighttpd -D -f "$dir/lighttpd.conf"
   pid=$BG_PID
   mx_wait_listen "$port" || { stop_bg "$pid"; cat "$dir/error.log"; return; }
-  rc=0
-  mx_fg client "$PY3" -c "$CLIENT" "$port" "$WORK/www" >"$dir/client.out" 2>"$dir/client.err" || rc=$?
-  mx_result "client exit $rc"
-  cat "$dir/client.out" >>"$RES"
-  mx_check "client exit status 0 (got $rc)" test "$rc" -eq 0
-  mx_check "20 files fetched exact" test "$(grep -c '^h[0-9]*\.bin 200 .* True$' "$dir/client.out")" -eq 20
-  mx_check "20 streamed downloads exact" test "$(grep -c '^  streamed 200 True$' "$dir/client.out")" -eq 20
-  mx_check "4 POST bodies hashed right by the CGI" test "$(grep -c '^post .* 200 True$' "$dir/client.out")" -eq 4
-  mx_check "no 'False' in the client's report (ranges included)" test "$(grep -c 'False' "$dir/client.out")" -eq 0
-  [[ -s $dir/client.err ]] && tail -n 5 "$dir/client.err"
+  mx_client client "$PY3" -c "$CLIENT" "$port" "$WORK/www"
+  mx_check "20 files fetched exact" test "$(grep -c '^h[0-9]*\.bin 200 .* True$' "$MX_OUT")" -eq 20
+  mx_check "20 streamed downloads exact" test "$(grep -c '^  streamed 200 True$' "$MX_OUT")" -eq 20
+  mx_check "4 POST bodies hashed right by the CGI" test "$(grep -c '^post .* 200 True$' "$MX_OUT")" -eq 4
+  mx_check "no 'False' in the client's report (ranges included)" test "$(grep -c 'False' "$MX_OUT")" -eq 0
   mx_check "lighttpd still running" kill -0 "$pid"
   stop_bg "$pid"
 }

@@ -11,9 +11,7 @@
 need_cmd lighttpd ab
 MX_SWITCHED_BY="lighttpd ab-small ab-64k"
 
-mkdir -p "$WORK/www"
-printf 'small\n' >"$WORK/www/small.txt"
-"$PY3" -c 'import random, sys; open(sys.argv[1], "wb").write(random.Random(64).randbytes(65536))' "$WORK/www/64k.bin"
+mx_small_files "$WORK/www"
 
 mx_body() {
   local port pid dir bad

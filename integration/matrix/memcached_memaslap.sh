@@ -106,14 +106,9 @@ mx_body() {
     mx_check "memaslap $how: no verify failure" grep -qx 'verify_failed: 0' "$out"
     log "memaslap $how: $(grep -E '^(get_misses|verify_misses):|^Run time' "$out" | tr '\n' ' ')"
   done
-  rc=0
-  mx_fg getset "$PY3" -c "$GETSET" "$port" >"$WORK/$MODE-getset.out" 2>"$WORK/$MODE-getset.err" || rc=$?
-  mx_result "get/set pass exit $rc"
-  cat "$WORK/$MODE-getset.out" >>"$RES"
-  mx_check "get/set pass: exit status 0 (got $rc)" test "$rc" -eq 0
-  mx_check "get/set pass: all 3200 values right ($(head -n 1 "$WORK/$MODE-getset.out"))" \
-    grep -qx 'right 3200 of 3200, missing 0, wrong 0, errors 0' "$WORK/$MODE-getset.out"
-  [[ -s $WORK/$MODE-getset.err ]] && head -n 5 "$WORK/$MODE-getset.err"
+  mx_client getset "$PY3" -c "$GETSET" "$port"
+  mx_check "get/set pass: all 3200 values right ($(head -n 1 "$MX_OUT"))" \
+    grep -qx 'right 3200 of 3200, missing 0, wrong 0, errors 0' "$MX_OUT"
   mx_check "memcached still running" kill -0 "$pid"
   stop_bg "$pid"
 }

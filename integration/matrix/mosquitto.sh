@@ -7,6 +7,7 @@
 # by design, and how full it gets depends on timing). Result: how many the subscriber got, their
 # SHA-256 in order, both clients' exit statuses.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/mosquitto.inc"
 
 mx_body() {
   local port rc_pub=0 rc_sub=0 sub_pid
@@ -16,10 +17,7 @@ mx_body() {
   }
   port=$(free_port)
   mx_port broker "$port"
-  printf 'listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 0\n' "$port" >"$WORK/$MODE-mosq.conf"
-  mx_bg broker /usr/sbin/mosquitto -c "$WORK/$MODE-mosq.conf"
-  local broker=$BG_PID
-  mx_wait_listen "$port" || return
+  mosquitto_start "$port" || return
   "$PY3" -c '
 import random
 rng = random.Random(42)
@@ -42,8 +40,8 @@ for i in range(2000):
   mx_result "received $(wc -l <"$WORK/$MODE-sub.out") messages, sha256 $(sha256sum <"$WORK/$MODE-sub.out" | cut -c1-16)"
   mx_check "publisher exit status 0 (got $rc_pub)" test "$rc_pub" -eq 0
   mx_check "subscriber got all 2000 in order" cmp -s "$WORK/$MODE-sub.out" "$WORK/$MODE-messages"
-  mx_check "broker still running" kill -0 "$broker"
-  stop_bg "$broker"
+  mx_check "broker still running" kill -0 "$BROKER_PID"
+  stop_bg "$BROKER_PID"
 }
 
 mx_main

@@ -12,6 +12,7 @@
 # what the single subscriber got.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 need_cmd mosquitto_pub mosquitto_sub
+. "$(dirname "${BASH_SOURCE[0]}")/mosquitto.inc"
 [[ -x /usr/sbin/mosquitto ]] || skip "mosquitto is not installed"
 MX_SWITCHED_BY="broker pub sub1 sub20 fanin"
 
@@ -38,14 +39,10 @@ wait_subs() {
 }
 
 mx_body() {
-  local port broker i rc pids=() good=0 bad=() out
+  local port i rc pids=() good=0 bad=() out
   port=$(free_port)
   mx_port broker "$port"
-  printf 'listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 0\nmax_inflight_messages 20\n' \
-    "$port" >"$WORK/$MODE-mosq.conf"
-  mx_bg broker /usr/sbin/mosquitto -c "$WORK/$MODE-mosq.conf"
-  broker=$BG_PID
-  mx_wait_listen "$port" || { stop_bg "$broker"; return; }
+  mosquitto_start "$port" "max_inflight_messages 20" || return
   for i in $(seq 20); do
     mx_bg "sub$i" mosquitto_sub -h 127.0.0.1 -p "$port" -t fan/out -q 1 -C 1500 -W 90 -i "sub$i"
     pids+=("$BG_PID")
@@ -90,8 +87,8 @@ mx_body() {
   mx_result "fan-in: subscriber exit $rc, $(wc -l <"$WORK/$MODE-fanin.sorted") messages," \
     "sorted sha256 $(sha256sum <"$WORK/$MODE-fanin.sorted" | cut -c1-16)"
   mx_check "fan-in: the subscriber got each of the 2000 messages once" cmp -s "$WORK/fanin.want" "$WORK/$MODE-fanin.sorted"
-  mx_check "broker still running" kill -0 "$broker"
-  stop_bg "$broker"
+  mx_check "broker still running" kill -0 "$BROKER_PID"
+  stop_bg "$BROKER_PID"
 }
 
 mx_main

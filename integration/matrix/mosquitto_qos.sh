@@ -8,6 +8,7 @@
 # statuses, how many messages the subscriber got and their SHA-256 in order.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 need_cmd mosquitto_pub mosquitto_sub
+. "$(dirname "${BASH_SOURCE[0]}")/mosquitto.inc"
 [[ -x /usr/sbin/mosquitto ]] || skip "mosquitto is not installed"
 MX_SWITCHED_BY="broker sub-q0 sub-q1 sub-q2 pub-q0 pub-q1 pub-q2"
 
@@ -19,14 +20,10 @@ for i in range(2000):
 ' >"$WORK/messages"
 
 mx_body() {
-  local port q rc_pub rc_sub sub_pid broker
+  local port q rc_pub rc_sub sub_pid
   port=$(free_port)
   mx_port broker "$port"
-  printf 'listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 0\nmax_inflight_messages 20\n' \
-    "$port" >"$WORK/$MODE-mosq.conf"
-  mx_bg broker /usr/sbin/mosquitto -c "$WORK/$MODE-mosq.conf"
-  broker=$BG_PID
-  mx_wait_listen "$port" || { stop_bg "$broker"; return; }
+  mosquitto_start "$port" "max_inflight_messages 20" || return
   for q in 0 1 2; do
     rc_pub=0 rc_sub=0
     mx_bg "sub-q$q" mosquitto_sub -h 127.0.0.1 -p "$port" -t "qos/$q" -q "$q" -C 2000 -W 60 -i "sub$q"
@@ -47,8 +44,8 @@ mx_body() {
     mx_check "QoS $q: subscriber got all 2000 in order ($(wc -l <"$WORK/$MODE-sub-q$q.out"))" \
       cmp -s "$WORK/$MODE-sub-q$q.out" "$WORK/messages"
   done
-  mx_check "broker still running" kill -0 "$broker"
-  stop_bg "$broker"
+  mx_check "broker still running" kill -0 "$BROKER_PID"
+  stop_bg "$BROKER_PID"
 }
 
 mx_main

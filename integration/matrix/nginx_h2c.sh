@@ -11,54 +11,22 @@
 # each curl's HTTP version and code, every file's MD5 (equal to the served
 # file's), and nginx logged no error.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-need_cmd nginx curl h2load
+need_cmd curl h2load
+. "$(dirname "${BASH_SOURCE[0]}")/nginx.inc"
 curl --version | grep -qw HTTP2 || skip "curl has no HTTP/2"
 MX_SWITCHED_BY="nginx h2load-small h2load-64k"
 
-mkdir -p "$WORK/www"
-"$PY3" - "$WORK/www" <<'PY'
-import random, sys
-rng = random.Random(97)
-for i in range(1, 41):
-    n = rng.choice((1, 1000, 16384, 65536, 300000, 1000000, rng.randint(1, 1000000)))
-    open("%s/q%02d.bin" % (sys.argv[1], i), "wb").write(rng.randbytes(n))
-PY
-(cd "$WORK/www" && md5sum q*.bin) >"$WORK/want.md5"
-printf 'small\n' >"$WORK/www/small.txt"
-"$PY3" -c 'import random, sys; open(sys.argv[1], "wb").write(random.Random(64).randbytes(65536))' "$WORK/www/64k.bin"
+mx_seeded_files "$WORK/www" q 97 40 1000000 1 1000 16384 65536 300000 1000000
+mx_small_files "$WORK/www"
 
 mx_body() {
-  local port pid rc dir i pids=() f out
+  local port rc dir i pids=() f out
   port=$(free_port)
   mx_port nginx-h2c "$port"
   dir=$WORK/$MODE-nginx
-  mkdir -p "$dir/logs" "$dir/seq"
-  cat >"$dir/nginx.conf" <<CONF
-daemon off;
-master_process on;
-worker_processes 1;
-user root;
-pid $dir/nginx.pid;
-error_log stderr warn;
-events { worker_connections 256; }
-http {
-  access_log off;
-  keepalive_requests 10000;
-  http2_max_concurrent_streams 128;
-  client_body_temp_path $dir/body;
-  proxy_temp_path $dir/proxy;
-  fastcgi_temp_path $dir/fastcgi;
-  uwsgi_temp_path $dir/uwsgi;
-  scgi_temp_path $dir/scgi;
-  server {
-    listen 127.0.0.1:$port http2;
-    root $WORK/www;
-  }
-}
-CONF
-  mx_bg nginx nginx -p "$dir" -c "$dir/nginx.conf"
-  pid=$BG_PID
-  mx_wait_listen "$port" || { stop_bg "$pid"; return; }
+  mkdir -p "$dir/seq"
+  nginx_conf "$dir" 1 "$port http2" "keepalive_requests 10000; http2_max_concurrent_streams 128;"
+  nginx_start nginx "$dir" "$port" || { stop_bg "$NGINX_PID"; return; }
   for f in small.txt 64k.bin; do
     rc=0
     out=$WORK/$MODE-h2load-${f%%.*}.out
@@ -90,13 +58,7 @@ CONF
   (cd "$dir/seq" && md5sum q*.bin) >"$dir/seq.md5" 2>&1
   cat "$dir/seq.md5" >>"$RES"
   mx_check "curl: the 40 files byte for byte (MD5)" cmp -s "$WORK/want.md5" "$dir/seq.md5"
-  mx_check "nginx still running" kill -0 "$pid"
-  stop_bg "$pid"
-  if grep -q '\[\(alert\|crit\|emerg\|error\)\]' "$WORK/$MODE-nginx.err"; then
-    not_ok "$MODE: nginx logged no error"
-    grep '\[\(alert\|crit\|emerg\|error\)\]' "$WORK/$MODE-nginx.err" | head -n 5
-  fi
-  mx_result "nginx errors logged: $(grep -c '\[\(alert\|crit\|emerg\|error\)\]' "$WORK/$MODE-nginx.err")"
+  nginx_stop nginx
 }
 
 mx_main

@@ -98,20 +98,15 @@ while (next < INFLIGHT) one(next++);
 JS
 
 mx_body() {
-  local port pid rc
+  local port pid
   port=$(free_port)
   mx_port node "$port"
   mx_bg server node "$WORK/server.js" "$port"
   pid=$BG_PID
   mx_wait_listen "$port" || { stop_bg "$pid"; return; }
-  rc=0
-  mx_fg client node "$WORK/client.js" "$port" >"$WORK/$MODE-client.out" 2>"$WORK/$MODE-client.err" || rc=$?
-  mx_result "client exit $rc"
-  cat "$WORK/$MODE-client.out" >>"$RES"
-  mx_check "client: exit status 0 (got $rc)" test "$rc" -eq 0
-  mx_check "client: all 3000 answers right ($(head -n 1 "$WORK/$MODE-client.out"))" \
-    grep -qx 'answers right 3000 of 3000, wrong 0, failed 0' "$WORK/$MODE-client.out"
-  [[ -s $WORK/$MODE-client.err ]] && head -n 5 "$WORK/$MODE-client.err"
+  mx_client client node "$WORK/client.js" "$port"
+  mx_check "client: all 3000 answers right ($(head -n 1 "$MX_OUT"))" \
+    grep -qx 'answers right 3000 of 3000, wrong 0, failed 0' "$MX_OUT"
   mx_wrk wrk "http://127.0.0.1:$port/blob/7" -t2 -c32 -d4s
   mx_check "server still running" kill -0 "$pid"
   stop_bg "$pid"

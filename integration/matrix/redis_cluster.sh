@@ -13,7 +13,8 @@
 # tests, the MD5 of the 1000 values read back (equal to those set) and
 # every node's DBSIZE (the slots decide where each key lives).
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-need_cmd redis-server redis-cli redis-benchmark
+need_cmd redis-benchmark
+. "$(dirname "${BASH_SOURCE[0]}")/redis.inc"
 MX_SWITCHED_BY="node1 node2 node3 bench"
 
 "$PY3" - "$WORK" <<'PY'
@@ -41,9 +42,8 @@ mx_body() {
     # switches before the run ends is a timing.
     mx_port "bus$i" "$b" 0
     mkdir -p "$WORK/$MODE-node$i"
-    mx_bg "node$i" redis-server --port "$p" --cluster-port "$b" --bind 127.0.0.1 --cluster-enabled yes \
-      --cluster-config-file "$WORK/$MODE-node$i/nodes.conf" --cluster-node-timeout 15000 --dir "$WORK/$MODE-node$i" \
-      --save '' --appendonly no --daemonize no --logfile '' --unixsocket ''
+    redis_start "node$i" "$p" "$WORK/$MODE-node$i" --cluster-port "$b" --cluster-enabled yes \
+      --cluster-config-file "$WORK/$MODE-node$i/nodes.conf" --cluster-node-timeout 15000
     pids+=("$BG_PID")
   done
   for p in "${ports[@]}"; do

@@ -9,35 +9,20 @@
 # which must equal the one computed here) and an MD5 of 2000 of them read
 # back with redis-cli --raw MGET.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-need_cmd redis-server redis-benchmark redis-cli
+need_cmd redis-benchmark
+. "$(dirname "${BASH_SOURCE[0]}")/redis.inc"
 N=20000
 # The MGET client is one short connection: whether it switches before it
 # ends depends on the load (its answer is still checked byte for byte).
 MX_SWITCHED_BY="benchmark pipe server"
 
-"$PY3" - "$WORK" "$N" <<'PY'
-import hashlib, random, sys
-work, n = sys.argv[1], int(sys.argv[2])
-rng = random.Random(77)
-vals = [rng.randbytes(rng.randint(1, 2000)) for _ in range(n)]
-with open(work + "/pipe.resp", "wb") as f:
-    for i, v in enumerate(vals):
-        k = b"p:%d" % i
-        f.write(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(k), k, len(v), v))
-open(work + "/want.sha1", "w").write(hashlib.sha1(b"|".join(vals)).hexdigest() + "\n")
-with open(work + "/want.mget", "wb") as f:
-    for v in vals[:2000]:
-        f.write(v + b"\n")
-PY
-
-DIGEST="local t = {} for i = 0, $N - 1 do t[#t + 1] = redis.call('GET', 'p:' .. i) end return redis.sha1hex(table.concat(t, '|'))"
+redis_pipe_file p 77 "$N"
 
 mx_body() {
   local port rc out pid keys
   port=$(free_port)
   mx_port redis "$port"
-  mx_bg server redis-server --save '' --appendonly no --port "$port" --bind 127.0.0.1 --dir "$WORK" \
-    --daemonize no --logfile '' --unixsocket '' --protected-mode yes
+  redis_start server "$port" "$WORK" --protected-mode yes
   pid=$BG_PID
   mx_wait_listen "$port" || { stop_bg "$pid"; return; }
   rc=0
@@ -49,13 +34,7 @@ mx_body() {
   mx_result "INCR counter: $(mx_fg cli-counter redis-cli -h 127.0.0.1 -p "$port" GET 'counter:__rand_int__' 2>&1)"
   mx_result "LLEN mylist: $(mx_fg cli-llen redis-cli -h 127.0.0.1 -p "$port" LLEN mylist 2>&1)"
 
-  rc=0
-  out=$(mx_fg pipe redis-cli -h 127.0.0.1 -p "$port" --pipe <"$WORK/pipe.resp" 2>&1) || rc=$?
-  mx_result "redis-cli --pipe exit $rc: $(grep -o 'errors: .*' <<<"$out")"
-  mx_same "redis-cli --pipe: every SET answered, no error" "errors: 0, replies: $N" "$(grep -o 'errors: .*' <<<"$out")"
-  out=$(mx_fg cli-eval redis-cli -h 127.0.0.1 -p "$port" EVAL "$DIGEST" 0 2>&1)
-  mx_result "server-side SHA-1 of the values: $out"
-  mx_same "the server holds the 20000 values byte for byte (SHA-1)" "$(cat "$WORK/want.sha1")" "$out"
+  redis_pipe_check "$port" p "$N"
   mapfile -t keys < <(seq -f 'p:%.0f' 0 1999)
   mx_fg cli-mget redis-cli -h 127.0.0.1 -p "$port" --raw MGET "${keys[@]}" >"$WORK/$MODE.mget" 2>&1
   mx_result "MGET of 2000: md5 $(md5sum <"$WORK/$MODE.mget" | cut -c1-32)"

@@ -7,7 +7,7 @@
 # the master's offset, and both servers' SHA-1 over all values (EVAL_RO on
 # each, equal to the one computed here), DBSIZE and the counter.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-need_cmd redis-server redis-cli
+. "$(dirname "${BASH_SOURCE[0]}")/redis.inc"
 MX_SWITCHED_BY="replica@master"
 
 "$PY3" - "$WORK" <<'PY'
@@ -30,7 +30,7 @@ with open(work + "/second.resp", "wb") as f:
             f.write(resp(b"INCR", b"counter"))
 open(work + "/want.sha1", "w").write(hashlib.sha1(b"|".join(vals)).hexdigest() + "\n")
 PY
-DIGEST="local t = {} for i = 0, 9999 do t[#t + 1] = redis.call('GET', 'r:' .. i) end return redis.sha1hex(table.concat(t, '|'))"
+DIGEST=$(redis_digest r 10000)
 
 # info PORT FIELD: one field of INFO replication.
 info() {
@@ -45,15 +45,13 @@ mx_body() {
   # Only redis-cli's short INFO polls connect to the replica: none has to
   # live long enough to switch.
   mx_port replica "$rport" 0
-  mx_bg master redis-server --save '' --appendonly no --port "$mport" --bind 127.0.0.1 --dir "$WORK" \
-    --daemonize no --logfile '' --unixsocket '' --repl-diskless-sync yes --repl-diskless-sync-delay 0
+  redis_start master "$mport" "$WORK" --repl-diskless-sync yes --repl-diskless-sync-delay 0
   mpid=$BG_PID
   mx_wait_listen "$mport" || { stop_bg "$mpid"; return; }
   out=$(mx_fg pipe1 redis-cli -h 127.0.0.1 -p "$mport" --pipe <"$WORK/first.resp" 2>&1)
   mx_result "first 5000 to the master: $(grep -o 'errors: .*' <<<"$out")"
   mkdir -p "$WORK/$MODE-replica"
-  mx_bg replica redis-server --save '' --appendonly no --port "$rport" --bind 127.0.0.1 \
-    --dir "$WORK/$MODE-replica" --daemonize no --logfile '' --unixsocket '' --replicaof 127.0.0.1 "$mport"
+  redis_start replica "$rport" "$WORK/$MODE-replica" --replicaof 127.0.0.1 "$mport"
   rpid=$BG_PID
   mx_wait_listen "$rport" || { stop_bg "$mpid"; stop_bg "$rpid"; return; }
   for ((i = 0; i < 150; i++)); do

@@ -13,14 +13,7 @@
 need_cmd rsync
 MX_SWITCHED_BY="daemon push1 pull1 push2 pull2"
 
-mkdir -p "$WORK/src"
-"$PY3" - "$WORK/src" <<'PY'
-import random, sys
-rng = random.Random(101)
-for i in range(1, 41):
-    n = rng.choice((1, 1000, 65536, 300000, 4000000, rng.randint(1, 4000000)))
-    open("%s/r%02d.bin" % (sys.argv[1], i), "wb").write(rng.randbytes(n))
-PY
+mx_seeded_files "$WORK/src" r 101 40 4000000 1 1000 65536 300000 4000000
 cp -a "$WORK/src" "$WORK/src0"
 
 # change_some DIR: rewrites 4 KiB in the middle of 10 files (seeded).

@@ -65,7 +65,7 @@ ssh_opts=(-F /dev/null -i "$KEYS/user" -o IdentitiesOnly=yes -o BatchMode=yes -o
   -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ConnectTimeout=30 -o Compression=no)
 
 mx_body() {
-  local port pid rc got dir=$WORK/$MODE-sshd
+  local port pid rc got way dir=$WORK/$MODE-sshd
   port=$(free_port)
   mx_port sshd "$port" 0
   mkdir -p "$dir"
@@ -89,20 +89,17 @@ EOF
   got=$(mx_fg ssh ssh -p "$port" "${ssh_opts[@]}" root@127.0.0.1 'echo login; id -u; exit 7' 2>"$dir/ssh.err") || rc=$?
   mx_result "login: $(tr '\n' ' ' <<<"$got")status $rc"
   mx_same "login runs its command (stderr: $(head -c 200 "$dir/ssh.err"))" "login 0 7" "$(tr '\n' ' ' <<<"$got")$rc"
-  rc=0
-  mx_fg scp-up scp -P "$port" "${ssh_opts[@]}" "$WORK/blob" "root@127.0.0.1:$dir/up.bin" 2>"$dir/scp-up.err" || rc=$?
-  got=$( (sha256sum <"$dir/up.bin") 2>/dev/null | cut -d' ' -f1)
-  mx_result "scp up exit $rc, sha256 $got"
-  mx_check "scp up: exit status 0 (got $rc: $(head -c 200 "$dir/scp-up.err"))" test "$rc" -eq 0
-  mx_same "scp up: the 100 MB arrived byte for byte (SHA-256)" "$SUM" "$got"
-  rm -f "$dir/up.bin"
-  rc=0
-  mx_fg scp-down scp -P "$port" "${ssh_opts[@]}" "root@127.0.0.1:$WORK/blob" "$dir/down.bin" 2>"$dir/scp-down.err" || rc=$?
-  got=$( (sha256sum <"$dir/down.bin") 2>/dev/null | cut -d' ' -f1)
-  mx_result "scp down exit $rc, sha256 $got"
-  mx_check "scp down: exit status 0 (got $rc: $(head -c 200 "$dir/scp-down.err"))" test "$rc" -eq 0
-  mx_same "scp down: the 100 MB arrived byte for byte (SHA-256)" "$SUM" "$got"
-  rm -f "$dir/down.bin"
+  for way in up down; do
+    local from=$WORK/blob to=root@127.0.0.1:$dir/up.bin
+    [[ $way == down ]] && { from=root@127.0.0.1:$WORK/blob; to=$dir/down.bin; }
+    rc=0
+    mx_fg "scp-$way" scp -P "$port" "${ssh_opts[@]}" "$from" "$to" 2>"$dir/scp-$way.err" || rc=$?
+    got=$( (sha256sum <"$dir/$way.bin") 2>/dev/null | cut -d' ' -f1)
+    mx_result "scp $way exit $rc, sha256 $got"
+    mx_check "scp $way: exit status 0 (got $rc: $(head -c 200 "$dir/scp-$way.err"))" test "$rc" -eq 0
+    mx_same "scp $way: the 100 MB arrived byte for byte (SHA-256)" "$SUM" "$got"
+    rm -f "$dir/$way.bin"
+  done
   mx_check "sshd still running" kill -0 "$pid"
   stop_bg "$pid"
   got=$(grep -E 'terminated by signal|Connection reset|Broken pipe|fatal' "$WORK/$MODE-sshd.err" | head -n 3)
