@@ -118,8 +118,17 @@ start_victim() {
   # Warm up (the shim opens its trace file and netlink socket lazily), then
   # the baseline.
   legit "$shape warm-up" 128K || return 1
-  sleep 0.3
-  VBASE=$(fd_count "$VPID")
+  # The baseline once the count holds still: a loaded host may leave the
+  # warm-up's connection, or a lazily made fd of the shim's, in flight for
+  # longer than one look.
+  local n prev=-1 same_looks=0
+  for ((i = 0; i < 30 && same_looks < 3; i++)); do
+    sleep 0.1
+    n=$(fd_count "$VPID")
+    if [[ $n == "$prev" ]]; then same_looks=$((same_looks + 1)); else same_looks=0; fi
+    prev=$n
+  done
+  VBASE=$prev
   log "$shape victim pid $VPID port $VPORT: $VBASE fds at rest"
 }
 
