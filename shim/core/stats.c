@@ -20,8 +20,12 @@ static bool put_count(char *buf, size_t size, size_t *off, const char *name, uns
 {
 	int w = snprintf(buf + *off, size - *off, "%s\"%s\":%lu", *off ? "," : "", name, n);
 
-	if (w < 0 || (size_t)w >= size - *off)
+	if (w < 0 || (size_t)w >= size - *off) {
+		/* snprintf wrote what fit: a member cut short would leave the
+		 * line invalid JSON. The list ends at the last whole one. */
+		buf[*off] = '\0';
 		return false;
+	}
 	*off += (size_t)w;
 	return true;
 }
