@@ -53,7 +53,7 @@ struct shim_stat_link_desc {
 	uint8_t path_mtu;   /* enum ibv_mtu the RTR transition asked for; 0 unknown */
 	uint8_t active_mtu; /* the port's active MTU when RTR failed; 0 unknown */
 	uint8_t gone;       /* the link is gone; kept to show how it ended */
-	uint8_t pad0;
+	uint8_t reached;    /* the furthest of RESET..RTS it reached (qp_state may be ERR since) */
 	uint16_t reason;    /* enum shim_reason: why its connection gave up; 0 it did not */
 	uint16_t pad1;
 	uint32_t lqpn, rqpn; /* rqpn 0: not known yet (before RTR) */

@@ -31,15 +31,17 @@ void shim_rdma_link_stat_new(struct rdma_link *l, struct ibv_context *verbs, uin
 	memset(sd, 0, sizeof(*sd));
 	snprintf(sd->dev, sizeof(sd->dev), "%s", verbs ? ibv_get_device_name(verbs->device) : "?");
 	sd->port = port;
-	sd->qp_state = SHIM_STAT_QP_RESET;
+	sd->qp_state = sd->reached = SHIM_STAT_QP_RESET;
 	sd->client = l->client;
 	sd->lqpn = l->qp->qp_num;
 	sd->num = l->num;
 	sd->max_conns = l->max_conns;
 	sd->state_unix_ns = shim_stat_now_unix_ns();
+	/* The hosts' addresses: the link carries connections of many ports. */
 	if (t) {
 		d.local = t->local;
 		d.peer = t->peer;
+		d.local.port = d.peer.port = 0;
 	}
 	l->stat = shim_stat_link_new(&d, sd);
 }
@@ -55,6 +57,8 @@ void shim_rdma_link_stat_qp(struct rdma_link *l, enum ibv_qp_state st, int rc, c
 	pthread_mutex_lock(&l->lock);
 	if (rc == 0) {
 		sd->qp_state = qp_of(st);
+		if (sd->qp_state > sd->reached && sd->qp_state <= SHIM_STAT_QP_RTS)
+			sd->reached = sd->qp_state;
 		sd->failed_to = SHIM_STAT_QP_NONE;
 		sd->err = 0;
 		if (st == IBV_QPS_RTR) {
