@@ -332,7 +332,7 @@ if wanted qp; then
   RDMASHIM_STATS_DIR=$qdir shim qp $port timeout 120 iperf3 -s -B "$addr" -p "$port" -1 > "$T/qp.server" 2>&1 &
   spid=$!
   listening "$port"
-  RDMASHIM_STATS_DIR=$qdir shim qp $port timeout 100 iperf3 -c "$addr" -p "$port" -t 20 > "$T/qp.client" 2>&1 &
+  RDMASHIM_STATS_DIR=$qdir shim qp $port timeout 100 iperf3 -c "$addr" -p "$port" -t 30 > "$T/qp.client" 2>&1 &
   cpid=$!
   qrc=9 found=
   for ((i = 0; i < 60; i++)); do
@@ -357,7 +357,9 @@ sys.exit(0 if ok else 1)
 PY
     then found=1; [[ $qrc -eq 0 ]] && break; else found=; fi
   done
+  # The table while they run (the JSON above is what is checked).
   "$TOOL" qp --dir "$qdir" > "$T/qp.table" 2>&1
+  echo "   qp: after $i looks:"
   cat "$T/qp.table"
   check "qp: both iperf3 ends' queue pairs in RTS, with their pid and program, each the other's remote QP" \
     test -n "$found"
@@ -369,12 +371,44 @@ sys.exit(0 if d['kernel'] == 'rdma' and d['qps'] and all(x['kernel_state'] == 'R
   [[ -n $found ]] || { cat "$T/qp.json" "$T/qp.err"; dump qp; }
   rc=0
   wait "$cpid" || rc=$?
-  check "qp: iperf3 -t 20 exit 0 (got $rc)" test "$rc" -eq 0
+  check "qp: iperf3 -t 30 exit 0 (got $rc)" test "$rc" -eq 0
   wait "$spid" 2>/dev/null
   rc=0
   timeout 20 "$TOOL" qp --dir "$qdir" > "$T/qp.after" 2>&1 || rc=$?
   check "qp: once both ended, no process (exit 3, got $rc)" \
     bash -c "[[ $rc -eq 3 ]] && grep -q 'no process under the shim' '$T/qp.after'"
+
+  # A shim server, plain clients: the server's QP waits in INIT for a CM
+  # reply that never comes (nothing listens at the client), and once the
+  # upgrade gave up qp shows that link gone, the step it missed (INIT ->
+  # RTR) and the cause (peer not listening), under the server's pid.
+  port=$((port + 1))
+  RDMASHIM_STATS_DIR=$qdir shim qp2 $port timeout 120 "$PROGS/stress" server --bind "$addr" --port "$port" \
+    --exit-after 9 --timeout 60 > "$T/qp2.server" 2>&1 &
+  spid=$!
+  listening "$port"
+  warm_server qp2 "$port"
+  # Longer than the upgrade timeout (3 s): the server gives up meanwhile.
+  timeout 100 "$PROGS/stress" client --host "$addr" --port "$port" --conns 1 --duration 4 --mode blocking \
+    --timeout 60 > "$T/qp2.client" 2>&1
+  s_pid=$(pgrep -f "^$PROGS/stress server --bind $addr --port $port" | head -n 1)
+  found=
+  for ((i = 0; i < 40 && !found; i++)); do
+    timeout 20 "$TOOL" qp --dir "$qdir" --json > "$T/qp2.json" 2>&1
+    python3 - "$T/qp2.json" "${s_pid:-0}" <<'PY' && found=1 || sleep 0.5
+import json, sys
+d = json.load(open(sys.argv[1]))
+sys.exit(0 if any(x["gone"] and x["pid"] == int(sys.argv[2]) and x["program"] == "stress"
+                  and x["missing_step"] == "INIT -> RTR" and x["reason"] == "peer_no_shim"
+                  and x["cause"].startswith("peer not listening") for x in d["qps"]) else 1)
+PY
+  done
+  "$TOOL" qp --dir "$qdir" > "$T/qp2.table" 2>&1
+  cat "$T/qp2.table"
+  check "qp: a shim server's QP with a plain client: gone, missing INIT -> RTR, cause peer not listening" \
+    test -n "$found"
+  [[ -n $found ]] || { cat "$T/qp2.json"; dump qp2; }
+  kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
 fi
 
 if wanted sockperf; then

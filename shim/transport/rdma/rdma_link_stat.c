@@ -89,6 +89,8 @@ void shim_rdma_link_stat_broken_locked(struct rdma_link *l, const char *why, int
 
 	if (!ours(l))
 		return;
+	if (!why)
+		why = "?";
 	sd->qp_state = SHIM_STAT_QP_ERR;
 	sd->state_unix_ns = sd->verbs_err_unix_ns = shim_stat_now_unix_ns();
 	sd->verbs_detail = detail;
@@ -96,7 +98,7 @@ void shim_rdma_link_stat_broken_locked(struct rdma_link *l, const char *why, int
 	 * rdma_link.c): then detail is that status. */
 	sd->verbs_wc = detail > 0 && detail <= IBV_WC_GENERAL_ERR &&
 		       strcmp(why, ibv_wc_status_str((enum ibv_wc_status)detail)) == 0;
-	snprintf(sd->verbs_err, sizeof(sd->verbs_err), "%s", why ? why : "?");
+	snprintf(sd->verbs_err, sizeof(sd->verbs_err), "%s", why);
 	shim_stat_link_describe(l->stat, sd);
 }
 
