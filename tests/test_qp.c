@@ -7,13 +7,15 @@
  * kernel's state and PSN from saved `rdma -j resource show qp` output,
  * says so when no process is there (exit 3), and gives a clear line for
  * a garbled area or a vanished pid, never a crash. `rdmashim stat` skips
- * the link records. A gone link is kept, at most SHIM_STAT_LINKS_KEPT.
+ * the link records. A gone link is kept, at most SHIM_STAT_LINKS_KEPT. A
+ * fork's child lists none of its parent's queue pairs, only its own.
  * Needs build/bin/rdmashim (make all).
  */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,6 +305,44 @@ START_TEST(gone_links_kept_then_bounded)
 }
 END_TEST
 
+/* A fork's child has none of its parent's queue pairs: the tool, asked
+ * about the child (alive, its own area), lists none; the parent's stay. */
+START_TEST(fork_child_has_no_parent_links)
+{
+	char args[256];
+	int sync[2], status;
+	pid_t pid;
+	char c;
+
+	fixture();
+	shim_stat_link_end(link_rec("rxe0", 40, SHIM_STAT_QP_INIT, false), true); /* kept, the parent's */
+	ck_assert_int_eq(pipe(sync), 0);
+	pid = fork();
+	if (pid == 0) {
+		shim_statarea_atfork_child();
+		shim_statlink_atfork_child();
+		/* A new link of the child's own takes a freed record. */
+		link_rec("rxe1", 50, SHIM_STAT_QP_RTS, true);
+		close(sync[0]);
+		ck_assert_int_eq(write(sync[1], "x", 1), 1);
+		pause();
+		_exit(0);
+	}
+	close(sync[1]);
+	ck_assert_int_eq(read(sync[0], &c, 1), 1);
+	snprintf(args, sizeof(args), "qp --no-kernel --json --pid %d --dir %s", (int)pid, base);
+	ck_assert_int_eq(run(args), 0);
+	ck_assert_msg(strstr(out, "\"lqpn\":50,") && !strstr(out, "\"lqpn\":17,") && !strstr(out, "\"lqpn\":40,"),
+		      "%s", out);
+	snprintf(args, sizeof(args), "qp --no-kernel --json --pid %d --dir %s", (int)getpid(), base);
+	ck_assert_int_eq(run(args), 1);
+	ck_assert_msg(strstr(out, "\"lqpn\":17,") && strstr(out, "\"lqpn\":40,") && !strstr(out, "\"lqpn\":50,"),
+		      "%s", out);
+	kill(pid, SIGKILL);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("qp");
@@ -317,6 +357,7 @@ int main(void)
 	tcase_add_test(tc, garbled_link_record_never_crashes);
 	tcase_add_test(tc, stat_skips_link_records);
 	tcase_add_test(tc, gone_links_kept_then_bounded);
+	tcase_add_test(tc, fork_child_has_no_parent_links);
 	suite_add_tcase(s, tc);
 	return shim_check_run(s);
 }
