@@ -242,6 +242,9 @@ check "bundle: MANIFEST records health's exit status" grep -qE '^health.json +rd
   "${b[0]}/MANIFEST.txt"
 check "bundle: stat.json, or the MANIFEST says it is left out" \
   bash -c "[[ -e '${b[0]}/stat.json' ]] || grep -q '^stat.json .*left out' '${b[0]}/MANIFEST.txt'"
+check "bundle: qp.json parses, and the MANIFEST records qp's exit status" bash -c \
+  "'$PYTHON' -c 'import json, sys; json.load(open(sys.argv[1]))' '${b[0]}/qp.json' &&
+   grep -qE '^qp.json +rdmashim qp --json: exit status [0-9]' '${b[0]}/MANIFEST.txt'"
 check "bundle: the trace copied byte for byte" cmp -s "$srv_file" "${b[0]}/traces/1-trace.$srv_pid.jsonl"
 check "bundle: no temporary directory left" bash -c "! ls -d \"\${TMPDIR:-/tmp}\"/rdmashim-bundle.* 2>/dev/null | grep -q ."
 timeout 30 "$TOOL" bundle "$WORK/no-such-trace" >/dev/null 2>&1

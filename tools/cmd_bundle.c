@@ -1,8 +1,8 @@
 /*
  * rdmashim bundle [-o FILE.tar.gz] [TRACE...]: one tarball for a bug
  * report, holding what a maintainer asks for first: the version, the
- * configuration of this environment, health --json, stat --json (when this
- * build has it), uname -a, the rdma-core packages' versions, the CPU model,
+ * configuration of this environment, health --json, stat --json and qp
+ * --json (when this build has them), uname -a, the rdma-core packages' versions, the CPU model,
  * and the trace files named. MANIFEST.txt in it says how each member was
  * made and with which exit status: a command that fails here (health
  * without an RDMA device) is recorded, not fatal.
@@ -38,13 +38,13 @@ void rdmashim_bundle_usage(FILE *out)
 {
 	fputs("bundle [-o FILE.tar.gz] [TRACE...]\n"
 	      "  writes one gzip tarball (0600) for a bug report: rdmashim version,\n"
-	      "  config, health --json, stat --json (when present), uname -a, the\n"
-	      "  rdma-core and libibverbs1 package versions, the CPU model, and the\n"
-	      "  TRACE files named (plain or gzip, copied as they are). MANIFEST.txt in\n"
-	      "  it gives each member's command and exit status; a command that fails\n"
-	      "  is recorded, not fatal. Default FILE: rdmashim-bundle-DATE-TIME.tar.gz\n"
-	      "  in the current directory. Exit: 0 written; 1 tar failed; 2 bad usage\n"
-	      "  or a TRACE unreadable.\n",
+	      "  config, health --json, stat --json and qp --json (when present),\n"
+	      "  uname -a, the rdma-core and libibverbs1 package versions, the CPU\n"
+	      "  model, and the TRACE files named (plain or gzip, copied as they are).\n"
+	      "  MANIFEST.txt in it gives each member's command and exit status; a\n"
+	      "  command that fails is recorded, not fatal. Default FILE:\n"
+	      "  rdmashim-bundle-DATE-TIME.tar.gz in the current directory. Exit: 0\n"
+	      "  written; 1 tar failed; 2 bad usage or a TRACE unreadable.\n",
 	      out);
 }
 
@@ -390,6 +390,7 @@ int rdmashim_cmd_bundle(int argc, char **argv)
 	{
 		char *version[] = { self, "version", NULL }, *config[] = { self, "config", NULL };
 		char *health[] = { self, "health", "--json", NULL }, *stat[] = { self, "stat", "--json", NULL };
+		char *qp[] = { self, "qp", "--json", NULL };
 		char *uname[] = { "uname", "-a", NULL };
 		char *dpkg[] = { "dpkg-query", "-W", "rdma-core", "libibverbs1", NULL };
 
@@ -397,6 +398,7 @@ int rdmashim_cmd_bundle(int argc, char **argv)
 		capture(b, "config.txt", config, false);
 		capture(b, "health.json", health, false);
 		capture(b, "stat.json", stat, true);
+		capture(b, "qp.json", qp, true);
 		capture(b, "uname.txt", uname, false);
 		capture(b, "rdma-core.txt", dpkg, false);
 	}

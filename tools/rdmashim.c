@@ -3,12 +3,13 @@
  * its configuration. This file dispatches and holds the small commands; run
  * lives in cmd_run.c, config in cmd_config.c, health in cmd_health.c,
  * doctor in cmd_doctor.c, trace in cmd_trace.c, bundle in cmd_bundle.c,
- * stat in cmd_stat.c.
+ * stat in cmd_stat.c, qp in cmd_qp.c.
  *
  * Exit status: 0 success; 2 bad usage or a bad value (one line on stderr);
  * for run, 127 when the program can not be exec'd, else the program's own;
  * for health, 0 healthy, 1 degraded, 2 no usable device; for doctor, 1
- * when a check FAILs; for trace, 1 when a line of a file was bad.
+ * when a check FAILs; for trace, 1 when a line of a file was bad; for qp,
+ * 1 some QP not in RTS, 3 no process under the shim, 4 unreadable input.
  * `rdmashim help CMD` prints CMD's short help (CMD --help); the long form
  * is the manual, docs/man/rdmashim.1.
  */
@@ -29,6 +30,10 @@ int rdmashim_cmd_doctor(int argc, char **argv);
 /* cmd_stat.c */
 int rdmashim_cmd_stat(int argc, char **argv);
 void rdmashim_stat_usage(FILE *out);
+
+/* cmd_qp.c */
+int rdmashim_cmd_qp(int argc, char **argv);
+void rdmashim_qp_usage(FILE *out);
 
 /* cmd_health.c */
 int rdmashim_cmd_health(int argc, char **argv);
@@ -58,6 +63,8 @@ static void usage(FILE *out)
 	      "                                   the shim? PASS/WARN/FAIL, each with its fix\n"
 	      "  stat [OPTIONS]                   live connections and counters of the\n"
 	      "                                   processes under the shim (help stat)\n"
+	      "  qp [OPTIONS]                     the RDMA queue pairs of the processes under\n"
+	      "                                   the shim, and why one is not in RTS (help qp)\n"
 	      "  trace [OPTIONS] FILE...          one timeline per connection from trace\n"
 	      "                                   files, or --summary counts (see below)\n"
 	      "  bundle [-o FILE] [TRACE...]      one tarball for a bug report (see below)\n"
@@ -78,7 +85,8 @@ static void usage(FILE *out)
 	      "run: 127 if CMD can not be executed, else CMD's own status;\n"
 	      "health: 0 healthy, 1 degraded, 2 no usable device;\n"
 	      "doctor: 0 no FAIL line, 1 some FAIL line;\n"
-	      "trace: 1 some line of a file was bad.\n"
+	      "trace: 1 some line of a file was bad;\n"
+	      "qp: 1 some QP not in RTS, 3 no process under the shim, 4 unreadable input.\n"
 	      "Manual: rdmashim(1), the commands; rdmashim(7), the variables, reasons,\n"
 	      "trace events and files. Operating guide: docs/OPERATIONS.md.\n",
 	      out);
@@ -143,6 +151,7 @@ static const struct {
 	{ "config", rdmashim_cmd_config },
 	{ "health", rdmashim_cmd_health },
 	{ "stat", rdmashim_cmd_stat },
+	{ "qp", rdmashim_cmd_qp },
 	{ "doctor", rdmashim_cmd_doctor },
 	{ "trace", rdmashim_cmd_trace },
 	{ "bundle", rdmashim_cmd_bundle },

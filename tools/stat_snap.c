@@ -44,6 +44,20 @@ static struct snap_conn *add_conn(struct snap *s)
 	return &s->conns[s->nconn++];
 }
 
+static struct snap_link *add_link(struct snap *s)
+{
+	if (s->nlink == s->link_cap) {
+		size_t cap = s->link_cap ? s->link_cap * 2 : 16;
+		struct snap_link *l = realloc(s->links, cap * sizeof(*l));
+
+		if (!l)
+			return NULL;
+		s->links = l;
+		s->link_cap = cap;
+	}
+	return &s->links[s->nlink++];
+}
+
 static bool conn_passes(const struct shim_stat_rec *r, const struct snap_filter *f)
 {
 	if (f->port && r->d.local.port != f->port && r->d.peer.port != f->port)
@@ -88,6 +102,17 @@ static int read_area(struct snap *s, struct shim_stat_view *v, const struct snap
 			c.inconsistent = true;
 		else if (rc < 0)
 			continue;
+		if (c.rec.d.state == SHIM_STAT_LINK_REC && f->links) {
+			struct snap_link *l = add_link(s);
+
+			if (!l)
+				return -ENOMEM;
+			l->proc = pi;
+			l->slot = i;
+			l->inconsistent = c.inconsistent;
+			memcpy(&l->rec, &c.rec, sizeof(l->rec));
+			continue;
+		}
 		if (c.rec.d.state == SHIM_STAT_FREE || c.rec.d.state >= SHIM_STAT_STATE_COUNT ||
 		    c.rec.d.path >= SHIM_STAT_PATHS)
 			continue;
@@ -129,7 +154,7 @@ static long proc_uid(int pid)
 	return stat(path, &st) < 0 ? -1 : (long)st.st_uid;
 }
 
-static int denied(struct snap *s, int pid, unsigned uid)
+static int proc_error(struct snap *s, int pid, unsigned uid, const char *error)
 {
 	struct snap_proc *p = add_proc(s);
 
@@ -137,8 +162,13 @@ static int denied(struct snap *s, int pid, unsigned uid)
 		return -ENOMEM;
 	p->pid = pid;
 	p->uid = uid;
-	p->error = "permission denied";
+	p->error = error;
 	return 0;
+}
+
+static int denied(struct snap *s, int pid, unsigned uid)
+{
+	return proc_error(s, pid, uid, "permission denied");
 }
 
 static int read_user_dir(struct snap *s, int basefd, const char *uidname, const struct snap_filter *f)
@@ -188,8 +218,12 @@ static int read_user_dir(struct snap *s, int basefd, const char *uidname, const 
 			shim_stat_view_close(&v);
 			if (rc == 0)
 				s->procs[s->nproc - 1].dead = !alive;
+		} else if (rc == -EPROTO) {
+			/* A live process's file that is no area of this version
+			 * (damaged, or another build's): said, not skipped. */
+			rc = proc_error(s, pid, uid, "unreadable area (not a stats area of this version)");
 		} else {
-			rc = 0; /* gone meanwhile, or not an area */
+			rc = 0; /* gone meanwhile */
 		}
 		if (rc < 0) {
 			closedir(d);
@@ -229,5 +263,6 @@ void snap_free(struct snap *s)
 		free(s->procs[i].ab);
 	free(s->procs);
 	free(s->conns);
+	free(s->links);
 	memset(s, 0, sizeof(*s));
 }

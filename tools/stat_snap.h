@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "statarea.h"
+#include "statlink.h"
 
 struct snap_conn {
 	size_t proc; /* index in snap.procs */
@@ -19,10 +20,18 @@ struct snap_conn {
 	struct shim_stat_rec rec;
 };
 
+/* A queue pair's record (statlink.h), with snap_filter.links. */
+struct snap_link {
+	size_t proc;
+	uint64_t slot;
+	bool inconsistent;
+	struct shim_stat_link rec;
+};
+
 struct snap_proc {
 	int pid;      /* 0: a user's whole directory we may not read */
 	unsigned uid;
-	const char *error; /* NULL, "permission denied", "unreadable area" */
+	const char *error; /* NULL, "permission denied", "unreadable area (...)" */
 	bool hdr_inconsistent;
 	bool dead; /* its process is gone (--keep-dead) */
 	struct shim_stat_hdr hdr;
@@ -42,6 +51,8 @@ struct snap {
 	size_t nproc, proc_cap;
 	struct snap_conn *conns;
 	size_t nconn, conn_cap;
+	struct snap_link *links;
+	size_t nlink, link_cap;
 	uint64_t now_unix_ns;
 	unsigned removed; /* dead processes' files removed */
 };
@@ -52,6 +63,7 @@ struct snap_filter {
 	int path;      /* -1: any */
 	bool keep_dead; /* read dead processes' areas, marked dead, and keep them */
 	bool ab;        /* copy each area's A/B part too (850 KiB each) */
+	bool links;     /* the queue pairs' records too (snap.links) */
 };
 
 int snap_take(struct snap *s, const char *base, const struct snap_filter *f);

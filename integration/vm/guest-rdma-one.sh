@@ -13,10 +13,12 @@
 #   byte; then a hostile RDMA peer and a rendezvous squatter against a shim
 #   server (hostile, in guest-rdma-hostile.sh); last, the differential
 #   harness over RDMA (diff, in guest-diff.sh: corpus subset plus
-#   DIFF_VM_BUDGET_S, default 30, seconds of random scenarios).
+#   DIFF_VM_BUDGET_S, default 30, seconds of random scenarios); `rdmashim
+#   qp` over a live iperf3 (qp: both ends' queue pairs in RTS, with the
+#   right pid and program, the kernel agreeing).
 # Prints TAP-like "ok - " / "not ok - " lines; exits 1 if any check failed.
 #
-# RDMA_ONLY=stress|failover|port|redis|iperf3|sockperf|speed|wakeup|warm|forkconn|peerdeath|plain|hostile|diff (space
+# RDMA_ONLY=stress|failover|port|redis|iperf3|qp|sockperf|speed|wakeup|warm|forkconn|peerdeath|plain|hostile|diff (space
 # or comma separated) runs a subset.
 # RDMA_TRACE=debug for the whole handshake in the dumped traces.
 set -uo pipefail
@@ -24,7 +26,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=guest-lib.sh
 . "$here/guest-lib.sh"
 addr=192.168.77.1
-only=${RDMA_ONLY:-stress failover port redis iperf3 sockperf speed wakeup warm forkconn peerdeath plain hostile diff}
+only=${RDMA_ONLY:-stress failover port redis iperf3 qp sockperf speed wakeup warm forkconn peerdeath plain hostile diff}
 only=${only//,/ }
 T=/tmp/rdma-one
 n_ok=0 n_fail=0
@@ -316,6 +318,97 @@ if wanted iperf3; then
   [[ $rc -eq 0 ]] || cat "$T/iperf3.client"
   wait "$spid" 2>/dev/null
   upgraded iperf3
+fi
+
+# qp: `rdmashim qp` while an iperf3 runs under the shim: one queue pair per
+# end, each in RTS, named by that end's pid and program, each the other's
+# remote QP, the kernel's view (rdma -j resource show qp) agreeing; exit 0.
+# Once both ended: no process, exit 3. Stats areas in a directory of the
+# part's own (the guest's /run is the host's).
+if wanted qp; then
+  port=$((port + 1))
+  qdir=$T/qpstats
+  TOOL=$ROOT/build/bin/rdmashim
+  RDMASHIM_STATS_DIR=$qdir shim qp $port timeout 120 iperf3 -s -B "$addr" -p "$port" -1 > "$T/qp.server" 2>&1 &
+  spid=$!
+  listening "$port"
+  RDMASHIM_STATS_DIR=$qdir shim qp $port timeout 100 iperf3 -c "$addr" -p "$port" -t 30 > "$T/qp.client" 2>&1 &
+  cpid=$!
+  qrc=9 found=
+  for ((i = 0; i < 60; i++)); do
+    sleep 0.5
+    s_pid=$(pgrep -f "^iperf3 -s -B $addr -p $port" | head -n 1)
+    c_pid=$(pgrep -f "^iperf3 -c $addr -p $port" | head -n 1)
+    [[ -n $s_pid && -n $c_pid ]] || continue
+    qrc=0
+    timeout 20 "$TOOL" qp --dir "$qdir" --json > "$T/qp.json" 2> "$T/qp.err" || qrc=$?
+    if python3 - "$T/qp.json" "$s_pid" "$c_pid" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+pids = {int(sys.argv[2]), int(sys.argv[3])}
+rts = [x for x in d["qps"] if not x["gone"] and x["state"] == "RTS"]
+ok = {x["pid"] for x in rts} == pids and all(x["program"] == "iperf3" and x["device"] for x in rts)
+# Each end's QP is the other's remote one (an end may hold two links
+# when its connections raced the first link's trust).
+for x in rts:
+    ok = ok and sum(1 for y in rts if y["pid"] != x["pid"] and y["lqpn"] == x["rqpn"] and y["rqpn"] == x["lqpn"]) == 1
+ok = ok and sum(x["conns"] for x in rts) >= 2
+sys.exit(0 if ok else 1)
+PY
+    then found=1; [[ $qrc -eq 0 ]] && break; else found=; fi
+  done
+  # The table while they run (the JSON above is what is checked).
+  "$TOOL" qp --dir "$qdir" > "$T/qp.table" 2>&1
+  echo "   qp: after $i looks:"
+  cat "$T/qp.table"
+  check "qp: both iperf3 ends' queue pairs in RTS, with their pid and program, each the other's remote QP" \
+    test -n "$found"
+  check "qp: exit 0 with every queue pair in RTS (got $qrc)" test "$qrc" -eq 0
+  check "qp: the kernel's view read and agreeing (state RTS from rdma resource show qp)" python3 -c "
+import json, sys
+d = json.load(open('$T/qp.json'))
+sys.exit(0 if d['kernel'] == 'rdma' and d['qps'] and all(x['kernel_state'] == 'RTS' and x['sq_psn'] is not None for x in d['qps'] if not x['gone']) else 1)"
+  [[ -n $found ]] || { cat "$T/qp.json" "$T/qp.err"; dump qp; }
+  rc=0
+  wait "$cpid" || rc=$?
+  check "qp: iperf3 -t 30 exit 0 (got $rc)" test "$rc" -eq 0
+  wait "$spid" 2>/dev/null
+  rc=0
+  timeout 20 "$TOOL" qp --dir "$qdir" > "$T/qp.after" 2>&1 || rc=$?
+  check "qp: once both ended, no process (exit 3, got $rc)" \
+    bash -c "[[ $rc -eq 3 ]] && grep -q 'no process under the shim' '$T/qp.after'"
+
+  # A shim server, plain clients: the server's QP waits in INIT for a CM
+  # reply that never comes (nothing listens at the client), and once the
+  # upgrade gave up qp shows that link gone, the step it missed (INIT ->
+  # RTR) and the cause (peer not listening), under the server's pid.
+  port=$((port + 1))
+  RDMASHIM_STATS_DIR=$qdir shim qp2 $port timeout 120 "$PROGS/stress" server --bind "$addr" --port "$port" \
+    --exit-after 9 --timeout 60 > "$T/qp2.server" 2>&1 &
+  spid=$!
+  listening "$port"
+  warm_server qp2 "$port"
+  # Longer than the upgrade timeout (3 s): the server gives up meanwhile.
+  timeout 100 "$PROGS/stress" client --host "$addr" --port "$port" --conns 1 --duration 4 --mode blocking \
+    --timeout 60 > "$T/qp2.client" 2>&1
+  s_pid=$(pgrep -f "^$PROGS/stress server --bind $addr --port $port" | head -n 1)
+  found=
+  for ((i = 0; i < 40 && !found; i++)); do
+    timeout 20 "$TOOL" qp --dir "$qdir" --json > "$T/qp2.json" 2>&1
+    python3 - "$T/qp2.json" "${s_pid:-0}" <<'PY' && found=1 || sleep 0.5
+import json, sys
+d = json.load(open(sys.argv[1]))
+sys.exit(0 if any(x["gone"] and x["pid"] == int(sys.argv[2]) and x["program"] == "stress"
+                  and x["missing_step"] == "INIT -> RTR" and x["reason"] == "peer_no_shim"
+                  and x["cause"].startswith("peer not listening") for x in d["qps"]) else 1)
+PY
+  done
+  "$TOOL" qp --dir "$qdir" > "$T/qp2.table" 2>&1
+  cat "$T/qp2.table"
+  check "qp: a shim server's QP with a plain client: gone, missing INIT -> RTR, cause peer not listening" \
+    test -n "$found"
+  [[ -n $found ]] || { cat "$T/qp2.json"; dump qp2; }
+  kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
 fi
 
 if wanted sockperf; then

@@ -170,24 +170,6 @@ static uint64_t unix_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Seqlock write side. The caller is the one writer of this count. */
-static void seq_begin(uint64_t *seq)
-{
-	__atomic_store_n(seq, __atomic_load_n(seq, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
-	/* release fence: the odd count is visible before any field written
-	 * after it; pairs with the acquire fence in shim_stat_read_rec()
-	 * (statread.c) between its field loads and its second count load. */
-	__atomic_thread_fence(__ATOMIC_RELEASE);
-}
-
-static void seq_end(uint64_t *seq)
-{
-	/* release: the fields are in place before the count is even again;
-	 * pairs with the acquire load of the first count in
-	 * shim_stat_read_rec(). */
-	__atomic_store_n(seq, __atomic_load_n(seq, __ATOMIC_RELAXED) + 1, __ATOMIC_RELEASE);
-}
-
 /* Maps segment k (the file already long enough): records base..base+n. */
 static int map_segment(int fd, unsigned k, uint64_t base, size_t n)
 {
@@ -241,14 +223,14 @@ static int grow(void)
 
 static void fill_identity(struct shim_stat_hdr *h)
 {
-	seq_begin(&h->seq);
+	shim_stat_seq_begin(&h->seq);
 	h->pid = (int32_t)getpid();
 	h->uid = (uint32_t)geteuid();
 	h->start_ticks = shim_stat_start_ticks(getpid());
 	h->started_unix_ns = unix_ns();
 	snprintf(h->comm, sizeof(h->comm), "%s",
 		 program_invocation_short_name ? program_invocation_short_name : "?");
-	seq_end(&h->seq);
+	shim_stat_seq_end(&h->seq);
 }
 
 /* The file for this process: created, never opened if it exists (our
@@ -332,14 +314,13 @@ const char *shim_statarea_path(void)
 	return area.hdr ? area.path : NULL;
 }
 
-struct shim_stat_rec *shim_stat_rec_new(const struct shim_stat_desc *d)
+/* A free record, its gen and birth set, or NULL (stats off, no area, no
+ * room). Makes the area at the first call. Under area.lock. */
+static struct shim_stat_rec *take_locked(void)
 {
-	struct shim_stat_rec *r = NULL;
-	int rc = 0;
+	struct shim_stat_rec *r;
+	int rc;
 
-	if (!shim_cfg.stats && !area.hdr)
-		return NULL;
-	pthread_mutex_lock(&area.lock);
 	if (!area.hdr && !area.tried) {
 		area.tried = true;
 		rc = open_locked(shim_cfg.stats_dir);
@@ -347,28 +328,65 @@ struct shim_stat_rec *shim_stat_rec_new(const struct shim_stat_desc *d)
 			SHIM_TRACE(SHIM_TRACE_WARN, "stats.off", -1, NULL, SHIM_REASON_NONE,
 				   "\"dir\":\"%s\",\"errno\":%d", shim_cfg.stats_dir, -rc);
 	}
-	if (area.hdr && (area.nfree || grow() == 0)) {
-		r = area.free[--area.nfree];
-		seq_begin(&r->seq);
-		r->gen = ++area.next_gen;
-		r->born_unix_ns = unix_ns();
+	if (!area.hdr || (!area.nfree && grow() < 0))
+		return NULL;
+	r = area.free[--area.nfree];
+	shim_stat_seq_begin(&r->seq);
+	r->gen = ++area.next_gen;
+	r->born_unix_ns = unix_ns();
+	shim_stat_seq_end(&r->seq);
+	return r;
+}
+
+struct shim_stat_rec *shim_stat_rec_new(const struct shim_stat_desc *d)
+{
+	struct shim_stat_rec *r;
+
+	if (!shim_cfg.stats && !area.hdr)
+		return NULL;
+	pthread_mutex_lock(&area.lock);
+	r = take_locked();
+	if (r) {
+		shim_stat_seq_begin(&r->seq);
 		r->d = *d;
 		memset(r->bytes, 0, sizeof(r->bytes));
 		memset(r->msgs, 0, sizeof(r->msgs));
 		memset(r->rtt, 0, sizeof(r->rtt));
 		r->rtt_path = d->path;
-		seq_end(&r->seq);
+		shim_stat_seq_end(&r->seq);
 		__atomic_add_fetch(&area.hdr->conns, 1, __ATOMIC_RELAXED);
 	}
 	pthread_mutex_unlock(&area.lock);
 	return r;
 }
 
+struct shim_stat_rec *shim_stat_rec_take(void)
+{
+	struct shim_stat_rec *r;
+
+	if (!shim_cfg.stats && !area.hdr)
+		return NULL;
+	pthread_mutex_lock(&area.lock);
+	r = take_locked();
+	pthread_mutex_unlock(&area.lock);
+	return r;
+}
+
+void shim_stat_rec_give_back(struct shim_stat_rec *r)
+{
+	shim_stat_seq_begin(&r->seq);
+	r->d.state = SHIM_STAT_FREE;
+	shim_stat_seq_end(&r->seq);
+	pthread_mutex_lock(&area.lock);
+	area.free[area.nfree++] = r;
+	pthread_mutex_unlock(&area.lock);
+}
+
 void shim_stat_rec_describe(struct shim_stat_rec *r, const struct shim_stat_desc *d)
 {
-	seq_begin(&r->seq);
+	shim_stat_seq_begin(&r->seq);
 	r->d = *d;
-	seq_end(&r->seq);
+	shim_stat_seq_end(&r->seq);
 }
 
 /* The record's samples go to the header's, by their path. Under the
@@ -418,11 +436,11 @@ void shim_stat_rec_free(struct shim_stat_rec *r)
 		}
 	/* A reader that saw the record live and reads it again finds it free
 	 * (or a later connection, told apart by gen): not a mix. */
-	seq_begin(&r->seq);
+	shim_stat_seq_begin(&r->seq);
 	r->d.state = SHIM_STAT_FREE;
 	memset(r->bytes, 0, sizeof(r->bytes));
 	memset(r->msgs, 0, sizeof(r->msgs));
-	seq_end(&r->seq);
+	shim_stat_seq_end(&r->seq);
 	pthread_mutex_lock(&area.lock);
 	area.free[area.nfree++] = r;
 	pthread_mutex_unlock(&area.lock);
@@ -659,13 +677,21 @@ void shim_statarea_atfork_child(void)
 	}
 	fill_identity(area.hdr);
 	/* A record some parent thread was describing at the fork stays odd
-	 * in the copy: make it even, its writer is gone. */
+	 * in the copy: make it even, its writer is gone. Records that are
+	 * not a connection's (a queue pair's, statlink.h) describe what is
+	 * the parent's alone: free in the child. */
 	for (unsigned k = 0; k < area.nseg; k++)
 		for (size_t i = 0; i < area.seg_recs[k]; i++) {
-			uint64_t *seq = &area.seg[k][i].seq;
+			struct shim_stat_rec *r = &area.seg[k][i];
 
-			if (__atomic_load_n(seq, __ATOMIC_RELAXED) & 1)
-				seq_end(seq);
+			if (__atomic_load_n(&r->seq, __ATOMIC_RELAXED) & 1)
+				shim_stat_seq_end(&r->seq);
+			if (r->d.state >= SHIM_STAT_STATE_COUNT) {
+				shim_stat_seq_begin(&r->seq);
+				r->d.state = SHIM_STAT_FREE;
+				shim_stat_seq_end(&r->seq);
+				area.free[area.nfree++] = r;
+			}
 		}
 	snprintf(area.path, sizeof(area.path), "%s/%u/%s", shim_cfg.stats_dir, (unsigned)geteuid(), area.name);
 }

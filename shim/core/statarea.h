@@ -21,6 +21,10 @@
  *    all of them at one instant.
  * A SIGKILLed process may leave a record odd for good: readers try a few
  * times, then report it inconsistent with the values they saw.
+ *
+ * Records of other kinds share the segments (statlink.h: a queue pair's),
+ * each marked by a d.state past SHIM_STAT_STATE_COUNT: a reader skips a
+ * state it does not know.
  */
 #ifndef RDMASHIM_STATAREA_H
 #define RDMASHIM_STATAREA_H
@@ -191,6 +195,25 @@ static inline void shim_stat_io(struct shim_stat_rec *r, unsigned path, unsigned
 
 /* ---- the writer: this process's own area ---- */
 
+/* Seqlock write side. The caller is the one writer of this count. */
+static inline void shim_stat_seq_begin(uint64_t *seq)
+{
+	__atomic_store_n(seq, __atomic_load_n(seq, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+	/* release fence: the odd count is visible before any field written
+	 * after it; pairs with the acquire fence in shim_stat_read_rec()
+	 * (statread.c) between its field loads and its second count load. */
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static inline void shim_stat_seq_end(uint64_t *seq)
+{
+	/* release: the fields are in place before the count is even again;
+	 * pairs with the acquire load of the first count in
+	 * shim_stat_read_rec(). */
+	__atomic_store_n(seq, __atomic_load_n(seq, __ATOMIC_RELAXED) + 1, __ATOMIC_RELEASE);
+}
+
+
 /* A record for a connection just tracked, described by d (NULL: stats off
  * or the area could not be made; the caller counts nothing then). Makes
  * the area at the first call. */
@@ -202,6 +225,11 @@ void shim_stat_rec_describe(struct shim_stat_rec *r, const struct shim_stat_desc
 void shim_stat_rec_rtt(struct shim_stat_rec *r, unsigned path, uint64_t ns);
 /* The connection is gone: its counts go to the header, the record is free. */
 void shim_stat_rec_free(struct shim_stat_rec *r);
+/* For other kinds of record (statlink.h): a free record whose gen and
+ * birth are set, its description still free (NULL: stats off, no area or
+ * no room), and a record given back as it is (nothing folded). */
+struct shim_stat_rec *shim_stat_rec_take(void);
+void shim_stat_rec_give_back(struct shim_stat_rec *r);
 
 /* A/B: a connection of arm (enum shim_stat_arm_id) tracked; a round trip
  * of ns ending at now_ns (CLOCK_MONOTONIC, shim_now_ns()); a connection

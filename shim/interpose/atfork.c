@@ -27,6 +27,7 @@
 #include "reaper.h"
 #include "self.h"
 #include "statarea.h"
+#include "statlink.h"
 #include "sock.h"
 #include "wait.h"
 
@@ -78,6 +79,7 @@ static void child(void)
 	shim_diag_atfork_child();
 	shim_pair_atfork_child();
 	shim_statarea_atfork_child();
+	shim_statlink_atfork_child();
 	shim_sock_atfork_child();
 	shim_epoll_atfork_release();
 	/* With every lock free again: what only the parent's other threads

@@ -8,6 +8,7 @@
  */
 #include "rdma.h"
 #include "rdma_post.h"
+#include "rdma_link_stat.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -72,6 +73,8 @@ void shim_rdma_give_up(struct shim_sock *s, int fd, enum shim_reason reason)
 	struct rdma_conn *c = s->neg;
 
 	if (c) {
+		if (c->link)
+			shim_rdma_link_stat_gave_up(c->link, reason);
 		if (s->role == SHIM_ROLE_SERVER && breaker_counts(reason))
 			shim_breaker_record(shim_breaker_global(), s->tuple.peer.addr, false, shim_breaker_now_ms());
 		if (c->installed && s->chan == &c->chan)

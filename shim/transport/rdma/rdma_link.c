@@ -16,6 +16,7 @@
 
 #include "config.h"
 #include "rdma.h"
+#include "rdma_link_stat.h"
 #include "real.h"
 #include "self.h"
 #include "trace.h"
@@ -196,6 +197,7 @@ static void destroy(struct rdma_link *l)
 {
 	struct rdma_cm_event *ev;
 
+	shim_rdma_link_stat_end(l);
 	if (l->qp) {
 		struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
 
@@ -284,6 +286,7 @@ int shim_rdma_link_attach(struct rdma_link *l, struct rdma_conn *c)
 	l->places[i].used = true;
 	l->places[i].conn = c;
 	__atomic_add_fetch(&l->live, 1, __ATOMIC_RELAXED);
+	shim_rdma_link_stat_conns_locked(l);
 	shim_rdma_link_busy(l);
 	pthread_mutex_unlock(&l->lock);
 	shim_rdma_link_get(l);
@@ -333,6 +336,7 @@ void shim_rdma_link_leave(struct rdma_conn *c)
 		else
 			__atomic_add_fetch(&l->held, 1, __ATOMIC_RELAXED);
 		__atomic_sub_fetch(&l->live, 1, __ATOMIC_RELAXED);
+		shim_rdma_link_stat_conns_locked(l);
 		shim_rdma_link_busy(l);
 		pthread_mutex_unlock(&l->lock);
 		c->on_link = false;
@@ -356,6 +360,7 @@ static void break_locked(struct rdma_link *l, const char *why, int detail)
 		return;
 	__atomic_store_n(&l->broken, true, __ATOMIC_RELEASE);
 	shim_rdma_link_trace(l, SHIM_TRACE_WARN, "down", why);
+	shim_rdma_link_stat_broken_locked(l, why, detail);
 	/* ERR: nothing more lands for any connection on it, so what each took
 	 * until now (its rx_tail) is final for its failover's RESUME. */
 	ibv_modify_qp(l->qp, &attr, IBV_QP_STATE);
@@ -456,6 +461,7 @@ static void peer_released(struct rdma_link *l, uint32_t id)
 	if (p->local_done) {
 		free_place_memory(p);
 		__atomic_sub_fetch(&l->held, 1, __ATOMIC_RELAXED);
+		shim_rdma_link_stat_conns_locked(l);
 		shim_rdma_link_busy(l);
 	}
 }

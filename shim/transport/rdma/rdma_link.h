@@ -29,6 +29,7 @@
 
 #include "config.h"
 #include "mrpool.h"
+#include "statlink.h"
 #include "rdma_wire.h"
 #include "tuple.h"
 
@@ -158,6 +159,10 @@ struct rdma_link {
 	 * time starts there: rdma_link_table.c closes a link that carried
 	 * nothing for RDMASHIM_RDMA_LINK_IDLE_MS). */
 	unsigned long long busy_ns;
+	/* Its record in the stats area (rdma_link_stat.c; NULL: none) and
+	 * the description last written there, under lock. */
+	struct shim_stat_link *stat;
+	struct shim_stat_link_desc stat_d;
 	struct rdma_link *next;
 };
 

@@ -18,6 +18,7 @@
 
 #include "trace.h"
 #include "rdma_post.h"
+#include "rdma_link_stat.h"
 
 /* 4.096 us * 2^17 = 537 ms per try, 8 tries: a dead peer shows as a failed
  * completion in about four seconds (a peer that closed is seen at once, by
@@ -88,6 +89,7 @@ int shim_rdma_qp_to(struct rdma_conn *c, enum ibv_qp_state st)
 		}
 		rc = -ibv_modify_qp(c->link->qp, &attr, mask);
 	}
+	shim_rdma_link_stat_qp(c->link, st, rc, &attr, c->id->verbs, c->id->port_num);
 	SHIM_TRACE(rc ? SHIM_TRACE_WARN : SHIM_TRACE_DEBUG, "qp.state", c->fd, &c->sock->tuple, SHIM_REASON_NONE,
 		   "\"qp\":%u,\"link\":%u,\"state\":\"%s\",\"rc\":%d", c->link->qp->qp_num, c->link->num,
 		   state_name(st), rc);
@@ -150,6 +152,7 @@ int shim_rdma_make_qp(struct rdma_conn *c)
 		rc = shim_rdma_link_make(c->id, c->ec, pd, c->sock->role == SHIM_ROLE_CLIENT, &c->sock->tuple.peer, &l);
 	if (rc < 0)
 		return rc;
+	shim_rdma_link_stat_new(l, c->id->verbs, c->id->port_num, &c->sock->tuple);
 	rc = shim_rdma_link_attach(l, c);
 	shim_rdma_link_put(l); /* the place holds it now */
 	if (rc < 0)
