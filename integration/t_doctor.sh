@@ -6,7 +6,8 @@
 # not bind); with a fixture device (RDMASHIM_SYSFS), rings small enough
 # for this machine's RLIMIT_MEMLOCK and the rest in order
 # nothing FAILs; a port down, no whitelisted port and a bad setting each
-# FAIL by name. With PEER: a name that does not resolve is one FAIL line
+# FAIL by name; huge pages short of a pool chunk WARN with the count; a
+# library not found FAILs. With PEER: a name that does not resolve is one FAIL line
 # (in a network namespace made here, so no query leaves); 127.0.0.1 and
 # localhost go over lo, which carries no RoCE (FAIL gid by name); in a
 # namespace with a veth pair (192.168.77.1/24 on v0), the fixture's RoCE
@@ -107,6 +108,26 @@ has badcfg '^FAIL  config .*RDMASHIM_RING_KB'
 has badcfg '^PASS  library '
 doctor shmonly RDMASHIM_SYSFS="$F/rxe" RDMASHIM_PORTS=5000 RDMASHIM_TRANSPORTS=shm RDMASHIM_RING_KB=64
 has shmonly '^WARN  transports'
+
+# 5b. Huge pages (under RDMASHIM_SYSFS, as the kernel shows them): none
+# free, fewer than a pool chunk takes, enough, and the pool's off; the
+# library not found.
+HP=kernel/mm/hugepages/hugepages-2048kB/free_hugepages
+for hp in 0:none 1:few 64:enough; do
+  rxe_tree "$F/hp-${hp#*:}"
+  put "$F/hp-${hp#*:}/$HP" "${hp%%:*}"
+  doctor "hp-${hp#*:}" RDMASHIM_SYSFS="$F/hp-${hp#*:}" RDMASHIM_PORTS=5000 RDMASHIM_RING_KB=1024
+done
+has hp-none '^WARN  hugepages +0 free 2 MiB page\(s\), short of the 9 a pool chunk takes \(8 connections at RDMASHIM_RING_KB=1024\).*vm.nr_hugepages'
+has hp-few '^WARN  hugepages +1 free 2 MiB page\(s\), short of the 9'
+has hp-enough '^PASS  hugepages +64 free 2 MiB pages: 7 pool chunk\(s\) of 8 connections'
+doctor hp-off RDMASHIM_SYSFS="$F/hp-enough" RDMASHIM_PORTS=5000 RDMASHIM_HUGE_PAGES=0
+has hp-off '^PASS  hugepages +off \(RDMASHIM_HUGE_PAGES=0\)'
+doctor hp-missing RDMASHIM_SYSFS="$F/rxe" RDMASHIM_PORTS=5000
+has hp-missing '^WARN  hugepages +no 2 MiB huge pages here'
+doctor nolib RDMASHIM_SYSFS="$F/rxe" RDMASHIM_PORTS=5000 RDMASHIM_RING_KB=64 RDMASHIM_LIB=/nonexistent/librdmashim.so
+same "library not found: exit" 1 "$RC"
+has nolib '^FAIL  library .*/nonexistent/librdmashim.so'
 
 # 6. Bad usage: two peers, an unknown option.
 for bad in "a b" "--bogus" "-x peer"; do

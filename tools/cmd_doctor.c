@@ -234,17 +234,33 @@ static long read_long(const char *path)
 	return v;
 }
 
-static void check_huge_pages(const struct shim_config *cfg)
+/* What one pool chunk takes in 2 MiB pages: the pool maps a chunk with
+ * MAP_HUGETLB when it can, and falls back to 4 KiB pages for the whole
+ * chunk when the free huge pages do not cover it (mrpool.c). */
+static void check_huge_pages(const struct shim_config *cfg, const char *sysroot)
 {
-	long free_pages = read_long("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages");
+	uint32_t ring = cfg->ring_kb * 1024u;
+	unsigned per_chunk;
+	size_t chunk = shim_mrpool_chunk_bytes(shim_rdma_slot_bytes(ring), &per_chunk);
+	long need = (long)(chunk >> 21), free_pages;
+	char path[PATH_MAX];
 
+	snprintf(path, sizeof(path), "%s/kernel/mm/hugepages/hugepages-2048kB/free_hugepages",
+		 sysroot ? sysroot : "/sys");
+	free_pages = read_long(path);
 	if (!cfg->huge_pages)
 		line("PASS", "hugepages", "off (RDMASHIM_HUGE_PAGES=0): the pool uses 4 KiB pages");
-	else if (free_pages > 0)
-		line("PASS", "hugepages", "%ld free 2 MiB pages for the pool", free_pages);
+	else if (free_pages < 0)
+		line("WARN", "hugepages", "no 2 MiB huge pages here (%s unreadable): the pool uses 4 KiB pages, "
+		     "slower to register; a kernel with hugetlbfs and vm.nr_hugepages set lifts it", path);
+	else if (free_pages < need)
+		line("WARN", "hugepages", "%ld free 2 MiB page(s), short of the %ld a pool chunk takes (%u connections "
+		     "at RDMASHIM_RING_KB=%u): it falls back to 4 KiB pages, slower to register; reserve "
+		     "more (sysctl vm.nr_hugepages=%ld)", free_pages, need, per_chunk, cfg->ring_kb,
+		     need * 4 > 64 ? need * 4 : 64);
 	else
-		line("WARN", "hugepages", "no free 2 MiB huge page: the pool falls back to 4 KiB pages, slower to "
-		     "register; reserve some (sysctl vm.nr_hugepages=64)");
+		line("PASS", "hugepages", "%ld free 2 MiB pages: %ld pool chunk(s) of %u connections at "
+		     "RDMASHIM_RING_KB=%u", free_pages, free_pages / need, per_chunk, cfg->ring_kb);
 }
 
 /* Loads the library into a child (true(1)): what the loader or the shim
@@ -353,7 +369,7 @@ int rdmashim_cmd_doctor(int argc, char **argv)
 	check_libraries();
 	check_devices(&report, sysroot);
 	check_memlock(&cfg);
-	check_huge_pages(&cfg);
+	check_huge_pages(&cfg, sysroot);
 	check_library();
 	check_config(&cfg, parsed, err);
 	if (peer)
