@@ -80,7 +80,7 @@ static void keep_faults(const struct shim_nic_counters *from, struct shim_nic_co
 
 /* The look at the counters: their growth traced, and judged as rdmashim
  * health judges it; a counter over its limit opens the breaker for the
- * port (new connections stay on TCP, SHIM_REASON_RDMA_PORT_FAULTY) until
+ * port (no new link over it: SHIM_REASON_RDMA_PORT_FAULTY) until
  * a look finds none over its limit. */
 static void look_at_counters(struct watched_port *p)
 {

@@ -22,10 +22,12 @@
  *    (fabric_health.h, shim_fh_watch_look) and default limits: a counter
  *    over its limit makes the port faulty (rdma.port, state faulty, with
  *    the counter, its growth and its limit), which opens the breaker for
- *    it: new connections that would use it stay on TCP (reason
- *    rdma_port_faulty) until a look finds no counter over its limit
- *    (state recovered). Links already on it are left alone: their QPs
- *    fail by their own errors if the fault reaches them.
+ *    it: no new link is made over it, a connection that would need one
+ *    stays on TCP (reason rdma_port_faulty), until a look finds no
+ *    counter over its limit (state recovered). Links already on it are
+ *    left alone, and still take new connections by OFFER (keeping them
+ *    off would need both ends to agree): their QPs fail by their own
+ *    errors if the fault reaches them.
  * Connections on QPs of their own (RDMASHIM_RDMA_LINKS=0) are not broken
  * by the watch: their QPs fail by their own errors, as before.
  */
