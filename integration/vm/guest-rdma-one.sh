@@ -6,7 +6,8 @@
 #   `rdmashim doctor 192.168.77.1` passes (doctor: exit 0, the RoCE v2 GID,
 #   the MTU and the rdma_cm resolve each PASS) and `rdmashim health` says
 #   healthy; stress (4 connections, mixed modes, half-close), the port watch (port:
-#   the link down and up under two streams), redis-server +
+#   the link down and up under two streams; link_downed's growth judged
+#   faulty, then recovered), redis-server +
 #   redis-benchmark, iperf3, sockperf ping-pong and its speed against plain
 #   TCP (speed: at least 2x lower p50); the first connection of a
 #   process is not blocked by the RDMA warm-up (warm), fork-per-connection
@@ -272,6 +273,13 @@ if wanted port; then
   n=$(grep '"event":"rdma.counters"' <<< "$pt" | grep -c '"hw.link_downed":[1-9]' || true)
   check "port: both processes traced the NIC's link_downed counter grown ($n rdma.counters)" test "$n" -ge 2
   grep '"event":"rdma.counters"' <<< "$pt" | grep -o '"grew".*' | sed 's/^/    /' | head -n 4
+  # The watch judges that growth as rdmashim health does (one code,
+  # fabric_health.c): link_downed's limit is 0, so the port is faulty,
+  # named by that counter, until a look finds the counters quiet.
+  n=$(grep '"event":"rdma.port"' <<< "$pt" | grep '"state":"faulty"' | grep -c '"counter":"hw.link_downed"' || true)
+  check "port: the watch judged link_downed over its limit, as health does (rdma.port faulty: $n)" test "$n" -ge 1
+  n=$(grep '"event":"rdma.port"' <<< "$pt" | grep -c '"state":"recovered"' || true)
+  check "port: and traced it recovered once the counters were quiet ($n)" test "$n" -ge 1
   n=$(grep '"event":"rdma.link"' <<< "$pt" | grep -c '"why":"port_down"' || true)
   check "port: the link was broken for it at both ends ($n rdma.link down port_down)" test "$n" -ge 2
   starts=$(grep -c '"failover.start"' <<< "$pt" || true)
