@@ -3,8 +3,9 @@
 # (RDMASHIM_SYSFS=DIR, laid out as /sys is): an rxe port and an mlx5 port,
 # healthy; a port DOWN; a counter that jumps past its limit during the
 # window (a background writer changes the file mid-window); a device with
-# no counters; no device at all; garbled and unreadable files; a device
-# that vanishes during the window. Each must give its exit status (0
+# no counters; no device at all; garbled and unreadable files (state,
+# counters, GIDs, a ports or class/infiniband that is a file); a device
+# that vanishes during the window, counters garbled during it. Each must give its exit status (0
 # healthy, 1 degraded, 2 no usable device) and name the cause, in text
 # and in JSON that a parser accepts. Then the real /sys of this machine.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -171,12 +172,46 @@ rm "$F/nostate/class/infiniband/rxe0/ports/1/state"
 health nostate "$F/nostate"
 same "missing state: exit" 1 "$RC"
 says nostate "state file missing"
+# A counter file that can not be read (a folder in its place), garbled GID
+# files, a rate far longer than any: named or left out, never a crash.
+rxe_tree "$F/oddfiles"
+P=$F/oddfiles/class/infiniband/rxe0/ports/1
+rm "$P/hw_counters/retry_exceeded_err"
+mkdir "$P/hw_counters/retry_exceeded_err"
+printf '\377\376\001garbage\n' >"$P/gids/1"
+printf '\001\n' >"$P/gid_attrs/types/0"
+head -c 5000 /dev/zero | tr '\0' 'x' >"$P/rate"
+printf 'not-a-gid-file\n' >"$P/gids/notanumber"
+health oddfiles "$F/oddfiles"
+same "unreadable counter, garbled GIDs: exit" 0 "$RC"
+says oddfiles "note: counter retry_exceeded_err does not read as a number: left out"
+says oddfiles "gid 0: fe80:0000:0000:0000:5054:00ff:fe12:3456 type unknown (eth0)"
+json oddfiles '[g["index"] for g in j["ports"][0]["gids"]] == [0] and j["ports"][0]["gids"][0]["type"] is None'
+# A device whose ports folder is a file, beside a good one: the good one
+# is judged, the odd one has no port.
+rxe_tree "$F/oddports"
+mkdir -p "$F/oddports/class/infiniband/rxe1"
+printf 'x\n' >"$F/oddports/class/infiniband/rxe1/ports"
+health oddports "$F/oddports"
+same "a device whose ports is a file, beside a good one: exit" 0 "$RC"
+json oddports 'j["devices"] == 2 and len(j["ports"]) == 1'
+rm -rf "$F/oddports/class/infiniband/rxe0"
+health oddports-only "$F/oddports"
+same "only a device whose ports is a file: exit" 2 "$RC"
+says oddports-only "no usable RDMA device: 1 device(s)"
+# A class/infiniband that is a file, not a folder.
+mkdir -p "$F/classfile/class"
+printf 'x\n' >"$F/classfile/class/infiniband"
+health classfile "$F/classfile"
+same "class/infiniband a file: exit" 2 "$RC"
+says classfile "can not be read (Not a directory)"
 # Every case's JSON parses (json.tool), whatever it holds.
 for f in "$WORK"/*.json; do
   check "$(basename "$f") parses with json.tool" "$PYTHON" -m json.tool "$f" /dev/null
 done
 
-# 8. A device that vanishes during the window.
+# 8. A device that vanishes during the window; and one whose state and
+# counters go garbled during it (the counters are read twice).
 rxe_tree "$F/vanish"
 (sleep 1; rm -rf "$F/vanish/class/infiniband/rxe0") &
 writer=$!
@@ -185,6 +220,19 @@ RC=$?
 wait "$writer"
 same "vanished device: exit" 1 "$RC"
 says vanish "counters vanished during the window"
+RDMASHIM_SYSFS=$F/vanish timeout 30 "$TOOL" health --window 0.1 >"$WORK/vanished.txt" 2>&1
+same "after the device vanished: exit" 2 "$?"
+says vanished "no RDMA device: $F/vanish/class/infiniband is empty"
+rxe_tree "$F/garble"
+(sleep 1; printf '\001\n' >"$F/garble/class/infiniband/rxe0/ports/1/hw_counters/link_downed"
+  printf '99999999999999999999999999\n' >"$F/garble/class/infiniband/rxe0/ports/1/hw_counters/rcvd_seq_err") &
+writer=$!
+RDMASHIM_SYSFS=$F/garble timeout 30 "$TOOL" health --window 3 >"$WORK/garble.txt" 2>"$WORK/garble.err"
+RC=$?
+wait "$writer"
+same "counters garbled during the window: exit" 0 "$RC"
+says garble "note: counter link_downed does not read as a number: left out"
+says garble "note: counter rcvd_seq_err does not read as a number: left out"
 
 # 9. Bad usage: exit 2 and one line.
 for bad in "--window -1" "--window abc" "--max out_of_buffer" "--max =5" "--max x=-3" "--bogus"; do

@@ -3,7 +3,9 @@
  * parser, which counters are shown, and the judgement over a sysfs tree
  * made here, including what integration/t_health.sh can not reach from
  * outside (an active MTU that does not fit the netdev's, which only verbs
- * report, and a counter that went backwards).
+ * report, and a counter that went backwards); and the port watch's look
+ * (shim_fh_watch_look, what rdma_port.c runs once a second), which must
+ * judge a fixture tree exactly as rdmashim health does: one judgement.
  */
 #include <check.h>
 #include <errno.h>
@@ -13,8 +15,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <infiniband/verbs.h>
+
 #include "check_run.h"
 #include "fabric_health.h"
+
+/* The watch asks verbs for the state, health reads sysfs: one code. */
+_Static_assert(SHIM_FH_STATE_ACTIVE == IBV_PORT_ACTIVE, "sysfs and verbs number the states alike");
 
 static char root[64];
 static struct shim_fh_report r; /* large: off the stack */
@@ -187,6 +194,120 @@ START_TEST(no_root_folder)
 }
 END_TEST
 
+START_TEST(state_judgement)
+{
+	ck_assert(shim_fh_state_active(IBV_PORT_ACTIVE));
+	ck_assert(!shim_fh_state_active(IBV_PORT_DOWN));
+	ck_assert(!shim_fh_state_active(IBV_PORT_INIT));
+	ck_assert(!shim_fh_state_active(-1));
+	ck_assert(shim_fh_mtu_fits(1024, 1500));
+	ck_assert(shim_fh_mtu_fits(4096, 9000));
+	ck_assert(!shim_fh_mtu_fits(2048, 1500));
+	ck_assert(!shim_fh_mtu_fits(1500, 1500));
+}
+END_TEST
+
+/* The watch's looks: the first takes the counters, a growth past a limit
+ * makes the port faulty with the counter named, a quiet look recovers it. */
+START_TEST(watch_trips_and_recovers)
+{
+	struct shim_fh_watch w = { 0 };
+	struct shim_fh_limits lim;
+	struct shim_fh_over why;
+	static struct shim_nic_counters prev;
+
+	shim_fh_limits_default(&lim);
+	ck_assert_int_eq(shim_fh_watch_look(&w, root, "rxe0", 1, &lim, &prev, &why), SHIM_FH_SAME);
+	ck_assert_uint_eq(prev.n, 0);
+	ck_assert_uint_eq(w.seen.n, 1);
+	ck_assert_int_eq(shim_fh_watch_look(&w, root, "rxe0", 1, &lim, &prev, &why), SHIM_FH_SAME);
+
+	put(PORT "hw_counters/retry_exceeded_err", "9\n");
+	ck_assert_int_eq(shim_fh_watch_look(&w, root, "rxe0", 1, &lim, &prev, &why), SHIM_FH_FAULTY);
+	ck_assert_str_eq(why.name, "hw.retry_exceeded_err");
+	ck_assert_uint_eq(why.delta, 2);
+	ck_assert_uint_eq(why.limit, 0);
+	ck_assert(w.faulty);
+	ck_assert_uint_eq(prev.value[0], 7);
+	/* Still growing: still faulty, no new change. */
+	put(PORT "hw_counters/retry_exceeded_err", "10\n");
+	ck_assert_int_eq(shim_fh_watch_look(&w, root, "rxe0", 1, &lim, &prev, &why), SHIM_FH_SAME);
+	ck_assert(w.faulty);
+	/* Quiet: recovered, the counter that did it named. */
+	memset(&why, 0, sizeof(why));
+	ck_assert_int_eq(shim_fh_watch_look(&w, root, "rxe0", 1, &lim, &prev, &why), SHIM_FH_RECOVERED);
+	ck_assert_str_eq(why.name, "hw.retry_exceeded_err");
+	ck_assert(!w.faulty);
+	ck_assert_int_eq(shim_fh_watch_look(&w, root, "rxe0", 1, &lim, &prev, &why), SHIM_FH_SAME);
+}
+END_TEST
+
+/* The same reads judged by rdmashim health (scan, then judge) and by the
+ * watch (two looks) flag the same counters: a sequence counter under its
+ * room of 100 neither, over it both; a congestion counter neither. */
+START_TEST(watch_and_health_agree)
+{
+	static const struct {
+		const char *file, *from, *to;
+		bool over;
+	} cases[] = {
+		{ "rcvd_seq_err", "0\n", "50\n", false },
+		{ "rcvd_seq_err", "0\n", "150\n", true },
+		{ "np_cnp_sent", "0\n", "100000\n", false },
+		{ "retry_exceeded_err", "7\n", "8\n", true },
+		{ "retry_exceeded_err", "7\n", "3\n", false }, /* reset */
+	};
+	struct shim_fh_limits lim;
+
+	shim_fh_limits_default(&lim);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct shim_fh_watch w = { 0 };
+		struct shim_fh_over why;
+		char file[128], problem[128];
+		enum shim_fh_status health;
+		enum shim_fh_change watch;
+
+		snprintf(file, sizeof(file), PORT "hw_counters/%s", cases[i].file);
+		put(PORT "hw_counters/retry_exceeded_err", "7\n");
+		put(file, cases[i].from);
+		shim_fh_scan(root, &r);
+		shim_fh_watch_look(&w, root, "rxe0", 1, &lim, NULL, &why);
+		put(file, cases[i].to);
+		health = shim_fh_judge(&r, &lim);
+		watch = shim_fh_watch_look(&w, root, "rxe0", 1, &lim, NULL, &why);
+		ck_assert_msg((health == SHIM_FH_DEGRADED) == cases[i].over, "health, case %zu", i);
+		ck_assert_msg((watch == SHIM_FH_FAULTY) == cases[i].over, "watch, case %zu", i);
+		if (cases[i].over) {
+			snprintf(problem, sizeof(problem), "counter %s grew by %llu (limit %llu)", shim_fh_bare_name(why.name),
+				 why.delta, why.limit);
+			ck_assert_str_eq(r.ports[0].problems[0], problem);
+		}
+		put(file, "0\n");
+	}
+}
+END_TEST
+
+/* A port whose folder vanishes between two looks: no counter is over,
+ * nothing crashes; a faulty port recovers (its counters are gone). */
+START_TEST(watch_port_vanishes)
+{
+	struct shim_fh_watch w = { 0 };
+	struct shim_fh_limits lim;
+	struct shim_fh_over why;
+	char cmd[160];
+
+	shim_fh_limits_default(&lim);
+	shim_fh_watch_look(&w, root, "rxe0", 1, &lim, NULL, &why);
+	put(PORT "hw_counters/retry_exceeded_err", "8\n");
+	ck_assert_int_eq(shim_fh_watch_look(&w, root, "rxe0", 1, &lim, NULL, &why), SHIM_FH_FAULTY);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s/class/infiniband/rxe0'", root);
+	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_int_eq(shim_fh_watch_look(&w, root, "rxe0", 1, &lim, NULL, &why), SHIM_FH_RECOVERED);
+	ck_assert_uint_eq(w.seen.n, 0);
+	ck_assert_int_eq(shim_fh_watch_look(&w, root, "rxe0", 1, &lim, NULL, &why), SHIM_FH_SAME);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("fabric_health");
@@ -201,6 +322,10 @@ static Suite *suite(void)
 	tcase_add_test(tc, counter_reset_is_no_growth);
 	tcase_add_test(tc, counter_new_during_window_not_judged);
 	tcase_add_test(tc, no_root_folder);
+	tcase_add_test(tc, state_judgement);
+	tcase_add_test(tc, watch_trips_and_recovers);
+	tcase_add_test(tc, watch_and_health_agree);
+	tcase_add_test(tc, watch_port_vanishes);
 	suite_add_tcase(s, tc);
 	return s;
 }

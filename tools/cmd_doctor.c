@@ -7,8 +7,8 @@
  * ACTIVE port (the judgement of rdmashim health, fabric_health.h), the
  * MTUs, RLIMIT_MEMLOCK against what the pool pins (mrpool.h), huge pages,
  * the shim library loadable, and the ports whitelisted in this
- * environment. The PEER checks of issue 36 (its RoCE GID, an rdma_cm
- * resolve) are not here yet.
+ * environment. With PEER, the checks of doctor_peer.c follow: the RoCE v2
+ * GID of the address that routes to it, the MTU, an rdma_cm resolve.
  */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "doctor.h"
 #include "fabric_health.h"
 #include "mrpool.h"
 #include "rdma.h"
@@ -31,12 +32,12 @@
 int rdmashim_cmd_doctor(int argc, char **argv);
 int rdmashim_locate_library(char out[PATH_MAX], char *why, size_t len);
 
-#define VM_RECIPE "integration/vm/README.md"
+#define VM_RECIPE DOCTOR_VM_RECIPE
+#define line rdmashim_doctor_line
 
 static unsigned n_fail, n_warn;
 
-static void line(const char *verdict, const char *what, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void line(const char *verdict, const char *what, const char *fmt, ...)
+void rdmashim_doctor_line(const char *verdict, const char *what, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -99,26 +100,26 @@ static void check_libraries(void)
 		line("WARN", "providers", "no verbs provider library found: install ibverbs-providers");
 }
 
-/* The device, port and MTU lines. */
-static void check_devices(void)
+/* The device, port and MTU lines, from r as health reads it. */
+static void check_devices(struct shim_fh_report *r, const char *sysroot)
 {
-	static struct shim_fh_report r; /* large: off the stack */
 	struct shim_fh_limits lim;
-	const char *sysroot = getenv("RDMASHIM_SYSFS");
 	unsigned active = 0, mtu_known = 0;
 
 	shim_fh_limits_default(&lim);
-	shim_fh_scan(sysroot && *sysroot ? sysroot : NULL, &r);
-	shim_fh_judge(&r, &lim); /* no window: states and MTUs, not counters */
-	if (r.status == SHIM_FH_NO_DEVICE) {
+	shim_fh_scan(sysroot, r);
+	if (!sysroot)
+		rdmashim_health_fill_active_mtu(r);
+	shim_fh_judge(r, &lim); /* no window: states and MTUs, not counters */
+	if (r->status == SHIM_FH_NO_DEVICE) {
 		line("FAIL", "device", "%s: load Soft-RoCE (modprobe rdma_rxe; rdma link add rxe0 type rxe netdev "
-		     "IFACE) or use the VM recipe in " VM_RECIPE, r.why);
+		     "IFACE) or use the VM recipe in " VM_RECIPE, r->why);
 		return;
 	}
-	for (unsigned i = 0; i < r.n_ports; i++) {
-		const struct shim_fh_port *p = &r.ports[i];
+	for (unsigned i = 0; i < r->n_ports; i++) {
+		const struct shim_fh_port *p = &r->ports[i];
 
-		if (strcmp(p->state, "ACTIVE") == 0) {
+		if (shim_fh_state_active(p->state_code)) {
 			active++;
 			line("PASS", "port", "%s port %u is ACTIVE%s%s", p->dev, p->num, p->rate[0] ? ", " : "", p->rate);
 		} else {
@@ -128,9 +129,10 @@ static void check_devices(void)
 		}
 		if (p->active_mtu > 0 && p->netdev_mtu > 0) {
 			mtu_known++;
-			if (p->n_problems && strstr(p->problems[p->n_problems - 1], "MTU"))
-				line("WARN", "mtu", "%s port %u: %s: set both ends' netdev MTU alike", p->dev, p->num,
-				     p->problems[p->n_problems - 1]);
+			if (strcmp(p->link_layer, "Ethernet") == 0 && !shim_fh_mtu_fits(p->active_mtu, p->netdev_mtu))
+				line("WARN", "mtu", "%s port %u: active MTU %d and the RoCE v2 headers do not fit %s's MTU "
+				     "%d: set both ends' netdev MTU alike", p->dev, p->num, p->active_mtu, p->netdev,
+				     p->netdev_mtu);
 			else
 				line("PASS", "mtu", "%s port %u: active MTU %d fits %s's MTU %d", p->dev, p->num,
 				     p->active_mtu, p->netdev, p->netdev_mtu);
@@ -138,7 +140,7 @@ static void check_devices(void)
 	}
 	if (!active)
 		line("FAIL", "device", "no ACTIVE port among %u: run rdmashim health, fix the link, or use the VM "
-		     "recipe in " VM_RECIPE, r.n_ports);
+		     "recipe in " VM_RECIPE, r->n_ports);
 	if (!mtu_known)
 		line("WARN", "mtu", "active MTU unknown (no verbs device behind sysfs): check ibv_devinfo's "
 		     "active_mtu against the netdev MTU");
@@ -232,17 +234,33 @@ static long read_long(const char *path)
 	return v;
 }
 
-static void check_huge_pages(const struct shim_config *cfg)
+/* What one pool chunk takes in 2 MiB pages: the pool maps a chunk with
+ * MAP_HUGETLB when it can, and falls back to 4 KiB pages for the whole
+ * chunk when the free huge pages do not cover it (mrpool.c). */
+static void check_huge_pages(const struct shim_config *cfg, const char *sysroot)
 {
-	long free_pages = read_long("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages");
+	uint32_t ring = cfg->ring_kb * 1024u;
+	unsigned per_chunk;
+	size_t chunk = shim_mrpool_chunk_bytes(shim_rdma_slot_bytes(ring), &per_chunk);
+	long need = (long)(chunk >> 21), free_pages;
+	char path[PATH_MAX];
 
+	snprintf(path, sizeof(path), "%s/kernel/mm/hugepages/hugepages-2048kB/free_hugepages",
+		 sysroot ? sysroot : "/sys");
+	free_pages = read_long(path);
 	if (!cfg->huge_pages)
 		line("PASS", "hugepages", "off (RDMASHIM_HUGE_PAGES=0): the pool uses 4 KiB pages");
-	else if (free_pages > 0)
-		line("PASS", "hugepages", "%ld free 2 MiB pages for the pool", free_pages);
+	else if (free_pages < 0)
+		line("WARN", "hugepages", "no 2 MiB huge pages here (%s unreadable): the pool uses 4 KiB pages, "
+		     "slower to register; a kernel with hugetlbfs and vm.nr_hugepages set lifts it", path);
+	else if (free_pages < need)
+		line("WARN", "hugepages", "%ld free 2 MiB page(s), short of the %ld a pool chunk takes (%u connections "
+		     "at RDMASHIM_RING_KB=%u): it falls back to 4 KiB pages, slower to register; reserve "
+		     "more (sysctl vm.nr_hugepages=%ld)", free_pages, need, per_chunk, cfg->ring_kb,
+		     need * 4 > 64 ? need * 4 : 64);
 	else
-		line("WARN", "hugepages", "no free 2 MiB huge page: the pool falls back to 4 KiB pages, slower to "
-		     "register; reserve some (sysctl vm.nr_hugepages=64)");
+		line("PASS", "hugepages", "%ld free 2 MiB pages: %ld pool chunk(s) of %u connections at "
+		     "RDMASHIM_RING_KB=%u", free_pages, free_pages / need, per_chunk, cfg->ring_kb);
 }
 
 /* Loads the library into a child (true(1)): what the loader or the shim
@@ -317,34 +335,49 @@ static void check_config(const struct shim_config *cfg, int parsed, const char *
 int rdmashim_cmd_doctor(int argc, char **argv)
 {
 	static struct shim_config cfg;
+	static struct shim_fh_report report; /* large: off the stack */
+	const char *sysroot = getenv("RDMASHIM_SYSFS");
+	const char *peer = NULL;
 	char err[PATH_MAX + 256] = "";
 	int parsed;
 
-	if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-		printf("usage: rdmashim doctor\n"
-		       "Can this host run RDMA under the shim? One line per check: PASS, WARN or\n"
-		       "FAIL, the check (rdma-core, providers, device, port, mtu, memlock,\n"
-		       "hugepages, library, ports, config, transports), what was found and the\n"
-		       "fix; then \"doctor: F fail, W warn: VERDICT\". Reads RDMASHIM_* (ports,\n"
-		       "ring size), RDMASHIM_LIB and RDMASHIM_SYSFS as rdmashim run and health do.\n"
-		       "Exit: 0 no FAIL line; 1 some FAIL line; 2 bad usage.\n");
-		return 0;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+			printf("usage: rdmashim doctor [PEER]\n"
+			       "Can this host (and PEER) run RDMA under the shim? One line per check:\n"
+			       "PASS, WARN or FAIL, the check (rdma-core, providers, device, port, mtu,\n"
+			       "memlock, hugepages, library, ports, config, transports; with PEER, a\n"
+			       "name or an address: peer, route, gid, mtu, rdma_cm), what was found and\n"
+			       "the fix; then \"doctor: F fail, W warn: VERDICT\". Reads RDMASHIM_*\n"
+			       "(ports, ring size), RDMASHIM_LIB and RDMASHIM_SYSFS as rdmashim run and\n"
+			       "health do.\n"
+			       "Exit: 0 no FAIL line; 1 some FAIL line; 2 bad usage.\n");
+			return 0;
+		}
+		if (argv[i][0] == '-' || peer || !argv[i][0]) {
+			fprintf(stderr, "rdmashim doctor: %s '%s' (usage: rdmashim doctor [PEER])\n",
+				argv[i][0] == '-' ? "unknown option" : "one PEER only, not", argv[i]);
+			return 2;
+		}
+		peer = argv[i];
 	}
-	if (argc > 1) {
-		fprintf(stderr, "rdmashim doctor: takes no arguments yet (the PEER checks are to come)\n");
-		return 2;
-	}
+	if (sysroot && !*sysroot)
+		sysroot = NULL;
 	parsed = shim_config_parse(&cfg, env_get, NULL, err, sizeof(err));
 	if (parsed < 0) /* the sizes below need values: the defaults */
 		shim_config_parse(&cfg, no_env, NULL, err + strlen(err) + 1, sizeof(err) - strlen(err) - 1);
 	check_libraries();
-	check_devices();
+	check_devices(&report, sysroot);
 	check_memlock(&cfg);
-	check_huge_pages(&cfg);
+	check_huge_pages(&cfg, sysroot);
 	check_library();
 	check_config(&cfg, parsed, err);
+	if (peer)
+		rdmashim_doctor_peer(peer, &report, sysroot);
 	printf("doctor: %u fail, %u warn: %s\n", n_fail, n_warn,
-	       n_fail ? "this host can not carry connections over RDMA yet (fix the FAIL lines)"
-		      : n_warn ? "ready, with warnings" : "ready");
+	       n_fail ? (peer ? "this host can not carry connections to the peer over RDMA yet (fix the FAIL lines)"
+			      : "this host can not carry connections over RDMA yet (fix the FAIL lines)")
+	       : n_warn ? "ready, with warnings"
+			: "ready");
 	return n_fail ? 1 : 0;
 }

@@ -17,6 +17,7 @@
 
 #include <infiniband/verbs.h>
 
+#include "doctor.h"
 #include "fabric_health.h"
 #include "jsonl.h"
 
@@ -46,7 +47,7 @@ void rdmashim_health_usage(FILE *out)
 
 /* The active MTU is not in sysfs; ask verbs, for the real /sys only (a
  * fixture tree has no device behind it). Unknown stays -1. */
-static void fill_active_mtu(struct shim_fh_report *r)
+void rdmashim_health_fill_active_mtu(struct shim_fh_report *r)
 {
 	struct ibv_device **list;
 	int n = 0;
@@ -303,7 +304,7 @@ int rdmashim_cmd_health(int argc, char **argv)
 	shim_fh_scan(sysroot, &report);
 	if (report.n_ports) {
 		if (!sysroot)
-			fill_active_mtu(&report);
+			rdmashim_health_fill_active_mtu(&report);
 		ts.tv_sec = (time_t)window;
 		ts.tv_nsec = (long)((window - (double)ts.tv_sec) * 1e9);
 		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)

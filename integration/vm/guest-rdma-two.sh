@@ -57,6 +57,15 @@ outcomes() {
 
 rxe_up "$IFACE" "$ADDR/$PREFIX" || { echo "not ok - rxe up"; exit 1; }
 
+# doctor PEER on each host passes (exit 0): its rdma_cm resolve answers
+# over the wire once the other VM has its address (retried until then).
+TOOL=${SHIM_TOOL:-$(dirname "$LIB")/../bin/rdmashim}
+rc=0
+rxe_retry 60 env RDMASHIM_PORTS=$P1 timeout 30 "$TOOL" doctor "$PEER" > "$T/doctor.out" 2>&1 || rc=$?
+sed "s/^/   ${ROLE^^}: /" "$T/doctor.out"
+check "${ROLE^^}: doctor $PEER: exit 0 (status $rc)" test "$rc" = 0
+check "${ROLE^^}: doctor $PEER: rdma_cm resolves the peer" grep -qE "^PASS  rdma_cm +resolved $PEER " "$T/doctor.out"
+
 # 0. Links: its own script (it also runs alone); its lines count here.
 if [[ -n ${LINKS_X:-} ]]; then
   bash "$here/guest-rdma-links.sh" 2>&1 | tee "$T/links.out"

@@ -384,16 +384,86 @@ void shim_fh_scan(const char *sysroot, struct shim_fh_report *r)
 	r->status = r->n_ports ? SHIM_FH_HEALTHY : SHIM_FH_NO_DEVICE;
 }
 
-bool shim_fh_delta(const struct shim_fh_port *p, unsigned i, unsigned long long *delta)
+bool shim_fh_counter_delta(const struct shim_nic_counters *before, const struct shim_nic_counters *after, unsigned i,
+			   unsigned long long *delta)
 {
-	for (unsigned j = 0; j < p->before.n; j++)
-		if (strcmp(p->before.name[j], p->after.name[i]) == 0) {
+	for (unsigned j = 0; j < before->n; j++)
+		if (strcmp(before->name[j], after->name[i]) == 0) {
 			/* A counter that went back was reset (a driver reload):
 			 * nothing is known to have grown. */
-			*delta = p->after.value[i] >= p->before.value[j] ? p->after.value[i] - p->before.value[j] : 0;
+			*delta = after->value[i] >= before->value[j] ? after->value[i] - before->value[j] : 0;
 			return true;
 		}
 	return false;
+}
+
+bool shim_fh_delta(const struct shim_fh_port *p, unsigned i, unsigned long long *delta)
+{
+	return shim_fh_counter_delta(&p->before, &p->after, i, delta);
+}
+
+bool shim_fh_state_active(int state_code)
+{
+	return state_code == SHIM_FH_STATE_ACTIVE;
+}
+
+bool shim_fh_mtu_fits(int active_mtu, int netdev_mtu)
+{
+	return active_mtu <= netdev_mtu - ROCE_HEADERS;
+}
+
+unsigned shim_fh_counters_over(const struct shim_nic_counters *before, const struct shim_nic_counters *after,
+			       const struct shim_fh_limits *lim, struct shim_fh_over *out, unsigned max)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < after->n; i++) {
+		const unsigned long long *limit = shim_fh_limit_of(lim, after->name[i]);
+		unsigned long long d;
+
+		if (!limit || !shim_fh_counter_delta(before, after, i, &d) || d <= *limit)
+			continue;
+		if (n < max) {
+			memcpy(out[n].name, after->name[i], sizeof(out[n].name));
+			out[n].delta = d;
+			out[n].limit = *limit;
+		}
+		n++;
+	}
+	return n;
+}
+
+enum shim_fh_change shim_fh_watch_look(struct shim_fh_watch *w, const char *sysroot, const char *dev, unsigned port,
+				       const struct shim_fh_limits *lim, struct shim_nic_counters *prev,
+				       struct shim_fh_over *why)
+{
+	static struct shim_nic_counters now; /* large: off the stack; the watch's thread only */
+	char ib[300];
+	unsigned over;
+
+	snprintf(ib, sizeof(ib), "%.280s/class/infiniband", sysroot && *sysroot ? sysroot : "/sys");
+	if (shim_nic_counters_read_if(ib, dev, port, shim_fh_counter_shown, &now) < 0)
+		now.n = now.n_bad = 0; /* none, or gone: nothing can be over */
+	if (prev)
+		*prev = w->seen;
+	over = w->have_seen ? shim_fh_counters_over(&w->seen, &now, lim, why, 1) : 0;
+	w->seen = now;
+	w->have_seen = true;
+	if (over && !w->faulty) {
+		w->faulty = true;
+		w->why = *why;
+		return SHIM_FH_FAULTY;
+	}
+	if (over) {
+		w->why = *why;
+		return SHIM_FH_SAME;
+	}
+	if (w->faulty) {
+		w->faulty = false;
+		*why = w->why;
+		return SHIM_FH_RECOVERED;
+	}
+	return SHIM_FH_SAME;
 }
 
 /* Counters in name order (readdir gives the file system's), counters/
@@ -428,13 +498,13 @@ static void judge_counters(const struct shim_fh_report *r, struct shim_fh_port *
 		return;
 	}
 	sort_counters(&p->after);
-	for (unsigned i = 0; i < p->after.n; i++) {
-		const unsigned long long *max = shim_fh_limit_of(lim, p->after.name[i]);
-		unsigned long long d;
+	{
+		struct shim_fh_over over[SHIM_FH_LINES_MAX];
+		unsigned n = shim_fh_counters_over(&p->before, &p->after, lim, over, SHIM_FH_LINES_MAX);
 
-		if (max && shim_fh_delta(p, i, &d) && d > *max)
+		for (unsigned i = 0; i < n && i < SHIM_FH_LINES_MAX; i++)
 			add_line(p->problems, &p->n_problems, "counter %s grew by %llu (limit %llu)",
-				 shim_fh_bare_name(p->after.name[i]), d, *max);
+				 shim_fh_bare_name(over[i].name), over[i].delta, over[i].limit);
 	}
 	for (unsigned i = 0; i < p->after.n_bad; i++)
 		add_line(p->notes, &p->n_notes, "counter %s does not read as a number: left out",
@@ -449,12 +519,12 @@ enum shim_fh_status shim_fh_judge(struct shim_fh_report *r, const struct shim_fh
 	for (unsigned i = 0; i < r->n_ports; i++) {
 		struct shim_fh_port *p = &r->ports[i];
 
-		if (p->state_code >= 0 && strcmp(p->state, "ACTIVE") != 0)
+		if (p->state_code >= 0 && !shim_fh_state_active(p->state_code))
 			add_line(p->problems, &p->n_problems, "port is %s, not ACTIVE%s%s%s", p->state,
 				 p->phys_state[0] ? " (physical state " : "", p->phys_state,
 				 p->phys_state[0] ? ")" : "");
 		if (p->active_mtu > 0 && p->netdev_mtu > 0 && strcmp(p->link_layer, "Ethernet") == 0 &&
-		    p->active_mtu > p->netdev_mtu - ROCE_HEADERS)
+		    !shim_fh_mtu_fits(p->active_mtu, p->netdev_mtu))
 			add_line(p->problems, &p->n_problems,
 				 "active MTU %d does not fit netdev %s's MTU %d (needs %d)", p->active_mtu, p->netdev,
 				 p->netdev_mtu, p->active_mtu + ROCE_HEADERS);

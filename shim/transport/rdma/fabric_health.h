@@ -2,9 +2,11 @@
  * The health of this host's RDMA ports, read from sysfs without root, and
  * the judgement of it: a port is degraded when it is not ACTIVE, when a
  * counter grew by more than its limit over a window, or when its active
- * MTU does not fit its netdev's MTU. `rdmashim health` prints it; the
- * port watch (rdma_port.c) is meant to use the same judgement, so that the
- * command and the shim never disagree about a port.
+ * MTU does not fit its netdev's MTU. `rdmashim health` prints it, and
+ * the shim's port watch (rdma_port.c) judges each of its looks with the
+ * same functions (shim_fh_state_active, shim_fh_counters_over, and
+ * shim_fh_watch_look over them), so that the command and the shim never
+ * disagree about a port.
  *
  * Use: shim_fh_scan() reads every device and port and takes the first
  * counters, the caller waits its window, shim_fh_judge() reads the
@@ -90,6 +92,31 @@ struct shim_fh_limits {
 	} l[SHIM_FH_LIMITS_MAX];
 };
 
+/* The state code of an ACTIVE port (the number before the colon in
+ * sysfs, and enum ibv_port_state's IBV_PORT_ACTIVE). */
+#define SHIM_FH_STATE_ACTIVE 4
+
+/* A counter that grew past its limit. */
+struct shim_fh_over {
+	char name[SHIM_NIC_COUNTER_NAME]; /* as in struct shim_nic_counters */
+	unsigned long long delta, limit;
+};
+
+/* The port watch's memory of one port between its looks. */
+struct shim_fh_watch {
+	struct shim_nic_counters seen; /* the last look's counters */
+	bool have_seen;
+	bool faulty; /* the last look found a counter over its limit */
+	struct shim_fh_over why; /* while faulty: the counter that did it */
+};
+
+/* What a look changed. */
+enum shim_fh_change {
+	SHIM_FH_SAME,
+	SHIM_FH_FAULTY,    /* a counter grew past its limit (why says which) */
+	SHIM_FH_RECOVERED, /* faulty before, no counter over its limit now */
+};
+
 /* The documented defaults (docs/OPERATIONS.md lists the same table). */
 void shim_fh_limits_default(struct shim_fh_limits *lim);
 
@@ -119,6 +146,37 @@ enum shim_fh_status shim_fh_judge(struct shim_fh_report *r, const struct shim_fh
 /* The delta of counter i of p->after over p->before; false when the
  * counter was not in before (then it is not judged). */
 bool shim_fh_delta(const struct shim_fh_port *p, unsigned i, unsigned long long *delta);
+
+/* The same over two reads of counters (a counter that went back was reset:
+ * no growth). */
+bool shim_fh_counter_delta(const struct shim_nic_counters *before, const struct shim_nic_counters *after, unsigned i,
+			   unsigned long long *delta);
+
+/* The judgement of a port's state: ACTIVE or not (by its code). */
+bool shim_fh_state_active(int state_code);
+
+/* The judgement of the counters: every counter of after that grew past
+ * its limit since before, in after's order, the first max of them into
+ * out; returns how many (more than max when some were left out). */
+unsigned shim_fh_counters_over(const struct shim_nic_counters *before, const struct shim_nic_counters *after,
+			       const struct shim_fh_limits *lim, struct shim_fh_over *out, unsigned max);
+
+/* Whether an RDMA MTU fits its netdev's MTU with the RoCE v2 headers
+ * around it (both in bytes, both known). */
+bool shim_fh_mtu_fits(int active_mtu, int netdev_mtu);
+
+/* One look of the port watch at port `port` of `dev` below sysroot (NULL:
+ * "/sys"): reads the counters health shows and judges their growth since
+ * the last look by lim, as health judges a window (the watch looks once a
+ * second, health's default window). The first look only takes them.
+ * *why: the first counter over its limit (SHIM_FH_FAULTY), or the one that
+ * did it before (SHIM_FH_RECOVERED). prev (may be NULL) gets the last
+ * look's counters, w->seen this one's (n 0 when the port has none), for
+ * the caller's trace of what grew. One caller at a time (a buffer of its
+ * own is static: the watch has one thread). */
+enum shim_fh_change shim_fh_watch_look(struct shim_fh_watch *w, const char *sysroot, const char *dev, unsigned port,
+				       const struct shim_fh_limits *lim, struct shim_nic_counters *prev,
+				       struct shim_fh_over *why);
 
 /* The name without its folder prefix ("hw.out_of_buffer" -> "out_of_buffer"). */
 const char *shim_fh_bare_name(const char *counter);

@@ -11,6 +11,7 @@
 #include <infiniband/verbs.h>
 
 #include "bgthread.h"
+#include "fabric_health.h"
 #include "nic_counters.h"
 #include "rdma_link.h"
 #include "real.h"
@@ -24,8 +25,9 @@ struct watched_port {
 	struct ibv_context *ctx;
 	uint8_t num;
 	bool active; /* atomic: the watch's thread writes, anyone reads */
+	bool faulty; /* the same: a counter over its limit at the last look */
 	char dev[IBV_SYSFS_NAME_MAX];
-	struct shim_nic_counters seen; /* the watch's thread only */
+	struct shim_fh_watch watch; /* the watch's thread only */
 };
 
 static struct watched_port ports[WATCH_PORTS_MAX];
@@ -35,28 +37,76 @@ static unsigned n_ports;
 static unsigned n_set_up; /* the start's count, before n_ports says it */
 static struct ibv_context *devices[WATCH_DEVICES_MAX];
 static unsigned n_devices;
+/* rdmashim health's default limits (fabric_health.h): the watch judges a
+ * look as health judges its default one-second window. */
+static struct shim_fh_limits limits;
 
-bool shim_rdma_port_down(const struct ibv_context *ctx, uint8_t port)
+static const struct watched_port *known(const struct ibv_context *ctx, uint8_t port)
 {
 	unsigned n = __atomic_load_n(&n_ports, __ATOMIC_ACQUIRE);
 
 	for (unsigned i = 0; i < n; i++)
 		if (ports[i].ctx == ctx && ports[i].num == port)
-			return !__atomic_load_n(&ports[i].active, __ATOMIC_RELAXED);
-	return false;
+			return &ports[i];
+	return NULL;
 }
 
-static void trace_counters(struct watched_port *p)
+bool shim_rdma_port_down(const struct ibv_context *ctx, uint8_t port)
 {
-	struct shim_nic_counters now;
-	char grew[SHIM_TRACE_LINE_MAX / 2];
+	const struct watched_port *p = known(ctx, port);
 
-	if (shim_nic_counters_read(NULL, p->dev, p->num, &now) < 0)
-		return;
-	if (shim_nic_counters_grew(&p->seen, &now, grew, sizeof(grew)))
+	return p && !__atomic_load_n(&p->active, __ATOMIC_RELAXED);
+}
+
+bool shim_rdma_port_faulty(const struct ibv_context *ctx, uint8_t port)
+{
+	const struct watched_port *p = known(ctx, port);
+
+	return p && __atomic_load_n(&p->faulty, __ATOMIC_RELAXED);
+}
+
+/* Only what counts a fault goes into the trace of growth: the congestion
+ * counters health shows move on a healthy fabric under load. */
+static void keep_faults(const struct shim_nic_counters *from, struct shim_nic_counters *to)
+{
+	to->n = to->n_bad = 0;
+	for (unsigned i = 0; i < from->n; i++)
+		if (shim_nic_counter_is_error(shim_fh_bare_name(from->name[i])) ||
+		    shim_fh_limit_of(&limits, from->name[i])) {
+			memcpy(to->name[to->n], from->name[i], sizeof(to->name[0]));
+			to->value[to->n++] = from->value[i];
+		}
+}
+
+/* The look at the counters: their growth traced, and judged as rdmashim
+ * health judges it; a counter over its limit opens the breaker for the
+ * port (no new link over it: SHIM_REASON_RDMA_PORT_FAULTY) until
+ * a look finds none over its limit. */
+static void look_at_counters(struct watched_port *p)
+{
+	static struct shim_nic_counters prev, before, now; /* the watch's thread only */
+	char grew[SHIM_TRACE_LINE_MAX / 2];
+	struct shim_fh_over why;
+	enum shim_fh_change change = shim_fh_watch_look(&p->watch, NULL, p->dev, p->num, &limits, &prev, &why);
+
+	keep_faults(&prev, &before);
+	keep_faults(&p->watch.seen, &now);
+	if (prev.n && shim_nic_counters_grew(&before, &now, grew, sizeof(grew)))
 		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.counters", -1, NULL, SHIM_REASON_NONE,
 			   "\"device\":\"%s\",\"port\":%u,\"grew\":{%s}", p->dev, p->num, grew);
-	p->seen = now;
+	if (change == SHIM_FH_SAME)
+		return;
+	__atomic_store_n(&p->faulty, change == SHIM_FH_FAULTY, __ATOMIC_RELAXED);
+	if (change == SHIM_FH_FAULTY)
+		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.port", -1, NULL, SHIM_REASON_RDMA_PORT_FAULTY,
+			   "\"device\":\"%s\",\"port\":%u,\"state\":\"faulty\",\"source\":\"counters\","
+			   "\"counter\":\"%s\",\"delta\":%llu,\"limit\":%llu",
+			   p->dev, p->num, why.name, why.delta, why.limit);
+	else
+		SHIM_TRACE(SHIM_TRACE_INFO, "rdma.port", -1, NULL, SHIM_REASON_NONE,
+			   "\"device\":\"%s\",\"port\":%u,\"state\":\"recovered\",\"source\":\"counters\","
+			   "\"counter\":\"%s\"",
+			   p->dev, p->num, why.name);
 }
 
 /* The watch's thread, or the start before it runs. */
@@ -81,7 +131,8 @@ static bool port_is_active(struct watched_port *p)
 {
 	struct ibv_port_attr attr;
 
-	return ibv_query_port(p->ctx, p->num, &attr) == 0 && attr.state == IBV_PORT_ACTIVE;
+	/* The judgement of rdmashim health (fabric_health.h). */
+	return ibv_query_port(p->ctx, p->num, &attr) == 0 && shim_fh_state_active((int)attr.state);
 }
 
 static struct watched_port *watched(const struct ibv_context *ctx, uint8_t num)
@@ -160,7 +211,7 @@ static void *watch_main(void *arg)
 		 * port that just went down has its own counted here). */
 		for (unsigned i = 0; i < n_ports; i++) {
 			set_state(&ports[i], port_is_active(&ports[i]), "look");
-			trace_counters(&ports[i]);
+			look_at_counters(&ports[i]);
 		}
 	}
 }
@@ -183,18 +234,19 @@ static void add_ports(struct ibv_context *ctx)
 		p->num = (uint8_t)num;
 		snprintf(p->dev, sizeof(p->dev), "%s", ibv_get_device_name(ctx->device));
 		p->active = port_is_active(p);
-		if (shim_nic_counters_read(NULL, p->dev, p->num, &p->seen) < 0)
-			p->seen.n = 0;
+		/* The first look takes the counters, judges nothing. */
+		shim_fh_watch_look(&p->watch, NULL, p->dev, p->num, &limits, NULL, &(struct shim_fh_over){ 0 });
 		SHIM_TRACE(p->active ? SHIM_TRACE_INFO : SHIM_TRACE_WARN, "rdma.port", -1, NULL,
 			   p->active ? SHIM_REASON_NONE : SHIM_REASON_RDMA_PORT_DOWN,
 			   "\"device\":\"%s\",\"port\":%u,\"state\":\"%s\",\"source\":\"start\",\"counters\":%u", p->dev,
-			   p->num, p->active ? "active" : "down", p->seen.n);
+			   p->num, p->active ? "active" : "down", p->watch.seen.n);
 		n_set_up++;
 	}
 }
 
 void shim_rdma_port_watch_start(struct ibv_context **ctxs, int n)
 {
+	shim_fh_limits_default(&limits);
 	for (int i = 0; i < n; i++)
 		add_ports(ctxs[i]);
 	/* Release: pairs with the acquire in shim_rdma_port_down(). */

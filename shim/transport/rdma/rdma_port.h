@@ -16,8 +16,18 @@
  *    peer is not at fault.
  *  - a port that comes back (IBV_EVENT_PORT_ACTIVE, or a look) is traced
  *    (state active); the next connections upgrade over it again.
- *  - error counters that grew since the last look (nic_counters.h) are
- *    traced (rdma.counters, at warn, with the deltas).
+ *  - fault counters that grew since the last look (nic_counters.h) are
+ *    traced (rdma.counters, at warn, with the deltas); and the look is
+ *    judged as `rdmashim health` judges its window, by the same code
+ *    (fabric_health.h, shim_fh_watch_look) and default limits: a counter
+ *    over its limit makes the port faulty (rdma.port, state faulty, with
+ *    the counter, its growth and its limit), which opens the breaker for
+ *    it: no new link is made over it, a connection that would need one
+ *    stays on TCP (reason rdma_port_faulty), until a look finds no
+ *    counter over its limit (state recovered). Links already on it are
+ *    left alone, and still take new connections by OFFER (keeping them
+ *    off would need both ends to agree): their QPs fail by their own
+ *    errors if the fault reaches them.
  * Connections on QPs of their own (RDMASHIM_RDMA_LINKS=0) are not broken
  * by the watch: their QPs fail by their own errors, as before.
  */
@@ -37,5 +47,9 @@ void shim_rdma_port_watch_start(struct ibv_context **ctxs, int n);
 /* Whether port `port` of ctx is known not to be ACTIVE. Lock-free; false
  * for a port the watch does not know (no watch in this process). */
 bool shim_rdma_port_down(const struct ibv_context *ctx, uint8_t port);
+
+/* Whether the last look found a counter of port `port` of ctx over its
+ * limit (the breaker is open for it). Lock-free; false when unknown. */
+bool shim_rdma_port_faulty(const struct ibv_context *ctx, uint8_t port);
 
 #endif

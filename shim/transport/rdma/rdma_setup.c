@@ -298,6 +298,12 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 				shim_rdma_give_up(s, fd, SHIM_REASON_RDMA_PORT_DOWN);
 				return;
 			}
+			/* Its fault counters are over their limits: the breaker
+			 * is open for the port until they are quiet. */
+			if (shim_rdma_port_faulty(c->id->verbs, c->id->port_num)) {
+				shim_rdma_give_up(s, fd, SHIM_REASON_RDMA_PORT_FAULTY);
+				return;
+			}
 			if (rdma_resolve_route(c->id, (int)shim_cfg.cm_timeout_ms)) {
 				shim_rdma_give_up(s, fd, SHIM_REASON_CM_UNREACHABLE);
 				return;
