@@ -192,6 +192,15 @@ static void do_send(int i, struct step *st)
 	send_note[0] = 0;
 }
 
+/* Whether buf holds a byte other than c. */
+static int memchr_not(const unsigned char *buf, unsigned char c, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		if (buf[k] != c)
+			return 1;
+	return 0;
+}
+
 /* recv N [flags], read N, readv N K, recvmsg N [flags]: one call, exact. */
 static void do_recv(int i, struct step *st)
 {
@@ -203,6 +212,10 @@ static void do_recv(int i, struct step *st)
 	ssize_t r;
 	int mflags = -1;
 	double t0 = now_ms();
+	/* TCP's MSG_TRUNC discards what it reads and writes nothing into the
+	 * buffer: a program may pass one it still uses (or none at all). */
+	if (flags & MSG_TRUNC)
+		memset(D.rxbuf, 0xa5, n);
 	if (!strcmp(op, "read")) {
 		r = read(D.fd, D.rxbuf, n);
 	} else if (!strcmp(op, "readv")) {
@@ -231,7 +244,8 @@ static void do_recv(int i, struct step *st)
 		else
 			snprintf(out, sizeof(out), "%zd %s", r, r < 0 ? ename(e) : "-");
 	else if ((flags & MSG_TRUNC) && r >= 0)
-		snprintf(out, sizeof(out), "%zd", r);
+		snprintf(out, sizeof(out), "%zd buffer %s", r,
+			 memchr_not(D.rxbuf, 0xa5, n) ? "written" : "untouched");
 	else
 		describe_rx(out, sizeof(out), r, D.rxbuf, D.rx, e);
 	if (mflags >= 0) {

@@ -41,11 +41,25 @@ static ssize_t send_one(struct shim_sock *s, int fd, const void *buf, size_t len
 	return done(s, shim_io_send(s, fd, &iov, 1, flags));
 }
 
+/* A read of the stream with the program's flags. MSG_TRUNC: TCP discards
+ * the bytes and writes nothing into the buffer, which the data path would
+ * take a SWITCH frame's bytes from (io_calls.c). */
+static ssize_t recv_flags(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
+{
+	size_t len = 0;
+
+	if (likely(!(flags & MSG_TRUNC)))
+		return shim_io_recv(s, fd, iov, iovcnt, flags);
+	for (int i = 0; i < iovcnt; i++)
+		len += iov[i].iov_len;
+	return shim_io_recv_discard(s, fd, len, flags);
+}
+
 static ssize_t recv_one(struct shim_sock *s, int fd, void *buf, size_t len, int flags)
 {
 	struct iovec iov = { buf, len };
 
-	return done(s, shim_io_recv(s, fd, &iov, 1, flags));
+	return done(s, recv_flags(s, fd, &iov, 1, flags));
 }
 
 SHIM_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
@@ -168,7 +182,7 @@ SHIM_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 	msg->msg_namelen = 0;
 	msg->msg_controllen = 0;
 	msg->msg_flags = 0;
-	return done(s, shim_io_recv(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags));
+	return done(s, recv_flags(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags));
 }
 
 SHIM_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags,
@@ -190,7 +204,7 @@ SHIM_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags,
 	vec[0].msg_hdr.msg_namelen = 0;
 	vec[0].msg_hdr.msg_controllen = 0;
 	vec[0].msg_hdr.msg_flags = 0;
-	ssize_t got = shim_io_recv(s, fd, vec[0].msg_hdr.msg_iov, (int)vec[0].msg_hdr.msg_iovlen, flags);
+	ssize_t got = recv_flags(s, fd, vec[0].msg_hdr.msg_iov, (int)vec[0].msg_hdr.msg_iovlen, flags);
 
 	shim_sock_put(s);
 	if (got < 0)

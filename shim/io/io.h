@@ -17,6 +17,12 @@
 /* write(2) and writev(2) come here with flags 0: SIGPIPE as the kernel raises it. */
 ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags);
 ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags);
+/* recv with MSG_TRUNC (the wrappers send such reads here, never to
+ * shim_io_recv): TCP discards the bytes and never writes the
+ * program's buffer; here they are read into a buffer of ours, so that a
+ * SWITCH frame among them is the stream's (io_calls.c). Returns as
+ * shim_io_recv, at most one buffer's worth without MSG_WAITALL. */
+ssize_t shim_io_recv_discard(struct shim_sock *s, int fd, size_t len, int flags);
 /* sendmsg: ancillary data is checked by the kernel as it would be for this
  * send (a zero-byte sendmsg with the same control), never sent raw; then
  * the bytes go as shim_io_send's. (io_calls.c) */

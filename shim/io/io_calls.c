@@ -31,6 +31,30 @@ ssize_t shim_io_sendmsg(struct shim_sock *s, int fd, const struct msghdr *msg, i
 	return shim_io_send(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
 }
 
+/* The size of lighttpd's discarding reads: a bigger one moves the rest
+ * in the next call, as a stream socket may. */
+#define DISCARD_BUF 16384
+
+ssize_t shim_io_recv_discard(struct shim_sock *s, int fd, size_t len, int flags)
+{
+	uint8_t buf[DISCARD_BUF];
+	size_t done = 0;
+
+	flags &= ~MSG_TRUNC;
+	do {
+		size_t want = len - done < sizeof(buf) ? len - done : sizeof(buf);
+		ssize_t n = shim_io_recv(s, fd, &(struct iovec){ buf, want }, 1, flags);
+
+		if (n <= 0)
+			return done ? (ssize_t)done : n;
+		done += (size_t)n;
+		/* Only MSG_WAITALL asks for more than one buffer: another
+		 * call could meet an error that this one, having moved
+		 * bytes, would not report. */
+	} while ((flags & MSG_WAITALL) && !(flags & MSG_PEEK) && done < len);
+	return (ssize_t)done;
+}
+
 /* One buffer's worth of sendfile (below); returns as sendfile(2). */
 static ssize_t sendfile_chunk(struct shim_sock *s, int out_fd, int in_fd, off64_t *offset, size_t count)
 {
