@@ -13,8 +13,22 @@
 # inherited, its connections not eligible, reason sandboxed), and it lives
 # and echoes every byte; one the operator vouches for
 # (RDMASHIM_SECCOMP_TRUST=1, a filter that kills only on acct) upgrades.
+# Last, a connection already on its channel when the server forks
+# (integration/progs/fork_sandbox, both ends under the shim, then without
+# it): the child sandboxes itself with an allow list that kills on any
+# call it does not make itself (sendto, recvfrom, ioctl...), as sshd's
+# pre-auth child, and serves the connection with read and write; the
+# parent closes its copy at once, keeps it untouched, or serves the
+# connection itself once the child exited. Every byte both ways, no
+# SIGSYS; the child handed the connection back as it sandboxed itself
+# (conn.handed_back), giving back the client's bytes it had to read to
+# reach the client's SWITCH frame where they lay before it
+# (conn.handback_return), and the parent that went on found it back on
+# TCP (failover.elsewhere). Also with the client's direction never
+# switched (half: its peer sends no RESUME).
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-need_built "$PROGS/sandboxed_echo" "$PROGS/echo_client" "$PROGS/echo_server" "$PROGS/seccomp_exec"
+need_built "$PROGS/sandboxed_echo" "$PROGS/echo_client" "$PROGS/echo_server" "$PROGS/seccomp_exec" \
+  "$PROGS/fork_sandbox"
 
 CONNS=3
 for client in plain shim; do
@@ -66,5 +80,81 @@ for mode in unix:0 acct:1; do
     check "$L: the operator's word keeps it upgrading (no process.sandboxed)" test "$sandboxed" -eq 0
     check "$L: every connection upgraded ($switched of $CONNS tx.switch)" test "$switched" -eq "$CONNS"
   fi
+done
+# Each case: parent:pending (see integration/progs/fork_sandbox.c).
+for case in close:0 idle:0 resume:0 close:2000 idle:2000 resume:2000 resume:600000; do
+  IFS=: read -r parent pending <<<"$case"
+  for how in plain shim; do
+    port=$(free_port)
+    dir=$WORK/fork-$how-$parent-$pending
+    mkdir -p "$dir"
+    vars=(RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_TRACE=debug
+      RDMASHIM_TRACE_FILE="$dir/trace.%p.jsonl")
+    L="fork $parent, pending $pending, $how"
+    start_bg "fsb-$how-$parent-$pending" "$how" "${vars[@]}" "$PROGS/fork_sandbox" server --port "$port" \
+      --parent "$parent" --pending "$pending"
+    pid=$BG_PID
+    wait_ready "fsb-$how-$parent-$pending" >/dev/null || not_ok "$L: server ready"
+    if [[ $how == plain ]]; then
+      got=$(no_shim "$PROGS/fork_sandbox" client --port "$port" --parent "$parent" --pending "$pending" 2>&1)
+    else
+      got=$(with_shim "${vars[@]}" "$PROGS/fork_sandbox" client --port "$port" --parent "$parent" \
+        --pending "$pending" 2>&1)
+    fi
+    rc=0; wait_bg "$pid" 30 || rc=$?
+    check "$L: the client got every byte ($got)" test "$got" = OK
+    check "$L: the server and its sandboxed child were right (status $rc: \
+$(tr '\n' ' ' <"$WORK/fsb-$how-$parent-$pending.err" | head -c 300))" test "$rc" -eq 0
+    [[ $how == shim ]] || continue
+    n=$(cat "$dir"/trace.*.jsonl | grep -c '"event":"conn.handed_back"' || true)
+    check "$L: the child handed the switched connection back ($n)" test "$n" -eq 1
+    n=$(cat "$dir"/trace.*.jsonl | grep -c '"event":"conn.sandbox_kept"' || true)
+    check "$L: no connection kept on its channel ($n)" test "$n" -eq 0
+    n=$(cat "$dir"/trace.*.jsonl | grep -c '"event":"conn.handback_return"' || true)
+    if ((pending > 0)); then
+      check "$L: the bytes before the client's switch went back ($n)" test "$n" -eq 1
+    else
+      check "$L: nothing lay before the client's switch ($n returns)" test "$n" -eq 0
+    fi
+    n=$(cat "$dir"/trace.*.jsonl | grep -c '"event":"failover.elsewhere"' || true)
+    if [[ $parent == resume ]]; then
+      check "$L: the parent found the connection back on TCP ($n)" test "$n" -eq 1
+    else
+      check "$L: the parent never looked ($n failover.elsewhere)" test "$n" -eq 0
+    fi
+  done
+done
+# The client's direction never switches (it shuts its side early, so its
+# SWITCH_AT says it stays on TCP) while the server's did: the child hands
+# back a half-switched connection, whose peer sends no RESUME. Whether the
+# client's shutdown comes before or after it took the server's offer is up
+# to the scheduler: tried until one upgraded, every attempt checked.
+for parent in close resume; do
+  handed=0
+  for attempt in 1 2 3 4 5 6 7 8; do
+    port=$(free_port)
+    dir=$WORK/half-$parent-$attempt
+    mkdir -p "$dir"
+    vars=(RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_TRACE=debug
+      RDMASHIM_TRACE_FILE="$dir/trace.%p.jsonl")
+    L="fork $parent, client half, attempt $attempt"
+    start_bg "half-$parent-$attempt" shim "${vars[@]}" "$PROGS/fork_sandbox" server --port "$port" \
+      --parent "$parent" --half 1
+    pid=$BG_PID
+    wait_ready "half-$parent-$attempt" >/dev/null || not_ok "$L: server ready"
+    got=$(with_shim "${vars[@]}" "$PROGS/fork_sandbox" client --port "$port" --parent "$parent" --half 1 2>&1)
+    rc=0; wait_bg "$pid" 30 || rc=$?
+    check "$L: the client got every byte ($got)" test "$got" = OK
+    check "$L: the server and its sandboxed child were right (status $rc: \
+$(tr '\n' ' ' <"$WORK/half-$parent-$attempt.err" | head -c 300))" test "$rc" -eq 0
+    if grep -q '"event":"upgrade.half"' "$dir"/trace.*.jsonl; then
+      n=$(cat "$dir"/trace.*.jsonl | grep -c '"event":"conn.handed_back"' || true)
+      check "$L: the child handed the half-switched connection back ($n)" test "$n" -eq 1
+      handed=1
+      break
+    fi
+  done
+  check "fork $parent, client half: one attempt of $attempt had the server's direction alone switched" \
+    test "$handed" -eq 1
 done
 finish

@@ -7,7 +7,10 @@
  * frame read in pieces and refused when its nonce is not ours (the bytes
  * stay in the stream), and what is absorbed past the switch offset; a
  * TCP reset after the peer ended the channel cleanly reads as EOF (it
- * answers a bell of ours), any other stays a reset.
+ * answers a bell of ours), any other stays a reset. The RETURN frame:
+ * its bytes taken as they come, whatever they look like, up to the RESUME
+ * behind; refused out of bounds, late, or from a peer whose wire version
+ * has none; ours leaves ahead of the frames queued after it.
  */
 #include <check.h>
 #include <endian.h>
@@ -193,6 +196,132 @@ START_TEST(resume_on_a_channel_that_can_not_fail_is_a_lie)
 }
 END_TEST
 
+/* ---- RETURN (wire version 4) ---- */
+
+static void fake_fail(struct shim_chan *ch)
+{
+	(void)ch;
+}
+
+static const struct shim_transport_ops return_ops = { .fail = fake_fail, .takes_return = true };
+static const struct shim_transport_ops no_return_ops = { .fail = fake_fail };
+static struct shim_chan return_chan = { .ops = &return_ops }, no_return_chan = { .ops = &no_return_ops };
+
+static struct shim_frame_return return_frame(uint64_t len)
+{
+	return (struct shim_frame_return){ .type = SHIM_FRAME_RETURN, .length = htobe64(len) };
+}
+
+START_TEST(return_read_in_pieces_then_resume)
+{
+	struct shim_sock *s = new_sock();
+	struct shim_frame_return r = return_frame(10);
+	struct shim_frame_resume res = { .type = SHIM_FRAME_RESUME, .rx_offset = htobe64(3) };
+	const uint8_t *h = (const uint8_t *)&r;
+	uint8_t bell = SHIM_FRAME_DATA_BELL, plain = 'p';
+
+	s->rx_dir = SHIM_DIR_CHAN;
+	s->chan = &return_chan;
+	peer_write(&bell, 1);
+	peer_write(h, 5); /* half a header: nothing taken yet */
+	shim_frames_drain(s, sv[0]);
+	ck_assert_ptr_null(s->fo_back);
+	peer_write(h + 5, sizeof(r) - 5);
+	peer_write("0123", 4);
+	shim_frames_drain(s, sv[0]);
+	ck_assert_ptr_nonnull(s->fo_back);
+	ck_assert_uint_eq(s->fo_back_len, 10);
+	ck_assert_uint_eq(s->fo_back_got, 4);
+	/* Bytes that look like frames are the payload's. */
+	peer_write("RRRRRR", 6);
+	peer_write(&bell, 1);
+	peer_write(&res, sizeof(res));
+	peer_write(&plain, 1);
+	shim_frames_drain(s, sv[0]);
+	ck_assert(!s->aborted);
+	ck_assert_uint_eq(s->fo_back_got, 10);
+	ck_assert_mem_eq(s->fo_back, "0123RRRRRR", 10);
+	ck_assert(s->fo_peer_known);
+	ck_assert_uint_eq(s->fo_peer_rx_offset, 3);
+	/* The plain byte behind the RESUME is the program's. */
+	ck_assert_int_eq(recv(sv[0], &plain, 1, MSG_DONTWAIT), 1);
+	ck_assert_int_eq(plain, 'p');
+	free(s->fo_back);
+	free(s);
+}
+END_TEST
+
+START_TEST(a_return_out_of_bounds_or_late_aborts)
+{
+	const uint64_t lens[] = { 0, SHIM_FRAME_RETURN_MAX + 1ull, 4 };
+
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		struct shim_sock *s = new_sock();
+		struct shim_frame_return r = return_frame(lens[i]);
+
+		s->rx_dir = SHIM_DIR_CHAN;
+		s->chan = &return_chan;
+		s->fo_started = i == 2; /* our replay may be out already */
+		peer_write(&r, sizeof(r));
+		shim_frames_drain(s, sv[0]);
+		ck_assert_msg(s->aborted, "length %llu", (unsigned long long)lens[i]);
+		ck_assert_ptr_null(s->fo_back);
+		free(s);
+		teardown();
+		setup();
+	}
+}
+END_TEST
+
+START_TEST(a_return_where_the_peer_has_none_aborts)
+{
+	struct shim_sock *s = new_sock();
+	struct shim_frame_return r = return_frame(1);
+
+	s->rx_dir = SHIM_DIR_CHAN;
+	s->chan = &no_return_chan;
+	peer_write(&r, sizeof(r));
+	shim_frames_drain(s, sv[0]);
+	ck_assert(s->aborted);
+	free(s);
+}
+END_TEST
+
+START_TEST(our_return_leaves_ahead_of_the_queue)
+{
+	struct shim_sock *s = new_sock();
+	struct shim_frame_resume res = { .type = SHIM_FRAME_RESUME };
+	uint8_t got[64];
+	size_t n = 0;
+
+	fill_ours();
+	s->fo_ret = malloc(20);
+	ck_assert_ptr_nonnull(s->fo_ret);
+	memset(s->fo_ret, 'T', 20);
+	s->fo_ret_len = s->fo_ret_got = 20;
+	s->fo_ret_queued = true;
+	ck_assert_int_eq(shim_frames_queue(s, sv[0], &res, sizeof(res)), -EAGAIN);
+	/* The peer reads everything: first our filler, then the frames. */
+	for (;;) {
+		char junk[4096];
+		ssize_t r = peer_read(junk, sizeof(junk));
+
+		if (r <= 0)
+			break;
+	}
+	ck_assert_int_eq(shim_frames_flush(s, sv[0]), 0);
+	ck_assert_ptr_null(s->fo_ret);
+	ck_assert(!s->fo_ret_queued);
+	for (ssize_t r; (r = peer_read(got + n, sizeof(got) - n)) > 0;)
+		n += (size_t)r;
+	ck_assert_uint_eq(n, 20 + sizeof(res));
+	ck_assert_int_eq(got[0], 'T');
+	ck_assert_int_eq(got[19], 'T');
+	ck_assert_int_eq(got[20], SHIM_FRAME_RESUME);
+	free(s);
+}
+END_TEST
+
 START_TEST(switch_frame_read_in_pieces)
 {
 	struct shim_sock *s = new_sock();
@@ -363,6 +492,10 @@ int main(void)
 	tcase_add_test(tc, drain_sees_eof);
 	tcase_add_test(tc, no_frame_where_one_must_start_aborts);
 	tcase_add_test(tc, resume_on_a_channel_that_can_not_fail_is_a_lie);
+	tcase_add_test(tc, return_read_in_pieces_then_resume);
+	tcase_add_test(tc, a_return_out_of_bounds_or_late_aborts);
+	tcase_add_test(tc, a_return_where_the_peer_has_none_aborts);
+	tcase_add_test(tc, our_return_leaves_ahead_of_the_queue);
 	tcase_add_test(tc, switch_frame_read_in_pieces);
 	tcase_add_test(tc, a_foreign_nonce_stays_in_the_stream);
 	tcase_add_test(tc, eof_inside_the_switch_frame_is_a_reset);

@@ -16,36 +16,15 @@
 # forked child (the pre-auth child, which sandboxes itself: seccomp and
 # no_new_privs, so the shim leaves it; then the session child), and a
 # connection changing hands returns to TCP (the server's trace:
-# upgrade.fail reason forked, upgrade.settle_fork); and ssh closes every
-# fd above 2 at start (closefrom), the shim's trace file with them, so the
-# client's end of each connection is never in the trace.
-#
-# Known failure, a shim bug (MX_KNOWN): with both ends under the shim and
-# RDMASHIM_UPGRADE_AFTER_MS=0 (the matrix's setting), about one ssh
-# connection in two dies in the key exchange: ssh exits 255 with
-# "Connection reset by 127.0.0.1" after "expecting SSH2_MSG_KEX_ECDH_REPLY"
-# (LogLevel DEBUG1); sshd at INFO logs nothing wrong (at DEBUG1: "SSH2_MSG_
-# KEXINIT sent [preauth]", then "monitor_read_log: child log fd closed").
-# The pre-auth child is killed by its own seccomp filter: strace -f of sshd
-# shows it set RLIMIT_FSIZE 0, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, then
-# the shim's sendto(4, "D", 1, MSG_DONTWAIT|MSG_NOSIGNAL) on the
-# connection, and "+++ killed by SIGSYS +++". It happens when the upgrade
-# finished in the re-executed sshd before it forked that child: its trace
-# has upgrade.done (role server, tx switched at offset 41, after its
-# 41-byte banner; rx switch at 1601), then the child's process.fork and
-# nothing more (the child's RLIMIT_FSIZE of 0 drops its lines). Every
-# connection that works has upgrade.fail reason forked instead (the fork
-# came before the upgrade finished). So a switched connection inherited
-# over fork by a process that then sandboxes itself is neither handed back
-# to TCP nor left alone: the shim still makes a call of its own on it
-# (docs/SECURITY.md, "Sandboxed processes", promises it makes none).
-# integration/t_sshd.sh does not see it: it sets
-# RDMASHIM_UPGRADE_AFTER_MS=2, and on an idle host the pre-auth fork comes
-# within those 2 ms (on a loaded one it need not). Reproduce: sshd and
-# `ssh ... 'echo login'` both with LD_PRELOAD, RDMASHIM_PORTS=PORT,
-# RDMASHIM_TRANSPORTS=shm and RDMASHIM_UPGRADE_AFTER_MS=0, a few logins in
-# a row.
-MX_KNOWN="shim bug: a connection switched before sshd forks its pre-auth child gets a shim sendto after the child's seccomp filter, SIGSYS, the client sees a reset (header)"
+# upgrade.fail reason forked, upgrade.settle_fork; or, when the upgrade
+# finished in the re-executed sshd before it forked the pre-auth child,
+# a hand-back in that child as it sandboxes itself, which gives the ssh
+# client's unread KEXINIT, in front of the client's SWITCH frame, back to
+# the client to send again (RETURN, shim/PROTOCOL.md; not in the trace:
+# the child's RLIMIT_FSIZE of 0 drops its lines), then failover.elsewhere
+# in the session child, which finds the connection back on TCP); and ssh
+# closes every fd above 2 at start (closefrom), the shim's trace file with
+# them, so the client's end of each connection is never in the trace.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 need_cmd ssh scp ssh-keygen sha256sum
 SSHD=/usr/sbin/sshd

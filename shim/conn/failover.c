@@ -34,6 +34,7 @@
 #include "stats.h"
 #include "trace.h"
 #include "transport.h"
+#include "upgrade.h"
 #include "wire.h"
 
 /* A failover we chose (the channel did not pay) is news, not a warning;
@@ -97,6 +98,10 @@ static void start(struct shim_sock *s, int fd)
 	}
 	rx_offset = ch->ops->rx_offset(ch);
 	frame.rx_offset = htobe64(rx_offset);
+	/* The peer's direction never moved and never will (its SWITCH_AT
+	 * never came, and the handshake is over): it sends no RESUME (see
+	 * above, from its side), and its bytes on TCP were plain all along. */
+	s->fo_peer_stays = s->rx_dir == SHIM_DIR_TCP && !s->rx_switch_known && shim_upgrade_settled(s);
 	s->fo_started = true;
 	shim_stats_count(SHIM_REASON_CHAN_FAILED);
 	shim_sockstat_sync(s);
@@ -120,17 +125,30 @@ static void take_peer_offset(struct shim_sock *s, int fd)
 		reset(s, fd, "peer_offset_out_of_range");
 		return;
 	}
-	len = part[0].iov_len + (n > 1 ? part[1].iov_len : 0);
+	if (s->fo_back && s->fo_back_got < s->fo_back_len) {
+		/* Our own failover came first, in the middle of the peer's
+		 * RETURN: its bytes can no longer go where they belong. */
+		reset(s, fd, "return_incomplete");
+		return;
+	}
+	/* The peer's RETURN goes first: those bytes preceded our switch. */
+	size_t back = s->fo_back ? s->fo_back_len : 0;
+
+	len = back + part[0].iov_len + (n > 1 ? part[1].iov_len : 0);
 	if (len) {
 		s->fo_replay = malloc(len);
 		if (!s->fo_replay) {
 			reset(s, fd, "no_memory");
 			return;
 		}
-		memcpy(s->fo_replay, part[0].iov_base, part[0].iov_len);
+		if (back)
+			memcpy(s->fo_replay, s->fo_back, back);
+		memcpy(s->fo_replay + back, part[0].iov_base, part[0].iov_len);
 		if (n > 1)
-			memcpy(s->fo_replay + part[0].iov_len, part[1].iov_base, part[1].iov_len);
+			memcpy(s->fo_replay + back + part[0].iov_len, part[1].iov_base, part[1].iov_len);
 	}
+	free(s->fo_back);
+	s->fo_back = NULL;
 	s->fo_replay_len = len;
 	s->fo_replay_off = 0;
 	s->tx_dir = SHIM_DIR_TCP;
@@ -187,7 +205,8 @@ static void leave_to_kernel(struct shim_sock *s, int fd)
 {
 	const int nodelay = s->app_nodelay;
 
-	if (s->tx_dir != SHIM_DIR_TCP || s->rx_dir != SHIM_DIR_TCP || !s->fo_started || !s->fo_peer_known ||
+	if (s->tx_dir != SHIM_DIR_TCP || s->rx_dir != SHIM_DIR_TCP || !s->fo_started ||
+	    (!s->fo_peer_known && !s->fo_peer_stays) ||
 	    s->fo_replay || s->tcp_out_len || s->aborted || s->rx_tcp_reset || s->rx_reset_seen ||
 	    s->peer_gone_told || s->rd_shut || s->wr_shut || s->rx_tcp_eof || s->rx_switch_known || s->closing ||
 	    !__atomic_load_n(&s->intercept, __ATOMIC_RELAXED) || s->ab_arm)
@@ -201,9 +220,47 @@ static void leave_to_kernel(struct shim_sock *s, int fd)
 	SHIM_TRACE(fo_level(s), "failover.kernel", fd, &s->tuple, fo_reason(s), NULL);
 }
 
-void shim_failover_progress(struct shim_sock *s, int fd)
+void shim_failover_elsewhere(struct shim_sock *s, int fd)
 {
 	struct shim_chan *ch = s->chan;
+
+	if (!ch->ops->moved_elsewhere(ch))
+		return;
+	/* Private stops: the rings' shared words are the other process's
+	 * and the peer's now. Whatever this process had queued for TCP (a
+	 * bell, a frame) was inherited by the one that went back too, which
+	 * sent it or dropped it there. */
+	ch->ops->fail(ch);
+	s->fo_started = true;
+	s->fo_peer_known = true;
+	s->fo_tx_done = true;
+	s->fo_why = SHIM_REASON_HANDED_OFF;
+	free(s->fo_replay);
+	s->fo_replay = NULL;
+	free(s->fo_ret);
+	s->fo_ret = NULL;
+	s->fo_ret_queued = false;
+	free(s->fo_back);
+	s->fo_back = NULL;
+	s->tcp_out_len = 0;
+	s->bells_owed = 0;
+	s->bells_early = 0;
+	s->tx_dir = SHIM_DIR_TCP;
+	s->rx_dir = SHIM_DIR_TCP;
+	s->rx_switch_known = false;
+	s->rx_frame_len = 0;
+	s->fo_absorb_bad = false;
+	shim_sockstat_sync(s);
+	SHIM_TRACE(SHIM_TRACE_INFO, "failover.elsewhere", fd, &s->tuple, SHIM_REASON_HANDED_OFF, NULL);
+	leave_to_kernel(s, fd);
+}
+
+void shim_failover_progress(struct shim_sock *s, int fd)
+{
+	struct shim_chan *ch;
+
+	shim_failover_look_elsewhere(s, fd);
+	ch = s->chan;
 
 	if (!ch || !ch->ops->failed || (s->fo_tx_done && s->rx_dir != SHIM_DIR_CHAN))
 		return;
@@ -240,6 +297,8 @@ void shim_failover_progress(struct shim_sock *s, int fd)
 	if (!s->fo_peer_known && !s->fo_peer_rx_nothing) {
 		if (!s->fo_tx_done && s->tx_dir == SHIM_DIR_TCP)
 			flush_replay(s, fd);
+		if (s->fo_peer_stays)
+			leave_to_kernel(s, fd);
 		return;
 	}
 	if (s->tx_dir == SHIM_DIR_CHAN) {

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 
 #include "sock.h"
+#include "transport.h"
 
 /* Notices a failed channel (ours, or the peer's RESUME) and moves the
  * failover on: our RESUME out, the peer's in, our replay out, each
@@ -52,6 +53,23 @@ int shim_failover_oob(struct shim_sock *s, int fd);
  * -EOPNOTSUPP when the channel can not.
  */
 int shim_failover_unpaid(struct shim_sock *s, int fd);
+
+/*
+ * A connection shared since a fork whose channel another process of ours
+ * stopped (transport.h, moved_elsewhere: its hand-back as it sandboxed
+ * itself, or a failover it answered): its RESUME and the peer's went, each
+ * side's replay behind them, so the stream is plain TCP both ways from
+ * where the kernel stands. Our view of the channel is stale: it is dropped
+ * without a frame or a ring access, and the connection goes to the
+ * kernel. Called before anything else looks at the channel or at TCP's
+ * frames (io/), under the lock.
+ */
+void shim_failover_elsewhere(struct shim_sock *s, int fd);
+static inline void shim_failover_look_elsewhere(struct shim_sock *s, int fd)
+{
+	if (__builtin_expect(s->shared, 0) && s->chan && !s->fo_started && s->chan->ops->moved_elsewhere)
+		shim_failover_elsewhere(s, fd);
+}
 
 /* Sends what it can of a pending replay: 0 when none is left, -EAGAIN. */
 int shim_failover_flush(struct shim_sock *s, int fd);

@@ -14,8 +14,32 @@
 #include "transport.h"
 #include "wire.h"
 
+/* Our RETURN frame and its bytes (handback.c), queued ahead of tcp_out:
+ * it was queued when tcp_out was empty, so no frame of tcp_out is split. */
+static int flush_return(struct shim_sock *s, int fd)
+{
+	while (s->fo_ret_off < s->fo_ret_len) {
+		ssize_t n = REAL(send)(fd, s->fo_ret + s->fo_ret_off, s->fo_ret_len - s->fo_ret_off,
+				       MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n < 0)
+			return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+		s->fo_ret_off += (size_t)n;
+	}
+	free(s->fo_ret);
+	s->fo_ret = NULL;
+	s->fo_ret_queued = false;
+	return 0;
+}
+
 int shim_frames_flush(struct shim_sock *s, int fd)
 {
+	if (s->fo_ret_queued) {
+		int rc = flush_return(s, fd);
+
+		if (rc < 0)
+			return rc;
+	}
 	while (s->tcp_out_len) {
 		ssize_t n = REAL(send)(fd, s->tcp_out, s->tcp_out_len, MSG_DONTWAIT | MSG_NOSIGNAL);
 
@@ -63,6 +87,11 @@ void shim_frames_abort(struct shim_sock *s, int fd, enum shim_reason reason, con
 	free(s->fo_replay);
 	s->fo_replay = NULL;
 	s->tcp_out_len = 0;
+	free(s->fo_ret);
+	s->fo_ret = NULL;
+	s->fo_ret_queued = false;
+	free(s->fo_back);
+	s->fo_back = NULL;
 	s->bells_owed = 0;
 	s->bells_early = 0;
 	s->rx_tcp_eof = true;
@@ -99,6 +128,62 @@ static void take_resume(struct shim_sock *s, int fd)
 	s->fo_peer_known = true;
 	SHIM_TRACE(SHIM_TRACE_WARN, "failover.peer_resume", fd, &s->tuple, SHIM_REASON_CHAN_FAILED,
 		   "\"peer_rx\":%llu", (unsigned long long)s->fo_peer_rx_offset);
+}
+
+/*
+ * The peer's RETURN header (wire.h), if all of it is there: checked, taken
+ * off the stream, and room made for its bytes. Before our failover only
+ * (behind our RESUME our replay would already be out, and the bytes could
+ * not go in front of it), once, and bounded: else a violation.
+ */
+static void take_return(struct shim_sock *s, int fd)
+{
+	struct shim_frame_return frame = { 0 };
+	ssize_t n = REAL(recv)(fd, &frame, sizeof(frame), MSG_DONTWAIT | MSG_PEEK);
+	uint64_t len;
+
+	if (n < (ssize_t)sizeof(frame))
+		return; /* the rest is on its way */
+	len = be64toh(frame.length);
+	if (!len || len > SHIM_FRAME_RETURN_MAX || s->fo_back || s->fo_started) {
+		SHIM_TRACE(SHIM_TRACE_ERROR, "frames.bad", fd, &s->tuple, SHIM_REASON_PEER_VIOLATION,
+			   "\"byte\":%u,\"length\":%llu", SHIM_FRAME_RETURN, (unsigned long long)len);
+		shim_frames_abort(s, fd, SHIM_REASON_PEER_VIOLATION, "return");
+		return;
+	}
+	if (REAL(recv)(fd, &frame, sizeof(frame), MSG_DONTWAIT) != (ssize_t)sizeof(frame)) {
+		drain_eof(s);
+		return;
+	}
+	s->fo_back = malloc((size_t)len);
+	if (!s->fo_back) {
+		shim_frames_abort(s, fd, SHIM_REASON_RESUME_FAILED, "no_memory");
+		return;
+	}
+	s->fo_back_len = (size_t)len;
+	s->fo_back_got = 0;
+	SHIM_TRACE(SHIM_TRACE_INFO, "failover.peer_return", fd, &s->tuple, SHIM_REASON_HANDED_OFF,
+		   "\"bytes\":%zu", s->fo_back_len);
+}
+
+/* The bytes of the peer's RETURN, as they come (nothing else is behind the
+ * header until they all are). 1: all there; 0: more to come; -1: the
+ * stream ended or failed first. */
+static int take_returned(struct shim_sock *s, int fd)
+{
+	while (s->fo_back_got < s->fo_back_len) {
+		ssize_t n = REAL(recv)(fd, s->fo_back + s->fo_back_got, s->fo_back_len - s->fo_back_got,
+				       MSG_DONTWAIT);
+
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+			drain_eof(s);
+			return -1;
+		}
+		if (n < 0)
+			return 0;
+		s->fo_back_got += (size_t)n;
+	}
+	return 1;
 }
 
 /*
@@ -161,6 +246,8 @@ void shim_frames_drain(struct shim_sock *s, int fd)
 	uint8_t scratch[256];
 
 	while (!s->fo_peer_known && !s->rx_tcp_eof) {
+		if (s->fo_back && take_returned(s, fd) <= 0)
+			return;
 		ssize_t n = REAL(recv)(fd, scratch, sizeof(scratch), MSG_DONTWAIT | MSG_PEEK), bells;
 
 		if (n == 0) {
@@ -209,6 +296,14 @@ void shim_frames_drain(struct shim_sock *s, int fd)
 		if (scratch[bells] == SHIM_FRAME_RESUME && s->chan && s->chan->ops->fail) {
 			take_resume(s, fd);
 			return;
+		}
+		/* A RETURN only where the peer's wire version has it. */
+		if (scratch[bells] == SHIM_FRAME_RETURN && s->chan && s->chan->ops->fail &&
+		    s->chan->ops->takes_return) {
+			take_return(s, fd);
+			if (!s->fo_back || s->rx_tcp_eof)
+				return; /* ended, or its header is not all there */
+			continue;
 		}
 		/* Not a frame of ours where one must start: someone else writes
 		 * into this stream. Reset rather than guess. */

@@ -1,7 +1,9 @@
 /* A switched connection back to TCP before it changes hands; see handback.h. */
 #include "handback.h"
 
+#include <endian.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <poll.h>
 #include <string.h>
 
@@ -14,6 +16,7 @@
 #include "trace.h"
 #include "transport.h"
 #include "upgrade.h"
+#include "wire.h"
 
 /* Both directions on TCP, and no switch announced by the peer. */
 static bool directions_on_tcp(const struct shim_sock *s)
@@ -23,7 +26,8 @@ static bool directions_on_tcp(const struct shim_sock *s)
 
 static bool handed_back(const struct shim_sock *s)
 {
-	return s->tx_dir == SHIM_DIR_TCP && s->rx_dir == SHIM_DIR_TCP && !s->fo_replay && !s->tcp_out_len;
+	return s->tx_dir == SHIM_DIR_TCP && s->rx_dir == SHIM_DIR_TCP && !s->fo_replay && !s->tcp_out_len &&
+	       !s->fo_ret;
 }
 
 /*
@@ -46,6 +50,65 @@ static bool can_hand_back(const struct shim_sock *s)
 }
 
 /*
+ * The peer's SWITCH frame lies behind plain bytes the program has not
+ * read: the next reader of the socket would read the frame after them.
+ * Where the peer takes bytes back (transport.h, takes_return), they are
+ * read off TCP here, up to the frame, and go back to the peer in our
+ * RETURN, ahead of our RESUME; the peer sends them again right behind its
+ * own RESUME, ahead of its replay, so that the stream the next reader
+ * finds there is the one it would have found (PROTOCOL.md, "Hand-back").
+ * Our direction must be switched (only then does it carry frames).
+ * 1: read up to the frame; 0: more to come; -EOPNOTSUPP: not possible.
+ */
+static int read_before_switch(struct shim_sock *s, int fd)
+{
+	uint64_t need = s->rx_switch_at - s->rx_tcp_bytes;
+
+	if (!s->fo_ret) {
+		struct shim_frame_return hdr = { .type = SHIM_FRAME_RETURN, .length = htobe64(need) };
+
+		if (!s->chan->ops->takes_return || s->tx_dir != SHIM_DIR_CHAN || s->fo_started ||
+		    need > SHIM_FRAME_RETURN_MAX)
+			return -EOPNOTSUPP;
+		s->fo_ret = malloc(sizeof(hdr) + (size_t)need);
+		if (!s->fo_ret)
+			return -EOPNOTSUPP;
+		memcpy(s->fo_ret, &hdr, sizeof(hdr));
+		s->fo_ret_len = sizeof(hdr) + (size_t)need;
+		s->fo_ret_got = sizeof(hdr);
+		s->fo_ret_off = 0;
+	}
+	while (s->fo_ret_got < s->fo_ret_len) {
+		/* Never past the frame: the count stops at its offset. */
+		ssize_t n = REAL(recv)(fd, s->fo_ret + s->fo_ret_got, s->fo_ret_len - s->fo_ret_got, MSG_DONTWAIT);
+
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			return 0;
+		if (n <= 0)
+			return -EOPNOTSUPP; /* the stream ended before the frame */
+		s->fo_ret_got += (size_t)n;
+		s->rx_tcp_bytes += (size_t)n;
+	}
+	s->rx_dir = SHIM_DIR_SWITCHING;
+	return 1;
+}
+
+/* Our RETURN joins the frames' queue when it is complete and nothing is
+ * half-sent there (flush sends it ahead of the queue). 0, or -EAGAIN. */
+static int queue_return(struct shim_sock *s, int fd)
+{
+	if (!s->fo_ret || s->fo_ret_queued)
+		return 0;
+	if (s->tcp_out_len && shim_frames_flush(s, fd) < 0)
+		return -EAGAIN;
+	s->fo_ret_queued = true;
+	SHIM_TRACE(SHIM_TRACE_INFO, "conn.handback_return", fd, &s->tuple, SHIM_REASON_HANDED_OFF,
+		   "\"bytes\":%zu", s->fo_ret_len - sizeof(struct shim_frame_return));
+	shim_frames_flush(s, fd);
+	return 0;
+}
+
+/*
  * A switch under way is driven to its end, both directions on the channel
  * (our RESUME needs our direction switched, and the peer's frames must end
  * with its RESUME), rather than given up: the peer may have committed, its
@@ -61,14 +124,23 @@ static int finish_switch(struct shim_sock *s, int fd)
 	if (s->tx_dir == SHIM_DIR_CHAN && s->rx_dir == SHIM_DIR_CHAN)
 		return 0;
 	shim_upgrade_progress(s, fd);
-	if (s->rx_switch_known && s->rx_dir == SHIM_DIR_TCP && s->rx_tcp_bytes < s->rx_switch_at)
-		return -EOPNOTSUPP;
+	if (s->rx_switch_known && s->rx_dir == SHIM_DIR_TCP && s->rx_tcp_bytes < s->rx_switch_at) {
+		rc = read_before_switch(s, fd);
+		if (rc <= 0)
+			return rc ? rc : -EAGAIN;
+	}
 	if (s->rx_dir == SHIM_DIR_SWITCHING) {
 		rc = shim_rxswitch_finish(s, fd);
 		if (rc < 0)
 			return rc;
 	}
 	if (s->tx_dir == SHIM_DIR_CHAN && s->rx_dir == SHIM_DIR_CHAN)
+		return 0;
+	/* The peer's direction stays on TCP for good (the handshake ended
+	 * without its SWITCH_AT): it writes no frame, its bytes are plain, and
+	 * it answers our RESUME with none (failover.c, fo_peer_stays). */
+	if (!s->aborted && shim_upgrade_settled(s) && s->tx_dir == SHIM_DIR_CHAN && s->rx_dir == SHIM_DIR_TCP &&
+	    !s->rx_switch_known && s->chan->ops->tx_offset)
 		return 0;
 	if (s->aborted || (shim_upgrade_settled(s) && (s->tx_dir != SHIM_DIR_CHAN || !s->rx_switch_known)))
 		return -EOPNOTSUPP;
@@ -136,6 +208,9 @@ static int hand_back(struct shim_sock *s, int fd, unsigned long long start, stru
 	struct shim_chan *ch = s->chan;
 	int peer_fd, rc;
 
+	/* Another process of ours may have taken it back already (a fork's). */
+	if (ch && fd >= 0)
+		shim_failover_look_elsewhere(s, fd);
 	if (ch && s->fo_started && !s->aborted && handed_back(s))
 		return 0; /* an earlier failover already ended on TCP */
 	if (!can_hand_back(s))
@@ -156,6 +231,8 @@ static int hand_back(struct shim_sock *s, int fd, unsigned long long start, stru
 			rc = finish_switch(s, fd);
 			if (rc < 0 && rc != -EAGAIN)
 				return rc;
+			if (rc == 0)
+				rc = queue_return(s, fd);
 			if (rc == 0) {
 				/* Our RESUME will name the bytes the program read: the
 				 * rest of our ring is the peer's to send again. */
@@ -180,7 +257,7 @@ static int hand_back(struct shim_sock *s, int fd, unsigned long long start, stru
 		waited_ms = (shim_now_ns() - start) / 1000000ull;
 		if (waited_ms >= w->granted_ms)
 			return -ETIMEDOUT;
-		if (s->tcp_out_len || s->fo_replay)
+		if (s->tcp_out_len || s->fo_replay || s->fo_ret_queued)
 			p[0].events |= POLLOUT;
 		/* Short slices: a half-arrived frame keeps TCP readable. */
 		slice = (int)(w->granted_ms - waited_ms);

@@ -168,12 +168,24 @@ struct shim_sock {
 	bool fo_peer_rx_nothing; /* the channel carried none of our bytes: replay from 0 */
 	bool fo_tx_done;    /* our replay went out: tx is plain TCP again */
 	bool fo_peer_closed; /* the peer closed first: no RESUME of ours went (failover.c) */
+	bool fo_peer_stays; /* the peer's direction never switched: no RESUME comes */
 	bool fo_absorb_bad; /* a frame other than bells came in one read with SWITCH */
 	uint64_t fo_peer_rx_offset; /* what the peer's RESUME said it received */
 	bool fo_offset_implied;     /* ... taken from a lossless channel before it came */
 	uint64_t fo_implied_at;
 	uint8_t *fo_replay;         /* our bytes the peer never got, sent on TCP first */
 	size_t fo_replay_len, fo_replay_off;
+	/* A hand-back that read the peer's plain bytes before its SWITCH
+	 * frame (handback.c): our RETURN frame and those bytes, read so far
+	 * (fo_ret_got, of fo_ret_len) and sent so far (fo_ret_off), ahead of
+	 * every frame queued after it (frames.c). */
+	uint8_t *fo_ret;
+	size_t fo_ret_len, fo_ret_got, fo_ret_off;
+	bool fo_ret_queued; /* complete, and in the queue: flush sends it first */
+	/* The peer's RETURN: its bytes as they arrive (fo_back_got of
+	 * fo_back_len), sent back behind our RESUME, ahead of our replay. */
+	uint8_t *fo_back;
+	size_t fo_back_len, fo_back_got;
 
 	/* Upgrade handshake (upgrade.c). */
 	enum shim_phase phase;

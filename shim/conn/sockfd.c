@@ -18,6 +18,7 @@
 #include "self.h"
 #include "sock.h"
 #include "trace.h"
+#include "transport.h"
 #include "upgrade.h"
 
 /* The program's fd is about to go: a call in progress on the socket goes
@@ -250,10 +251,19 @@ void shim_sock_hand_off_before_exec(void)
 	shim_fd_each_open(hand_off_before_exec, NULL);
 }
 
+/* Whether this process may stop sock's channel: it made it, or the channel
+ * is shared since a fork and lets any process of ours stop it, the others
+ * noticing (transport.h, moved_elsewhere; shim/LIFETIME.md). */
+static bool may_stop_channel(const struct shim_sock *sock)
+{
+	if (!sock->io_pid || sock->io_pid == shim_self_pid())
+		return true;
+	return sock->shared && sock->chan && sock->chan->ops->moved_elsewhere;
+}
+
 /* A connection the shim still intercepts goes back to the kernel: one that
- * moved is handed back to TCP (only by the process that runs its channel;
- * another one's is not ours to stop), then the upgrade is given up for
- * good, which lets the data path go straight to the kernel again. */
+ * moved is handed back to TCP, then the upgrade is given up for good, which
+ * lets the data path go straight to the kernel again. */
 static void leave_for_sandbox(int fd, void *ctx)
 {
 	struct shim_sock *sock = shim_sock_get(fd);
@@ -266,7 +276,7 @@ static void leave_for_sandbox(int fd, void *ctx)
 	    !sock->aborted && shim_sock_fd_locked(sock, fd) == fd &&
 	    __atomic_load_n(&sock->intercept, __ATOMIC_RELAXED)) {
 		if ((sock->chan || sock->phase == SHIM_PHASE_NEGOTIATING || sock->phase == SHIM_PHASE_COMMITTING) &&
-		    (!sock->io_pid || sock->io_pid == shim_self_pid()))
+		    may_stop_channel(sock))
 			hand_off(sock, fd, "sandbox");
 		if (!sock->closed && !sock->aborted && shim_sock_fd_locked(sock, fd) == fd)
 			shim_upgrade_pin_tcp(sock, fd, SHIM_REASON_SANDBOXED);

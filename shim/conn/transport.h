@@ -123,6 +123,21 @@ struct shim_transport_ops {
 	 * it, one process at a time (shim/LIFETIME.md). Called in the parent
 	 * before the fork, so both inherit it. Optional. */
 	void (*share)(struct shim_chan *ch);
+	/*
+	 * Optional, shared channels (after share): another process of ours
+	 * stopped this channel and went back to TCP with its RESUME (a
+	 * hand-back as it sandboxed itself, or a failover it answered), so
+	 * the stream is plain TCP both ways from where the kernel stands, and
+	 * our view of the channel is stale (shim/LIFETIME.md). Lock-free.
+	 * With it, any process sharing the channel may stop it (a hand-back
+	 * by a process that did not make it, conn/sockfd.c); without it only
+	 * the one that made it may.
+	 */
+	bool (*moved_elsewhere)(const struct shim_chan *ch);
+	/* The peer's end takes a RETURN frame (wire.h; shm's wire version 4):
+	 * a hand-back may then read past plain bytes the program never read
+	 * to reach the peer's SWITCH frame, and give them back (handback.c). */
+	bool takes_return;
 	/* The producer may look at the armed word before its bytes are visible
 	 * (and so miss an arm that lands meanwhile): a consumer's first sleep
 	 * after an rx arm must then be short (IO_GRACE_MS in io/io_sleep.c), so that it

@@ -59,6 +59,11 @@ void shim_upgrade_release(struct shim_sock *s)
 		free(s->fo_replay);
 		s->fo_replay = NULL;
 	}
+	free(s->fo_ret);
+	s->fo_ret = NULL;
+	s->fo_ret_queued = false;
+	free(s->fo_back);
+	s->fo_back = NULL;
 	if (s->tcp_keep >= 0) {
 		REAL(close)(s->tcp_keep);
 		s->tcp_keep = -1;

@@ -51,7 +51,7 @@
 	X(UNPROVEN_PEER, "unproven_peer",                                                       \
 	  "the side-channel peer did not prove it owns the TCP connection in time") \
 	X(HANDED_OFF, "handed_off",                                                             \
-	  "passed to another process (SCM_RIGHTS, exec) after its switch and could not go back to TCP first: reset") \
+	  "passed to another process (SCM_RIGHTS, exec) or sandboxed after its switch, and could not go back to TCP first: reset") \
 	X(RING_FULL, "ring_full",                                                               \
 	  "the ring stayed full with the peer not reading: back to TCP, whose buffers are larger") \
 	X(ADOPTED_MID_STREAM, "adopted_mid_stream",                                             \

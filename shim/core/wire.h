@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define SHIM_WIRE_MAGIC 0x52534831u /* "RSH1" */
-#define SHIM_WIRE_VERSION 3
+#define SHIM_WIRE_VERSION 4
 #define SHIM_NONCE_LEN 16
 
 enum shim_msg_type {
@@ -146,6 +146,7 @@ enum shim_frame_type {
 	SHIM_FRAME_DATA_BELL = 'D',  /* the ring I write has data (you were armed) */
 	SHIM_FRAME_SPACE_BELL = 'S', /* the ring you write has space (you were armed) */
 	SHIM_FRAME_RESUME = 'R',     /* + offset: the channel failed; see below */
+	SHIM_FRAME_RETURN = 'T',     /* + length, then that many bytes: see below */
 };
 
 struct shim_frame_switch {
@@ -168,6 +169,24 @@ struct shim_frame_resume {
 	uint64_t rx_offset; /* big-endian: the hosts may differ in byte order */
 };
 _Static_assert(sizeof(struct shim_frame_resume) == 16, "resume frame is 16 bytes");
+
+/*
+ * RETURN (wire version 4): bytes of the receiver's own stream, which it
+ * sent on TCP before its SWITCH frame and which the sender read off TCP
+ * without giving them to its program (a hand-back that had to read past
+ * them to reach the SWITCH frame behind: PROTOCOL.md, "Hand-back"). The
+ * length follows, then that many bytes; the receiver sends them back, on
+ * TCP, right behind its own RESUME and before its replay. Only before the
+ * sender's RESUME, at most once, and at most SHIM_FRAME_RETURN_MAX bytes:
+ * anything else is a protocol violation.
+ */
+struct shim_frame_return {
+	uint8_t type; /* SHIM_FRAME_RETURN */
+	uint8_t reserved[7];
+	uint64_t length; /* big-endian */
+};
+_Static_assert(sizeof(struct shim_frame_return) == 16, "return frame header is 16 bytes");
+#define SHIM_FRAME_RETURN_MAX (4u << 20)
 
 /* Parses and checks one rendezvous message of n bytes. Returns its type, or
  * -EPROTO for anything malformed, truncated, or of an unknown type. */

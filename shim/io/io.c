@@ -95,6 +95,7 @@ static int io_enter(struct shim_sock *s, int fd, int *rc)
 		*rc = -EBADF;
 		return -1;
 	}
+	shim_failover_look_elsewhere(s, fd);
 	return fd;
 }
 
@@ -223,6 +224,7 @@ static int io_round(struct shim_sock *s, int *fd)
 	*fd = shim_io_fd(s, *fd);
 	if (*fd < 0)
 		return -EBADF;
+	shim_failover_look_elsewhere(s, *fd);
 	if (s->tcp_out_len)
 		shim_frames_flush(s, *fd);
 	shim_upgrade_progress(s, *fd);

@@ -45,6 +45,7 @@ int shim_io_ioctl(int fd, unsigned long request, void *arg)
  */
 static void notice_resume(struct shim_sock *s, int fd)
 {
+	shim_failover_look_elsewhere(s, fd);
 	if (s->rx_dir == SHIM_DIR_CHAN && s->chan->ops->fail && !s->fo_peer_known &&
 	    !s->chan->ops->readable(s->chan))
 		shim_frames_drain(s, fd);
@@ -77,7 +78,9 @@ uint64_t shim_io_rx_arrived(struct shim_sock *s, int fd)
 	uint64_t arrived = 0;
 
 	pthread_mutex_lock(&s->lock);
-	if (s->closed || (fd = shim_sock_fd_locked(s, fd)) < 0) {
+	if (!s->closed && (fd = shim_sock_fd_locked(s, fd)) >= 0)
+		shim_failover_look_elsewhere(s, fd);
+	if (s->closed || fd < 0) {
 		/* nothing: the item goes with its fd */
 	} else if (s->chan && s->rx_dir == SHIM_DIR_CHAN) {
 		arrived = s->chan->ops->rx_offset(s->chan);
@@ -151,6 +154,7 @@ int shim_io_shutdown(struct shim_sock *s, int fd, int how)
 		pthread_mutex_unlock(&s->lock);
 		return -EBADF;
 	}
+	shim_failover_look_elsewhere(s, fd);
 	/* A direction still on TCP is shut in the kernel, as without the shim.
 	 * A switched one is shut in the channel: TCP stays open both ways,
 	 * since it carries the bells of the other direction. */
@@ -215,6 +219,8 @@ bool shim_io_progress(struct shim_sock *s, int fd)
 	bool sw;
 
 	pthread_mutex_lock(&s->lock);
+	if (!s->closed && s->shared && shim_sock_fd_locked(s, fd) >= 0)
+		shim_failover_look_elsewhere(s, shim_sock_fd_locked(s, fd));
 	if (!s->closed && !shim_io_switched(s) && !shim_upgrade_settled(s) &&
 	    (fd = shim_sock_fd_locked(s, fd)) >= 0) {
 		shim_upgrade_progress(s, fd);
@@ -230,7 +236,9 @@ bool shim_io_drain_bells(struct shim_sock *s, int fd)
 	bool resume;
 
 	pthread_mutex_lock(&s->lock);
-	if (s->rx_dir == SHIM_DIR_CHAN && !s->closed && (fd = shim_sock_fd_locked(s, fd)) >= 0)
+	if (!s->closed && (fd = shim_sock_fd_locked(s, fd)) >= 0)
+		shim_failover_look_elsewhere(s, fd);
+	if (s->rx_dir == SHIM_DIR_CHAN && !s->closed && fd >= 0)
 		shim_frames_drain(s, fd);
 	resume = s->fo_peer_known && s->rx_dir == SHIM_DIR_CHAN;
 	pthread_mutex_unlock(&s->lock);
@@ -262,6 +270,7 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 		return POLLNVAL;
 	}
 	p.fd = fd;
+	shim_failover_look_elsewhere(s, fd);
 	if (s->tcp_out_len)
 		shim_frames_flush(s, fd);
 	shim_upgrade_progress(s, fd);
@@ -389,13 +398,14 @@ int shim_io_arm(struct shim_sock *s, int fd, short events, int line)
 	int armed = 0;
 	unsigned how;
 
-	(void)fd;
 	pthread_mutex_lock(&s->lock);
 	if (s->closed) {
 		pthread_mutex_unlock(&s->lock);
 		return SHIM_ARM_READY;
 	}
 	armed |= SHIM_ARM_COUNTED;
+	if (s->shared && shim_sock_fd_locked(s, fd) >= 0)
+		shim_failover_look_elsewhere(s, shim_sock_fd_locked(s, fd));
 	/* The line the caller watches must still be the channel's. */
 	how = shim_io_bell_how(line >= 0 && line == shim_io_bell_line(s) ? line : -1);
 	if (how == SHIM_BELL_LINE && (events & (POLLIN | POLLOUT)))

@@ -197,7 +197,9 @@ bool shim_ring_peer_shared(const struct shim_ring *ring, bool we_produce);
 bool shim_ring_resume_announce(struct shim_ring *ring);
 bool shim_ring_close_before_resume(struct shim_ring *ring);
 /* The consumer: the producer announced a RESUME (a hint only: the RESUME
- * itself is read and checked on TCP). */
+ * itself is read and checked on TCP). Also the producer's side, after a
+ * fork: a process of ours sharing the ring announced one (shm.c,
+ * moved_elsewhere). */
 bool shim_ring_producer_resuming(const struct shim_ring *ring);
 void shim_ring_consumer_close(struct shim_ring *ring);
 

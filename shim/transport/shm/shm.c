@@ -623,6 +623,18 @@ static void shm_share(struct shim_chan *ch)
 	shim_ring_share_cursors(&shm_of(ch)->rx, false);
 }
 
+/* Our tx ring's producer_resuming is written by our side alone (the
+ * peer's failover announces itself in the other ring): set while we did
+ * not stop the channel, it was another process of ours sharing it since a
+ * fork (a peer that writes it only moves its own stream to TCP). */
+static bool shm_moved_elsewhere(const struct shim_chan *ch)
+{
+	const struct shm_chan *sc = shm_of(ch);
+
+	return __atomic_load_n(&sc->tx.cursors_shared, __ATOMIC_RELAXED) && !shm_failed(ch) &&
+	       shim_ring_producer_resuming(&sc->tx);
+}
+
 static bool shm_resume_announce(struct shim_chan *ch)
 {
 	return shim_ring_resume_announce(&shm_of(ch)->tx);
@@ -679,5 +691,7 @@ const struct shim_transport_ops shim_shm_ops = {
 	.resume_announce = shm_resume_announce,
 	.close_before_resume = shm_close_before_resume,
 	.peer_resuming = shm_peer_resuming,
+	.moved_elsewhere = shm_moved_elsewhere,
+	.takes_return = true,
 	.tx_unreceived = shm_tx_unreceived,
 };
