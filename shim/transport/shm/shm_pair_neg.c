@@ -78,6 +78,9 @@ bool shm_c_hint(struct shim_sock *s, int fd, unsigned long long now)
 	/* A shut write side can carry no SWITCH frame: the named way says so. */
 	if (!shim_cfg.shm_pairs || s->wr_shut)
 		return false;
+	/* Before the socketpair: past it, the only ways out are its own. */
+	if (shim_upgrade_new_nonce(s->rx_nonce) < 0)
+		return false;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp) < 0)
 		return false;
 	sp[0] = shim_fd_own_checked(sp[0]);
@@ -92,11 +95,6 @@ bool shm_c_hint(struct shim_sock *s, int fd, unsigned long long now)
 	fill_endpoints(&hint, s);
 	hint.ring_bytes = shm_ring_bytes();
 	hint.tcp_fd = fd;
-	if (shim_upgrade_new_nonce(s->rx_nonce) < 0) {
-		REAL(close)(sp[0]);
-		REAL(close)(sp[1]);
-		return false;
-	}
 	memcpy(hint.nonce, s->rx_nonce, SHIM_NONCE_LEN);
 	if (shim_cfg.shm_bell_line)
 		hint.hdr.flags |= SHIM_MSG_F_BELL_LINE;
@@ -198,14 +196,13 @@ static void c_take_commit(struct shim_sock *s, int fd, const struct shim_msg_com
 static enum shm_hint_result read_commit(struct shim_sock *s, int fd, unsigned long long now, bool stopped)
 {
 	struct shm_neg *ng = shm_neg_of(s);
-	union {
-		struct shim_msg_commit commit;
-		uint8_t raw[SHIM_MSG_MAX + 1];
-	} msg;
+	union shm_neg_msg msg;
 	int s_sock;
-	ssize_t n = shim_rv_recv_fds(ng->rv_fd, &msg, sizeof(msg), &s_sock, 1);
 
-	if (n == -EAGAIN && !stopped) {
+	switch (shm_neg_recv(ng->rv_fd, &msg, SHIM_MSG_COMMIT, &s_sock, 1, NULL)) {
+	case SHM_GOT_NONE:
+		if (stopped)
+			return c_hint_fell_through(s, fd, now);
 		/* S has not taken the HINT: stop it (a COMMIT that got in
 		 * first is still read, once more below), then go the named
 		 * way. */
@@ -214,13 +211,16 @@ static enum shm_hint_result read_commit(struct shim_sock *s, int fd, unsigned lo
 			return read_commit(s, fd, now, true);
 		}
 		return SHM_HINT_PENDING;
-	}
-	if (n == 0 || n == -EAGAIN)
+	case SHM_GOT_END:
 		return c_hint_fell_through(s, fd, now);
-	if (n < 0 || shim_msg_check(&msg, (size_t)n) != SHIM_MSG_COMMIT) {
-		shim_reap(s_sock);
-		shm_c_give_up(s, fd, n < 0 ? SHIM_REASON_PEER_CLOSED : SHIM_REASON_HANDSHAKE_MALFORMED);
+	case SHM_GOT_ERROR:
+		shm_c_give_up(s, fd, SHIM_REASON_PEER_CLOSED);
 		return SHM_HINT_ENDED;
+	case SHM_GOT_OTHER:
+		shm_c_give_up(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
+		return SHM_HINT_ENDED;
+	case SHM_GOT_IT:
+		break;
 	}
 	c_take_commit(s, fd, &msg.commit, s_sock);
 	shim_reap(s_sock);
@@ -244,27 +244,22 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 	struct shm_neg *ng = shm_neg_of(s);
 	struct shim_msg_commit commit;
 	struct shim_chan *chan;
+	/* Where the HINT is dropped: SHIM_REASON_NONE to try another HINT or
+	 * the named way, else why the upgrade ends. */
+	enum shim_reason why = SHIM_REASON_NONE;
 	int rc, tcp;
 
-	if (!shim_rv_is_seqpacket(h->rv_fd)) {
-		shim_reap(h->rv_fd);
-		shim_pair_hint_drop_ring(h);
-		return false;
-	}
+	if (!shim_rv_is_seqpacket(h->rv_fd))
+		goto drop;
 	rc = shm_verify_fault(s, fd, "server_hint");
 	if (!rc)
 		rc = shim_rv_verify_peer(h->rv_fd, shm_client_ep(s), shm_server_ep(s), h->msg.tcp_fd, &ng->rv_owner);
 	if (rc < 0) {
-		bool gone = rc == -ENOENT && shim_rv_peer_gone(h->rv_fd, rc);
-
-		shim_reap(h->rv_fd);
-		shim_pair_hint_drop_ring(h);
-		if (gone) {
-			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
-			return true;
-		}
-		shm_trace_refused(s, fd, "server", -rc);
-		return false;
+		if (rc == -ENOENT && shim_rv_peer_gone(h->rv_fd, rc))
+			why = SHIM_REASON_PEER_CLOSED;
+		else
+			shm_trace_refused(s, fd, "server", -rc);
+		goto drop;
 	}
 	if (!shm_s_ring_fits(s, fd, h->msg.ring_bytes)) {
 		shim_pair_hint_drop_ring(h);
@@ -273,12 +268,11 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 		shim_pair_hint_drop_ring(h);
 		rc = -ENOMEM;
 	} else {
-		rc = shim_pair_hint_ring(h, &chan);
+		rc = shim_pair_hint_ring(h, &chan); /* the ring is consumed either way */
 	}
 	if (rc < 0) {
-		shim_reap(h->rv_fd);
-		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);
-		return true;
+		why = SHIM_REASON_RING_ALLOC_FAILED;
+		goto drop;
 	}
 	tcp = shim_sock_fd_locked(s, fd);
 	bool switching = shm_tx_may_switch(s);
@@ -291,23 +285,27 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 	if ((h->msg.hdr.flags & SHIM_MSG_F_BELL_LINE) && shim_cfg.shm_bell_line)
 		commit.hdr.flags |= SHIM_MSG_F_BELL_LINE;
 	if (tcp < 0 || shim_upgrade_new_nonce(s->rx_nonce) < 0) {
-		chan->ops->destroy(chan);
-		shim_reap(h->rv_fd);
-		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
-		return true;
+		why = SHIM_REASON_INTERNAL_ERROR;
+		goto destroy;
 	}
 	memcpy(commit.nonce, s->rx_nonce, SHIM_NONCE_LEN);
 	/* C stopped waiting (EPIPE): nothing switched; the named way may still. */
-	if (shim_rv_send_fds(h->rv_fd, &commit, sizeof(commit), &tcp, 1) < 0) {
-		chan->ops->destroy(chan);
-		shim_reap(h->rv_fd);
-		return false;
-	}
+	if (shim_rv_send_fds(h->rv_fd, &commit, sizeof(commit), &tcp, 1) < 0)
+		goto destroy;
 	memcpy(s->tx_nonce, h->msg.nonce, SHIM_NONCE_LEN);
 	ng->rv_fd = h->rv_fd;
 	ng->via_pair = true;
 	ng->keep_line = commit.hdr.flags & SHIM_MSG_F_BELL_LINE;
 	shm_s_committed(s, fd, chan, switching, h->msg.ring_bytes);
+	return true;
+destroy:
+	chan->ops->destroy(chan);
+drop:
+	shim_reap(h->rv_fd);
+	shim_pair_hint_drop_ring(h); /* unless it was consumed or dropped above */
+	if (why == SHIM_REASON_NONE)
+		return false;
+	shim_upgrade_fail(s, fd, why);
 	return true;
 }
 
