@@ -232,6 +232,21 @@ enum shm_hint_result shm_c_read_commit(struct shim_sock *s, int fd, unsigned lon
 	return read_commit(s, fd, now, false);
 }
 
+/* Our channel on a HINT's ring, when it fits (no larger than ours) and
+ * can be had; the ring is consumed or dropped either way. 0 or -errno. */
+static int s_hint_chan(struct shim_sock *s, int fd, struct shim_pair_hint *h, struct shim_chan **chan)
+{
+	if (!shm_s_ring_fits(s, fd, h->msg.ring_bytes)) {
+		shim_pair_hint_drop_ring(h);
+		return -EPROTO;
+	}
+	if (shim_fault_hit(SHIM_FAULT_RING_ALLOC, fd, &s->tuple, "server_pair_ring")) {
+		shim_pair_hint_drop_ring(h);
+		return -ENOMEM;
+	}
+	return shim_pair_hint_ring(h, chan);
+}
+
 /*
  * One pending HINT naming our connection. The process that made its
  * socketpair (SO_PEERCRED of either end names the maker) must hold C's TCP
@@ -261,16 +276,7 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 			shm_trace_refused(s, fd, "server", -rc);
 		goto drop;
 	}
-	if (!shm_s_ring_fits(s, fd, h->msg.ring_bytes)) {
-		shim_pair_hint_drop_ring(h);
-		rc = -EPROTO;
-	} else if (shim_fault_hit(SHIM_FAULT_RING_ALLOC, fd, &s->tuple, "server_pair_ring")) {
-		shim_pair_hint_drop_ring(h);
-		rc = -ENOMEM;
-	} else {
-		rc = shim_pair_hint_ring(h, &chan); /* the ring is consumed either way */
-	}
-	if (rc < 0) {
+	if (s_hint_chan(s, fd, h, &chan) < 0) {
 		why = SHIM_REASON_RING_ALLOC_FAILED;
 		goto drop;
 	}
