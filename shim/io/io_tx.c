@@ -66,11 +66,10 @@ static void raise_sigpipe(int flags)
  * exchanges: two windows in a row with RDMASHIM_UNPAID_PERCENT of them
  * unpaid, and the connection is due to go back to TCP for good: at the
  * first send that finds the channel quiet (hand_back_if_quiet). A stream
- * one way only never counts: its receiver sends nothing.
- *
- * Measured (io.exchanges, debug): sockperf and redis-benchmark (1 and 50
- * clients) on an idle machine, at most 4 unpaid of 64; pgbench -S, 8
- * clients on 2 cores, 15 to 64, half of the windows above 40.
+ * one way only never counts: its receiver sends nothing. The window's
+ * length and the default share sit between the unpaid counts of
+ * connections that pay and of those that do not (io.exchanges, traced at
+ * debug; the figures: docs/BENCHMARKS.md, "The pay judgment").
  */
 #define IO_PAY_WINDOW 64
 
@@ -92,10 +91,9 @@ static void count_exchange(struct shim_sock *s, int fd, bool rang)
 	/* A channel that pays whatever its bells (rdma) is never judged. */
 	if (!ch->ops->bell_bound_costs)
 		return;
-	/* The peer's bells on the line count as those on TCP do: where a
-	 * system call costs 1 us, an exchange woken by line bells both ways
-	 * costs more than TCP's (pgbench -S, 0.78-0.89x when such connections
-	 * stayed on shm, 1.0x handed back). */
+	/* The peer's bells on the line count as those on TCP do: where system
+	 * calls are dear, an exchange woken by line bells both ways costs more
+	 * than TCP's (docs/BENCHMARKS.md, "The pay judgment"). */
 	unsigned bells = s->rx_bells + (ch->ops->line_bells_in ? ch->ops->line_bells_in(ch) : 0);
 	bool woken = bells != s->rx_bells_at_send;
 

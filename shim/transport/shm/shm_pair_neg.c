@@ -37,9 +37,10 @@
 
 /* A HINT our own close stopped sooner than this (50 ms) after it went tells
  * nothing of the server's processes: a short connection (one request, a
- * loaded machine) ends before its server's next call could take it. Such a
- * miss paused the pair for 10 s, and every upgrade meanwhile took the
- * named way (a ring memfd each). */
+ * loaded machine) ends before its server's next call could take it. Taken
+ * for a miss, it would pause the pair (shim_pair_miss), and every upgrade
+ * meanwhile would take the named way, a ring memfd each
+ * (docs/BENCHMARKS.md, "Pair misses"). */
 #define CLOSE_MISS_GRACE_NS 50000000ull
 /* ... unless the connection went on for two more round trips after it
  * (four turns): the process holding the connection answered in calls in
@@ -48,7 +49,8 @@
  * pauses, and the next connections take the named way, which reaches the
  * process that accepted them. Without this, a prefork server whose kernel
  * gave most connections to a process with no pair to the client upgraded
- * none of them (t_shm_pair (b), 1 run in 4). */
+ * almost none of them (t_shm_pair (b); docs/BENCHMARKS.md, "Pair
+ * misses"). */
 #define CLOSE_MISS_TURNS 4
 
 static bool stopped_by_early_close(const struct shim_sock *s, const struct shm_neg *ng, unsigned long long now)
