@@ -22,7 +22,7 @@ DIFF=$ROOT/integration/diff/diff.py
 
 log "corpus"
 CMD_TIMEOUT=240 tally_cmd "$PYTHON" "$DIFF" check
-# The hand-back of a connection that does not pay (shim/io/io.c) happens
+# The hand-back of a connection that does not pay (shim/io/io_tx.c) happens
 # mid-stream in real programs; forced at a connection's 2nd and 3rd send
 # on shm (DIFF_HANDBACK_SENDS) it falls at most moments of the corpus'
 # shapes (before these passes, at sends 1-3: 16 differences, among them a

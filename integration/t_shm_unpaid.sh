@@ -1,7 +1,7 @@
 #!/bin/bash
 # t_shm_unpaid: a connection on shm whose every message has to wake its
 # sleeping receiver with a bell costs more than TCP (shim/conn/transport.h,
-# bell_bound_costs), and goes back to TCP by itself (io.c,
+# bell_bound_costs), and goes back to TCP by itself (io_tx.c,
 # RDMASHIM_UNPAID_PERCENT); one whose receivers find the bytes by spinning
 # stays on shm. conn_hold ping-pongs, one connection of 600 one-byte rounds,
 # each round's letter checked where it comes back (a byte lost, doubled or

@@ -350,7 +350,7 @@ START_TEST(shared_cursors_follow_the_other_process)
 }
 END_TEST
 
-/* Each end learns that the other one is shared (io.c keeps such a
+/* Each end learns that the other one is shared (io_tx.c keeps such a
  * connection from an unpaid hand-back), and only the other one's word
  * counts: its own sharing is not the peer's. */
 START_TEST(each_end_sees_the_other_shared)

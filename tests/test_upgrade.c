@@ -222,7 +222,7 @@ START_TEST(idle_progress_starts_the_fitting_transport)
 }
 END_TEST
 
-/* Another thread in the kernel's own read of the connection (io.c,
+/* Another thread in the kernel's own read of the connection (io_rx.c,
  * recv_raw) would take a frame as data: no handshake starts meanwhile. */
 START_TEST(no_start_while_a_raw_read_runs)
 {

@@ -1,6 +1,6 @@
 #!/bin/bash
 # unpaid_cost.sh: what a request/answer costs on a connection whose
-# exchanges keep waking sleeping receivers with bells (shim/io/io.c,
+# exchanges keep waking sleeping receivers with bells (shim/io/io_tx.c,
 # RDMASHIM_UNPAID_PERCENT), once it went back to TCP, beside the same
 # connection kept on shm and beside plain TCP.
 #

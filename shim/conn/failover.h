@@ -48,7 +48,7 @@ int shim_failover_oob(struct shim_sock *s, int fd);
 
 /*
  * The channel did not pay: most exchanges had to wake their sleeping
- * receivers with bells (io.c, RDMASHIM_UNPAID_PERCENT), which costs more
+ * receivers with bells (io_tx.c, RDMASHIM_UNPAID_PERCENT), which costs more
  * than TCP. Back to TCP as by a spill; the connection stays there. 0, or
  * -EOPNOTSUPP when the channel can not.
  */

@@ -214,7 +214,7 @@ static size_t peer_died_unread(const struct shim_sock *s)
  * a frame of ours that reached its closed socket: a bell it could not
  * know was coming (rdma: a producer takes an arm the consumer can not see
  * taken). Over TCP the program would read EOF there, and it does: later
- * sends still fail as after a peer's close (io.c).
+ * sends still fail as after a peer's close (io_tx.c).
  */
 static bool reset_answers_a_frame(const struct shim_sock *s, int fd)
 {
@@ -275,7 +275,7 @@ void shim_frames_drain(struct shim_sock *s, int fd)
 			drain_eof(s);
 			return;
 		}
-		s->rx_bells += (unsigned)bells; /* wraps: only compared for change (io.c) */
+		s->rx_bells += (unsigned)bells; /* wraps: only compared for change (io_tx.c) */
 		/* A wait drains the bells the kernel woke it for before its
 		 * disarm learns that the peer took the arm (wait.c, epoll.c):
 		 * such a bell is kept as early, and that disarm owes nothing. */

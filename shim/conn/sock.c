@@ -157,7 +157,7 @@ static bool track_connection(int fd, enum shim_role role, enum shim_sock_state s
 			nonblocking = fl >= 0 && (fl & O_NONBLOCK);
 		}
 		sock->nonblocking = nonblocking;
-		/* From here on every data call on this fd goes through io.c. */
+		/* From here on every data call on this fd goes through the data path (io_rx.c, io_tx.c). */
 		sock->intercept = true;
 	}
 	eligible = sock->eligible;

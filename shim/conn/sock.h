@@ -85,8 +85,9 @@ struct shim_sock {
 	uint16_t tcp_turns;
 	uint8_t tcp_last_way;
 
-	/* Data path (io.c). intercept is read without the lock by the wrappers:
-	 * it is set once, before the first call that needs io.c, and cleared
+	/* Data path (io/io_rx.c, io/io_tx.c). intercept is read without the
+	 * lock by the wrappers: it is set once, before the first call that
+	 * needs the data path, and cleared
 	 * only when the connection can no longer leave TCP. */
 	bool intercept;
 	/* Epoll items naming this sock, in every set (io/epoll.c changes it
@@ -110,7 +111,7 @@ struct shim_sock {
 	unsigned rx_wakes; /* SO_RCVLOWAT set with enough queued: the kernel's wake-up (EPOLLET) */
 	bool rx_tcp_reset;   /* that end came as a reset (ECONNRESET), reported once */
 	bool rx_reset_seen;  /* ... and stays a reset: later sends fail EPIPE at once */
-	bool peer_gone_told; /* a write after the peer closed was taken (io.c) */
+	bool peer_gone_told; /* a write after the peer closed was taken (io_tx.c) */
 	bool closed;         /* the last reference went: channel released */
 	bool closing;        /* the program closed its last fd (close.c) */
 	bool pinned;         /* must stay on TCP: used where the shim can not see */
@@ -120,7 +121,7 @@ struct shim_sock {
 			      * a fd while a call was in progress on it (-1: none) */
 	bool fd_lost;        /* such a close could not make tcp_keep (EMFILE) */
 	unsigned active;     /* data calls in progress (io.c), spinning or sleeping */
-	unsigned raw_reads;  /* of them, in the kernel's own blocking read (io.c,
+	unsigned raw_reads;  /* of them, in the kernel's own blocking read (io_rx.c,
 			      * recv_raw): no handshake starts meanwhile */
 	bool shared;         /* another process may reach its channel or stream: a
 			      * fork while it had one, an SCM_RIGHTS send */
@@ -138,16 +139,16 @@ struct shim_sock {
 	uint8_t tcp_out[64]; /* frames waiting for TCP send space */
 	size_t tcp_out_len;
 	unsigned bells_owed; /* bells the peer took an arm for and will send */
-	unsigned bells_early; /* bells drained before the disarm that owes them (io.c) */
+	unsigned bells_early; /* bells drained before the disarm that owes them (frames.c) */
 	unsigned rx_bells;    /* bells the peer sent us, all told (frames.c) */
-	unsigned rx_bells_at_send; /* rx_bells at our last send that moved bytes (io.c) */
-	unsigned exchanges, unpaid; /* in this window, and of them woken each way (io.c) */
-	unsigned unpaid_windows; /* windows in a row with too many unpaid (io.c) */
-	unsigned chan_sends; /* sends that moved bytes on the channel (io.c, RDMASHIM_TEST_HANDBACK_AFTER) */
-	bool unpaid_due;     /* judged unpaid: back to TCP at the next quiet send (io.c) */
+	unsigned rx_bells_at_send; /* rx_bells at our last send that moved bytes (io_tx.c) */
+	unsigned exchanges, unpaid; /* in this window, and of them woken each way (io_tx.c) */
+	unsigned unpaid_windows; /* windows in a row with too many unpaid (io_tx.c) */
+	unsigned chan_sends; /* sends that moved bytes on the channel (io_tx.c, RDMASHIM_TEST_HANDBACK_AFTER) */
+	bool unpaid_due;     /* judged unpaid: back to TCP at the next quiet send (io_tx.c) */
 	unsigned sleepers;   /* threads of ours waiting on this connection */
-	unsigned rx_idle_arms; /* rx arms since data last came (io.c, arm_grace) */
-	bool shared_sleep;   /* two of them at once were seen (io.c) */
+	unsigned rx_idle_arms; /* rx arms since data last came (io_sleep.c, arm_grace) */
+	bool shared_sleep;   /* two of them at once were seen (io_sleep.c) */
 	struct shim_spin_hist spin_hist; /* do this socket's waits spin (spin.h) */
 	struct shim_chan *chan;
 	/* Its record in the live stats area (core/statarea.h; NULL: none),

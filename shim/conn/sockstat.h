@@ -2,7 +2,7 @@
  * A tracked connection's record in the live stats area (core/statarea.h):
  * made when the connection is tracked, described again when its path or
  * state changes (each such place calls shim_sockstat_sync under the
- * sock's lock), counted by the data path (io.c), freed with the sock.
+ * sock's lock), counted by the data path (io_rx.c, io_tx.c), freed with the sock.
  */
 #ifndef RDMASHIM_SOCKSTAT_H
 #define RDMASHIM_SOCKSTAT_H

@@ -99,7 +99,7 @@ struct shim_transport_ops {
 	void (*line_rang)(struct shim_chan *ch);
 	/* Optional, with bell_fd: the peer's bells to us on the line so far
 	 * (our arms for the line it took). A count that wraps, compared only
-	 * for change: io.c's pay judgment counts them with the bells on TCP
+	 * for change: io_tx.c's pay judgment counts them with the bells on TCP
 	 * (shim/PROTOCOL.md, "Bell line"); the bells we ring there, tx_bell
 	 * reports. Under the sock's lock. */
 	unsigned (*line_bells_in)(const struct shim_chan *ch);
@@ -149,14 +149,14 @@ struct shim_transport_ops {
 	 * spinning 1.2x TCP's round trip, still 1.1x at 64 KB; a bell on the
 	 * line, where a system call costs 1 us, about as much). The data path then
 	 * hands a connection whose exchanges keep doing so back to TCP
-	 * (RDMASHIM_UNPAID_PERCENT; io.c). false where the channel still pays
+	 * (RDMASHIM_UNPAID_PERCENT; io_tx.c). false where the channel still pays
 	 * (rdma: the NIC moves the bytes without the CPUs). */
 	bool bell_bound_costs;
 	/* Optional: the peer's end is shared by several processes of its own
 	 * (a fork, SCM_RIGHTS), as it says in the channel. A failover we start
 	 * reaches only the one that reads our RESUME; the data path then
 	 * keeps such a connection on its channel rather than hand it back as
-	 * unpaid (io.c). */
+	 * unpaid (io_tx.c). */
 	bool (*peer_shared)(const struct shim_chan *ch);
 	/*
 	 * Optional, both or neither: our RESUME and the peer's close must not

@@ -425,7 +425,7 @@ void shim_upgrade_progress(struct shim_sock *s, int fd)
 	switch (s->phase) {
 	case SHIM_PHASE_IDLE:
 		/* Another thread is in the kernel's own read of this
-		 * connection (io.c, recv_raw), which would take a frame as
+		 * connection (io_rx.c, recv_raw), which would take a frame as
 		 * data: the next call starts it. A second attempt waits for
 		 * the first byte (retry_when_bytes_move()). */
 		if (s->raw_reads)

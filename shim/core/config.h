@@ -55,7 +55,7 @@ struct shim_config {
 	unsigned ring_kb;
 	unsigned spin_us;
 	unsigned spin_adapt; /* 0 or 1: spin.h */
-	unsigned unpaid_percent; /* 0 or the share of exchanges woken by bells that hands a connection back (io.c) */
+	unsigned unpaid_percent; /* 0 or the share of exchanges woken by bells that hands a connection back (io_tx.c) */
 	unsigned shm_pairs;  /* 0 or 1: transport/shm/pair.h */
 	unsigned shm_bell_line; /* 0 or 1: bells on a socketpair of the connection's (shm.h) */
 	unsigned breaker_failures;
@@ -73,7 +73,7 @@ struct shim_config {
 	unsigned seccomp_trust;     /* 0 or 1: an inherited seccomp filter allows our calls (interpose/init.c) */
 	unsigned test_fail_rdma_kb; /* testing only: 0 or where RDMA channels break */
 	unsigned test_fail_link_kb; /* testing only: 0 or where RDMA links break */
-	unsigned test_handback_after; /* testing only: 0 or the send on the channel that hands back (io.c) */
+	unsigned test_handback_after; /* testing only: 0 or the send on the channel that hands back (io_tx.c) */
 	unsigned test_stamps;         /* testing only: 0 or 1, core/stamps.h */
 	unsigned test_no_passrights;  /* testing only: 0 or 1, core/reaper.h */
 	struct shim_fault_plan faults; /* testing only: RDMASHIM_TEST_FAULTS, core/faults.h */

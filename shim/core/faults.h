@@ -60,7 +60,7 @@ enum shim_fault_kind {
  * clear of wrapping. */
 #define SHIM_FAULT_N_MAX (1ull << 62)
 /* How long peer_stall sleeps: longer than a blocked writer's spill bound
- * (io.c, IO_SPILL_AFTER_MS, 1 s). */
+ * (io_tx.c, IO_SPILL_AFTER_MS, 1 s). */
 #define SHIM_FAULT_STALL_MS 2000
 /* How late switch_late sends its SWITCH frame. */
 #define SHIM_FAULT_SWITCH_LATE_MS 500

@@ -5,8 +5,9 @@
  * A spin pays when the peer answers within RDMASHIM_SPIN_US and has a core
  * of its own to answer on. It costs the core it burns otherwise: with more
  * runnable threads than cores, a spinner takes the time the peer needs to
- * make the very data it waits for (8 pgbench clients on 2 cores ran at
- * 0.6-0.8x TCP with every wait spinning). Two rules, like a hybrid mutex:
+ * make the very data it waits for (a multi-process server on a full
+ * machine ran well below TCP with every wait spinning). Two rules, like a
+ * hybrid mutex:
  *
  *   crowding  a process-wide count of threads spinning right now; a wait
  *             that finds as many as there are online CPUs already spinning
@@ -22,9 +23,9 @@
  *             probes; a probe that pays ends the back-off (a sleep that
  *             ended within the budget, where a spin would have paid,
  *             brings the probe forward to the next wait). This is
- *             what helps a multi-process server: pgbench -S, 8 clients on
- *             2 cores, under outside load: 0.63x TCP with every wait
- *             spinning, 0.84x with none, 0.92x adaptive.
+ *             what helps a multi-process server: under outside load it
+ *             runs faster adaptive than with every wait spinning or with
+ *             none.
  *   contention  a spin that lost its core for a scheduler slice (two
  *             looks at the clock SHIM_SPIN_PREEMPTED_US apart, whether the
  *             data came meanwhile or not), a second time within
@@ -33,17 +34,17 @@
  *             yield handed the core to one of them, or the kernel switched
  *             it out. (A slice lost now and then, among many spins that
  *             pay, is a machine busy with our own peers.) The peer's
- *             answer then waits for the spinner's next turn, milliseconds,
- *             where a sleeper is woken at once. No wait of the process
+ *             answer then waits for the spinner's next turn, a scheduler
+ *             slice, where a sleeper is woken at once. No wait of the process
  *             spins for a hold of 10 ms after that, doubled while it recurs
  *             (at most 1 s), and the first spin after a hold probes again.
- *             (A yield to a peer on the same core costs the peer's work,
- *             tens of microseconds, and pays.) 100 ping-pongs per
- *             connection with 2 CPU hogs on 2 cores: 50x TCP's time
- *             without this rule.
+ *             (A yield to a peer on the same core costs only the peer's
+ *             work, and pays.) Without this rule, short connections on a
+ *             machine whose every core runs other work took many times
+ *             TCP's time.
  *   slow wake where a wake-up costs more than the whole budget (Soft-RoCE
- *             under emulation: a round trip near the 50 us budget, a
- *             wake-up of hundreds), the history above locked in: a round
+ *             under emulation, whose round trips come near the default
+ *             budget), the history above locked in: a round
  *             trip just over the budget made each spin run out and the
  *             data come during the sleep, four of those backed one end
  *             off, its answers came a wake-up late, the other end's spins
@@ -66,8 +67,12 @@
  *             pays SHIM_SPIN_MISS_LIMIT misses on each new socket, and
  *             under load a miss costs far more than its spin: the core it
  *             burnt counts against the thread's share, so its wake-up no
- *             longer preempts the load (100 ping-pongs per connection, 2
- *             CPU hogs on 2 cores: 7.8x TCP's time without the prior).
+ *             longer preempts the load (without the prior, the short
+ *             connections on a full machine of the contention rule took
+ *             several times TCP's time).
+ *
+ * The figures behind each rule, and how to repeat them: docs/BENCHMARKS.md,
+ * "Busy polling".
  *
  * Counted in shim_stats_spin (stats.h); each back-off and each return to
  * spinning is traced at debug level ("spin.backoff", "spin.resume"), as is

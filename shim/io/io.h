@@ -69,7 +69,7 @@ bool shim_io_drain_bells(struct shim_sock *s, int fd);
 #define SHIM_ARMED_RX 1
 #define SHIM_ARMED_TX 2
 #define SHIM_ARM_READY 4
-#define SHIM_ARM_SHORT 8    /* sleep at most a millisecond (see io.c) */
+#define SHIM_ARM_SHORT 8    /* sleep at most a millisecond (io_ready.c, shim_io_arm) */
 #define SHIM_ARM_COUNTED 16 /* counted as a sleeper: disarm must follow */
 #define SHIM_ARM_LINE 32    /* armed for bells on the line: watch it (POLLIN) */
 /* line: the bell line the caller will watch (shim_io_line()), or -1. */

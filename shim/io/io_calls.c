@@ -1,6 +1,7 @@
 /*
  * Calls that reduce to shim_io_send and shim_io_recv (io.h): sendmsg with
- * ancillary data, sendfile, and splice on a connection that moved. Kept apart from io.c, which owns the byte stream itself.
+ * ancillary data, sendfile, and splice on a connection that moved. Kept
+ * apart from io_rx.c and io_tx.c, which own the byte stream itself.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,15 +1,67 @@
 /*
- * What io.c (the data calls), io_sleep.c (their waits) and io_ready.c
- * (readiness and state outside them) share. Every function here is called with the sock's lock held.
+ * What the data calls (io.c, the steps both directions share; io_rx.c and
+ * io_tx.c, recv and send), io_sleep.c (their waits) and io_ready.c
+ * (readiness and state outside them) share. Every function here is called
+ * with the sock's lock held, except shim_io_begin(), which takes it.
  */
 #ifndef RDMASHIM_IO_INTERNAL_H
 #define RDMASHIM_IO_INTERNAL_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <sys/uio.h>
 
 #include "rxswitch.h"
 #include "transport.h"
 #include "sock.h"
+
+/* ---- a data call's frame, shared by io_rx.c and io_tx.c (io.c) ---- */
+
+/* iovec elements handled per call; beyond this a call moves fewer bytes,
+ * which stream sockets allow. */
+#define SHIM_IO_MAX_IOV 64
+
+size_t shim_io_iov_total(const struct iovec *iov, int iovcnt);
+/* out = the part of iov from byte skip, at most max bytes long, in at
+ * most SHIM_IO_MAX_IOV elements: how many. */
+int shim_io_iov_window(const struct iovec *iov, int iovcnt, size_t skip, size_t max, struct iovec *out);
+
+/* A data call starts: takes s->lock, looks at the clock once for a young
+ * connection (0 past its idle phase) and counts the call in s->active
+ * (io.c, io_enter). *fd becomes the fd to use, or -1 with *rc = -EBADF
+ * when the program closed it before the call began. Returns that time,
+ * for shim_io_young_not_due(). */
+unsigned long long shim_io_begin(struct shim_sock *s, int *fd, int *rc);
+/* ... and ends: uncounted, s->lock let go. */
+void shim_io_end(struct shim_sock *s);
+
+/*
+ * A young idle connection: no handshake begun, none due yet
+ * (RDMASHIM_UPGRADE_AFTER_MS), nothing off TCP, no switch of the peer's
+ * known. Nothing in-band can reach it (the peer writes a shim byte only
+ * after our side's handshake began, PROTOCOL.md), and a call has no step
+ * of ours to take: a blocking read may be the kernel's own (one system
+ * call where the shim's would be a try, a poll and a retry, with the
+ * kernel's SO_RCVLOWAT, SO_RCVTIMEO, MSG_WAITALL and restart rules; while
+ * it runs, no handshake starts in this process: raw_reads, upgrade.c),
+ * and a nonblocking read or any send is one kernel call, counted. Such a
+ * call's first round takes none of shim_io_round()'s steps.
+ */
+bool shim_io_young_not_due(const struct shim_sock *s, unsigned long long now);
+
+/* The start of each round of a data call: the fd to use now, our queued
+ * frames out, the upgrade and a failover moved on. -EBADF when the fd is
+ * gone, -ECONNRESET once the connection was ended. */
+int shim_io_round(struct shim_sock *s, int *fd);
+
+/* What one step of a round decided: another round, or the call is
+ * answered (its bytes, or its error, are what it returns). */
+enum shim_io_next {
+	SHIM_IO_AGAIN,
+	SHIM_IO_ANSWERED,
+};
+
+/* ---- readiness and waits ---- */
 
 /* The channel has room worth reporting (or the peer is gone). Lock-free. */
 bool shim_io_tx_ready(const struct shim_sock *s);

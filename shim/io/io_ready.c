@@ -2,7 +2,8 @@
  * The state of an intercepted connection outside its data calls (io.h):
  * FIONREAD, shutdown, and the readiness the hooked waits (wait.c, epoll.c)
  * ask for, with the arms and disarms around their sleeps. The data calls
- * themselves are io.c; the pieces both use are in io_internal.h.
+ * themselves are io_rx.c and io_tx.c; the pieces both use are in
+ * io_internal.h.
  */
 #include <errno.h>
 #include <sys/epoll.h>

@@ -178,7 +178,7 @@ bool shim_ring_consumer_gone(const struct shim_ring *ring);
 /* Whether the other end of this ring (its consumer, for a tx ring; its
  * producer, for an rx ring) said it is shared by several processes
  * (shim_ring_share_cursors). A peer's word: it only keeps a connection on
- * its channel (io.c, the unpaid hand-back), it names no memory. */
+ * its channel (io_tx.c, the unpaid hand-back), it names no memory. */
 bool shim_ring_peer_shared(const struct shim_ring *ring, bool we_produce);
 
 /*

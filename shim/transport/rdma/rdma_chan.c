@@ -34,7 +34,7 @@
  * Selective signaling: data WRITEs go unsignaled; the tail WRITE of a send
  * and every control WRITE we wait for are signaled, plus every 16th WR so the
  * send queue can always be reaped. All calls run under the sock's lock except
- * readable/writable/rx_eof/peer_rx_gone/space_lowat (busy polling in io.c),
+ * readable/writable/rx_eof/peer_rx_gone/space_lowat (busy polling in io_sleep.c),
  * which only read memory.
  */
 #include "rdma.h"

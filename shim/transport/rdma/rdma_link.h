@@ -257,9 +257,10 @@ enum shim_link_toward shim_rdma_link_toward(const struct shim_endpoint *client);
 bool shim_rdma_link_making(const uint8_t addr[16], bool start);
 bool shim_rdma_link_waiting(const uint8_t addr[16], bool start);
 /* S: how many links toward that client host are being made. At most
- * SHIM_LINK_MAKING_MAX at once (each rdma_cm handshake takes round trips
- * the program's calls must carry: 1000 connections served in turn, 10
- * links in 85 s one at a time under TCG). */
+ * SHIM_LINK_MAKING_MAX at once: each rdma_cm handshake takes round trips
+ * the program's calls must carry, so links made one at a time are far too
+ * few for a burst of connections served in turn, and every link more
+ * costs a QP (docs/BENCHMARKS.md, "Making RDMA links"). */
 #define SHIM_LINK_MAKING_MAX 4
 unsigned shim_rdma_link_makings(const struct shim_endpoint *client);
 /* S: whether the connections waiting to join a link toward that client
@@ -267,10 +268,10 @@ unsigned shim_rdma_link_makings(const struct shim_endpoint *client);
  * there and on its way: the room on the trusted links, plus
  * RDMASHIM_RDMA_LINK_CONNS - 1 for each link being made (its maker takes a
  * place), covers them all; or SHIM_LINK_MAKING_MAX are on their way.
- * false: the asking waiter makes a link (a burst makes about a link per
- * cap; before this count a waiter made one whenever a link filled up
- * while others were still on their way: 9 for 32 connections at a cap of
- * 8). */
+ * false: the asking waiter makes a link. A burst so makes about a link
+ * per cap; a waiter that made one whenever a link filled up while others
+ * were still on their way made about twice the links a burst needs
+ * (docs/BENCHMARKS.md, "Making RDMA links"). */
 bool shim_rdma_link_room_coming(const struct shim_endpoint *client);
 /* S: takes a pending OFFER for the connection t (S's view: local = server),
  * younger than max_age_ns, and its link (with a reference). */

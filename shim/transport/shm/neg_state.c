@@ -46,6 +46,27 @@ void shm_neg_end(struct shim_sock *s)
 	s->neg = NULL;
 }
 
+enum shm_got shm_neg_recv(int rv_fd, union shm_neg_msg *msg, int type, int *fds, unsigned nfds, ssize_t *len)
+{
+	ssize_t n = shim_rv_recv_fds(rv_fd, msg, sizeof(*msg), fds, nfds);
+	enum shm_got got;
+
+	if (len)
+		*len = n;
+	if (n == -EAGAIN)
+		return SHM_GOT_NONE;
+	if (n > 0 && shim_msg_check(msg, (size_t)n) == type)
+		return SHM_GOT_IT;
+	got = n == 0 ? SHM_GOT_END : n < 0 ? SHM_GOT_ERROR : SHM_GOT_OTHER;
+	for (unsigned i = 0; i < nfds; i++) {
+		if (fds[i] >= 0) {
+			shim_reap(fds[i]);
+			fds[i] = -1;
+		}
+	}
+	return got;
+}
+
 uint32_t shm_ring_bytes(void)
 {
 	return shim_cfg.ring_kb * 1024u;

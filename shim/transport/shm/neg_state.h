@@ -82,6 +82,36 @@ static inline int shm_verify_fault(const struct shim_sock *s, int fd, const char
 	return shim_fault_hit(SHIM_FAULT_VERIFY_FAIL, fd, &s->tuple, where) ? -EACCES : 0;
 }
 
+/* A message on a negotiation's rendezvous: any a handshake waits for, with
+ * room for one byte more (a longer one comes truncated: -EPROTO). */
+union shm_neg_msg {
+	struct shim_msg_hdr hdr;
+	struct shim_msg_offer offer;
+	struct shim_msg_accept accept;
+	struct shim_msg_switch_at at;
+	struct shim_msg_commit commit;
+	uint8_t raw[SHIM_MSG_MAX + 1];
+};
+
+/* What one look at the rendezvous found (shm_neg_recv). */
+enum shm_got {
+	SHM_GOT_NONE,  /* nothing queued yet */
+	SHM_GOT_END,   /* the peer's end: it closed or shut its side */
+	SHM_GOT_ERROR, /* the socket's error, or a message cut short */
+	SHM_GOT_OTHER, /* a message, malformed or not of the type awaited */
+	SHM_GOT_IT,    /* the message awaited, checked (shim_msg_check) */
+};
+
+/*
+ * One message off rv_fd, never waiting, checked against the type the
+ * handshake awaits, with up to nfds fds it brought (as shim_rv_recv_fds
+ * leaves them: -1 where none came, -EMFILE where one came near our fd
+ * limit). The fds are the caller's only with SHM_GOT_IT: with anything
+ * else, any that came are released here (through the reaper: a peer's
+ * file). *len (may be NULL): what the read returned, for a trace.
+ */
+enum shm_got shm_neg_recv(int rv_fd, union shm_neg_msg *msg, int type, int *fds, unsigned nfds, ssize_t *len);
+
 /* The negotiation ends (failed, done or released): its fds and state go. */
 void shm_neg_end(struct shim_sock *s);
 void shm_close_fd(int *fd);

@@ -176,35 +176,85 @@ static bool s_retry_due(struct shim_sock *s, struct shm_neg *ng, unsigned long l
 }
 
 /*
+ * The process on our rendezvous holds the peer's end of the TCP connection
+ * as the fd its message names (local, remote: the peer's endpoints; where:
+ * the check's name for verify_fail; side: ours, for the trace).
+ * SHIM_REASON_NONE when it does; peer_closed for a peer that closed its
+ * connection since, which closes its rendezvous first (its fd is then
+ * gone or reused, and that is no spoofing); else verify_failed.
+ */
+static enum shim_reason verify_holder(struct shim_sock *s, int fd, const char *where, const char *side,
+				      const struct shim_endpoint *local, const struct shim_endpoint *remote,
+				      int32_t tcp_fd)
+{
+	struct shm_neg *ng = shm_neg_of(s);
+	int rc = shm_verify_fault(s, fd, where);
+
+	if (!rc)
+		rc = shim_rv_verify_peer(ng->rv_fd, local, remote, tcp_fd, &ng->rv_owner);
+	if (rc >= 0)
+		return SHIM_REASON_NONE;
+	if (shim_rv_peer_gone(ng->rv_fd, rc))
+		return SHIM_REASON_PEER_CLOSED;
+	shm_trace_refused(s, fd, side, -rc);
+	return SHIM_REASON_VERIFY_FAILED;
+}
+
+/*
+ * S maps C's ring (memfd) and commits: its SWITCH_AT, carrying whether the
+ * bell line (line, -1: none) is taken. Both fds are consumed.
+ * SHIM_REASON_NONE once committed, else why not; nothing switched then.
+ */
+static enum shim_reason s_commit(struct shim_sock *s, int fd, const struct shim_msg_accept *accept, int memfd,
+				 int line)
+{
+	struct shim_chan *chan;
+	uint32_t flags = 0;
+	bool switching;
+
+	if (shm_s_attach_ring(s, fd, memfd, accept->ring_bytes, &chan) < 0) {
+		shim_reap(line);
+		/* Nothing switched anywhere: C sees our rendezvous close. */
+		return SHIM_REASON_RING_ALLOC_FAILED;
+	}
+	memcpy(s->tx_nonce, accept->nonce, SHIM_NONCE_LEN);
+	/* Our offset first, then the frame, so that C learns it no later than
+	 * the frame's bytes can reach it. */
+	switching = shm_tx_may_switch(s);
+	/* A line that is not C's own socketpair is refused: bells stay on TCP. */
+	if (line >= 0 && shim_shm_line_take(chan, line, shm_neg_of(s)->rv_fd) == 0)
+		flags |= SHIM_MSG_F_BELL_LINE;
+	if (shm_send_switch_at(s, switching, flags) < 0) {
+		chan->ops->destroy(chan);
+		return SHIM_REASON_PEER_CLOSED;
+	}
+	shm_s_committed(s, fd, chan, switching, accept->ring_bytes);
+	return SHIM_REASON_NONE;
+}
+
+/*
  * S has C's ring. C has not switched: S commits first (its SWITCH_AT, then
  * its frame), so S may still back out here and C simply stays on TCP.
  */
 static void s_read_accept(struct shim_sock *s, int fd)
 {
 	struct shm_neg *ng = shm_neg_of(s);
-	union {
-		struct shim_msg_accept accept;
-		uint8_t raw[SHIM_MSG_MAX + 1];
-	} msg;
-	struct shim_chan *chan;
-	int fds[2] = { -1, -1 }, memfd, rc;
-	ssize_t n = shim_rv_recv_fds(ng->rv_fd, &msg, sizeof(msg), fds, 2);
-	uint32_t flags = 0;
+	union shm_neg_msg msg;
+	int fds[2]; /* the ring's memfd, then C's end of the bell line */
+	enum shm_got got = shm_neg_recv(ng->rv_fd, &msg, SHIM_MSG_ACCEPT, fds, 2, NULL);
+	enum shim_reason why;
 
-	memfd = fds[0];
-	if (n == -EAGAIN)
+	if (got == SHM_GOT_NONE)
 		return;
-	if (n <= 0) {
+	if (got == SHM_GOT_END || got == SHM_GOT_ERROR) {
 		/* C gave up before its ACCEPT: both ends stay on TCP. */
-		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
-		return;
+		why = SHIM_REASON_PEER_CLOSED;
+		goto fail;
 	}
-	if (shim_msg_check(&msg, (size_t)n) != SHIM_MSG_ACCEPT || memfd < 0) {
-		shim_reap(memfd);
-		shim_reap(fds[1]);
+	if (got == SHM_GOT_OTHER || fds[0] < 0) {
 		/* The ring came, and we are too near our fd limit to keep it. */
-		shim_upgrade_fail(s, fd, memfd == -EMFILE ? SHIM_REASON_FD_LIMIT : SHIM_REASON_HANDSHAKE_MALFORMED);
-		return;
+		why = fds[0] == -EMFILE ? SHIM_REASON_FD_LIMIT : SHIM_REASON_HANDSHAKE_MALFORMED;
+		goto fail;
 	}
 	/* The bell line comes last, and only with the flag. */
 	if (!(msg.accept.hdr.flags & SHIM_MSG_F_BELL_LINE)) {
@@ -218,53 +268,26 @@ static void s_read_accept(struct shim_sock *s, int fd)
 	 * first. A C that closed its socket already (a short connection)
 	 * fails it too and stays on TCP, which costs it nothing.
 	 */
-	rc = shm_verify_fault(s, fd, "server_holds");
-	if (!rc)
-		rc = shim_rv_verify_peer(ng->rv_fd, shm_client_ep(s), shm_server_ep(s), msg.accept.tcp_fd,
-					 &ng->rv_owner);
-	if (rc < 0) {
-		shim_reap(memfd);
-		shim_reap(fds[1]);
-		/* A C that closes its connection closes the rendezvous first:
-		 * its fd is then gone or reused, and that is no spoofing. */
-		if (shim_rv_peer_gone(ng->rv_fd, rc)) {
-			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
-			return;
-		}
-		shm_trace_refused(s, fd, "server", -rc);
-		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
-		return;
-	}
+	why = verify_holder(s, fd, "server_holds", "server", shm_client_ep(s), shm_server_ep(s), msg.accept.tcp_fd);
+	if (why != SHIM_REASON_NONE)
+		goto fail;
 	/* Shadow mode's cut on S: C proved itself and sent its ring; S would
 	 * commit first (its SWITCH_AT) and withdraws instead: C, which has
 	 * switched nothing before S's SWITCH_AT, sees the close and gives up. */
 	if (shim_cfg.shadow) {
-		shim_reap(memfd);
+		shim_reap(fds[0]);
 		shim_reap(fds[1]);
 		shim_upgrade_shadow(s, fd, SHIM_TRANSPORT_SHM);
 		return;
 	}
-	rc = shm_s_attach_ring(s, fd, memfd, msg.accept.ring_bytes, &chan);
-	if (rc < 0) {
-		shim_reap(fds[1]);
-		/* Nothing switched anywhere: C sees our rendezvous close. */
-		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);
+	why = s_commit(s, fd, &msg.accept, fds[0], fds[1]);
+	if (why == SHIM_REASON_NONE)
 		return;
-	}
-	memcpy(s->tx_nonce, msg.accept.nonce, SHIM_NONCE_LEN);
-	/* Our offset first, then the frame, so that C learns it no later than
-	 * the frame's bytes can reach it. */
-	bool switching = shm_tx_may_switch(s);
-
-	/* A line that is not C's own socketpair is refused: bells stay on TCP. */
-	if (fds[1] >= 0 && shim_shm_line_take(chan, fds[1], ng->rv_fd) == 0)
-		flags |= SHIM_MSG_F_BELL_LINE;
-	if (shm_send_switch_at(s, switching, flags) < 0) {
-		chan->ops->destroy(chan);
-		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
-		return;
-	}
-	shm_s_committed(s, fd, chan, switching, msg.accept.ring_bytes);
+	fds[0] = fds[1] = -1; /* s_commit consumed them */
+fail:
+	shim_reap(fds[0]);
+	shim_reap(fds[1]);
+	shim_upgrade_fail(s, fd, why);
 }
 
 /* C's SWITCH_AT (its direction moves), or the rendezvous' end (it stays on
@@ -272,25 +295,21 @@ static void s_read_accept(struct shim_sock *s, int fd)
 static void s_read_c_switch_at(struct shim_sock *s, int fd)
 {
 	struct shm_neg *ng = shm_neg_of(s);
-	union {
-		struct shim_msg_switch_at at;
-		uint8_t raw[SHIM_MSG_MAX + 1];
-	} msg;
-	ssize_t n = shim_rv_recv(ng->rv_fd, &msg, sizeof(msg), NULL);
+	union shm_neg_msg msg;
+	ssize_t n;
+	enum shm_got got = shm_neg_recv(ng->rv_fd, &msg, SHIM_MSG_SWITCH_AT, NULL, 0, &n);
 
-	if (n == -EAGAIN)
+	if (got == SHM_GOT_NONE)
 		return;
-	bool got = n > 0 && shim_msg_check(&msg, (size_t)n) == SHIM_MSG_SWITCH_AT;
-
 	/* C saw the exchange through on a named rendezvous verified both
 	 * ways: it carries C's next HINTs (pair.h). */
-	if (got && !ng->via_pair && shim_cfg.shm_pairs) {
+	if (got == SHM_GOT_IT && !ng->via_pair && shim_cfg.shm_pairs) {
 		shim_pair_keep_server(ng->rv_fd);
 		ng->rv_fd = -1;
 	}
 	shm_neg_end(s);
 	shim_upgrade_done(s);
-	if (got)
+	if (got == SHM_GOT_IT)
 		shm_take_peer_switch_at(s, fd, msg.at.switch_offset);
 	else
 		SHIM_TRACE(SHIM_TRACE_DEBUG, "upgrade.half", fd, &s->tuple, SHIM_REASON_NONE,
@@ -363,75 +382,32 @@ static void c_accept(struct shim_sock *s, int fd, unsigned long long now)
 	}
 }
 
-static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
+/*
+ * C answers S's OFFER with its ring and its ACCEPT: the point of no return
+ * is S's, which maps the ring and commits first. SHIM_REASON_NONE once the
+ * ACCEPT went (the ring is then the connection's), else why not; nothing
+ * of the ring is left then.
+ */
+static enum shim_reason c_send_accept(struct shim_sock *s, int fd, const struct shim_msg_offer *offer)
 {
 	struct shm_neg *ng = shm_neg_of(s);
-	union {
-		struct shim_msg_offer offer;
-		uint8_t raw[SHIM_MSG_MAX + 1];
-	} msg;
 	struct shim_msg_accept accept;
 	struct shim_chan *chan;
+	enum shim_reason why;
 	int memfd, rc;
-	ssize_t n;
 
-	/* A shut write side can carry no SWITCH frame and no bells. */
-	if (s->wr_shut) {
-		shim_upgrade_fail(s, fd, SHIM_REASON_SHUTDOWN);
-		return;
-	}
-	n = shim_rv_recv(ng->rv_fd, &msg, sizeof(msg), NULL);
-	if (n == -EAGAIN) {
-		if (now >= s->deadline_ns)
-			shim_upgrade_fail(s, fd, SHIM_REASON_TIMEOUT);
-		return;
-	}
-	if (n <= 0) {
-		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
-		return;
-	}
-	if (shim_msg_check(&msg, (size_t)n) != SHIM_MSG_OFFER) {
-		shim_upgrade_fail(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
-		return;
-	}
-	rc = shm_verify_fault(s, fd, "client_holds");
-	if (!rc)
-		rc = shim_rv_verify_peer(ng->rv_fd, shm_server_ep(s), shm_client_ep(s), msg.offer.tcp_fd,
-					 &ng->rv_owner);
-	if (rc < 0) {
-		/* An S that answered and closed (a short connection) closed its
-		 * rendezvous before its socket: that is no spoofing. */
-		if (shim_rv_peer_gone(ng->rv_fd, rc)) {
-			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
-			return;
-		}
-		shm_trace_refused(s, fd, "client", -rc);
-		shim_upgrade_fail(s, fd, SHIM_REASON_VERIFY_FAILED);
-		return;
-	}
-	/* Shadow mode's cut on C: S proved it holds the connection's other
-	 * end; C withdraws before its ACCEPT, the point of no return, so S
-	 * (in either mode) sees the rendezvous close and stays on TCP. */
-	if (shim_cfg.shadow) {
-		shim_upgrade_shadow(s, fd, SHIM_TRANSPORT_SHM);
-		return;
-	}
 	rc = shim_fault_hit(SHIM_FAULT_RING_ALLOC, fd, &s->tuple, "client_ring") ? -ENOMEM
 		: shim_shm_create(shm_ring_bytes(), &chan, &memfd);
-	if (rc < 0) {
-		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);
-		return;
-	}
+	if (rc < 0)
+		return SHIM_REASON_RING_ALLOC_FAILED;
 	memset(&accept, 0, sizeof(accept));
 	shim_msg_init(&accept.hdr, SHIM_MSG_ACCEPT, sizeof(accept));
 	accept.tcp_fd = fd;
 	accept.ring_bytes = shm_ring_bytes();
-	memcpy(s->tx_nonce, msg.offer.nonce, SHIM_NONCE_LEN);
+	memcpy(s->tx_nonce, offer->nonce, SHIM_NONCE_LEN);
 	if (shim_upgrade_new_nonce(s->rx_nonce) < 0) {
-		chan->ops->destroy(chan);
-		REAL(close)(memfd);
-		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
-		return;
+		why = SHIM_REASON_INTERNAL_ERROR;
+		goto fail;
 	}
 	memcpy(accept.nonce, s->rx_nonce, SHIM_NONCE_LEN);
 	/* S's end of the bell line, when one could be made (else bells on TCP). */
@@ -441,16 +417,68 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 		accept.hdr.flags |= SHIM_MSG_F_BELL_LINE;
 	rc = shim_rv_send_fds(ng->rv_fd, &accept, sizeof(accept), fds, fds[1] >= 0 ? 2 : 1);
 	REAL(close)(memfd);
+	memfd = -1;
 	shim_reap(fds[1]);
 	if (rc < 0) {
-		chan->ops->destroy(chan);
-		shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
-		return;
+		why = SHIM_REASON_PEER_CLOSED;
+		goto fail;
 	}
 	/* Nothing switched yet: S maps the ring and commits first. */
 	s->chan = chan;
 	ng->step = SHM_C_ACCEPTED;
 	shim_upgrade_committing(s);
+	return SHIM_REASON_NONE;
+fail:
+	chan->ops->destroy(chan);
+	if (memfd >= 0)
+		REAL(close)(memfd);
+	return why;
+}
+
+static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
+{
+	struct shm_neg *ng = shm_neg_of(s);
+	union shm_neg_msg msg;
+	enum shim_reason why;
+
+	/* A shut write side can carry no SWITCH frame and no bells. */
+	if (s->wr_shut) {
+		why = SHIM_REASON_SHUTDOWN;
+		goto fail;
+	}
+	switch (shm_neg_recv(ng->rv_fd, &msg, SHIM_MSG_OFFER, NULL, 0, NULL)) {
+	case SHM_GOT_NONE:
+		if (now < s->deadline_ns)
+			return;
+		why = SHIM_REASON_TIMEOUT;
+		goto fail;
+	case SHM_GOT_END:
+	case SHM_GOT_ERROR:
+		why = SHIM_REASON_PEER_CLOSED;
+		goto fail;
+	case SHM_GOT_OTHER:
+		why = SHIM_REASON_HANDSHAKE_MALFORMED;
+		goto fail;
+	case SHM_GOT_IT:
+		break;
+	}
+	/* An S that answered and closed (a short connection) closed its
+	 * rendezvous before its socket: that is no spoofing. */
+	why = verify_holder(s, fd, "client_holds", "client", shm_server_ep(s), shm_client_ep(s), msg.offer.tcp_fd);
+	if (why != SHIM_REASON_NONE)
+		goto fail;
+	/* Shadow mode's cut on C: S proved it holds the connection's other
+	 * end; C withdraws before its ACCEPT, the point of no return, so S
+	 * (in either mode) sees the rendezvous close and stays on TCP. */
+	if (shim_cfg.shadow) {
+		shim_upgrade_shadow(s, fd, SHIM_TRANSPORT_SHM);
+		return;
+	}
+	why = c_send_accept(s, fd, &msg.offer);
+	if (why == SHIM_REASON_NONE)
+		return;
+fail:
+	shim_upgrade_fail(s, fd, why);
 }
 
 /* S's SWITCH_AT: S committed (its direction moves at that offset, or
@@ -458,20 +486,23 @@ static void c_read_offer(struct shim_sock *s, int fd, unsigned long long now)
 static void c_read_switch_at(struct shim_sock *s, int fd)
 {
 	struct shm_neg *ng = shm_neg_of(s);
-	union {
-		struct shim_msg_switch_at at;
-		uint8_t raw[SHIM_MSG_MAX + 1];
-	} msg;
-	ssize_t n = shim_rv_recv(ng->rv_fd, &msg, sizeof(msg), NULL);
+	union shm_neg_msg msg;
 
 	/* No deadline here: S is a verified shim that reads our ACCEPT at its
 	 * next call on the connection; until then the connection is idle at
 	 * its end, and waiting costs only the ring's pages. */
-	if (n == -EAGAIN)
+	switch (shm_neg_recv(ng->rv_fd, &msg, SHIM_MSG_SWITCH_AT, NULL, 0, NULL)) {
+	case SHM_GOT_NONE:
 		return;
-	if (n <= 0 || shim_msg_check(&msg, (size_t)n) != SHIM_MSG_SWITCH_AT) {
-		shm_c_give_up(s, fd, n <= 0 ? SHIM_REASON_PEER_CLOSED : SHIM_REASON_HANDSHAKE_MALFORMED);
+	case SHM_GOT_END:
+	case SHM_GOT_ERROR:
+		shm_c_give_up(s, fd, SHIM_REASON_PEER_CLOSED);
 		return;
+	case SHM_GOT_OTHER:
+		shm_c_give_up(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
+		return;
+	case SHM_GOT_IT:
+		break;
 	}
 	if (msg.at.hdr.flags & SHIM_MSG_F_BELL_LINE)
 		shim_shm_line_rung(s->chan);

@@ -37,9 +37,10 @@
 
 /* A HINT our own close stopped sooner than this (50 ms) after it went tells
  * nothing of the server's processes: a short connection (one request, a
- * loaded machine) ends before its server's next call could take it. Such a
- * miss paused the pair for 10 s, and every upgrade meanwhile took the
- * named way (a ring memfd each). */
+ * loaded machine) ends before its server's next call could take it. Taken
+ * for a miss, it would pause the pair (shim_pair_miss), and every upgrade
+ * meanwhile would take the named way, a ring memfd each
+ * (docs/BENCHMARKS.md, "Pair misses"). */
 #define CLOSE_MISS_GRACE_NS 50000000ull
 /* ... unless the connection went on for two more round trips after it
  * (four turns): the process holding the connection answered in calls in
@@ -48,7 +49,8 @@
  * pauses, and the next connections take the named way, which reaches the
  * process that accepted them. Without this, a prefork server whose kernel
  * gave most connections to a process with no pair to the client upgraded
- * none of them (t_shm_pair (b), 1 run in 4). */
+ * almost none of them (t_shm_pair (b); docs/BENCHMARKS.md, "Pair
+ * misses"). */
 #define CLOSE_MISS_TURNS 4
 
 static bool stopped_by_early_close(const struct shim_sock *s, const struct shm_neg *ng, unsigned long long now)
@@ -78,6 +80,9 @@ bool shm_c_hint(struct shim_sock *s, int fd, unsigned long long now)
 	/* A shut write side can carry no SWITCH frame: the named way says so. */
 	if (!shim_cfg.shm_pairs || s->wr_shut)
 		return false;
+	/* Before the socketpair: past it, the only ways out are its own. */
+	if (shim_upgrade_new_nonce(s->rx_nonce) < 0)
+		return false;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp) < 0)
 		return false;
 	sp[0] = shim_fd_own_checked(sp[0]);
@@ -92,11 +97,6 @@ bool shm_c_hint(struct shim_sock *s, int fd, unsigned long long now)
 	fill_endpoints(&hint, s);
 	hint.ring_bytes = shm_ring_bytes();
 	hint.tcp_fd = fd;
-	if (shim_upgrade_new_nonce(s->rx_nonce) < 0) {
-		REAL(close)(sp[0]);
-		REAL(close)(sp[1]);
-		return false;
-	}
 	memcpy(hint.nonce, s->rx_nonce, SHIM_NONCE_LEN);
 	if (shim_cfg.shm_bell_line)
 		hint.hdr.flags |= SHIM_MSG_F_BELL_LINE;
@@ -198,14 +198,13 @@ static void c_take_commit(struct shim_sock *s, int fd, const struct shim_msg_com
 static enum shm_hint_result read_commit(struct shim_sock *s, int fd, unsigned long long now, bool stopped)
 {
 	struct shm_neg *ng = shm_neg_of(s);
-	union {
-		struct shim_msg_commit commit;
-		uint8_t raw[SHIM_MSG_MAX + 1];
-	} msg;
+	union shm_neg_msg msg;
 	int s_sock;
-	ssize_t n = shim_rv_recv_fds(ng->rv_fd, &msg, sizeof(msg), &s_sock, 1);
 
-	if (n == -EAGAIN && !stopped) {
+	switch (shm_neg_recv(ng->rv_fd, &msg, SHIM_MSG_COMMIT, &s_sock, 1, NULL)) {
+	case SHM_GOT_NONE:
+		if (stopped)
+			return c_hint_fell_through(s, fd, now);
 		/* S has not taken the HINT: stop it (a COMMIT that got in
 		 * first is still read, once more below), then go the named
 		 * way. */
@@ -214,13 +213,16 @@ static enum shm_hint_result read_commit(struct shim_sock *s, int fd, unsigned lo
 			return read_commit(s, fd, now, true);
 		}
 		return SHM_HINT_PENDING;
-	}
-	if (n == 0 || n == -EAGAIN)
+	case SHM_GOT_END:
 		return c_hint_fell_through(s, fd, now);
-	if (n < 0 || shim_msg_check(&msg, (size_t)n) != SHIM_MSG_COMMIT) {
-		shim_reap(s_sock);
-		shm_c_give_up(s, fd, n < 0 ? SHIM_REASON_PEER_CLOSED : SHIM_REASON_HANDSHAKE_MALFORMED);
+	case SHM_GOT_ERROR:
+		shm_c_give_up(s, fd, SHIM_REASON_PEER_CLOSED);
 		return SHM_HINT_ENDED;
+	case SHM_GOT_OTHER:
+		shm_c_give_up(s, fd, SHIM_REASON_HANDSHAKE_MALFORMED);
+		return SHM_HINT_ENDED;
+	case SHM_GOT_IT:
+		break;
 	}
 	c_take_commit(s, fd, &msg.commit, s_sock);
 	shim_reap(s_sock);
@@ -230,6 +232,21 @@ static enum shm_hint_result read_commit(struct shim_sock *s, int fd, unsigned lo
 enum shm_hint_result shm_c_read_commit(struct shim_sock *s, int fd, unsigned long long now)
 {
 	return read_commit(s, fd, now, false);
+}
+
+/* Our channel on a HINT's ring, when it fits (no larger than ours) and
+ * can be had; the ring is consumed or dropped either way. 0 or -errno. */
+static int s_hint_chan(struct shim_sock *s, int fd, struct shim_pair_hint *h, struct shim_chan **chan)
+{
+	if (!shm_s_ring_fits(s, fd, h->msg.ring_bytes)) {
+		shim_pair_hint_drop_ring(h);
+		return -EPROTO;
+	}
+	if (shim_fault_hit(SHIM_FAULT_RING_ALLOC, fd, &s->tuple, "server_pair_ring")) {
+		shim_pair_hint_drop_ring(h);
+		return -ENOMEM;
+	}
+	return shim_pair_hint_ring(h, chan);
 }
 
 /*
@@ -244,41 +261,26 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 	struct shm_neg *ng = shm_neg_of(s);
 	struct shim_msg_commit commit;
 	struct shim_chan *chan;
+	/* Where the HINT is dropped: SHIM_REASON_NONE to try another HINT or
+	 * the named way, else why the upgrade ends. */
+	enum shim_reason why = SHIM_REASON_NONE;
 	int rc, tcp;
 
-	if (!shim_rv_is_seqpacket(h->rv_fd)) {
-		shim_reap(h->rv_fd);
-		shim_pair_hint_drop_ring(h);
-		return false;
-	}
+	if (!shim_rv_is_seqpacket(h->rv_fd))
+		goto drop;
 	rc = shm_verify_fault(s, fd, "server_hint");
 	if (!rc)
 		rc = shim_rv_verify_peer(h->rv_fd, shm_client_ep(s), shm_server_ep(s), h->msg.tcp_fd, &ng->rv_owner);
 	if (rc < 0) {
-		bool gone = rc == -ENOENT && shim_rv_peer_gone(h->rv_fd, rc);
-
-		shim_reap(h->rv_fd);
-		shim_pair_hint_drop_ring(h);
-		if (gone) {
-			shim_upgrade_fail(s, fd, SHIM_REASON_PEER_CLOSED);
-			return true;
-		}
-		shm_trace_refused(s, fd, "server", -rc);
-		return false;
+		if (rc == -ENOENT && shim_rv_peer_gone(h->rv_fd, rc))
+			why = SHIM_REASON_PEER_CLOSED;
+		else
+			shm_trace_refused(s, fd, "server", -rc);
+		goto drop;
 	}
-	if (!shm_s_ring_fits(s, fd, h->msg.ring_bytes)) {
-		shim_pair_hint_drop_ring(h);
-		rc = -EPROTO;
-	} else if (shim_fault_hit(SHIM_FAULT_RING_ALLOC, fd, &s->tuple, "server_pair_ring")) {
-		shim_pair_hint_drop_ring(h);
-		rc = -ENOMEM;
-	} else {
-		rc = shim_pair_hint_ring(h, &chan);
-	}
-	if (rc < 0) {
-		shim_reap(h->rv_fd);
-		shim_upgrade_fail(s, fd, SHIM_REASON_RING_ALLOC_FAILED);
-		return true;
+	if (s_hint_chan(s, fd, h, &chan) < 0) {
+		why = SHIM_REASON_RING_ALLOC_FAILED;
+		goto drop;
 	}
 	tcp = shim_sock_fd_locked(s, fd);
 	bool switching = shm_tx_may_switch(s);
@@ -291,23 +293,27 @@ static bool s_take_hint(struct shim_sock *s, int fd, struct shim_pair_hint *h)
 	if ((h->msg.hdr.flags & SHIM_MSG_F_BELL_LINE) && shim_cfg.shm_bell_line)
 		commit.hdr.flags |= SHIM_MSG_F_BELL_LINE;
 	if (tcp < 0 || shim_upgrade_new_nonce(s->rx_nonce) < 0) {
-		chan->ops->destroy(chan);
-		shim_reap(h->rv_fd);
-		shim_upgrade_fail(s, fd, SHIM_REASON_INTERNAL_ERROR);
-		return true;
+		why = SHIM_REASON_INTERNAL_ERROR;
+		goto destroy;
 	}
 	memcpy(commit.nonce, s->rx_nonce, SHIM_NONCE_LEN);
 	/* C stopped waiting (EPIPE): nothing switched; the named way may still. */
-	if (shim_rv_send_fds(h->rv_fd, &commit, sizeof(commit), &tcp, 1) < 0) {
-		chan->ops->destroy(chan);
-		shim_reap(h->rv_fd);
-		return false;
-	}
+	if (shim_rv_send_fds(h->rv_fd, &commit, sizeof(commit), &tcp, 1) < 0)
+		goto destroy;
 	memcpy(s->tx_nonce, h->msg.nonce, SHIM_NONCE_LEN);
 	ng->rv_fd = h->rv_fd;
 	ng->via_pair = true;
 	ng->keep_line = commit.hdr.flags & SHIM_MSG_F_BELL_LINE;
 	shm_s_committed(s, fd, chan, switching, h->msg.ring_bytes);
+	return true;
+destroy:
+	chan->ops->destroy(chan);
+drop:
+	shim_reap(h->rv_fd);
+	shim_pair_hint_drop_ring(h); /* unless it was consumed or dropped above */
+	if (why == SHIM_REASON_NONE)
+		return false;
+	shim_upgrade_fail(s, fd, why);
 	return true;
 }
 
