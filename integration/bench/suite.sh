@@ -49,11 +49,11 @@ TRANSPORTS=(tcp unix shm shm_spin0 passthrough)
 TCP_TRANSPORTS=(tcp shm shm_spin0 passthrough)
 # The short form keeps every transport and size of xfer and redis, runs
 # the third-party tools once at one size over tcp and shm (sockperf and
-# qperf spend seconds of their own around each run), and cuts each run to
-# what proves it works.
+# qperf spend seconds of their own around each run; UCX at two sizes), and
+# cuts each run to what proves it works.
 if [[ $QUICK == 1 ]]; then
 	ROUNDS=${BENCH_ROUNDS:-2} SECS=${BENCH_SECS:-0.02} WARM_MS=15
-	SP_SECS=1 SP_SIZES="64" QP_SECS=1 UCX_N=2000 LIM_SECS=0.1
+	SP_SECS=1 SP_SIZES="64" QP_SECS=1 UCX_N=2000 UCX_SIZES="64 65536" LIM_SECS=0.1
 	REDIS_N=1000 REDIS_K0_N=300 REDIS_ROUNDS=1 TOOL_ROUNDS=1
 	TOOL_TRANSPORTS=(tcp shm)
 else
@@ -63,6 +63,7 @@ else
 	TOOL_TRANSPORTS=("${TCP_TRANSPORTS[@]}")
 fi
 SIZES=${BENCH_SIZES:-16 64 256 1024 4096 16384 65536}
+UCX_SIZES=${UCX_SIZES:-$SIZES}
 PARTS=${BENCH_PARTS:-xfer sockperf qperf ucx limits redis}
 [[ ${BENCH_VM:-0} == 1 && $PARTS != *vm* ]] && PARTS+=" vm"
 OUT=${BENCH_OUT:-$ROOT/bench/results}
@@ -72,6 +73,7 @@ mkdir -p "$BIN" "$WORK/trace" "$OUT"
 : >"$RAW"
 
 for p in xfer cacheline memcpy_bw cpu_of; do
+	[[ $BIN/$p -nt $ROOT/integration/bench/$p.c ]] && continue
 	cc -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$BIN/$p" "$ROOT/integration/bench/$p.c" ||
 		die "$p.c does not build"
 done
@@ -222,7 +224,7 @@ part_ucx() {
 	local r s test P srv out fin
 	for ((r = 0; r < TOOL_ROUNDS; r++)); do
 		for test in tag_lat tag_bw; do
-			for s in $SIZES; do
+			for s in $UCX_SIZES; do
 				P=$(free_port)
 				start_bg "$WORK/ucx-srv.log" env UCX_TLS=posix,self "${SERVER_CPU[@]}" \
 					"$BIN/cpu_of" "$WORK/ucx-srv.cpu" timeout -k 5 60 ucx_perftest -p "$P"
@@ -339,7 +341,7 @@ python3 "$ROOT/integration/bench/suite_json.py" "$RAW" >"$WORK/out.json" \
 	load_start="$LOAD0" load_end="$(cut -d' ' -f1-3 /proc/loadavg)" \
 	busy="$(calc %.3f "($BUSY1 - $BUSY0) / ($TOTAL1 - $TOTAL0)")" \
 	rounds="$ROUNDS" secs_per_run="$SECS" warm_ms="$WARM_MS" sizes="$SIZES" parts="$PARTS" \
-	sockperf_secs="$SP_SECS" sockperf_sizes="$SP_SIZES" qperf_secs="$QP_SECS" ucx_iters="$UCX_N" \
+	sockperf_secs="$SP_SECS" sockperf_sizes="$SP_SIZES" qperf_secs="$QP_SECS" ucx_iters="$UCX_N" ucx_sizes="$UCX_SIZES" \
 	limits_secs="$LIM_SECS" redis_requests="$REDIS_N" redis_k0_requests="$REDIS_K0_N" \
 	redis_rounds="$REDIS_ROUNDS" tool_rounds="$TOOL_ROUNDS" tool_transports="${TOOL_TRANSPORTS[*]}" \
 	pinned="${SERVER_CPU[*]:+server on CPU 0, client on CPU 1}" lib="$LIB" ||
