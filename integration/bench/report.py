@@ -59,7 +59,11 @@ def spread(st, scale=1.0, digits=3):
 
 
 def ratio(st):
-    return "n/a" if not st else spread(st) + "x"
+    if not st:
+        return "n/a"
+    if st["n"] < 2:
+        return num(st["median"]) + "x"
+    return "%sx (%s-%s)" % (num(st["median"]), num(st["min"]), num(st["max"]))
 
 
 def size_name(s):
@@ -119,13 +123,14 @@ def headline(d, src):
         "shm 64 B p50 is %sx it" % num(shm64["median"] / ucx["median"]) if ucx and shm64 and ucx["median"] else "n/a")
     out = [BEGIN,
            "Generated from `%s` (%s, commit %s%s): %s, %s cores, kernel %s, load average %s at the start; "
-           "%s alternated rounds, ratios taken round by round, median (lowest-highest). "
+           "%s alternated rounds; a ratio against TCP is taken round by round, median (lowest-highest), "
+           "above 1 better than TCP. "
            "All of it: [bench/REPORT.md](%s)." % (
                src, d["started"], (d["git"]["commit"] or "?")[:7], ", uncommitted changes" if d["git"]["dirty"] else "",
                h["cpu_model"], h["cores"], h["kernel"], " ".join("%g" % v for v in d["load"]["loadavg_start"]),
                rounds, "{REPORT}"),
            "",
-           "| figure | result | against TCP, round by round (above 1: better) |",
+           "| figure | result | ratio |",
            "|---|---|---|"] + rows + [END]
     return out
 
