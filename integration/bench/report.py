@@ -249,7 +249,7 @@ def report(d, src, plots):
     vm = d.get("vm") or {}
     if vm.get("figures"):
         L += ["`integration/bench/rdma-vm.sh`, one QEMU TCG VM (`BENCH_VM=1`): only ratios within it mean "
-              "anything.", ""] + ["- %s" % f for f in vm["figures"]]
+              "anything.", ""] + ["- %s: %s" % (f["name"], f["value"]) for f in vm["figures"]]
     else:
         L += ["Not in this run (%s)." % (vm.get("error") or vm.get("not_run") or "no figures")]
     t = d.get("timing_s") or {}

@@ -125,6 +125,19 @@ def qperf_bw(text):
     return float(v) * BW_UNITS[unit]
 
 
+def vm_figure(line):
+    """NAME: VALUE at the last ": " outside parentheses ("failed(status 1: why)")."""
+    depth, cut = 0, -1
+    for i, c in enumerate(line):
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if depth == 0 and line.startswith(": ", i):
+            cut = i
+    name, value = (line[:cut], line[cut + 2:]) if cut >= 0 else ("", line)
+    m = re.search(r"-?\d+(?:\.\d+)?", value)
+    ok = m and not value.startswith("failed")
+    return {"name": name or line, "value": value.strip(), "number": float(m.group()) if ok else None}
+
+
 def main():
     raw_path, kv = sys.argv[1], dict(a.split("=", 1) for a in sys.argv[2:])
     rows = [json.loads(l) for l in open(raw_path) if l.strip()]
@@ -273,7 +286,9 @@ def main():
 
     vm = by("vm")
     vm_err = [e["error"] for e in errors if e["part"] == "vm"]
-    out["vm"] = ({"figures": vm[0]["figures"]} if vm else
+    out["vm"] = ({"what": "integration/bench/rdma-vm.sh in one QEMU TCG VM with Soft-RoCE: its figure lines, "
+                          "each split at its last colon, the first number of its value parsed",
+                  "figures": [vm_figure(f) for f in vm[0]["figures"]]} if vm else
                  {"error": vm_err[0]} if vm_err else {"not_run": "BENCH_VM=1 was not set"})
     json.dump(out, sys.stdout, indent=1, sort_keys=False)
     sys.stdout.write("\n")
