@@ -163,7 +163,8 @@ def report(d, src, plots):
     ])
     L += ["", "Versions: " + "; ".join("%s %s" % (k, v) for k, v in d["versions"].items() if v) + ".", ""]
     L += ["Transports:", ""] + ["- `%s`: %s" % (t, d["transports"][t]) for t in TRANSPORTS]
-    L += ["", "## Headline", ""] + [l.replace("{REPORT}", "REPORT.md") for l in headline(d, src)[1:-1]]
+    L += ["", "## Headline", ""] + [l.replace(" All of it: [bench/REPORT.md]({REPORT}).", "")
+                                    for l in headline(d, src)[1:-1]]
     if d["errors"]:
         L += ["", "## What could not run", ""] + ["- %s: %s" % (e["part"], e["error"]) for e in d["errors"]]
 
