@@ -64,7 +64,7 @@ DIFF_SRCS   := $(wildcard integration/diff/*.c)
 READY_RULES      := $(BUILD)/progs/ready_rules
 READY_RULES_SRCS := $(wildcard integration/progs/ready_rules/*.c)
 
-.PHONY: all deps test check-layers unit unit-bins integration docs demo bench install clean asan tsan test-asan test-tsan soak-diff soak-faults
+.PHONY: all deps test check-layers unit unit-bins integration docs demo bench bench-quick bench-scripts install clean asan tsan test-asan test-tsan soak-diff soak-faults
 
 all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS) $(HOSTILE) $(DIFF_DRIVER) $(READY_RULES)
 
@@ -177,7 +177,21 @@ demo: deps
 	$(MAKE) all
 	@integration/demo.sh
 
+# The benchmark suite (integration/bench/suite.sh): every same-host
+# transport side by side, one JSON in bench/results/, bench/REPORT.md and
+# its plots, and the generated figures of README.md and docs/BENCHMARKS.md.
+# BENCH_VM=1 adds the Soft-RoCE VM part. bench-quick is its short form, to a
+# temporary directory (integration/t_bench_quick.sh runs it in make test);
+# bench-scripts runs the per-topic scripts of integration/bench/ one by one.
 bench: all
+	@integration/bench/suite.sh
+	@integration/bench/report.py --docs
+
+bench-quick: all
+	@d=$$(mktemp -d) && BENCH_QUICK=1 BENCH_OUT=$$d integration/bench/suite.sh && \
+	    integration/bench/report.py --json $$d/latest.json --out $$d && echo "bench-quick: $$d/REPORT.md"
+
+bench-scripts: all
 	@integration/bench/run-all.sh
 
 MANDIR ?= $(PREFIX)/share/man

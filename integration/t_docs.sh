@@ -6,6 +6,10 @@
 # (b) every path of the repository named in README.md and docs/*.md
 #     (docs/..., shim/..., integration/..., tools/..., tests/...) exists, and
 #     every relative Markdown link points at a file that exists.
+# (c) the generated figures blocks of README.md and docs/BENCHMARKS.md, and
+#     bench/REPORT.md, are what bench/results/latest.json gives
+#     (integration/bench/report.py --check): figures come from a committed
+#     run of `make bench`, never typed by hand.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_built "$ROOT/build/bin/rdmashim"
 need_cmd python3
@@ -43,5 +47,8 @@ else
   not_ok "paths or links that do not exist:"
   sed 's/^/    /' <<<"$missing"
 fi
+
+check "README.md, docs/BENCHMARKS.md and bench/REPORT.md show bench/results/latest.json (make bench)" \
+  python3 "$ROOT/integration/bench/report.py" --check
 
 finish

@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(build-essential pkg-config check uthash-dev zlib1g-dev libibverbs-dev librdmacm-dev
 	rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest
-	redis-server redis-tools iperf3 sockperf iproute2 python3
+	redis-server redis-tools iperf3 sockperf qperf ucx-utils gnuplot-nox iproute2 python3
 	qemu-system-x86 linux-image-amd64 busybox-static kmod cpio zstd xz-utils
 	curl wget socat nginx-light lighttpd memcached libmemcached-tools postgresql
 	python3-requests python3-pymemcache mosquitto mosquitto-clients time

@@ -1,5 +1,6 @@
 #!/bin/bash
-# run-all.sh — run every benchmark in integration/bench/ (`make bench`).
+# run-all.sh — run every benchmark script in integration/bench/ one by one
+# (`make bench-scripts`; `make bench` is the suite, suite.sh).
 #
 # Runs each integration/bench/*.sh except this one, in name order, each under
 # `timeout` (BENCH_TIMEOUT seconds, default 400; a benchmark keeps its own,
@@ -19,7 +20,8 @@ n=0
 for b in "$DIR"/*.sh; do
   [[ -e $b ]] || continue
   name=$(basename "$b")
-  [[ $name == "$SELF" ]] && continue
+  # suite.sh is `make bench`, a run of its own (it writes bench/results/)
+  [[ $name == "$SELF" || $name == suite.sh ]] && continue
   n=$((n + 1))
   echo "=== bench: $name"
   lim=$(sed -n 's/^# bench-timeout: *\([0-9][0-9]*\).*/\1/p' "$b" | head -n 1)
