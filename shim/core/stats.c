@@ -1,6 +1,7 @@
 /* Per-reason counters; see stats.h. */
 #include "stats.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "faults.h"
@@ -8,15 +9,68 @@
 
 unsigned long shim_stats_reason[SHIM_REASON_COUNT];
 unsigned long shim_stats_spin[SHIM_SPIN_STAT_COUNT];
+unsigned long shim_stats_zc[SHIM_ZC_STAT_COUNT];
 
 static const char *const spin_names[SHIM_SPIN_STAT_COUNT] = {
 	"runs", "hits", "misses", "skipped_crowded", "skipped_backoff", "backoffs", "resumes",
 	"preempted", "skipped_contended", "near_misses",
 };
 
+static const char *const zc_names[SHIM_ZC_STAT_COUNT] = {
+	"zc_sends", "zc_recvs", "zc_bytes", "mr_cache_hits", "mr_cache_misses", "mr_cache_invalidations",
+	"nonblocking", "unwatched", "reg_failed", "raced", "too_big", "cache_full", "channel",
+};
+
+const char *shim_zc_stat_name(enum shim_zc_stat what)
+{
+	return (unsigned)what < SHIM_ZC_STAT_COUNT ? zc_names[what] : "?";
+}
+
+/* Appends to out at *off; false when it did not fit. */
+static bool put(char *out, size_t size, size_t *off, const char *fmt, const char *name, unsigned long v)
+{
+	int w = snprintf(out + *off, size - *off, fmt, name, v);
+
+	if (w < 0 || (size_t)w >= size - *off)
+		return false;
+	*off += (size_t)w;
+	return true;
+}
+
+/* The "zc" object: its non-zero counters, zc_fallback_copies and its
+ * non-zero reasons; empty when nothing counted. */
+static void zc_object(char *out, size_t size)
+{
+	unsigned long v[SHIM_ZC_STAT_COUNT], fb = 0, any = 0;
+	size_t off = 0;
+	bool ok = true;
+
+	for (unsigned i = 0; i < SHIM_ZC_STAT_COUNT; i++) {
+		v[i] = __atomic_load_n(&shim_stats_zc[i], __ATOMIC_RELAXED);
+		any |= v[i];
+		if (i >= SHIM_ZC_FB_FIRST)
+			fb += v[i];
+	}
+	out[0] = '\0';
+	if (!any)
+		return;
+	ok = put(out, size, &off, ",\"%s\":{", "zc", 0);
+	for (unsigned i = 0; i < SHIM_ZC_FB_FIRST && ok; i++)
+		if (v[i])
+			ok = put(out, size, &off, "\"%s\":%lu,", zc_names[i], v[i]);
+	ok = ok && put(out, size, &off, "\"%s\":%lu,\"zc_fallback\":{", "zc_fallback_copies", fb);
+	for (unsigned i = SHIM_ZC_FB_FIRST, n = 0; i < SHIM_ZC_STAT_COUNT && ok; i++)
+		if (v[i])
+			ok = put(out, size, &off, n++ ? ",\"%s\":%lu" : "\"%s\":%lu", zc_names[i], v[i]);
+	ok = ok && put(out, size, &off, "%s}}", "", 0);
+	if (!ok)
+		out[0] = '\0';
+}
+
 void shim_stats_trace(void)
 {
 	char body[SHIM_TRACE_LINE_MAX / 2], spin[SHIM_TRACE_LINE_MAX / 4], faults[SHIM_TRACE_LINE_MAX / 8];
+	char zc[SHIM_TRACE_LINE_MAX / 4];
 	size_t off = 0, soff = 0, foff = 0;
 
 	body[0] = '\0';
@@ -58,7 +112,8 @@ void shim_stats_trace(void)
 			break;
 		foff += (size_t)w;
 	}
+	zc_object(zc, sizeof(zc));
 	SHIM_TRACE(SHIM_TRACE_INFO, "process.stats", -1, NULL, SHIM_REASON_NONE,
-		   "\"reasons\":{%s},\"spin\":{%s}%s%s%s", body, spin, foff ? ",\"faults\":{" : "", faults,
-		   foff ? "}" : "");
+		   "\"reasons\":{%s},\"spin\":{%s}%s%s%s%s", body, spin, foff ? ",\"faults\":{" : "", faults,
+		   foff ? "}" : "", zc);
 }
