@@ -148,7 +148,7 @@ static unsigned long invalidations(void)
 	struct shim_mr_cache_stats st;
 
 	shim_mr_cache_stats(&st);
-	return shim_stats_zc[SHIM_ZC_MR_INVALIDATIONS];
+	return __atomic_load_n(&shim_stats_zc[SHIM_ZC_MR_INVALIDATIONS], __ATOMIC_RELAXED);
 }
 
 /* ---- the cache itself ---- */
@@ -357,8 +357,13 @@ START_TEST(uffd_free_malloc_above_mmap_threshold)
 	memset(p, 1, n);
 	ck_assert_int_eq(lookup(p, n), 'M');
 	inv = invalidations();
+	volatile uintptr_t was = (uintptr_t)p;
 	free(p);
-	ck_assert_uint_gt(invalidations(), inv);
+	/* glibc's free() unmapped it (ASan's allocator keeps it mapped,
+	 * in quarantine: then nothing changed under the entry). */
+	unsigned char vec[1];
+	if (mincore((void *)was, (size_t)page, vec) == -1 && errno == ENOMEM)
+		ck_assert_uint_gt(invalidations(), inv);
 	q = malloc(n);
 	ck_assert_ptr_nonnull(q);
 	memset(q, 2, n);
@@ -391,7 +396,7 @@ START_TEST(uffd_mremap_move)
 	ck_assert_int_eq(lookup(p, 4 * page), 'M');
 	q = mremap(p, 4 * page, 4 * page, MREMAP_MAYMOVE | MREMAP_FIXED, far);
 	ck_assert_ptr_eq(q, far);
-	ck_assert_ptr_eq(map_anon(p, 4 * page, MAP_FIXED_NOREPLACE), p);
+	ck_assert_ptr_eq(map_anon(p, 4 * page, MAP_FIXED), p);
 	ck_assert_int_eq(lookup(p, 4 * page), 'M');
 	ck_assert_int_eq(lookup(q, 4 * page), 'M');
 	munmap(p, 4 * page);
@@ -452,7 +457,7 @@ START_TEST(uffd_partly_unmapped_and_remapped)
 
 	ck_assert_int_eq(lookup(p, 8 * page), 'M');
 	ck_assert_int_eq(munmap(p + 2 * page, 2 * page), 0);
-	ck_assert_ptr_eq(map_anon(p + 2 * page, 2 * page, MAP_FIXED_NOREPLACE), p + 2 * page);
+	ck_assert_ptr_eq(map_anon(p + 2 * page, 2 * page, MAP_FIXED), p + 2 * page);
 	ck_assert_int_eq(lookup(p, 8 * page), 'M');
 	/* Inside the new entry. */
 	ck_assert_int_eq(lookup(p + 6 * page, 2 * page), 'H');

@@ -152,7 +152,9 @@ static void unlink_entry(struct mr_entry *e)
 	if (!e->refs) {
 		e->next = mc.dead;
 		mc.dead = e;
-		mc.dead_n++;
+		/* Relaxed: reap()'s look without the lock only decides
+		 * whether to take it. */
+		__atomic_store_n(&mc.dead_n, mc.dead_n + 1, __ATOMIC_RELAXED);
 	}
 }
 
@@ -274,7 +276,7 @@ static void reap(void)
 	pthread_mutex_lock(&mc.lock);
 	list = mc.dead;
 	mc.dead = NULL;
-	mc.dead_n = 0;
+	__atomic_store_n(&mc.dead_n, 0, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&mc.lock);
 	while (list) {
 		struct mr_entry *next = list->next;
@@ -447,22 +449,22 @@ out_unlock:
 void shim_mr_cache_put(struct shim_mr_ref *ref)
 {
 	struct mr_entry *e = ref->entry;
-	bool last;
+	bool gone = false;
 
 	if (!e)
 		return;
 	ref->entry = NULL;
 	pthread_mutex_lock(&mc.lock);
-	last = !--e->refs;
-	if (last) {
+	if (!--e->refs) {
 		mc.held--;
 		if (e->live)
 			mc.held_bytes -= e->end - e->start;
+		/* Dead (invalidated while the send used it): out of every
+		 * list, nobody else can reach it now. */
+		gone = e->dead;
 	}
 	pthread_mutex_unlock(&mc.lock);
-	/* Dead (invalidated while the send used it): nobody else can
-	 * reach it now. */
-	if (last && e->dead)
+	if (gone)
 		release(e);
 	reap();
 }
