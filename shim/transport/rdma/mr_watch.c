@@ -114,17 +114,35 @@ static void *monitor(void *arg)
 	return NULL;
 }
 
-/* Linux 5.19 made read-only long-term pins of anonymous memory reliable
- * (a pin unshares a page copy-on-write may still share): before it, a
- * registration made without LOCAL_WRITE can outlive the page under it. */
-static bool kernel_pins_reliably(void)
+static bool kernel_at_least(unsigned want_major, unsigned want_minor)
 {
 	struct utsname u;
 	unsigned major = 0, minor = 0;
 
 	if (uname(&u) || sscanf(u.release, "%u.%u", &major, &minor) != 2)
 		return false;
-	return major > 5 || (major == 5 && minor >= 19);
+	return major > want_major || (major == want_major && minor >= want_minor);
+}
+
+/* Linux 5.19 made long-term pins of anonymous memory exclusive
+ * (PageAnonExclusive: a pin unshares a page copy-on-write still shares,
+ * a fork copies a pinned page for the child); before it, a registration
+ * could outlive the page under it. */
+static bool kernel_pins_reliably(void)
+{
+	return kernel_at_least(5, 19);
+}
+
+bool shim_mr_watch_ro_pins_reliable(void)
+{
+	static int known; /* 0 unknown, 1 yes, 2 no */
+	int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+
+	if (!k) {
+		k = kernel_at_least(6, 2) ? 1 : 2;
+		__atomic_store_n(&known, k, __ATOMIC_RELAXED);
+	}
+	return k == 1;
 }
 
 static int open_uffd(unsigned long long *features)

@@ -23,11 +23,25 @@
 #ifndef RDMASHIM_MR_WATCH_H
 #define RDMASHIM_MR_WATCH_H
 
+#include <stdbool.h>
+
 #include "mr_cache.h"
 
 /* The watcher, its userfaultfd opened and its thread started at the first
  * call; NULL when the kernel gives none (traced once). */
 const struct shim_mr_watcher *shim_mr_watch_get(void);
+/*
+ * Whether a registration without IBV_ACCESS_LOCAL_WRITE (a read-only
+ * long-term pin) always pins the page the program will keep: Linux 6.2
+ * on, where such a pin unshares anything copy-on-write shares (the shared
+ * zero page of memory never written or dropped by MADV_DONTNEED, a
+ * page-cache page of a private file mapping). Before it the pin takes the
+ * zero page itself, and the program's next write gets a fresh page the
+ * registration does not see: the registration asks for LOCAL_WRITE, which
+ * makes the kernel break copy-on-write at the pin (a read-only buffer
+ * then fails to register, and the send copies).
+ */
+bool shim_mr_watch_ro_pins_reliable(void);
 /* A fork's child: the parent's userfaultfd watches the parent's memory
  * only; the child closes its copy and has no watcher. */
 void shim_mr_watch_atfork_child(void);
