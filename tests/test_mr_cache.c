@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -21,6 +22,9 @@
 #include "mr_cache.h"
 #include "mr_events.h"
 #include "mr_watch.h"
+#include "config.h"
+#include "statarea.h"
+#include "statread.h"
 #include "stats.h"
 
 static size_t page;
@@ -522,6 +526,38 @@ START_TEST(uffd_stack_buffer_reused)
 }
 END_TEST
 
+/* ---- the counters in the stats area (statarea.h's zc[]) ---- */
+
+START_TEST(counters_reach_the_stats_area)
+{
+	char base[] = "/tmp/zc-statXXXXXX", udir[64];
+	struct shim_stat_view v;
+	struct shim_stat_hdr h;
+	int dfd;
+
+	ck_assert_ptr_nonnull(mkdtemp(base));
+	snprintf(udir, sizeof(udir), "%s/%u", base, (unsigned)geteuid());
+	shim_cfg.stats = 1;
+	/* Counted before the area exists: the area takes it when made. */
+	shim_stats_zc_add(SHIM_ZC_FB_UNWATCHED, 2);
+	ck_assert_int_eq(shim_statarea_open_in(base), 0);
+	shim_stats_zc_add(SHIM_ZC_SENDS, 3);
+	shim_stats_zc_add(SHIM_ZC_BYTES, 3u << 20);
+	dfd = open(udir, O_RDONLY | O_DIRECTORY);
+	ck_assert_int_ge(dfd, 0);
+	ck_assert_int_eq(shim_stat_view_open(dfd, strrchr(shim_statarea_path(), '/') + 1, &v), 0);
+	close(dfd);
+	ck_assert_int_eq(shim_stat_read_hdr(&v, &h, 10), 0);
+	ck_assert_uint_eq(h.zc[SHIM_ZC_SENDS], 3);
+	ck_assert_uint_eq(h.zc[SHIM_ZC_BYTES], 3u << 20);
+	ck_assert_uint_eq(h.zc[SHIM_ZC_FB_UNWATCHED], 2);
+	shim_stat_view_close(&v);
+	shim_statarea_reset_for_test();
+	rmdir(udir);
+	rmdir(base);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("mr_cache");
@@ -537,6 +573,7 @@ static Suite *suite(void)
 	tcase_add_test(c, unwatchable_copies);
 	tcase_add_test(c, change_during_registration_copies);
 	tcase_add_test(c, no_watcher_copies);
+	tcase_add_test(c, counters_reach_the_stats_area);
 	suite_add_tcase(s, c);
 
 	tcase_add_checked_fixture(h, setup_blind, teardown);
