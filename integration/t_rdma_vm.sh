@@ -3,9 +3,12 @@
 # QEMU VM (integration/vm/rxe-vm.sh). With RDMASHIM_TRANSPORTS=rdma both ends
 # under the shim use RDMA although they share the host. The guest script
 # (integration/vm/guest-rdma-one.sh) runs stress (64M, 4 conns, mixed modes,
-# half-close), redis-server + redis-benchmark, iperf3 (and `rdmashim qp`
-# over a live one: both ends' queue pairs in RTS with their pid and
-# program) and sockperf ping-pong, checks their results and that both ends traced upgrade.done with
+# half-close), the stale-memory trap with zero copy forced on
+# (integration/progs/zc_trap.c, every byte checked, zero-copy sends and
+# cache invalidations counted) and a failover under zero-copy sends,
+# redis-server + redis-benchmark, iperf3 (and `rdmashim qp` over a live
+# one: both ends' queue pairs in RTS with their pid and program) and
+# sockperf ping-pong, checks their results and that both ends traced upgrade.done with
 # transport rdma; the speed guard (part speed: the shim over RDMA at its
 # defaults, its best of alternated rounds at least 1.5x lower p50 than plain
 # TCP's median; judged only when this host's load leaves the VM its cores,

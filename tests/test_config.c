@@ -432,6 +432,41 @@ START_TEST(parse_mode)
 }
 END_TEST
 
+/* RDMASHIM_ZEROCOPY: auto by default, on, off, nothing else; its
+ * threshold and the cache's cap. */
+START_TEST(parse_zerocopy)
+{
+	struct fake_env env = { .vars = { { "RDMASHIM_PORTS", "80" }, { NULL } } };
+	struct shim_config cfg;
+	char err[256];
+
+	ck_assert_int_eq(parse(&env, &cfg, err, sizeof(err)), 0);
+	ck_assert_int_eq(cfg.zerocopy, SHIM_ZC_AUTO);
+	ck_assert_uint_eq(cfg.zerocopy_min_kb, 256);
+	ck_assert_uint_eq(cfg.mr_cache_mb, 64);
+	env.vars[1][0] = "RDMASHIM_ZEROCOPY";
+	env.vars[1][1] = "on";
+	ck_assert_int_eq(parse(&env, &cfg, err, sizeof(err)), 0);
+	ck_assert_int_eq(cfg.zerocopy, SHIM_ZC_ON);
+	env.vars[1][1] = "off";
+	ck_assert_int_eq(parse(&env, &cfg, err, sizeof(err)), 0);
+	ck_assert_int_eq(cfg.zerocopy, SHIM_ZC_OFF);
+	env.vars[1][1] = "yes";
+	ck_assert_int_eq(parse(&env, &cfg, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "RDMASHIM_ZEROCOPY"));
+	env.vars[1][0] = "RDMASHIM_ZEROCOPY_MIN_KB";
+	env.vars[1][1] = "2";
+	ck_assert_int_eq(parse(&env, &cfg, err, sizeof(err)), -EINVAL);
+	env.vars[1][1] = "64";
+	ck_assert_int_eq(parse(&env, &cfg, err, sizeof(err)), 0);
+	ck_assert_uint_eq(cfg.zerocopy_min_kb, 64);
+	env.vars[1][0] = "RDMASHIM_MR_CACHE_MB";
+	env.vars[1][1] = "0";
+	ck_assert_int_eq(parse(&env, &cfg, err, sizeof(err)), 0);
+	ck_assert_uint_eq(cfg.mr_cache_mb, 0);
+}
+END_TEST
+
 START_TEST(parse_empty_ports_valid_but_inert)
 {
 	static const char *const empties[] = { "", "   ", "\t" };
@@ -629,6 +664,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, parse_full_environment);
 	tcase_add_test(tc, parse_tcp_only_is_valid);
 	tcase_add_test(tc, parse_mode);
+	tcase_add_test(tc, parse_zerocopy);
 	tcase_add_test(tc, parse_empty_ports_valid_but_inert);
 	tcase_add_test(tc, parse_ab_150_rejected);
 	tcase_add_test(tc, parse_ring_kb_power_of_two);

@@ -18,6 +18,7 @@
 #include "jsonl.h"
 #include "reason.h"
 #include "stat_snap.h"
+#include "stats.h"
 #include "statread.h"
 
 int rdmashim_cmd_stat(int argc, char **argv);
@@ -127,6 +128,31 @@ static void us(uint64_t ns, char *buf, size_t len)
 		snprintf(buf, len, "%.1f", (double)ns / 1000.0);
 }
 
+/* Zero copy's counters (stats.h), once any counted: a line of the text
+ * output, or a "zc" member of the process's JSON object. */
+static void print_zc(const struct shim_stat_hdr *h, bool json)
+{
+	bool any = false;
+
+	for (unsigned i = 0; i < SHIM_ZC_STAT_COUNT; i++)
+		any |= h->zc[i] != 0;
+	if (!any)
+		return;
+	printf(json ? ",\"zc\":{" : "  zero copy:");
+	for (unsigned i = 0; i < SHIM_ZC_STAT_COUNT; i++) {
+		const char *pre = i >= SHIM_ZC_FB_FIRST ? "zc_fallback_" : "";
+
+		if (i >= SHIM_ZC_FB_FIRST && !h->zc[i])
+			continue;
+		if (json)
+			printf("%s\"%s%s\":%llu", i ? "," : "", pre, shim_zc_stat_name((enum shim_zc_stat)i),
+			       (unsigned long long)h->zc[i]);
+		else
+			printf(" %s%s=%llu", pre, shim_zc_stat_name((enum shim_zc_stat)i), (unsigned long long)h->zc[i]);
+	}
+	printf(json ? "}" : "\n");
+}
+
 static void print_table(const struct snap *s, const struct snap *prev, bool watch)
 {
 	printf("%-7s %-15s %4s %-21s %-21s %-4s %-10s %-22s %12s %12s %9s %9s %8s %8s %8s %6s\n", "PID", "PROGRAM",
@@ -181,6 +207,7 @@ static void print_table(const struct snap *s, const struct snap *prev, bool watc
 				printf(" %s(%u)=%llu", shim_reason_name((enum shim_reason)r), r,
 				       (unsigned long long)p->hdr.reasons[r]);
 		printf("\n");
+		print_zc(&p->hdr, false);
 	}
 	if (s->removed)
 		printf("removed %u file(s) of dead processes\n", s->removed);
@@ -260,7 +287,9 @@ static void print_json(const struct snap *s, const struct snap *prev, bool watch
 				       (unsigned long long)p->hdr.reasons[r]);
 				first = 0;
 			}
-		printf("}}");
+		printf("}");
+		print_zc(&p->hdr, true);
+		printf("}");
 	}
 	printf("],\"connections\":[");
 	for (size_t i = 0; i < s->nconn; i++) {

@@ -105,6 +105,7 @@ struct shim_sock {
 	uint32_t ep_young_events;
 	uint64_t ep_young_data;
 	bool nonblocking; /* O_NONBLOCK of the open file description */
+	bool tx_dontwait; /* the send in progress may not wait (MSG_DONTWAIT): no zero copy (io_tx.c sets it) */
 	bool rd_shut, wr_shut;
 	bool rx_tcp_eof;
 	unsigned rx_starved, tx_starved; /* calls that found no bytes / no room (epoll.c's EPOLLET) */

@@ -61,6 +61,13 @@ const struct shim_config_var shim_config_vars[] = {
 	  "next connection between the two processes makes a new one (0: kept while both processes live)" },
 	{ "RDMASHIM_HUGE_PAGES", "1",
 	  "1: back RDMA ring pools with 2 MiB huge pages when the system has them; 0: 4 KiB pages" },
+	{ "RDMASHIM_ZEROCOPY", "auto",
+	  "large blocking sends over RDMA from the program's own memory (docs/ZEROCOPY.md): on: at or above "
+	  "RDMASHIM_ZEROCOPY_MIN_KB; off: always copy; auto: only on a path where it measured a win (none yet)" },
+	{ "RDMASHIM_ZEROCOPY_MIN_KB", "256", "the smallest send that goes zero copy, KiB (4-1048576)" },
+	{ "RDMASHIM_MR_CACHE_MB", "64",
+	  "the most program memory the zero-copy registration cache keeps registered (pinned), MiB "
+	  "(0-1048576; 0: zero copy never)" },
 	{ "RDMASHIM_SECCOMP_TRUST", "0",
 	  "1: a seccomp filter the process inherited at start (a container runtime's, systemd's "
 	  "SystemCallFilter=) allows the shim's own calls: upgrade as usual; 0: such a process stays "
@@ -278,6 +285,9 @@ static const struct uint_var uint_vars[] = {
 	  "expected a count of connections 1-128" },
 	{ "RDMASHIM_RDMA_LINK_IDLE_MS", 0, 86400000, offsetof(struct shim_config, rdma_link_idle_ms),
 	  "expected milliseconds 0-86400000" },
+	{ "RDMASHIM_ZEROCOPY_MIN_KB", 4, 1048576, offsetof(struct shim_config, zerocopy_min_kb),
+	  "expected KiB 4-1048576" },
+	{ "RDMASHIM_MR_CACHE_MB", 0, 1048576, offsetof(struct shim_config, mr_cache_mb), "expected MiB 0-1048576" },
 	{ "RDMASHIM_SECCOMP_TRUST", 0, 1, offsetof(struct shim_config, seccomp_trust), "expected 0 or 1" },
 	{ "RDMASHIM_STATS", 0, 1, offsetof(struct shim_config, stats), "expected 0 or 1" },
 	{ "RDMASHIM_TEST_FAIL_LINK_KB", 0, 4194304, offsetof(struct shim_config, test_fail_link_kb),
@@ -314,6 +324,15 @@ static int parse_all(struct shim_config *cfg, shim_getenv_fn get, void *ctx, cha
 	if (strcmp(v, "on") && strcmp(v, "shadow"))
 		return bad_value(err, errlen, "RDMASHIM_MODE", v, "expected on or shadow");
 	cfg->shadow = !strcmp(v, "shadow");
+	v = value_of(get, ctx, "RDMASHIM_ZEROCOPY");
+	if (!strcmp(v, "off"))
+		cfg->zerocopy = SHIM_ZC_OFF;
+	else if (!strcmp(v, "on"))
+		cfg->zerocopy = SHIM_ZC_ON;
+	else if (!strcmp(v, "auto"))
+		cfg->zerocopy = SHIM_ZC_AUTO;
+	else
+		return bad_value(err, errlen, "RDMASHIM_ZEROCOPY", v, "expected auto, on or off");
 	v = value_of(get, ctx, "RDMASHIM_TRACE");
 	if (shim_config_parse_level(v, &cfg->trace_level) < 0)
 		return bad_value(err, errlen, "RDMASHIM_TRACE", v,

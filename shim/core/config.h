@@ -40,6 +40,13 @@ enum shim_trace_level {
 #define SHIM_CFG_STR_(x) #x
 #define SHIM_CFG_STR(x) SHIM_CFG_STR_(x)
 
+/* RDMASHIM_ZEROCOPY (docs/ZEROCOPY.md). */
+enum shim_zc_mode {
+	SHIM_ZC_OFF = 0,
+	SHIM_ZC_ON,
+	SHIM_ZC_AUTO, /* on only where it measured a win: no path yet */
+};
+
 struct shim_config {
 	/* True when RDMASHIM_PORTS names at least one port and nothing is bad. */
 	bool enabled;
@@ -70,6 +77,9 @@ struct shim_config {
 	unsigned rdma_link_conns;   /* 1..SHIM_CFG_LINK_CONNS_MAX: transport/rdma/rdma_link.h */
 	unsigned rdma_link_idle_ms; /* 0 or how long an empty link stays: transport/rdma/rdma_link_table.c */
 	unsigned stats;             /* 0 or 1: the live stats area (core/statarea.c) */
+	enum shim_zc_mode zerocopy;
+	unsigned zerocopy_min_kb;   /* the smallest zero-copy send */
+	unsigned mr_cache_mb;       /* the registration cache's cap (transport/rdma/mr_cache.h) */
 	unsigned seccomp_trust;     /* 0 or 1: an inherited seccomp filter allows our calls (interpose/init.c) */
 	unsigned test_fail_rdma_kb; /* testing only: 0 or where RDMA channels break */
 	unsigned test_fail_link_kb; /* testing only: 0 or where RDMA links break */

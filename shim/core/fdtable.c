@@ -29,7 +29,7 @@ int shim_fdtable_init(size_t max_fds)
 		return 0;
 	if (max_fds == 0)
 		return -EINVAL;
-	slots = mmap(NULL, max_fds * sizeof(*shim_fd_slots), PROT_READ | PROT_WRITE,
+	slots = REAL(mmap)(NULL, max_fds * sizeof(*shim_fd_slots), PROT_READ | PROT_WRITE,
 		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (slots == MAP_FAILED)
 		return -errno;

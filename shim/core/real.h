@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <fcntl.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
@@ -75,6 +76,15 @@
 	X(execvpe, int, (const char *, char *const[], char *const[]))                         \
 	X(fexecve, int, (int, char *const[], char *const[]))                                  \
 	X(fdopen, FILE *, (int, const char *))                                                \
+	X(mmap, void *, (void *, size_t, int, int, int, off_t))                               \
+	X(mmap64, void *, (void *, size_t, int, int, int, off64_t))                           \
+	X(munmap, int, (void *, size_t))                                                      \
+	X(mremap, void *, (void *, size_t, size_t, int, ...))                                 \
+	X(madvise, int, (void *, size_t, int))                                                \
+	X(brk, int, (void *))                                                                 \
+	X(sbrk, void *, (intptr_t))                                                           \
+	X(shmat, void *, (int, const void *, int))                                            \
+	X(shmdt, int, (const void *))                                                         \
 	X(splice, ssize_t, (int, loff_t *, int, loff_t *, size_t, unsigned int))              \
 	X(prctl, int, (int, ...))                                                             \
 	X(syscall, long, (long, ...))                                                         \

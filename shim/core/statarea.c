@@ -173,7 +173,7 @@ static uint64_t unix_ns(void)
 /* Maps segment k (the file already long enough): records base..base+n. */
 static int map_segment(int fd, unsigned k, uint64_t base, size_t n)
 {
-	void *p = mmap(NULL, n * SHIM_STAT_REC_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+	void *p = REAL(mmap)(NULL, n * SHIM_STAT_REC_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
 		       (off_t)(SHIM_STAT_HDR_SIZE + base * SHIM_STAT_REC_SIZE));
 
 	if (p == MAP_FAILED)
@@ -265,7 +265,7 @@ static int open_locked(const char *dir)
 		rc = -errno;
 		goto fail;
 	}
-	h = mmap(NULL, SHIM_STAT_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	h = REAL(mmap)(NULL, SHIM_STAT_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (h == MAP_FAILED) {
 		rc = -errno;
 		goto fail;
@@ -278,6 +278,8 @@ static int open_locked(const char *dir)
 	/* What was counted before the area existed. */
 	for (unsigned r = 0; r < SHIM_REASON_COUNT; r++)
 		h->reasons[r] = __atomic_load_n(&shim_stats_reason[r], __ATOMIC_RELAXED);
+	for (unsigned z = 0; z < SHIM_ZC_STAT_COUNT && z < SHIM_STAT_ZC; z++)
+		h->zc[z] = __atomic_load_n(&shim_stats_zc[z], __ATOMIC_RELAXED);
 	area.ab = (struct shim_stat_ab *)((char *)h + SHIM_STAT_AB_OFF);
 	area.ab->percent = shim_cfg.ab_percent;
 	area.ab->active = shim_cfg.ab_percent < 100;
@@ -538,6 +540,15 @@ void shim_stat_reason(unsigned reason)
 		__atomic_add_fetch(&h->reasons[reason], 1, __ATOMIC_RELAXED);
 }
 
+void shim_stat_zc(unsigned what, uint64_t n)
+{
+	/* acquire: pairs with the release store of area.hdr in open_locked(). */
+	struct shim_stat_hdr *h = __atomic_load_n(&area.hdr, __ATOMIC_ACQUIRE);
+
+	if (h && what < SHIM_STAT_ZC)
+		__atomic_add_fetch(&h->zc[what], n, __ATOMIC_RELAXED);
+}
+
 static void remove_file(void)
 {
 	int dfd;
@@ -614,8 +625,8 @@ static int write_nonzero_at(int fd, const void *p, size_t len, off_t off)
 /* Puts fd's [off, off+len) where p is mapped; anonymous memory if fd < 0. */
 static int remap_at(void *p, size_t len, int fd, off_t off)
 {
-	void *q = fd >= 0 ? mmap(p, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, off)
-			  : mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+	void *q = fd >= 0 ? REAL(mmap)(p, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, off)
+			  : REAL(mmap)(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 
 	return q == MAP_FAILED ? -errno : 0;
 }
@@ -701,9 +712,9 @@ void shim_statarea_reset_for_test(void)
 	pthread_mutex_lock(&area.lock);
 	remove_file();
 	if (area.hdr)
-		munmap(area.hdr, SHIM_STAT_HDR_SIZE);
+		REAL(munmap)(area.hdr, SHIM_STAT_HDR_SIZE);
 	for (unsigned k = 0; k < area.nseg; k++)
-		munmap(area.seg[k], area.seg_recs[k] * SHIM_STAT_REC_SIZE);
+		REAL(munmap)(area.seg[k], area.seg_recs[k] * SHIM_STAT_REC_SIZE);
 	free(area.free);
 	__atomic_store_n(&area.hdr, NULL, __ATOMIC_RELEASE);
 	area.ab = NULL;

@@ -44,6 +44,7 @@
 #define SHIM_STAT_HDR_SIZE (SHIM_STAT_AB_OFF + 856064)
 #define SHIM_STAT_REC_SIZE 1024
 #define SHIM_STAT_REASONS 64
+#define SHIM_STAT_ZC 16   /* room for enum shim_zc_stat (stats.h) */
 #define SHIM_STAT_PATHS 3 /* enum shim_transport: tcp, shm, rdma */
 /* Log-linear round-trip histogram: bucket 0 holds [0, 320 ns), then four
  * buckets per power of two from 256 ns; the last holds everything above. */
@@ -112,6 +113,8 @@ struct shim_stat_hdr {
 	uint64_t closed_bytes[SHIM_STAT_PATHS][2];
 	uint64_t closed_msgs[SHIM_STAT_PATHS][2];
 	uint64_t closed_rtt[SHIM_STAT_PATHS][SHIM_STAT_RTT_BUCKETS];
+	/* Zero copy's counters, by enum shim_zc_stat (stats.h), atomic adds. */
+	uint64_t zc[SHIM_STAT_ZC];
 };
 _Static_assert(sizeof(struct shim_stat_hdr) <= SHIM_STAT_AB_OFF, "the header fits its room");
 
@@ -242,6 +245,8 @@ void shim_stat_ab_error(unsigned arm);
 /* A reason counted (stats.h); before the area exists nothing is lost:
  * the area takes the counts so far when it is made. */
 void shim_stat_reason(unsigned reason);
+/* A zero-copy counter (enum shim_zc_stat) grew by n; the same rule. */
+void shim_stat_zc(unsigned what, uint64_t n);
 
 /* Normal exit: the file goes. Before exec: the file goes (the new image
  * makes its own if it runs the shim). */

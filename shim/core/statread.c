@@ -29,7 +29,7 @@ int shim_stat_view_open(int dirfd, const char *name, struct shim_stat_view *v)
 	} else {
 		/* What fstat says now: the file only grows, so every byte of
 		 * this length stays mapped-valid (no SIGBUS). */
-		p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+		p = REAL(mmap)(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
 		if (p == MAP_FAILED) {
 			rc = -errno;
 		} else {
@@ -57,7 +57,7 @@ int shim_stat_view_open(int dirfd, const char *name, struct shim_stat_view *v)
 void shim_stat_view_close(struct shim_stat_view *v)
 {
 	if (v->hdr)
-		munmap((void *)v->hdr, v->len);
+		REAL(munmap)((void *)v->hdr, v->len);
 	memset(v, 0, sizeof(*v));
 }
 

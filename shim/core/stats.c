@@ -1,6 +1,7 @@
 /* Per-reason counters; see stats.h. */
 #include "stats.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "faults.h"
@@ -8,31 +9,79 @@
 
 unsigned long shim_stats_reason[SHIM_REASON_COUNT];
 unsigned long shim_stats_spin[SHIM_SPIN_STAT_COUNT];
+unsigned long shim_stats_zc[SHIM_ZC_STAT_COUNT];
 
 static const char *const spin_names[SHIM_SPIN_STAT_COUNT] = {
 	"runs", "hits", "misses", "skipped_crowded", "skipped_backoff", "backoffs", "resumes",
 	"preempted", "skipped_contended", "near_misses",
 };
 
-/* Appends "name":n (a comma before it past the first) to buf[*off, size).
- * False when it does not fit, and the list ends there. */
-static bool put_count(char *buf, size_t size, size_t *off, const char *name, unsigned long n)
+static const char *const zc_names[SHIM_ZC_STAT_COUNT] = {
+	"zc_sends", "zc_recvs", "zc_bytes", "mr_cache_hits", "mr_cache_misses", "mr_cache_invalidations",
+	"nonblocking", "unwatched", "reg_failed", "raced", "too_big", "cache_full", "channel",
+};
+
+const char *shim_zc_stat_name(enum shim_zc_stat what)
 {
-	int w = snprintf(buf + *off, size - *off, "%s\"%s\":%lu", *off ? "," : "", name, n);
+	return (unsigned)what < SHIM_ZC_STAT_COUNT ? zc_names[what] : "?";
+}
+
+/* Appends fmt (with name and v) to out at *off. False when it does not
+ * fit: snprintf wrote what fit, and a member cut short would leave the
+ * line invalid JSON, so the text ends again where it ended before. */
+static bool put(char *out, size_t size, size_t *off, const char *fmt, const char *name, unsigned long v)
+{
+	int w = snprintf(out + *off, size - *off, fmt, name, v);
 
 	if (w < 0 || (size_t)w >= size - *off) {
-		/* snprintf wrote what fit: a member cut short would leave the
-		 * line invalid JSON. The list ends at the last whole one. */
-		buf[*off] = '\0';
+		out[*off] = '\0';
 		return false;
 	}
 	*off += (size_t)w;
 	return true;
 }
 
+/* Appends "name":n (a comma before it past the first) to buf[*off, size).
+ * False when it does not fit, and the list ends there. */
+static bool put_count(char *buf, size_t size, size_t *off, const char *name, unsigned long n)
+{
+	return put(buf, size, off, *off ? ",\"%s\":%lu" : "\"%s\":%lu", name, n);
+}
+
+/* The "zc" object: its non-zero counters, zc_fallback_copies and its
+ * non-zero reasons; empty when nothing counted. */
+static void zc_object(char *out, size_t size)
+{
+	unsigned long v[SHIM_ZC_STAT_COUNT], fb = 0, any = 0;
+	size_t off = 0;
+	bool ok = true;
+
+	for (unsigned i = 0; i < SHIM_ZC_STAT_COUNT; i++) {
+		v[i] = __atomic_load_n(&shim_stats_zc[i], __ATOMIC_RELAXED);
+		any |= v[i];
+		if (i >= SHIM_ZC_FB_FIRST)
+			fb += v[i];
+	}
+	out[0] = '\0';
+	if (!any)
+		return;
+	ok = put(out, size, &off, ",\"%s\":{", "zc", 0);
+	for (unsigned i = 0; i < SHIM_ZC_FB_FIRST && ok; i++)
+		if (v[i])
+			ok = put(out, size, &off, "\"%s\":%lu,", zc_names[i], v[i]);
+	ok = ok && put(out, size, &off, "\"%s\":%lu,\"zc_fallback\":{", "zc_fallback_copies", fb);
+	for (unsigned i = SHIM_ZC_FB_FIRST, n = 0; i < SHIM_ZC_STAT_COUNT && ok; i++)
+		if (v[i])
+			ok = put(out, size, &off, n++ ? ",\"%s\":%lu" : "\"%s\":%lu", zc_names[i], v[i]);
+	ok = ok && put(out, size, &off, "%s}}", "", 0);
+	if (!ok)
+		out[0] = '\0';
+}
+
 void shim_stats_trace(void)
 {
 	char body[SHIM_TRACE_LINE_MAX / 2], spin[SHIM_TRACE_LINE_MAX / 4], faults[SHIM_TRACE_LINE_MAX / 8];
+	char zc[SHIM_TRACE_LINE_MAX / 4];
 	size_t off = 0, soff = 0, foff = 0;
 
 	body[0] = '\0';
@@ -57,7 +106,8 @@ void shim_stats_trace(void)
 		if (n && !put_count(faults, sizeof(faults), &foff, shim_fault_name((enum shim_fault_kind)k), n))
 			break;
 	}
+	zc_object(zc, sizeof(zc));
 	SHIM_TRACE(SHIM_TRACE_INFO, "process.stats", -1, NULL, SHIM_REASON_NONE,
-		   "\"reasons\":{%s},\"spin\":{%s}%s%s%s", body, spin, foff ? ",\"faults\":{" : "", faults,
-		   foff ? "}" : "");
+		   "\"reasons\":{%s},\"spin\":{%s}%s%s%s%s", body, spin, foff ? ",\"faults\":{" : "", faults,
+		   foff ? "}" : "", zc);
 }

@@ -41,7 +41,43 @@ static inline void shim_stats_spin_count(enum shim_spin_stat what)
 	__atomic_add_fetch(&shim_stats_spin[what], 1, __ATOMIC_RELAXED);
 }
 
-/* Emits one trace line with every non-zero counter ("reasons" and "spin" objects). */
+/* Zero copy (transport/rdma/mr_cache.h, docs/ZEROCOPY.md): sends and
+ * receives that moved the program's own memory, the registration cache's
+ * lookups and invalidations, and the large sends copied instead, by why.
+ * The fallbacks' sum is zc_fallback_copies. */
+enum shim_zc_stat {
+	SHIM_ZC_SENDS,
+	SHIM_ZC_RECVS,
+	SHIM_ZC_BYTES,
+	SHIM_ZC_MR_HITS,
+	SHIM_ZC_MR_MISSES,
+	SHIM_ZC_MR_INVALIDATIONS,
+	SHIM_ZC_FB_FIRST,
+	SHIM_ZC_FB_NONBLOCKING = SHIM_ZC_FB_FIRST, /* a nonblocking send */
+	SHIM_ZC_FB_UNWATCHED,  /* memory the cache can not watch */
+	SHIM_ZC_FB_REG_FAILED, /* the registration failed (RLIMIT_MEMLOCK) */
+	SHIM_ZC_FB_RACED,      /* the mapping changed while it was registered */
+	SHIM_ZC_FB_TOO_BIG,    /* larger than RDMASHIM_MR_CACHE_MB */
+	SHIM_ZC_FB_CACHE_FULL, /* every entry held by a send */
+	SHIM_ZC_FB_CHANNEL,    /* the channel could not take it (unproven peer, staged bytes) */
+	SHIM_ZC_STAT_COUNT,
+};
+
+_Static_assert(SHIM_ZC_STAT_COUNT <= SHIM_STAT_ZC, "the stats area has room for every zc counter");
+extern unsigned long shim_stats_zc[SHIM_ZC_STAT_COUNT];
+
+/* Its name in process.stats ("zc_sends", "mr_cache_hits", a fallback's
+ * reason). */
+const char *shim_zc_stat_name(enum shim_zc_stat what);
+
+static inline void shim_stats_zc_add(enum shim_zc_stat what, unsigned long n)
+{
+	__atomic_add_fetch(&shim_stats_zc[what], n, __ATOMIC_RELAXED);
+	shim_stat_zc((unsigned)what, n);
+}
+
+/* Emits one trace line with every non-zero counter ("reasons", "spin" and, once anything
+ * counted, "zc" objects). */
 void shim_stats_trace(void);
 
 #endif

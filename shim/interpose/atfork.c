@@ -5,7 +5,8 @@
  *   epoll all_lock > each epoll set's lock > sock pool lock > each sock's
  *   lock > shm pairs > sock_diag's socket > port beacons > global breaker >
  *   RDMA PD table > RDMA link table > MR pool > the failover worker's
- *   queue > the kept epoll sets' marker > the reaper's set-up
+ *   queue > the kept epoll sets' marker > the reaper's set-up > the
+ *   zero-copy registration cache
  *
  * A thread that holds one of them never waits for one earlier in the list.
  * The per-connection CQ spinlocks of RDMA are left out: a child never
@@ -20,6 +21,8 @@
 #include "breaker.h"
 #include "diag.h"
 #include "fo_worker.h"
+#include "mr_cache.h"
+#include "mr_watch.h"
 #include "mrpool.h"
 #include "owned.h"
 #include "pair.h"
@@ -45,10 +48,12 @@ static void prepare(void)
 	shim_fo_worker_atfork_prepare();
 	shim_owned_atfork_prepare();
 	shim_reap_atfork_prepare();
+	shim_mr_cache_atfork_prepare();
 }
 
 static void parent(void)
 {
+	shim_mr_cache_atfork_parent();
 	shim_reap_atfork_release();
 	shim_owned_atfork_release();
 	shim_fo_worker_atfork_parent();
@@ -65,6 +70,9 @@ static void parent(void)
 
 static void child(void)
 {
+	/* No registration of the parent's is used here (docs/ZEROCOPY.md). */
+	shim_mr_watch_atfork_child();
+	shim_mr_cache_atfork_child();
 	shim_reap_atfork_child();
 	shim_owned_atfork_release();
 	shim_self_forget();

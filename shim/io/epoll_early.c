@@ -46,7 +46,7 @@ static bool early_table(void)
 		return true;
 	pthread_mutex_lock(&early_lock);
 	if (!early_fd && shim_fd_capacity) {
-		t = mmap(NULL, shim_fd_capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		t = REAL(mmap)(NULL, shim_fd_capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
 			 -1, 0);
 		if (t != MAP_FAILED) {
 			early_cap = shim_fd_capacity;

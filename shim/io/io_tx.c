@@ -393,6 +393,9 @@ ssize_t shim_io_send(struct shim_sock *s, int fd, const struct iovec *iov, int i
 	if (unlikely(flags & MSG_OOB) && c.fd >= 0 && !s->pinned && !s->closed)
 		shim_upgrade_pin_tcp(s, c.fd, SHIM_REASON_BYPASS);
 	c.nonblock |= s->nonblocking;
+	/* For the transport's send: a call that may not wait takes no zero
+	 * copy, which returns only when its writes completed (rdma_zc.c). */
+	s->tx_dontwait = c.nonblock;
 	c.deadline = shim_deadline_ms(s->snd_timeout_ms);
 	tx_rounds(&c, c.fd >= 0 && !(flags & MSG_OOB) && shim_io_young_not_due(s, now));
 	tx_finish(&c);

@@ -10,6 +10,7 @@
 #include <infiniband/verbs.h>
 
 #include "config.h"
+#include "real.h"
 #include "clock.h"
 #include "trace.h"
 
@@ -50,7 +51,7 @@ static void *map_chunk(size_t len, bool try_huge, bool *huge)
 	void *p;
 
 	if (try_huge) {
-		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_HUGE_2MB,
+		p = REAL(mmap)(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_HUGE_2MB,
 			 -1, 0);
 		if (p != MAP_FAILED) {
 			*huge = true;
@@ -58,7 +59,7 @@ static void *map_chunk(size_t len, bool try_huge, bool *huge)
 		}
 	}
 	*huge = false;
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	p = REAL(mmap)(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	return p == MAP_FAILED ? NULL : p;
 }
 
@@ -97,7 +98,7 @@ static struct mrpool_chunk *new_chunk(struct ibv_pd *pd, size_t slot_bytes)
 	if (!c->mr) {
 		int err = errno;
 
-		munmap(c->base, c->len);
+		REAL(munmap)(c->base, c->len);
 		free(c);
 		errno = err;
 		return NULL;
@@ -190,7 +191,7 @@ long long shim_mrpool_time_registration(struct ibv_pd *pd, size_t bytes, bool hu
 	if (!p)
 		return -ENOMEM;
 	if (huge && !got_huge) {
-		munmap(p, len);
+		REAL(munmap)(p, len);
 		return -ENOMEM;
 	}
 	memset(p, 0, len); /* fault the pages in, as a pool chunk is used */
@@ -198,11 +199,11 @@ long long shim_mrpool_time_registration(struct ibv_pd *pd, size_t bytes, bool hu
 	mr = ibv_reg_mr(pd, p, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	ns = (long long)(shim_now_ns() - t0);
 	if (!mr) {
-		munmap(p, len);
+		REAL(munmap)(p, len);
 		return -errno;
 	}
 	ibv_dereg_mr(mr);
-	munmap(p, len);
+	REAL(munmap)(p, len);
 	return ns;
 }
 

@@ -150,6 +150,9 @@ struct rdma_conn {
 	 * tx_tail: bytes the program gave us (staged); tx_posted: those
 	 * posted to the peer, which lag while the peer is unproven. */
 	uint64_t tx_tail, tx_posted;
+	/* The end of the last bytes sent from the program's memory
+	 * (rdma_zc.h): the staging copy holds nothing before it. */
+	uint64_t zc_end;
 	bool proved;        /* the peer proved it is the TCP peer (PROTOCOL.md) */
 	bool close_pending; /* shutdown_tx came before the staged bytes left */
 	unsigned long long staged_since_ns; /* unproven: when bytes started waiting */

@@ -39,6 +39,7 @@
  */
 #include "rdma.h"
 #include "rdma_post.h"
+#include "rdma_zc.h"
 #include "ring.h"
 
 #include <errno.h>
@@ -206,6 +207,10 @@ static size_t rchan_send(struct shim_chan *ch, const struct iovec *iov, int iovc
 	shim_rdma_reap(c);
 	if (!take_credits(c, &head, &recvs))
 		return 0;
+	/* A large blocking send to a proved peer goes from the program's
+	 * memory (rdma_zc.h). */
+	if (shim_cfg.zerocopy == SHIM_ZC_ON && shim_rdma_tx_proved(c) && (done = shim_rdma_zc_send(c, iov, iovcnt, skip, room(c, head, recvs))))
+		return done;
 	done = shim_ring_copy_iov_in(c->tx_shadow, c->mask, c->tx_tail, iov, iovcnt, skip, room(c, head, recvs));
 	if (!shim_rdma_tx_proved(c)) {
 		/* Staged only: no byte goes to a peer that has not proved it

@@ -21,6 +21,8 @@
 #include "rdma_post.h"
 #include "ring.h"
 
+#include <errno.h>
+
 #include <rdma/rdma_cma.h>
 
 /* A channel the peer broke the rules of is not resumed: the caller resets
@@ -113,7 +115,10 @@ int shim_rdma_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct io
 
 	/* The staging copy holds the last ring_bytes bytes we sent, and the
 	 * peer's offset is at least the head it credited us, so a true offset
-	 * is always inside. */
+	 * is always inside; but not the bytes sent without a copy (rdma_zc.h),
+	 * which only a hand-off's RESUME can name. */
+	if (from < c->zc_end)
+		return -ERANGE;
 	return shim_ring_span(c->tx_shadow, c->mask, from, c->tx_tail, out);
 }
 

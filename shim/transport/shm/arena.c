@@ -74,13 +74,13 @@ void shim_arena_trim(const struct shim_arena *a, unsigned slot)
 		const struct shim_ring_hdr *hdr = (const struct shim_ring_hdr *)ring;
 
 		if (__atomic_load_n(&hdr->tail, __ATOMIC_RELAXED) > SHIM_ARENA_WARM_BYTES)
-			madvise(ring + warm, ring_len - warm, MADV_REMOVE);
+			REAL(madvise)(ring + warm, ring_len - warm, MADV_REMOVE);
 	}
 }
 
 void shim_arena_unmap(struct shim_arena *a)
 {
 	if (a->map)
-		munmap(a->map, a->map_len);
+		REAL(munmap)(a->map, a->map_len);
 	a->map = NULL;
 }

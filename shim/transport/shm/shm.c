@@ -93,16 +93,16 @@ uint8_t *shim_shm_map_slots(int memfd, size_t len, unsigned slots, size_t *map_l
 	uint8_t *map;
 
 	*map_len = slots * stride + SHIM_SHM_GUARD_BYTES;
-	map = mmap(NULL, *map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	map = REAL(mmap)(NULL, *map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (map == MAP_FAILED)
 		return MAP_FAILED;
 	/* Each piece over the reservation, the guards between them untouched. */
 	for (unsigned i = 0; i < slots; i++) {
-		if (mmap(map + SHIM_SHM_GUARD_BYTES + i * stride, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+		if (REAL(mmap)(map + SHIM_SHM_GUARD_BYTES + i * stride, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
 			 memfd, (off_t)(i * len)) == MAP_FAILED) {
 			int err = errno;
 
-			munmap(map, *map_len);
+			REAL(munmap)(map, *map_len);
 			errno = err;
 			return MAP_FAILED;
 		}
@@ -144,7 +144,7 @@ static int shm_map(int memfd, uint32_t ring_bytes, bool is_client, bool format, 
 		shim_shm_format(map + SHIM_SHM_GUARD_BYTES, ring_bytes);
 	rc = shm_attach_rings(sc, map + SHIM_SHM_GUARD_BYTES, ring_bytes, is_client);
 	if (rc < 0) {
-		munmap(map, map_len);
+		REAL(munmap)(map, map_len);
 		free(sc);
 		return rc;
 	}
@@ -547,7 +547,7 @@ static void shm_unmap(struct shm_chan *sc, bool reusable)
 	if (sc->slot_done)
 		sc->slot_done(sc->slot_ctx, reusable);
 	else
-		munmap(sc->map, sc->map_len);
+		REAL(munmap)(sc->map, sc->map_len);
 	free(sc);
 }
 
