@@ -140,6 +140,9 @@ def one_way(label, c, s):
             print(f"    {k:<38}{v:9.3f}")
     print(f"    {'the shim path around them, the return':<38}{rest:9.3f}")
     print(f"  the program, recv() return to send()     {app:9.3f}")
+    # Each mark is one clock read, inside the figures it measures.
+    cost = sum(r["marks"] * max(r["clock_ns"]) for r in (ctx, srx)) / 1000.0
+    print(f"  (the stamps' own clock reads, sender's send and receiver's recv: about {cost:.3f} us of it)")
     print(f"  (the sender's work after its post, in parallel with the flight: bell "
           f"{(per_msg(ctx, 'bell') + per_msg(stx, 'bell')) / 2:.3f}, completion "
           f"{(per_msg(ctx, 'completion') + per_msg(stx, 'completion')) / 2:.3f}, frames "
