@@ -20,8 +20,10 @@
 #   flock /tmp/rdmashim-heavy.lock integration/bench/msg_breakdown.sh [shm] [rdma]
 #
 # Parts default to both (the VM part takes about 5 minutes). BENCH_SECS:
-# sockperf -t (default 5); BENCH_ROUNDS: shm rounds (default 1), VM rounds
-# (default 2). The traces stay in MSG_BREAKDOWN_OUT (default
+# sockperf -t in the VM (default 5), BENCH_SHM_SECS on shm (default 3);
+# BENCH_ROUNDS: shm rounds (default 1), VM rounds (default 2);
+# MSG_BREAKDOWN_RDMA_MODES: the VM's modes (default "default,spin0"; also
+# spin1s, RDMASHIM_SPIN_US=1000000: a receiver that never sleeps). The traces stay in MSG_BREAKDOWN_OUT (default
 # build/msg_breakdown; not under /tmp, which the VM does not share).
 # Builds nothing: run `make` first. Exits 1 when a part gave no stamps.
 # bench-timeout: 1200
@@ -29,8 +31,12 @@ set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 LIB=${BENCH_LIB:-$ROOT/build/lib/librdmashim.so}
 SECS=${BENCH_SECS:-5}
+# On shm a message takes well under a microsecond: a few seconds give
+# millions (and a longer sockperf run gave no report here).
+SHM_SECS=${BENCH_SHM_SECS:-3}
 OUT=${MSG_BREAKDOWN_OUT:-$ROOT/build/msg_breakdown}
 REPORT=$ROOT/integration/bench/msg_breakdown_report.py
+RDMA_MODES=${MSG_BREAKDOWN_RDMA_MODES:-default,spin0}
 parts=${*:-shm rdma}
 [ -f "$LIB" ] || { echo "msg_breakdown.sh: build first (make)" >&2; exit 2; }
 for c in sockperf python3; do
@@ -56,9 +62,10 @@ pp() {
 		RDMASHIM_TRACE_FILE="$dir/server.%p" "$@" timeout 90 sockperf sr --tcp -i 127.0.0.1 -p "$P" >/dev/null 2>&1 &
 	srv=$!
 	sleep 0.5
-	p50=$(env LD_PRELOAD="$LIB" RDMASHIM_PORTS="$P" RDMASHIM_TEST_MSGSTAMPS="$stamps" RDMASHIM_TRACE=warn \
+	env LD_PRELOAD="$LIB" RDMASHIM_PORTS="$P" RDMASHIM_TEST_MSGSTAMPS="$stamps" RDMASHIM_TRACE=warn \
 		RDMASHIM_TRACE_FILE="$dir/client.%p" "$@" timeout 90 sockperf ping-pong --tcp -i 127.0.0.1 -p "$P" \
-		-t "$SECS" -m 64 2>&1 | sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' | head -n 1)
+		-t "$SHM_SECS" -m 64 --mps 20000000 >"$dir/sockperf.$stamps.out" 2>&1
+	p50=$(sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' "$dir/sockperf.$stamps.out" | head -n 1)
 	kill -INT "$srv" 2>/dev/null
 	wait "$srv" 2>/dev/null
 	echo "${p50:-failed}"
@@ -67,7 +74,7 @@ pp() {
 shm_part() {
 	local rounds=${BENCH_ROUNDS:-1} r m
 	local -a extra
-	echo "== shm: sockperf ping-pong 64 B, ${SECS} s, $rounds round(s), $(nproc) cpu, load $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "== shm: sockperf ping-pong 64 B, ${SHM_SECS} s, $rounds round(s), $(nproc) cpu, load $(cut -d' ' -f1-3 /proc/loadavg)"
 	for ((r = 1; r <= rounds; r++)); do
 		for m in default spin0; do
 			case $m in
@@ -87,7 +94,7 @@ rdma_part() {
 	local m
 	command -v qemu-system-x86_64 >/dev/null || { echo "== rdma: qemu-system-x86_64 missing: skipped"; return; }
 	echo "== rdma: in one VM (TCG), sockperf ping-pong 64 B, ${SECS} s, ${BENCH_ROUNDS:-2} round(s)"
-	RXEVM_ENV="SHIM_LIB=$LIB BREAKDOWN_OUT=$OUT/rdma BREAKDOWN_T=$SECS BREAKDOWN_ROUNDS=${BENCH_ROUNDS:-2}" \
+	RXEVM_ENV="SHIM_LIB=$LIB BREAKDOWN_OUT=$OUT/rdma BREAKDOWN_T=$SECS BREAKDOWN_ROUNDS=${BENCH_ROUNDS:-2} BREAKDOWN_MODES=$RDMA_MODES" \
 		RXEVM_TIMEOUT=${RXEVM_TIMEOUT:-900} timeout 960 "$ROOT/integration/vm/rxe-vm.sh" \
 		"$ROOT/integration/vm/guest-rdma-breakdown.sh" </dev/null 2>&1 | grep -E '^(breakdown|==)'
 	[ -f "$OUT/rdma/p50.txt" ] || { echo "rdma: the VM left no figures"; status=1; return; }
@@ -104,7 +111,7 @@ rdma_part() {
 	for (m, k), xs in sorted(v.items()):
 	    print(f"rdma {m} {k}: p50 median of {len(xs)} rounds {statistics.median(xs):.3f} us ({' '.join(map(str, xs))})")
 	PY
-	for m in default spin0; do
+	for m in ${RDMA_MODES//,/ }; do
 		python3 "$REPORT" "rdma $m" "$OUT"/rdma/"$m".r* || status=1
 	done
 }

@@ -10,7 +10,8 @@
 # guest's own), where each stamped run leaves its trace files in
 # MODE.rROUND/ and every p50 goes to p50.txt as "MODE on|off|ib ROUND US".
 # BREAKDOWN_T (sockperf -t, default 5 s), BREAKDOWN_ROUNDS (default 2),
-# BREAKDOWN_MODES (default "default,spin0"). Prints "breakdown:" lines;
+# BREAKDOWN_MODES (default "default,spin0"; spin1s: RDMASHIM_SPIN_US=1000000,
+# a receiver that never sleeps). Prints "breakdown:" lines;
 # never fails on a number.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -74,6 +75,7 @@ for ((r = 1; r <= rounds; r++)); do
     case $m in
       default) extra=() ;;
       spin0) extra=(RDMASHIM_SPIN_US=0) ;;
+      spin1s) extra=(RDMASHIM_SPIN_US=1000000) ;;
       *) echo "breakdown: unknown mode $m"; continue ;;
     esac
     # Off, then on: drift within a round hits both alike.
