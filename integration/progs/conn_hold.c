@@ -40,7 +40,8 @@
  *           (default 127.0.0.1; the Soft-RoCE VMs use their rxe address).
  *   --warm MS  before the counted connections, one more (both ends given
  *           --warm): the client does 1-byte request/answers over it for MS
- *           milliseconds, then closes it; each end then waits (at most 60 s)
+ *           milliseconds (if its warm-up thread outlives them, until that
+ *           thread is gone and MS / 2 more), then closes it; each end then waits (at most 60 s)
  *           until it has no thread named "rdmashim-warm" left and prints
  *           "WARMED". Under the shim this runs each process's RDMA warm-up
  *           (device probe, first pool chunk: 2-3 s in a TCG VM, on that
@@ -349,8 +350,21 @@ static void warm(int lfd, struct in_addr host, int port, double ms)
 		while (read(fd, &c, 1) == 1)
 			one_byte_back(fd, c);
 	} else {
-		for (int r = 0; r == 0 || now_ms() < end; r++)
+		int r = 0;
+
+		for (; r == 0 || now_ms() < end; r++)
 			one_byte(fd, true, -1, r);
+		/* A warm-up slower than MS (a loaded host) would leave this
+		 * connection on TCP, closed before it could upgrade: go on
+		 * until the warm-up thread is gone, then MS / 2 more for the
+		 * upgrade itself. */
+		if (thread_named("rdmashim-warm")) {
+			while (thread_named("rdmashim-warm") && now_ms() < end + 60e3)
+				for (double look = now_ms() + 50; now_ms() < look; r++)
+					one_byte(fd, true, -1, r);
+			for (end = now_ms() + ms / 2; now_ms() < end; r++)
+				one_byte(fd, true, -1, r);
+		}
 	}
 	client = client_port(fd, lfd >= 0);
 	closed = now_ms();
