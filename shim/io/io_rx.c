@@ -128,12 +128,14 @@ static enum shim_io_next rx_tcp(struct rx_call *c, const struct iovec *win, int 
 		return SHIM_IO_ANSWERED;
 	}
 	c->got += (size_t)n;
+	/* A peek consumed nothing: another round would find the same bytes
+	 * and hand them out twice (SO_RCVLOWAT above what is queued). */
+	if (c->peek)
+		return SHIM_IO_ANSWERED;
 	if (young_round)
 		return SHIM_IO_AGAIN;
 	if (s->phase == SHIM_PHASE_IDLE)
 		shim_upgrade_progress(s, c->fd); /* the first byte moved: a deferred attempt may start */
-	if (c->peek)
-		return SHIM_IO_ANSWERED;
 	c->crossing = s->rx_dir == SHIM_DIR_SWITCHING;
 	return SHIM_IO_AGAIN;
 }
