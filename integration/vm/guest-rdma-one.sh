@@ -32,6 +32,7 @@ addr=192.168.77.1
 only=${RDMA_ONLY:-doctor stress failover zerocopy port redis iperf3 qp sockperf speed wakeup warm forkconn peerdeath plain hostile diff}
 only=${only//,/ }
 T=/tmp/rdma-one
+TOOL=${SHIM_TOOL:-$(dirname "$LIB")/../bin/rdmashim}
 n_ok=0 n_fail=0
 mkdir -p "$T"
 
@@ -308,6 +309,9 @@ if wanted port; then
   ip link set dummy0 carrier off
   t_off=$SECONDS
   sleep 2
+  # rdmashim health sees it too: degraded (1), naming the port.
+  rc_health=0
+  timeout 60 "$TOOL" health > "$T/health.down" 2>&1 || rc_health=$?
   rc_down=0
   t_down=$SECONDS
   shim port_down "$port" timeout 120 "$PROGS/stress" client --host "$addr" --port "$port" --conns 1 --bytes 2M \
@@ -334,6 +338,10 @@ if wanted port; then
   pt=$(cat "$T/port"/trace.*.jsonl)
   downs=$(grep '"event":"rdma.port"' <<< "$pt" | grep '"state":"down"' | grep -c '"source":"\(port_err\|look\)"' || true)
   check "port: both processes traced the port down ($downs)" test "$downs" -ge 2
+  sed 's/^/    health: /' "$T/health.down" | head -n 12
+  check "port: rdmashim health with the carrier off: degraded (status $rc_health, 1 expected)" test "$rc_health" -eq 1
+  check "port: and it names the port not ACTIVE (rxe0 port 1)" \
+    bash -c "grep -q 'rxe0' '$T/health.down' && grep -q 'not ACTIVE' '$T/health.down'"
   grep '"event":"rdma.port"' <<< "$pt" | grep -o '"state".*' | sed 's/^/    /' | head -n 8
   # rxe counts each port down in hw_counters/link_downed.
   n=$(grep '"event":"rdma.counters"' <<< "$pt" | grep -c '"hw.link_downed":[1-9]' || true)
