@@ -21,7 +21,7 @@ ssize_t shim_io_recv(struct shim_sock *s, int fd, const struct iovec *iov, int i
  * shim_io_recv): TCP discards the bytes and never writes the
  * program's buffer; here they are read into a buffer of ours, so that a
  * SWITCH frame among them is the stream's (io_calls.c). Returns as
- * shim_io_recv, at most one buffer's worth without MSG_WAITALL. */
+ * shim_io_recv. */
 ssize_t shim_io_recv_discard(struct shim_sock *s, int fd, size_t len, int flags);
 /* sendmsg: ancillary data is checked by the kernel as it would be for this
  * send (a zero-byte sendmsg with the same control), never sent raw; then

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -32,28 +33,36 @@ ssize_t shim_io_sendmsg(struct shim_sock *s, int fd, const struct msghdr *msg, i
 	return shim_io_send(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
 }
 
-/* The size of lighttpd's discarding reads: a bigger one moves the rest
- * in the next call, as a stream socket may. */
-#define DISCARD_BUF 16384
+/* A discarding read of up to this much goes through the stack (lighttpd's
+ * are this size); a longer one through memory of its own, at most
+ * DISCARD_MAX at a time, more than TCP's largest receive buffer by
+ * default holds: one call takes all that is queued, as the kernel's. */
+#define DISCARD_STACK 16384
+#define DISCARD_MAX (8u << 20)
 
 ssize_t shim_io_recv_discard(struct shim_sock *s, int fd, size_t len, int flags)
 {
-	uint8_t buf[DISCARD_BUF];
-	size_t done = 0;
+	uint8_t stack[DISCARD_STACK], *buf = stack;
+	size_t size = len < DISCARD_MAX ? len : DISCARD_MAX, done = 0;
+	ssize_t n = 0;
 
+	if (size > sizeof(stack) && !(buf = malloc(size))) {
+		buf = stack;
+		size = sizeof(stack); /* a shorter read, which a stream allows */
+	}
 	flags &= ~MSG_TRUNC;
 	do {
-		size_t want = len - done < sizeof(buf) ? len - done : sizeof(buf);
-		ssize_t n = shim_io_recv(s, fd, &(struct iovec){ buf, want }, 1, flags);
+		size_t want = len - done < size ? len - done : size;
 
-		if (n <= 0)
-			return done ? (ssize_t)done : n;
-		done += (size_t)n;
-		/* Only MSG_WAITALL asks for more than one buffer: another
-		 * call could meet an error that this one, having moved
-		 * bytes, would not report. */
-	} while ((flags & MSG_WAITALL) && !(flags & MSG_PEEK) && done < len);
-	return (ssize_t)done;
+		n = shim_io_recv(s, fd, &(struct iovec){ buf, want }, 1, flags);
+		if (n > 0)
+			done += (size_t)n;
+		/* Beyond one buffer only for MSG_WAITALL, which shim_io_recv
+		 * answers the same way within a buffer. */
+	} while (n > 0 && (flags & MSG_WAITALL) && !(flags & MSG_PEEK) && done < len);
+	if (buf != stack)
+		free(buf);
+	return done ? (ssize_t)done : n;
 }
 
 /* One buffer's worth of sendfile (below); returns as sendfile(2). */
