@@ -17,6 +17,12 @@
 #include "mr_events.h"
 #include "real.h"
 
+/* Not in a ThreadSanitizer build: its runtime maps its shadow with mmap
+ * before this library is ready, and a wrapper there resolving the next
+ * mmap (dlsym, which allocates) crashes it. Such a build watches the
+ * cache's ranges by userfaultfd alone (mr_watch.h). */
+#ifndef __SANITIZE_THREAD__
+
 SHIM_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
 	void *ret;
@@ -89,3 +95,5 @@ SHIM_EXPORT int shmdt(const void *addr)
 	shim_mr_before_shmdt(addr);
 	return REAL(shmdt)(addr);
 }
+
+#endif /* !__SANITIZE_THREAD__ */
