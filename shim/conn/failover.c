@@ -235,13 +235,7 @@ void shim_failover_elsewhere(struct shim_sock *s, int fd)
 	s->fo_peer_known = true;
 	s->fo_tx_done = true;
 	s->fo_why = SHIM_REASON_HANDED_OFF;
-	free(s->fo_replay);
-	s->fo_replay = NULL;
-	free(s->fo_ret);
-	s->fo_ret = NULL;
-	s->fo_ret_queued = false;
-	free(s->fo_back);
-	s->fo_back = NULL;
+	shim_frames_drop_failover(s);
 	s->tcp_out_len = 0;
 	s->bells_owed = 0;
 	s->bells_early = 0;

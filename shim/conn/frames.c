@@ -71,6 +71,17 @@ int shim_frames_queue(struct shim_sock *s, int fd, const void *frame, size_t len
 	return shim_frames_flush(s, fd);
 }
 
+void shim_frames_drop_failover(struct shim_sock *s)
+{
+	free(s->fo_replay);
+	s->fo_replay = NULL;
+	free(s->fo_ret);
+	s->fo_ret = NULL;
+	s->fo_ret_queued = false;
+	free(s->fo_back);
+	s->fo_back = NULL;
+}
+
 void shim_frames_abort(struct shim_sock *s, int fd, enum shim_reason reason, const char *what)
 {
 	if (s->aborted)
@@ -84,14 +95,8 @@ void shim_frames_abort(struct shim_sock *s, int fd, enum shim_reason reason, con
 	s->fo_started = true;
 	s->fo_tx_done = true;
 	shim_sockstat_sync(s);
-	free(s->fo_replay);
-	s->fo_replay = NULL;
+	shim_frames_drop_failover(s);
 	s->tcp_out_len = 0;
-	free(s->fo_ret);
-	s->fo_ret = NULL;
-	s->fo_ret_queued = false;
-	free(s->fo_back);
-	s->fo_back = NULL;
 	s->bells_owed = 0;
 	s->bells_early = 0;
 	s->rx_tcp_eof = true;

@@ -41,6 +41,10 @@ int shim_frames_read_switch(struct shim_sock *s, int fd);
  * with ECONNRESET. Traced at error level with reason and what. */
 void shim_frames_abort(struct shim_sock *s, int fd, enum shim_reason reason, const char *what);
 
+/* Frees what a failover held for TCP and will not send now: its replay,
+ * our RETURN frame and the peer's returned bytes. */
+void shim_frames_drop_failover(struct shim_sock *s);
+
 /* Takes bytes read from TCP past the peer's switch offset (the start of its
  * SWITCH frame, then bells) into the frame buffer. */
 void shim_frames_absorb(struct shim_sock *s, const uint8_t *bytes, size_t len);

@@ -56,14 +56,8 @@ void shim_upgrade_release(struct shim_sock *s)
 		 * would have kept sending; we can not without blocking close. */
 		SHIM_TRACE(SHIM_TRACE_ERROR, "failover.replay_dropped", -1, &s->tuple, SHIM_REASON_CHAN_FAILED,
 			   "\"bytes\":%zu", s->fo_replay_len - s->fo_replay_off);
-		free(s->fo_replay);
-		s->fo_replay = NULL;
 	}
-	free(s->fo_ret);
-	s->fo_ret = NULL;
-	s->fo_ret_queued = false;
-	free(s->fo_back);
-	s->fo_back = NULL;
+	shim_frames_drop_failover(s);
 	if (s->tcp_keep >= 0) {
 		REAL(close)(s->tcp_keep);
 		s->tcp_keep = -1;
