@@ -34,7 +34,7 @@ SHIM_DIRS := shim/core shim/conn shim/transport shim/transport/shm shim/transpor
 SHIM_INC  := $(addprefix -I,$(SHIM_DIRS))
 vpath %.c $(SHIM_DIRS)
 SHIM_CORE := clock self nonce bgthread spin faults config tuple reason flimit seccomp_state trace fdtable owned reaper streampos real \
-             stats statarea statlink statread abverdict stamps wire \
+             stats statarea statlink statread abverdict stamps msgstamps wire \
              sock sockfd socklife sockstat frames failover fo_worker transport upgrade upgrade_wake rxswitch handback close close_budget \
              ring shm arena slots shm_neg neg_state shm_pair_neg pair diag beacon rendezvous \
              breaker mrpool mr_cache mr_watch mr_events nic_counters fabric_health rdma_port rdma_dev rdma_link rdma_link_stat rdma_link_table rdma_link_join rdma_post rdma_zc rdma_chan rdma_fail rdma_qp rdma_setup rdma_switch rdma_close rdma_teardown \

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "msgstamps.h"
 #include "real.h"
 #include "sockstat.h"
 #include "stats.h"
@@ -32,7 +33,7 @@ static int flush_return(struct shim_sock *s, int fd)
 	return 0;
 }
 
-int shim_frames_flush(struct shim_sock *s, int fd)
+static int flush_tcp(struct shim_sock *s, int fd)
 {
 	if (s->fo_ret_queued) {
 		int rc = flush_return(s, fd);
@@ -49,6 +50,16 @@ int shim_frames_flush(struct shim_sock *s, int fd)
 		s->tcp_out_len -= (size_t)n;
 	}
 	return 0;
+}
+
+int shim_frames_flush(struct shim_sock *s, int fd)
+{
+	int rc;
+
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_SHIM);
+	rc = flush_tcp(s, fd);
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_FRAMES);
+	return rc;
 }
 
 int shim_frames_queue(struct shim_sock *s, int fd, const void *frame, size_t len)
@@ -246,7 +257,7 @@ static ssize_t take_bells(int fd, uint8_t *buf, ssize_t n)
 	return bells;
 }
 
-void shim_frames_drain(struct shim_sock *s, int fd)
+static void drain_tcp(struct shim_sock *s, int fd)
 {
 	uint8_t scratch[256];
 
@@ -317,6 +328,13 @@ void shim_frames_drain(struct shim_sock *s, int fd)
 		shim_frames_abort(s, fd, SHIM_REASON_PEER_VIOLATION, "frame");
 		return;
 	}
+}
+
+void shim_frames_drain(struct shim_sock *s, int fd)
+{
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_SHIM);
+	drain_tcp(s, fd);
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_DRAIN);
 }
 
 size_t shim_frames_take_late_bells(int fd)

@@ -89,6 +89,9 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_TEST_STAMPS", "0",
 	  "testing only: 1: keep when each upgrade started and each direction switched, and write them into "
 	  "the trace at exit (upgrade.stamps, level warn)" },
+	{ "RDMASHIM_TEST_MSGSTAMPS", "0",
+	  "testing only: 1: time each send and receive on a channel by phase (copy, post, spin, sleep, ...) "
+	  "and write the figures into the trace at exit (msg.stamps, level warn)" },
 	{ "RDMASHIM_TEST_NO_PASSRIGHTS", "0",
 	  "testing only: 1: never ask the kernel to refuse descriptors on the shim's sockets (SO_PASSRIGHTS, "
 	  "Linux 6.16), as on older kernels, so that the defences that do not depend on it are tested alone" },
@@ -297,6 +300,7 @@ static const struct uint_var uint_vars[] = {
 	{ "RDMASHIM_TEST_HANDBACK_AFTER", 0, 1000000000, offsetof(struct shim_config, test_handback_after),
 	  "expected a count of sends 0-1000000000" },
 	{ "RDMASHIM_TEST_STAMPS", 0, 1, offsetof(struct shim_config, test_stamps), "expected 0 or 1" },
+	{ "RDMASHIM_TEST_MSGSTAMPS", 0, 1, offsetof(struct shim_config, test_msgstamps), "expected 0 or 1" },
 	{ "RDMASHIM_TEST_NO_PASSRIGHTS", 0, 1, offsetof(struct shim_config, test_no_passrights),
 	  "expected 0 or 1" },
 };

@@ -85,6 +85,7 @@ struct shim_config {
 	unsigned test_fail_link_kb; /* testing only: 0 or where RDMA links break */
 	unsigned test_handback_after; /* testing only: 0 or the send on the channel that hands back (io_tx.c) */
 	unsigned test_stamps;         /* testing only: 0 or 1, core/stamps.h */
+	unsigned test_msgstamps;      /* testing only: 0 or 1, core/msgstamps.h */
 	unsigned test_no_passrights;  /* testing only: 0 or 1, core/reaper.h */
 	struct shim_fault_plan faults; /* testing only: RDMASHIM_TEST_FAULTS, core/faults.h */
 };

@@ -26,26 +26,11 @@ const char *shim_zc_stat_name(enum shim_zc_stat what)
 	return (unsigned)what < SHIM_ZC_STAT_COUNT ? zc_names[what] : "?";
 }
 
-/* Appends fmt (with name and v) to out at *off. False when it does not
- * fit: snprintf wrote what fit, and a member cut short would leave the
- * line invalid JSON, so the text ends again where it ended before. */
-static bool put(char *out, size_t size, size_t *off, const char *fmt, const char *name, unsigned long v)
-{
-	int w = snprintf(out + *off, size - *off, fmt, name, v);
-
-	if (w < 0 || (size_t)w >= size - *off) {
-		out[*off] = '\0';
-		return false;
-	}
-	*off += (size_t)w;
-	return true;
-}
-
 /* Appends "name":n (a comma before it past the first) to buf[*off, size).
  * False when it does not fit, and the list ends there. */
 static bool put_count(char *buf, size_t size, size_t *off, const char *name, unsigned long n)
 {
-	return put(buf, size, off, *off ? ",\"%s\":%lu" : "\"%s\":%lu", name, n);
+	return shim_trace_put(buf, size, off, *off ? ",\"%s\":%lu" : "\"%s\":%lu", name, n);
 }
 
 /* The "zc" object: its non-zero counters, zc_fallback_copies and its
@@ -65,15 +50,15 @@ static void zc_object(char *out, size_t size)
 	out[0] = '\0';
 	if (!any)
 		return;
-	ok = put(out, size, &off, ",\"%s\":{", "zc", 0);
+	ok = shim_trace_put(out, size, &off, ",\"zc\":{");
 	for (unsigned i = 0; i < SHIM_ZC_FB_FIRST && ok; i++)
 		if (v[i])
-			ok = put(out, size, &off, "\"%s\":%lu,", zc_names[i], v[i]);
-	ok = ok && put(out, size, &off, "\"%s\":%lu,\"zc_fallback\":{", "zc_fallback_copies", fb);
+			ok = shim_trace_put(out, size, &off, "\"%s\":%lu,", zc_names[i], v[i]);
+	ok = ok && shim_trace_put(out, size, &off, "\"zc_fallback_copies\":%lu,\"zc_fallback\":{", fb);
 	for (unsigned i = SHIM_ZC_FB_FIRST, n = 0; i < SHIM_ZC_STAT_COUNT && ok; i++)
 		if (v[i])
-			ok = put(out, size, &off, n++ ? ",\"%s\":%lu" : "\"%s\":%lu", zc_names[i], v[i]);
-	ok = ok && put(out, size, &off, "%s}}", "", 0);
+			ok = shim_trace_put(out, size, &off, n++ ? ",\"%s\":%lu" : "\"%s\":%lu", zc_names[i], v[i]);
+	ok = ok && shim_trace_put(out, size, &off, "}}");
 	if (!ok)
 		out[0] = '\0';
 }

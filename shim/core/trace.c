@@ -386,3 +386,21 @@ void shim_trace_end(const char *why)
 	 * calls it would have made anyway a moment before. */
 	__atomic_store_n(&shim_trace_level, SHIM_TRACE_OFF, __ATOMIC_RELAXED);
 }
+
+bool shim_trace_put(char *buf, size_t len, size_t *off, const char *fmt, ...)
+{
+	va_list ap;
+	int w;
+
+	if (*off >= len)
+		return false;
+	va_start(ap, fmt);
+	w = vsnprintf(buf + *off, len - *off, fmt, ap);
+	va_end(ap);
+	if (w < 0 || (size_t)w >= len - *off) {
+		buf[*off] = '\0';
+		return false;
+	}
+	*off += (size_t)w;
+	return true;
+}

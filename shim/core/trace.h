@@ -110,4 +110,10 @@ bool shim_trace_budget_take(struct shim_trace_budget *b, unsigned long long now_
 			shim_trace_emit(level, event, fd, tuple, reason, __VA_ARGS__);       \
 	} while (0)
 
+/* Appends printf-style text to buf at *off (buf holds len bytes). False
+ * when it does not fit whole: the text then ends again where it ended
+ * before, since a member cut short would leave a JSON line invalid. */
+bool shim_trace_put(char *buf, size_t len, size_t *off, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
 #endif

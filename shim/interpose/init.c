@@ -21,6 +21,7 @@
 #include "seccomp_state.h"
 #include "real.h"
 #include "sock.h"
+#include "msgstamps.h"
 #include "stamps.h"
 #include "statarea.h"
 #include "stats.h"
@@ -131,5 +132,7 @@ __attribute__((destructor)) static void shim_fini(void)
 	shim_stats_trace();
 	if (shim_cfg.test_stamps)
 		shim_stamps_trace();
+	if (shim_cfg.test_msgstamps)
+		shim_msgstamps_trace();
 	shim_statarea_exit();
 }

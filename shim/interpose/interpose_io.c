@@ -9,6 +9,7 @@
 #include "compiler.h"
 #include "fdtable.h"
 #include "io.h"
+#include "msgstamps.h"
 #include "real.h"
 #include "sock.h"
 
@@ -23,6 +24,8 @@ static inline struct shim_sock *intercepted(int fd)
 	 * does not inline the lookup with its reference loop. */
 	if (likely(!shim_fd_may_intercept(fd)))
 		return NULL;
+	/* Test-only (msgstamps.h): a data call's time starts here. */
+	SHIM_MSGSTAMP_BEGIN();
 	return shim_sock_get_intercepted(fd);
 }
 
@@ -31,6 +34,7 @@ static inline struct shim_sock *intercepted(int fd)
 static inline ssize_t done(struct shim_sock *s, ssize_t rc)
 {
 	shim_sock_put(s);
+	SHIM_MSGSTAMP_END(rc);
 	return shim_ret(rc);
 }
 

@@ -15,6 +15,7 @@
 
 #include "clock.h"
 #include "frames.h"
+#include "msgstamps.h"
 #include "real.h"
 #include "trace.h"
 #include "transport.h"
@@ -125,9 +126,12 @@ static int sleep_capped(struct shim_sock *s, int fd, short events, long long dea
 	if (cap_ms > 0 && slice > cap_ms)
 		slice = cap_ms;
 	pthread_mutex_unlock(&s->lock);
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_SHIM);
 	rc = spin ? handshake_spin(fd, p, 3) : 0;
 	if (rc == 0)
 		rc = REAL(poll)(p, rv >= 0 ? 3 : 2, slice); /* a fd of -1 is skipped */
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_SLEEP);
+	SHIM_MSGSTAMP_NOTE(SHIM_MSG_WOKE);
 	expired = rc == 0 && slice == SHIM_SLEEP_SLICE_MS;
 	rc = rc < 0 ? -errno : 0;
 	pthread_mutex_lock(&s->lock);
@@ -269,8 +273,11 @@ static int call_look(void *ctx)
 
 	/* The policy is asked before the first look, then by the engine
 	 * after each (call_spin_more). */
-	if (!w->asked)
+	if (!w->asked) {
+		SHIM_MSGSTAMP_MARK(SHIM_MSG_SHIM);
+		SHIM_MSGSTAMP_NOTE(SHIM_MSG_WAITED);
 		call_spin_more(w);
+	}
 	if (!w->spinning)
 		return 0; /* no spin: straight to the arm, still locked */
 	if (w->locked) {
@@ -280,10 +287,13 @@ static int call_look(void *ctx)
 	for (int i = 0; i < 64; i++) {
 		if (w->ready(w->s)) {
 			w->hit = true;
+			SHIM_MSGSTAMP_MARK(SHIM_MSG_SPIN);
+			SHIM_MSGSTAMP_NOTE(SHIM_MSG_SPIN_HIT);
 			return 1;
 		}
 		__builtin_ia32_pause();
 	}
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_SPIN);
 	return 0;
 }
 
@@ -316,8 +326,12 @@ static int rx_arm(void *ctx, int *cap_ms)
 	relock(w);
 	w->armed = true;
 	w->line = shim_io_bell_line(w->s);
-	if (!w->ch->ops->rx_arm(w->ch, shim_io_bell_how(w->line)))
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_SHIM);
+	if (!w->ch->ops->rx_arm(w->ch, shim_io_bell_how(w->line))) {
+		SHIM_MSGSTAMP_MARK(SHIM_MSG_ARM);
 		return 0;
+	}
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_ARM);
 	w->cap_ms = shim_io_grace_needed(w->s) ? IO_GRACE_MS : 0;
 	return 1;
 }
@@ -334,7 +348,9 @@ static void rx_disarm(void *ctx)
 {
 	struct call_wait *w = ctx;
 
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_SHIM);
 	shim_io_note_disarm(w->s, !w->ch->ops->rx_disarm(w->ch));
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_DISARM);
 	if (tcp_may_hold_bells(w))
 		shim_frames_drain(w->s, shim_io_fd(w->s, w->fd));
 }
@@ -376,7 +392,10 @@ static int tx_arm(void *ctx, int *cap_ms)
 	}
 	w->armed = true;
 	w->line = shim_io_bell_line(w->s);
-	return w->ch->ops->tx_arm(w->ch, shim_io_bell_how(w->line)) ? 1 : 0;
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_SHIM);
+	rc = w->ch->ops->tx_arm(w->ch, shim_io_bell_how(w->line)) ? 1 : 0;
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_ARM);
+	return rc;
 }
 
 static int tx_sleep(void *ctx, int ms)
@@ -405,7 +424,9 @@ static void tx_disarm(void *ctx)
 
 	if (!w->armed)
 		return;
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_SHIM);
 	shim_io_note_disarm(w->s, !w->ch->ops->tx_disarm(w->ch));
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_DISARM);
 	if (w->s->rx_dir == SHIM_DIR_CHAN && tcp_may_hold_bells(w))
 		shim_frames_drain(w->s, shim_io_fd(w->s, w->fd));
 }

@@ -5,6 +5,7 @@
 
 #include "clock.h"
 #include "config.h"
+#include "msgstamps.h"
 #include "spin.h"
 
 static int run(const struct shim_waitloop_ops *ops, void *ctx, long long timeout_ns)
@@ -25,6 +26,7 @@ static int run(const struct shim_waitloop_ops *ops, void *ctx, long long timeout
 			 * instead; the spin notices and stops (spin.h,
 			 * contention). */
 			sched_yield();
+			SHIM_MSGSTAMP_MARK(SHIM_MSG_YIELD);
 			continue;
 		}
 		/* Arm, then sleep only if no arm found the fd ready meanwhile:

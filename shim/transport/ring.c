@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "msgstamps.h"
+
 void shim_ring_format(void *mem, uint32_t size)
 {
 	struct shim_ring_hdr *hdr = mem;
@@ -132,7 +134,8 @@ size_t shim_ring_read(struct shim_ring *ring, const struct iovec *iov, int iovcn
 
 	if (!cursor_distance(ring, head, load_peer_tail(ring), &avail))
 		return 0;
-
+	if (avail)
+		SHIM_MSGSTAMP_SEEN();
 	for (int i = 0; i < iovcnt && done < avail; i++) {
 		size_t n = iov[i].iov_len;
 
@@ -141,11 +144,14 @@ size_t shim_ring_read(struct shim_ring *ring, const struct iovec *iov, int iovcn
 		copy_out(ring, head + done, iov[i].iov_base, n);
 		done += n;
 	}
+	if (done)
+		SHIM_MSGSTAMP_MARK(SHIM_MSG_COPY);
 	if (!peek && done) {
 		__atomic_store_n(&ring->own, head + done, __ATOMIC_RELAXED);
 		/* Release: our copies out of the ring happen before the producer
 		 * may overwrite; pairs with load_peer_head() in the producer. */
 		__atomic_store_n(&ring->hdr->head, head + done, __ATOMIC_RELEASE);
+		SHIM_MSGSTAMP_MARK(SHIM_MSG_PUBLISH);
 	}
 	return done;
 }
@@ -184,10 +190,13 @@ size_t shim_ring_write(struct shim_ring *ring, const struct iovec *iov, int iovc
 	size_t done = space ? shim_ring_copy_iov_in(ring->data, ring->mask, tail, iov, iovcnt, skip, space) : 0;
 
 	if (done) {
+		SHIM_MSGSTAMP_MARK(SHIM_MSG_COPY);
 		__atomic_store_n(&ring->own, tail + done, __ATOMIC_RELAXED);
 		/* Release: the bytes are in place before the consumer can see the
 		 * new tail; pairs with load_peer_tail() in the consumer. */
 		__atomic_store_n(&ring->hdr->tail, tail + done, __ATOMIC_RELEASE);
+		SHIM_MSGSTAMP_MARK(SHIM_MSG_POST);
+		SHIM_MSGSTAMP_POSTED();
 	}
 	return done;
 }

@@ -52,6 +52,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "msgstamps.h"
 #include "stats.h"
 #include "trace.h"
 
@@ -204,14 +205,17 @@ static size_t rchan_send(struct shim_chan *ch, const struct iovec *iov, int iovc
 	uint64_t head, recvs;
 	size_t done;
 
+	SHIM_MSGSTAMP_OP(SHIM_TRANSPORT_RDMA, SHIM_MSG_TX);
 	shim_rdma_reap(c);
 	if (!take_credits(c, &head, &recvs))
 		return 0;
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_REAP);
 	/* A large blocking send to a proved peer goes from the program's
 	 * memory (rdma_zc.h). */
 	if (shim_cfg.zerocopy == SHIM_ZC_ON && shim_rdma_tx_proved(c) && (done = shim_rdma_zc_send(c, iov, iovcnt, skip, room(c, head, recvs))))
 		return done;
 	done = shim_ring_copy_iov_in(c->tx_shadow, c->mask, c->tx_tail, iov, iovcnt, skip, room(c, head, recvs));
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_COPY);
 	if (!shim_rdma_tx_proved(c)) {
 		/* Staged only: no byte goes to a peer that has not proved it
 		 * is the TCP peer; shim_rdma_tx_release() posts them. */
@@ -227,14 +231,14 @@ static size_t rchan_send(struct shim_chan *ch, const struct iovec *iov, int iovc
 		 * the broken channel shows as EPIPE (peer_rx_gone). */
 		return 0;
 	}
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_POST);
+	SHIM_MSGSTAMP_POSTED();
 	c->tx_tail += done;
 	return done;
 }
 
-static unsigned rchan_tx_bell(struct shim_chan *ch)
+static unsigned tx_bell_due(struct rdma_conn *c)
 {
-	struct rdma_conn *c = shim_rdma_conn_of(ch);
-
 	/*
 	 * A consumer that is not armed yet is spinning on its ring and needs
 	 * no bell: return at once instead of waiting a round trip for our
@@ -246,15 +250,27 @@ static unsigned rchan_tx_bell(struct shim_chan *ch)
 	 */
 	if (!c->proved || !shim_rdma_load_acq(&c->ctl->tx_consumer_armed))
 		return 0;
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_BELL);
 	/* Fence: our tail (or closed) WRITE is in the consumer's memory before
 	 * we read the armed word again; pairs with the consumer's wait for its
 	 * arm WRITE in rchan_rx_arm(): a bell never overtakes its bytes. */
 	if (!shim_rdma_wait_seq(c, c->last_signaled))
 		return 0;
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_COMPLETION);
 	if (!shim_rdma_load_acq(&c->ctl->tx_consumer_armed))
 		return 0;
 	/* Exchange: one armed wait gets one bell, not one per send. */
 	return __atomic_exchange_n(&c->ctl->tx_consumer_armed, 0, __ATOMIC_ACQ_REL) ? SHIM_BELL_TCP : 0;
+}
+
+static unsigned rchan_tx_bell(struct shim_chan *ch)
+{
+	unsigned bells;
+
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_SHIM);
+	bells = tx_bell_due(shim_rdma_conn_of(ch));
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_BELL);
+	return bells;
 }
 
 static size_t rchan_space_lowat(const struct shim_chan *ch)
@@ -302,7 +318,7 @@ static bool rchan_tx_arm(struct shim_chan *ch, unsigned how)
 
 	/* Fence: our wants_space is in the consumer's memory before we look at
 	 * head again; pairs with the wait for the head WRITE in
-	 * rchan_rx_should_bell(). */
+	 * rx_bell_due(). */
 	if (!seq || !shim_rdma_wait_seq(c, seq))
 		return false;
 	return rchan_writable(ch) < rchan_space_lowat(ch) && !rchan_peer_rx_gone(ch);
@@ -372,8 +388,13 @@ static size_t rchan_readable(const struct shim_chan *ch)
 static size_t rchan_recv(struct shim_chan *ch, const struct iovec *iov, int iovcnt, bool peek)
 {
 	struct rdma_conn *c = shim_rdma_conn_of(ch);
-	size_t avail = rchan_readable(ch), done = 0;
+	size_t avail, done = 0;
 
+	SHIM_MSGSTAMP_OP(SHIM_TRANSPORT_RDMA, SHIM_MSG_RX);
+	avail = rchan_readable(ch);
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_REAP);
+	if (avail)
+		SHIM_MSGSTAMP_SEEN();
 	for (int i = 0; i < iovcnt && done < avail; i++) {
 		size_t n = iov[i].iov_len, off, first;
 
@@ -387,6 +408,8 @@ static size_t rchan_recv(struct shim_chan *ch, const struct iovec *iov, int iovc
 	}
 	if (!peek)
 		c->rx_head += done;
+	if (done)
+		SHIM_MSGSTAMP_MARK(SHIM_MSG_COPY);
 	return done;
 }
 
@@ -422,7 +445,7 @@ static bool flush_head(struct rdma_conn *c)
 	return seq && shim_rdma_wait_seq(c, seq);
 }
 
-static bool rchan_rx_should_bell(struct shim_chan *ch)
+static bool rx_bell_due(struct shim_chan *ch)
 {
 	struct rdma_conn *c = shim_rdma_conn_of(ch);
 	bool wants = shim_rdma_load_acq(&c->ctl->rx_wants_space) != 0;
@@ -452,6 +475,16 @@ static bool rchan_rx_should_bell(struct shim_chan *ch)
 	if (c->ring_bytes - rchan_readable(ch) < rchan_space_lowat(ch))
 		return false;
 	return __atomic_exchange_n(&c->ctl->rx_wants_space, 0, __ATOMIC_ACQ_REL) != 0;
+}
+
+static bool rchan_rx_should_bell(struct shim_chan *ch)
+{
+	bool bell;
+
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_SHIM);
+	bell = rx_bell_due(ch);
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_CREDIT);
+	return bell;
 }
 
 /*
@@ -537,7 +570,7 @@ static bool rchan_rx_arm(struct shim_chan *ch, unsigned how)
 	shim_rdma_chain_word(c, &wrs, CTL_OFF(tx_consumer_armed), 1, true);
 	seq = shim_rdma_chain_post(c, &wrs);
 	/* Fence: the arm is in the producer's memory before we re-check the
-	 * tail; pairs with the wait in rchan_tx_bell(). */
+	 * tail; pairs with the wait in tx_bell_due(). */
 	if (!seq || !shim_rdma_wait_seq(c, seq))
 		return false;
 	return !rchan_readable(ch) && !__atomic_load_n(&c->rx_closed, __ATOMIC_ACQUIRE);

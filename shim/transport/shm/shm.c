@@ -13,6 +13,7 @@
 #include "faults.h"
 #include "fdtable.h"
 #include "flimit.h"
+#include "msgstamps.h"
 #include "real.h"
 #include "reaper.h"
 #include "rendezvous.h"
@@ -240,11 +241,13 @@ int shim_shm_attach(int memfd, uint32_t ring_bytes, struct shim_chan **out)
 
 static size_t shm_send(struct shim_chan *ch, const struct iovec *iov, int iovcnt, size_t skip)
 {
+	SHIM_MSGSTAMP_OP(SHIM_TRANSPORT_SHM, SHIM_MSG_TX);
 	return shim_ring_write(&shm_of(ch)->tx, iov, iovcnt, skip);
 }
 
 static size_t shm_recv(struct shim_chan *ch, const struct iovec *iov, int iovcnt, bool peek)
 {
+	SHIM_MSGSTAMP_OP(SHIM_TRANSPORT_SHM, SHIM_MSG_RX);
 	return shim_ring_read(&shm_of(ch)->rx, iov, iovcnt, peek);
 }
 
@@ -392,12 +395,22 @@ static unsigned shm_ring_as_asked(struct shm_chan *sc, uint32_t armed)
  * so the bell may follow at once. */
 static unsigned shm_tx_bell(struct shim_chan *ch)
 {
-	return shm_ring_as_asked(shm_of(ch), shim_ring_producer_should_bell(&shm_of(ch)->tx));
+	unsigned bells;
+
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_SHIM);
+	bells = shm_ring_as_asked(shm_of(ch), shim_ring_producer_should_bell(&shm_of(ch)->tx));
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_BELL);
+	return bells;
 }
 
 static bool shm_rx_should_bell(struct shim_chan *ch)
 {
-	return shm_ring_as_asked(shm_of(ch), shim_ring_consumer_should_bell(&shm_of(ch)->rx)) & SHIM_BELL_TCP;
+	bool bell;
+
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_SHIM);
+	bell = shm_ring_as_asked(shm_of(ch), shim_ring_consumer_should_bell(&shm_of(ch)->rx)) & SHIM_BELL_TCP;
+	SHIM_MSGSTAMP_MARK(SHIM_MSG_CREDIT);
+	return bell;
 }
 
 /* What a disarm reports (transport.h): whether a TCP bell is on the way,
