@@ -31,7 +31,9 @@ run_pp() {
     stop_bg "$pid"
     return
   fi
-  with_shim "${vars[@]}" sockperf ping-pong --tcp -i 127.0.0.1 -p "$port" -t 2 -m 64 \
+  # --mps: unpaced, shm outruns the sequence numbers sockperf sized for
+  # the run and the client stops with "_seqN > m_maxSequenceNo".
+  with_shim "${vars[@]}" sockperf ping-pong --tcp -i 127.0.0.1 -p "$port" -t 2 -m 64 --mps 200000 \
     >"$WORK/$name-client.out" 2>&1 || rc=$?
   check "$name: client exit status 0 (got $rc)" test "$rc" -eq 0
   # timeout passes SIGINT on to sockperf, which exits through exit():

@@ -117,7 +117,10 @@ void shim_msgstamp_end(long long rc);
  * the shim's path; it says which transport and direction the call's
  * figures go to); MARK at the end of a phase; POSTED right after the post
  * of a send's bytes, SEEN where a receive finds its bytes, both after the
- * MARK that closes their phase; NOTE from the wait engine.
+ * MARK that closes their phase (the transports mark where they see bytes;
+ * io_rx.c's steps mark again for any receive that returns data, and the
+ * first mark wins, so each such receive is counted once); NOTE from the
+ * wait engine.
  */
 #define SHIM_MSGSTAMP_BEGIN()                                     \
 	do {                                                      \

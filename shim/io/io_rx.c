@@ -12,6 +12,7 @@
 
 #include "faults.h"
 #include "frames.h"
+#include "msgstamps.h"
 #include "real.h"
 #include "sockstat.h"
 #include "trace.h"
@@ -127,6 +128,9 @@ static enum shim_io_next rx_tcp(struct rx_call *c, const struct iovec *win, int 
 		c->rc = (int)n;
 		return SHIM_IO_ANSWERED;
 	}
+	/* Test-only (msgstamps.h): bytes read off TCP ahead of the switch
+	 * are this call's data too, found here if not on the channel. */
+	SHIM_MSGSTAMP_SEEN();
 	c->got += (size_t)n;
 	/* A peek consumed nothing: another round would find the same bytes
 	 * and hand them out twice (SO_RCVLOWAT above what is queued). */
@@ -225,6 +229,10 @@ static enum shim_io_next rx_chan(struct rx_call *c, const struct iovec *win, int
 	}
 	if (n <= 0)
 		return rx_chan_empty(c);
+	/* Test-only (msgstamps.h): the transport marked where it saw the
+	 * bytes; this step marks it for any way it did not (first mark wins),
+	 * so that every receive with data is counted by how it found it. */
+	SHIM_MSGSTAMP_SEEN();
 	c->got += (size_t)n;
 	s->rx_idle_arms = 0;
 	if (!c->peek && ch->ops->rx_should_bell(ch))
