@@ -1,8 +1,10 @@
 /* Unit tests for shim/spin.c: when a wait spins (crowding, per-waiter history). */
 #include <check.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <time.h>
 
+#include "clock.h"
 #include "config.h"
 #include "spin.h"
 #include "stats.h"
@@ -401,6 +403,58 @@ START_TEST(a_spin_that_loses_its_core_holds_the_spins)
 }
 END_TEST
 
+static long my_switches(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_THREAD, &ru);
+	return ru.ru_nvcsw + ru.ru_nivcsw;
+}
+
+/* A gap between two looks in which the thread kept its core (here: a busy
+ * loop; under a hypervisor, the virtual CPU stalled) is no contention:
+ * the spin goes on and nothing holds. Retried when the machine happened
+ * to switch the loop out meanwhile. */
+START_TEST(a_gap_without_a_switch_holds_nothing)
+{
+	struct shim_spin_hist h = { 0 }, other = { 0 };
+	unsigned long preempted = shim_stats_spin[SHIM_SPIN_STAT_PREEMPTED];
+	unsigned long stalled = shim_stats_spin[SHIM_SPIN_STAT_STALLED];
+	bool judged = false;
+
+	shim_cfg.spin_us = 1000 * 1000;
+	shim_spin_watch_preemption(true);
+	for (int tries = 0; tries < 50 && !judged; tries++) {
+		struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
+		unsigned long long until;
+		long before;
+
+		ck_assert(shim_spin_more(&run, &h, -1));
+		before = run.switches;
+		ck_assert(before >= 0);
+		until = shim_now_ns() + 2 * 1000 * 1000;
+		while (shim_now_ns() < until)
+			__builtin_ia32_pause();
+		if (my_switches() != before) {
+			/* switched out after all: a lost core, held */
+			shim_spin_more(&run, &h, -1);
+			shim_spin_end(&run, &h, false, -1);
+			shim_spin_reset_prior();
+			preempted = shim_stats_spin[SHIM_SPIN_STAT_PREEMPTED];
+			continue;
+		}
+		ck_assert(shim_spin_more(&run, &h, -1));
+		shim_spin_end(&run, &h, true, -1);
+		judged = true;
+	}
+	ck_assert_msg(judged, "the busy loop was switched out at every try");
+	ck_assert_uint_eq(shim_stats_spin[SHIM_SPIN_STAT_PREEMPTED], preempted);
+	ck_assert_uint_eq(shim_stats_spin[SHIM_SPIN_STAT_STALLED], stalled + 1);
+	ck_assert(one_wait(&other, true)); /* nothing held */
+	ck_assert_uint_eq(shim_spin_spinners(), 0);
+}
+END_TEST
+
 START_TEST(spin_us_zero_never_spins)
 {
 	struct shim_spin_hist h = { 0 };
@@ -435,6 +489,7 @@ static Suite *spin_suite(void)
 	tcase_add_test(tc, new_waiters_start_from_the_process_prior);
 	tcase_add_test(tc, a_history_apart_keeps_to_itself);
 	tcase_add_test(tc, a_spin_that_loses_its_core_holds_the_spins);
+	tcase_add_test(tc, a_gap_without_a_switch_holds_nothing);
 	suite_add_tcase(s, tc);
 	return s;
 }

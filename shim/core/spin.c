@@ -1,6 +1,7 @@
 /* Adaptive busy polling; see spin.h for the rules and why. */
 #include "spin.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -266,13 +267,37 @@ static void spin_preempted(unsigned long long now, unsigned long long gap_ns, in
 		   "\"gap_us\":%llu,\"hold_ms\":%llu", gap_ns / 1000, hold / 1000000);
 }
 
-/* Did the spin lose its core since its last look? Then the spins hold. */
-static bool lost_core(const struct shim_spin_run *run, unsigned long long now, int fd)
+/* The calling thread's context switches so far, voluntary or not (a
+ * yield that handed the core over counts), -1 if unknown. */
+static long thread_switches(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_THREAD, &ru))
+		return -1;
+	return ru.ru_nvcsw + ru.ru_nivcsw;
+}
+
+/*
+ * Did the spin lose its core since its last look? Then the spins hold.
+ * Only if the thread was switched out meanwhile: a gap with no switch is
+ * the CPU itself stalled (a hypervisor running its host's other work on
+ * our virtual CPU, a long interrupt), which a sleep would not have spared
+ * us, and which no thread of this machine took (spin.h, contention).
+ */
+static bool lost_core(struct shim_spin_run *run, unsigned long long now, int fd)
 {
 	unsigned long long gap = now - run->last_ns;
+	long sw;
 
 	if (gap < SHIM_SPIN_PREEMPTED_US * 1000ull || !shim_cfg.spin_adapt || !LOAD(watch_preemption))
 		return false;
+	sw = thread_switches();
+	if (sw >= 0 && run->switches >= 0 && sw == run->switches) {
+		shim_stats_spin_count(SHIM_SPIN_STAT_STALLED);
+		return false;
+	}
+	run->switches = sw;
 	spin_preempted(now, gap, fd);
 	return true;
 }
@@ -346,6 +371,7 @@ bool shim_spin_more(struct shim_spin_run *run, struct shim_spin_hist *h, int fd)
 	if (LOAD(crowded_seen) && __atomic_exchange_n(&crowded_seen, 0, __ATOMIC_RELAXED))
 		SHIM_TRACE(SHIM_TRACE_DEBUG, "spin.uncrowded", fd, NULL, SHIM_REASON_NONE, "\"cpus\":%u", cpus());
 	run->state = SHIM_SPIN_ON;
+	run->switches = shim_cfg.spin_adapt && LOAD(watch_preemption) ? thread_switches() : -1;
 	run->start_ns = now;
 	run->last_ns = now;
 	run->end_ns = now + (unsigned long long)shim_cfg.spin_us * 1000ull;

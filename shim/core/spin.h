@@ -28,7 +28,14 @@
  *             none.
  *   contention  a spin that lost its core for a scheduler slice (two
  *             looks at the clock SHIM_SPIN_PREEMPTED_US apart, whether the
- *             data came meanwhile or not), a second time within
+ *             data came meanwhile or not, and the thread switched out
+ *             between them: a gap with no switch is the CPU itself
+ *             stalled, a hypervisor that ran its host's other work on our
+ *             virtual CPU or a long interrupt, which no thread of ours or
+ *             of this machine took, and a sleep would not have spared;
+ *             counted "stalled" and held nothing, since under emulation
+ *             on a busy host it came spin after spin and held even an
+ *             explicit RDMASHIM_SPIN_US off), a second time within
  *             SHIM_SPIN_STEAL_WINDOW spins of the process, shows runnable
  *             threads other than its peers competing for the cores: its
  *             yield handed the core to one of them, or the kernel switched
@@ -109,13 +116,16 @@ struct shim_spin_run {
 	unsigned long long start_ns;
 	unsigned long long last_ns; /* the spin's last look at the clock */
 	uint8_t state; /* SHIM_SPIN_* below */
+	/* The thread's context switches when the spin started (or at its
+	 * last lost slice), -1: unknown (contention). */
+	long switches;
 };
 
 /* RAN_OUT: the budget ended with nothing; the spin is judged when the
  * wait ends (slow wake). */
 enum { SHIM_SPIN_IDLE = 0, SHIM_SPIN_ON, SHIM_SPIN_SKIPPED, SHIM_SPIN_DONE, SHIM_SPIN_RAN_OUT };
 
-#define SHIM_SPIN_RUN_INIT { 0, 0, 0, SHIM_SPIN_IDLE }
+#define SHIM_SPIN_RUN_INIT { 0, 0, 0, SHIM_SPIN_IDLE, 0 }
 
 /* A gap between two looks of one spin this long: the thread lost its core
  * for a scheduler slice (a yield to the peer, or a round over many fds,

@@ -13,7 +13,7 @@ unsigned long shim_stats_zc[SHIM_ZC_STAT_COUNT];
 
 static const char *const spin_names[SHIM_SPIN_STAT_COUNT] = {
 	"runs", "hits", "misses", "skipped_crowded", "skipped_backoff", "backoffs", "resumes",
-	"preempted", "skipped_contended", "near_misses",
+	"preempted", "skipped_contended", "near_misses", "stalled",
 };
 
 static const char *const zc_names[SHIM_ZC_STAT_COUNT] = {

@@ -31,6 +31,7 @@ enum shim_spin_stat {
 	SHIM_SPIN_STAT_PREEMPTED,
 	SHIM_SPIN_STAT_SKIP_CONTENDED,
 	SHIM_SPIN_STAT_NEAR, /* ran out, the data came within a slow wake-up after (spin.h) */
+	SHIM_SPIN_STAT_STALLED, /* a gap between two looks with no switch: the CPU stalled, no contention */
 	SHIM_SPIN_STAT_COUNT,
 };
 
