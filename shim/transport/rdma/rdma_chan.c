@@ -300,13 +300,18 @@ static bool rchan_peer_ended_clean(struct shim_chan *ch)
 	       rchan_peer_rx_gone(ch) && shim_rdma_tx_unread(ch) == 0;
 }
 
+static void comp_clean(struct rdma_link *l);
+
 /* how: TCP always; the line (bell_fd) is for rx only (rchan_rx_arm). */
 static bool rchan_tx_arm(struct shim_chan *ch, unsigned how)
 {
 	struct rdma_conn *c = shim_rdma_conn_of(ch);
 	uint64_t seq;
 
-	(void)how;
+	/* We sleep on the line too (the wait watches it): an event a past
+	 * rx wait left there (comp_give) would wake us again and again. */
+	if (how == SHIM_BELL_LINE && c->link)
+		comp_clean(c->link);
 	/* Broken: what wakes us now is the peer's RESUME (or EOF) on TCP. */
 	if (c->broken)
 		return true;
@@ -504,19 +509,41 @@ static bool comp_take(struct rdma_link *l)
 	if (!__atomic_compare_exchange_n(&l->comp_owner, &cur, me, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED) &&
 	    cur != me)
 		return false;
-	l->comp_nest++;
+	/* Events an earlier arm caused, left by its owner (comp_give): left,
+	 * they would keep our level-triggered wait awake. Taken before we
+	 * arm, so none of ours is among them. */
+	if (!l->comp_nest++ && l->comp_dirty) {
+		shim_rdma_link_comp_drain(l);
+		l->comp_dirty = false;
+	}
 	return true;
 }
 
+/*
+ * The events go with the channel, not drained here: the owner gives it
+ * back as it wakes, and a drain now (a read that finds the event, then
+ * one that finds none) would come between the wake-up and the data it
+ * woke for. The next owner drains before it arms (comp_take), while it
+ * waits anyway; until then no arm is outstanding, so at most the one event
+ * that woke us waits there. The acquire of the owner word in comp_take
+ * pairs with this release, handing comp_dirty over.
+ */
 static void comp_give(struct rdma_link *l)
 {
 	if (--l->comp_nest)
 		return;
-	/* Events our arms caused are ours to take: left, they would keep a
-	 * level-triggered wait of the next owner awake. One that comes after
-	 * this drain wakes the next owner once, for nothing. */
-	shim_rdma_link_comp_drain(l);
+	l->comp_dirty = true;
 	__atomic_store_n(&l->comp_owner, 0, __ATOMIC_RELEASE);
+}
+
+/* Drains what an earlier owner left, if no other thread owns the channel
+ * now (its own take drained it then), without arming. */
+static void comp_clean(struct rdma_link *l)
+{
+	if (!l->comp || !comp_take(l))
+		return;
+	if (!--l->comp_nest)
+		__atomic_store_n(&l->comp_owner, 0, __ATOMIC_RELEASE);
 }
 
 static bool line_arm(struct rdma_conn *c)

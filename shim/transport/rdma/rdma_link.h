@@ -125,6 +125,11 @@ struct rdma_link {
 	 * arms are belled on TCP, as without a channel (rdma_chan.c). */
 	uintptr_t comp_owner;
 	unsigned comp_nest;
+	/* An owner gave comp back without draining it (rdma_chan.c,
+	 * comp_give): the next owner drains before it arms. The owner's
+	 * alone to read and write (the owner word's release and acquire
+	 * hand it over). */
+	bool comp_dirty;
 	struct ibv_qp *qp;
 	unsigned max_conns; /* live + held, at most (see SHIM_LINK_MAX_CONNS) */
 	unsigned rq_depth;  /* max_conns * SHIM_LINK_RECVS_PER_CONN */
