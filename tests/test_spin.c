@@ -207,6 +207,35 @@ START_TEST(slow_wake_ups_end_a_back_off)
 }
 END_TEST
 
+/* With wake-ups that cost more than the budget, a spin polls as long as a
+ * wake-up costs: stopping at the budget would add a wake-up to the wait.
+ * With cheap ones, it stops at the budget. */
+START_TEST(slow_wake_ups_lengthen_the_spin)
+{
+	struct shim_spin_hist h = { 0 };
+	struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
+	unsigned long long t0;
+
+	shim_cfg.spin_us = 100;
+	ck_assert(shim_spin_more(&run, &h, -1));
+	t0 = shim_now_ns();
+	while (shim_spin_more(&run, &h, -1))
+		;
+	shim_spin_end(&run, &h, false, -1);
+	ck_assert_uint_lt(shim_now_ns() - t0, 400 * 1000); /* no wake-up seen: the budget */
+	for (int i = 0; i < 4; i++)
+		wait_then_sleep(&(struct shim_spin_hist){ 0 }, 1000);
+	ck_assert_uint_ge(shim_spin_wake_ns(), 1000 * 1000);
+	run = (struct shim_spin_run)SHIM_SPIN_RUN_INIT;
+	ck_assert(shim_spin_more(&run, &h, -1));
+	t0 = shim_now_ns();
+	while (shim_spin_more(&run, &h, -1))
+		;
+	shim_spin_end(&run, &h, true, -1);
+	ck_assert_uint_ge(shim_now_ns() - t0, 500 * 1000);
+}
+END_TEST
+
 /* With slow wake-ups a hit late in the budget still saved a wake-up: it
  * pays (it is a miss only where a sleep costs less than what it burnt). */
 START_TEST(slow_wake_ups_make_late_hits_pay)
@@ -417,7 +446,7 @@ static long my_switches(void)
  * to switch the loop out meanwhile. */
 START_TEST(a_gap_without_a_switch_holds_nothing)
 {
-	struct shim_spin_hist h = { 0 }, other = { 0 };
+	struct shim_spin_hist other = { 0 };
 	unsigned long preempted = shim_stats_spin[SHIM_SPIN_STAT_PREEMPTED];
 	unsigned long stalled = shim_stats_spin[SHIM_SPIN_STAT_STALLED];
 	bool judged = false;
@@ -426,6 +455,7 @@ START_TEST(a_gap_without_a_switch_holds_nothing)
 	shim_spin_watch_preemption(true);
 	for (int tries = 0; tries < 50 && !judged; tries++) {
 		struct shim_spin_run run = SHIM_SPIN_RUN_INIT;
+		struct shim_spin_hist h = { 0 }; /* a lost try's miss is not this one's */
 		unsigned long long until;
 		long before;
 
@@ -480,6 +510,7 @@ static Suite *spin_suite(void)
 	tcase_add_test(tc, slow_wake_ups_do_not_lock_the_back_off_in);
 	tcase_add_test(tc, slow_wake_ups_end_a_back_off);
 	tcase_add_test(tc, slow_wake_ups_make_late_hits_pay);
+	tcase_add_test(tc, slow_wake_ups_lengthen_the_spin);
 	tcase_add_test(tc, cheap_wake_ups_or_idle_peers_still_back_off);
 	tcase_add_test(tc, a_spin_asked_again_after_an_empty_sleep_is_still_judged);
 	tcase_add_test(tc, a_wait_that_never_slept_is_no_wake_up);

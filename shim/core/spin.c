@@ -147,6 +147,26 @@ static unsigned long long near_ns(void)
 	return slow_wake() ? budget_ns() + 2 * WAKE_MAX_NS : budget_ns();
 }
 
+/*
+ * How long this spin may run (spin.h, slow wake): the budget, or, where a
+ * wake-up costs more than the whole budget, as long as one wake-up costs
+ * (at most SLOW_SPIN_MAX_NS): a spin that stops before the data comes then
+ * pays a wake-up on top of the wait, so polling up to that cost never
+ * takes longer than sleeping would have.
+ */
+#define SLOW_SPIN_MAX_NS (1000ull * 1000)
+static unsigned long long run_ns(void)
+{
+	unsigned long long b = budget_ns(), w;
+
+	if (!shim_cfg.spin_adapt || !slow_wake())
+		return b;
+	w = shim_spin_wake_ns();
+	if (w > SLOW_SPIN_MAX_NS)
+		w = SLOW_SPIN_MAX_NS;
+	return w > b ? w : b;
+}
+
 static void resume(struct shim_spin_hist *h, unsigned level, int fd)
 {
 	STORE(h->misses, 0);
@@ -374,7 +394,7 @@ bool shim_spin_more(struct shim_spin_run *run, struct shim_spin_hist *h, int fd)
 	run->switches = shim_cfg.spin_adapt && LOAD(watch_preemption) ? thread_switches() : -1;
 	run->start_ns = now;
 	run->last_ns = now;
-	run->end_ns = now + (unsigned long long)shim_cfg.spin_us * 1000ull;
+	run->end_ns = now + run_ns();
 	shim_stats_spin_count(SHIM_SPIN_STAT_RUN);
 	return true;
 }

@@ -65,7 +65,14 @@
  *             the peer's), the spin nearly paid: not a miss, and a probe that nearly paid ends the
  *             back-off; a skipped spin whose sleep ended that soon brings
  *             the probe forward; and a hit anywhere in the budget pays,
- *             since it saved more than it burnt. With wake-ups cheaper
+ *             since it saved more than it burnt. And the spin itself
+ *             runs as long as a wake-up costs (that estimate, at most a
+ *             millisecond) rather than stopping at the budget: a spin
+ *             that stops before the data comes adds a whole wake-up to
+ *             the wait, so polling up to a wake-up's cost is never slower
+ *             than sleeping at once, and a round trip just over the
+ *             budget (rxe's post alone under emulation) no longer turns
+ *             every wait into a sleep. With wake-ups cheaper
  *             than the budget (a native host, a full one included) the
  *             rules are the ones above, unchanged.
  *   prior     a waiter's history starts from the process's latest verdict:
