@@ -149,19 +149,23 @@ static unsigned long long near_ns(void)
 
 /*
  * How long this spin may run (spin.h, slow wake): the budget, or, where a
- * wake-up costs more than the whole budget, as long as one wake-up costs
+ * wake-up costs more than the whole budget, as long as a wake-up costs
  * (at most SLOW_SPIN_MAX_NS): a spin that stops before the data comes then
  * pays a wake-up on top of the wait, so polling up to that cost never
- * takes longer than sleeping would have.
+ * takes longer than sleeping would have. The estimate is the shortest
+ * wake-up seen; a typical one costs several times that (SLOW_SPIN_WAKES):
+ * spins as long as the shortest still ran out on one wait in eight under
+ * emulation, and each such sleep slowed the peer's next post.
  */
 #define SLOW_SPIN_MAX_NS (1000ull * 1000)
+#define SLOW_SPIN_WAKES 4
 static unsigned long long run_ns(void)
 {
 	unsigned long long b = budget_ns(), w;
 
 	if (!shim_cfg.spin_adapt || !slow_wake())
 		return b;
-	w = shim_spin_wake_ns();
+	w = SLOW_SPIN_WAKES * shim_spin_wake_ns();
 	if (w > SLOW_SPIN_MAX_NS)
 		w = SLOW_SPIN_MAX_NS;
 	return w > b ? w : b;

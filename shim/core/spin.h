@@ -66,8 +66,9 @@
  *             back-off; a skipped spin whose sleep ended that soon brings
  *             the probe forward; and a hit anywhere in the budget pays,
  *             since it saved more than it burnt. And the spin itself
- *             runs as long as a wake-up costs (that estimate, at most a
- *             millisecond) rather than stopping at the budget: a spin
+ *             runs as long as a wake-up costs (a few times the shortest
+ *             seen, at most a millisecond) rather than stopping at the
+ *             budget: a spin
  *             that stops before the data comes adds a whole wake-up to
  *             the wait, so polling up to a wake-up's cost is never slower
  *             than sleeping at once, and a round trip just over the
