@@ -589,21 +589,9 @@ if wanted speed; then
   read -r h_cores h_load _ < "${RDMA_HOSTLOAD:-/nonexistent}" 2>/dev/null
   if [[ -n ${h_load:-} ]] && awk -v l="$h_load" -v c="$h_cores" 'BEGIN { exit !(l > c + 1) }'; then
     ok "$what # SKIP host loaded (load $h_load on $h_cores cores)"
-  elif awk -v s="$shim_b" -v t="$tcp_m" -v f="${SPEED_FACTOR:-1.5}" 'BEGIN { exit !(s + 0 > 0 && t + 0 > 0 && f * s <= t) }'; then
-    ok "$what (host load ${h_load:-unknown})"
   else
-    # A known failure, marked as TAP's TODO and printed with its figures:
-    # on this development host the default path sleeps on most receives
-    # (the adaptive spin's rules turn spinning off under emulation, shown
-    # by the per-message stamps of branch h-stamps), and the old library
-    # measured the same in the same VM, so it is not a regression of the
-    # code it runs on. Issue 34 stays open on it; SPEED_STRICT=1
-    # makes it fail again.
-    if [[ ${SPEED_STRICT:-0} == 1 ]]; then
-      not_ok "$what (host load ${h_load:-unknown})"
-    else
-      ok "$what (host load ${h_load:-unknown}) # TODO known: the default path sleeps on most receives under emulation (issue 34)"
-    fi
+    check "$what (host load ${h_load:-unknown})" \
+      awk -v s="$shim_b" -v t="$tcp_m" -v f="${SPEED_FACTOR:-1.5}" 'BEGIN { exit !(s + 0 > 0 && t + 0 > 0 && f * s <= t) }'
   fi
   upgraded speed
 fi
