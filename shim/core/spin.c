@@ -154,8 +154,8 @@ static unsigned long long near_ns(void)
  * pays a wake-up on top of the wait, so polling up to that cost never
  * takes longer than sleeping would have. The estimate is the shortest
  * wake-up seen; a typical one costs several times that (SLOW_SPIN_WAKES):
- * spins as long as the shortest still ran out on one wait in eight under
- * emulation, and each such sleep slowed the peer's next post.
+ * spins as long as the shortest still ran out often under emulation, and
+ * each such sleep slowed the peer's next post (docs/BENCHMARKS.md).
  */
 #define SLOW_SPIN_MAX_NS (1000ull * 1000)
 #define SLOW_SPIN_WAKES 4
