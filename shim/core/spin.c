@@ -291,6 +291,9 @@ static void spin_preempted(unsigned long long now, unsigned long long gap_ns, in
 		   "\"gap_us\":%llu,\"hold_ms\":%llu", gap_ns / 1000, hold / 1000000);
 }
 
+/* A spin's switch count before its first read (lost_core: unknown). */
+#define SWITCHES_UNREAD (-2L)
+
 /* The calling thread's context switches so far, voluntary or not (a
  * yield that handed the core over counts), -1 if unknown. */
 static long thread_switches(void)
@@ -353,6 +356,11 @@ bool shim_spin_more(struct shim_spin_run *run, struct shim_spin_hist *h, int fd)
 			return false;
 		}
 		run->last_ns = now;
+		/* Read after the spin's first looks, not at its start: a
+		 * system call there came before the first look, and on shm
+		 * the data is often there sooner than it returns. */
+		if (run->switches == SWITCHES_UNREAD && shim_cfg.spin_adapt && LOAD(watch_preemption))
+			run->switches = thread_switches();
 		if (now < run->end_ns)
 			return true;
 		/* Judged when the wait ends (ran_out_finish). */
@@ -395,7 +403,7 @@ bool shim_spin_more(struct shim_spin_run *run, struct shim_spin_hist *h, int fd)
 	if (LOAD(crowded_seen) && __atomic_exchange_n(&crowded_seen, 0, __ATOMIC_RELAXED))
 		SHIM_TRACE(SHIM_TRACE_DEBUG, "spin.uncrowded", fd, NULL, SHIM_REASON_NONE, "\"cpus\":%u", cpus());
 	run->state = SHIM_SPIN_ON;
-	run->switches = shim_cfg.spin_adapt && LOAD(watch_preemption) ? thread_switches() : -1;
+	run->switches = SWITCHES_UNREAD;
 	run->start_ns = now;
 	run->last_ns = now;
 	run->end_ns = now + run_ns();

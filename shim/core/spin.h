@@ -124,8 +124,8 @@ struct shim_spin_run {
 	unsigned long long start_ns;
 	unsigned long long last_ns; /* the spin's last look at the clock */
 	uint8_t state; /* SHIM_SPIN_* below */
-	/* The thread's context switches when the spin started (or at its
-	 * last lost slice), -1: unknown (contention). */
+	/* The thread's context switches after the spin's first looks (or at
+	 * its last lost slice); negative: not known (a gap is contention). */
 	long switches;
 };
 
