@@ -64,7 +64,7 @@ DIFF_SRCS   := $(wildcard integration/diff/*.c)
 READY_RULES      := $(BUILD)/progs/ready_rules
 READY_RULES_SRCS := $(wildcard integration/progs/ready_rules/*.c)
 
-.PHONY: all deps test check-layers unit unit-bins integration docs demo bench bench-quick bench-scripts install clean asan tsan test-asan test-tsan soak-diff soak-faults
+.PHONY: all deps test check-layers unit unit-bins integration docs demo bench bench-quick bench-scripts install clean asan tsan test-asan test-tsan soak-diff soak-faults diff-replays diff-replays-convert
 
 all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS) $(HOSTILE) $(DIFF_DRIVER) $(READY_RULES)
 
@@ -160,6 +160,16 @@ test-asan test-tsan: all
 # The differential harness's random scenarios for DIFF_SOAK_S seconds (default 3600).
 soak-diff: all
 	@unshare -n bash -c 'ip link set lo up; DIFF_SOAK=1 integration/diff/diff.py soak --budget $${DIFF_SOAK_S:-3600}'
+
+# Real programs' traces as differential scenarios (integration/diff/README.md):
+# diff-replays records them again with strace (root; the programs of
+# tools/install-deps.sh), diff-replays-convert only rewrites the scenarios
+# corpus/replay_*.scn from the kept traces corpus/traces/.
+diff-replays:
+	@integration/diff/record.sh $(REPLAYS)
+
+diff-replays-convert:
+	@integration/diff/trace2scn.py convert
 
 # Random fault schedules (RDMASHIM_TEST_FAULTS) under checksummed streams for
 # SOAK_MINUTES (default 60), from SOAK_SEED (default random, printed); a
