@@ -89,8 +89,7 @@ rec_redis_cli() {
   stop_server
 }
 
-rec_nginx_curl() {
-  have nginx curl || return 1
+nginx_setup() {
   local d=$RAW/nginx
   mkdir -p "$d/www" "$d/logs"
   head -c 1000 /dev/urandom >"$d/www/a.bin"
@@ -116,9 +115,55 @@ http {
   server { listen 127.0.0.1:$PORT; root $d/www; }
 }
 CONF
-  start_server "$RAW" nginx -p "$d" -c "$d/nginx.conf" || return 1
+  start_server "$RAW" nginx -p "$d" -c "$d/nginx.conf"
+}
+
+rec_nginx_curl() {
+  have nginx curl || return 1
+  nginx_setup || return 1
   local u=http://127.0.0.1:$PORT
   client client curl -s -o /dev/null -o /dev/null -o /dev/null -o /dev/null "$u/a.bin" "$u/b.bin" "$u/c.txt" "$u/a.bin" >"$RAW/client.out"
+  stop_server
+}
+
+# wrk: one thread, one keep-alive connection, for a second (the
+# scenario is cut after its first requests).
+rec_nginx_wrk() {
+  have nginx wrk || return 1
+  nginx_setup || return 1
+  client client wrk -t1 -c1 -d1s "http://127.0.0.1:$PORT/b.bin" >"$RAW/client.out" ||
+    { stop_server; return 1; }
+  stop_server
+}
+
+# memcached's text protocol over one blocking socket, as the simple clients
+# speak it (set, get, multi-get, incr, delete; a pipelined pair).
+MEMCACHED_CLIENT='
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+f = s.makefile("rb")
+def line():
+    return f.readline()
+for i, n in enumerate((1, 100, 1000, 5000, 20000, 64, 3)):
+    s.sendall(b"set k%d 0 0 %d\r\n" % (i, n) + b"v" * n + b"\r\n")
+    assert line() == b"STORED\r\n"
+    s.sendall(b"get k%d\r\n" % i)
+    assert line().startswith(b"VALUE")
+    assert len(f.read(n + 2)) == n + 2 and line() == b"END\r\n"
+s.sendall(b"get " + b" ".join(b"k%d" % i for i in range(7)) + b"\r\n")
+while line() != b"END\r\n":
+    pass
+s.sendall(b"set n 0 0 1\r\n1\r\nincr n 5\r\n")
+assert line() == b"STORED\r\n" and line() == b"6\r\n"
+s.sendall(b"delete k0\r\n")
+assert line() == b"DELETED\r\n"
+s.close()
+'
+rec_memcached() {
+  have memcached python3 || return 1
+  start_server "$RAW" memcached -u root -l 127.0.0.1 -p "$PORT" -U 0 -t 2 -m 64 || return 1
+  client client python3 -c "$MEMCACHED_CLIENT" "$PORT" || { stop_server; return 1; }
   stop_server
 }
 
@@ -242,13 +287,15 @@ rec_py_fork_mod() {
 }
 
 # name -> recorder function, client trace prefix
-ALL="redis_bench redis_cli nginx_curl mosquitto_sub_qos1 mosquitto_pub_qos1 py_asyncio_echo py_fork_mod"
+ALL="redis_bench redis_cli nginx_curl nginx_wrk memcached mosquitto_sub_qos1 mosquitto_pub_qos1 py_asyncio_echo py_fork_mod"
 rc=0
 for name in ${*:-$ALL}; do
   case $name in
   redis_bench) fn=rec_redis_bench cl=client ;;
   redis_cli) fn=rec_redis_cli cl=client ;;
   nginx_curl) fn=rec_nginx_curl cl=client ;;
+  nginx_wrk) fn=rec_nginx_wrk cl=client ;;
+  memcached) fn=rec_memcached cl=client ;;
   mosquitto_sub_qos1) fn=rec_mosquitto cl=client-sub ;;
   mosquitto_pub_qos1) fn=rec_mosquitto cl=client-pub ;;
   py_asyncio_echo) fn=rec_py_asyncio cl=client ;;

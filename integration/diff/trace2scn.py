@@ -6,7 +6,8 @@
       keeps, of `strace -ff -ttt -T -yy` files RAWDIR/PREFIX.<pid> and
       RAWDIR/server.<pid>, the calls of one connection to port P (the
       client's connection with the most calls): DIR/NAME.client.strace and
-      DIR/NAME.server.strace, each line "PID TIME CALL(...) = RET <DUR>".
+      DIR/NAME.server.strace, each line "PID TIME CALL(...) = RET <DUR>"
+      (up to the time of the client's --max-lines-th call, default 1000).
   trace2scn.py convert TRACES/NAME [--out FILE.scn] [--max-steps N]
       the scenario of a kept pair of traces (all kept pairs: `convert` with
       no name writes corpus/replay_NAME.scn for every corpus/traces/NAME).
@@ -34,6 +35,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Queued bytes beyond this are a bulk transfer (replay()).
 BULK = 32 * 1024
+# More unread sends than this may wait for the reader's delayed ACK (a
+# congestion window of ten segments at the start of a connection).
+SEGS = 8
 LINE = re.compile(r"^(\d+\.\d+) (\w+)\((.*)\) += (.*?)(?: <([\d.]+)>)?$")
 # recvfrom/sendto's last four arguments: length, flags, address, its length
 TAIL = re.compile(r", (\d+), ([A-Z_|]+|0), (?:NULL|0x[0-9a-f]+|\{[^}]*\}), (?:NULL|\[[^\]]*\]|0x[0-9a-f]+|\d+)$")
@@ -122,11 +126,21 @@ def cmd_trim(a):
     cdeco = "127.0.0.1:%s->127.0.0.1:%s" % (lport, port)
     sdeco = "127.0.0.1:%s->127.0.0.1:%s" % (port, lport)
     os.makedirs(a.out, exist_ok=True)
-    for end, files, deco in (("client", cfiles, cdeco), ("server", sfiles, sdeco)):
-        lines = trim_side(files, deco)
+    sides = {end: trim_side(files, deco) for end, files, deco in
+             (("client", cfiles, cdeco), ("server", sfiles, sdeco))}
+    cut = ""
+    if len(sides["client"]) > a.max_lines:
+        # A long run (wrk) is kept up to the time of the client's
+        # max_lines-th call, on both ends: convert cuts far earlier anyway.
+        t = float(sides["client"][a.max_lines - 1].split()[1])
+        sides = {e: [ln for ln in v if float(ln.split()[1]) <= t] for e, v in sides.items()}
+        cut = ", cut after the client's first %d calls" % a.max_lines
+    for end, deco in (("client", cdeco), ("server", sdeco)):
+        lines = sides[end]
         path = os.path.join(a.out, "%s.%s.strace" % (a.name, end))
         with open(path, "w") as f:
-            f.write("# %s, %s end of the connection %s (record.sh, trace2scn.py trim)\n" % (a.name, end, deco))
+            f.write("# %s, %s end of the connection %s (record.sh, trace2scn.py trim%s)\n"
+                    % (a.name, end, deco, cut))
             f.write("\n".join(lines) + "\n")
         print("trim: %s: %d lines" % (path, len(lines)))
 
@@ -450,6 +464,7 @@ def replay(merged, max_steps):
     closed = {"c": False, "s": False}
     nb = {"c": False, "s": False}
     depth = {"c": 0, "s": 0}
+    segs = {"c": 0, "s": 0}  # sends queued for this end since it last read
     dropped = 0
     steps = 0
     for end, op in merged:
@@ -488,10 +503,20 @@ def replay(merged, max_steps):
             steps += 2
             continue
         if last is not None and last != end:
+            if segs[end] > SEGS:
+                # Many small sends the reader has not acknowledged: plain
+                # TCP holds the last ones behind its congestion window until
+                # the reader's delayed ACK, so what a snapshot right after
+                # them sees is timing; the reader waits that out first.
+                lines.extend(["barrier", "%s sleep 60" % end])
             lines.append("sync")
         last = end
         lines.append("%s %s" % (end, step))
         steps += 1
+        if op.kind == "send":
+            segs[peer] += 1
+        elif op.kind == "recv":
+            segs[end] = 0
         if step == "fork":
             depth[end] += 1
         elif step == "exit":
@@ -559,6 +584,7 @@ def main():
     t.add_argument("name")
     t.add_argument("--port", type=int, required=True)
     t.add_argument("--client", default="client")
+    t.add_argument("--max-lines", type=int, default=1000)
     t.add_argument("--out", required=True)
     c = sub.add_parser("convert")
     c.add_argument("base", nargs="*")
