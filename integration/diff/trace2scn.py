@@ -8,6 +8,9 @@
       client's connection with the most calls): DIR/NAME.client.strace and
       DIR/NAME.server.strace, each line "PID TIME CALL(...) = RET <DUR>"
       (up to the time of the client's --max-lines-th call, default 1000).
+  trace2scn.py verify
+      TAP lines: every corpus/replay_*.scn is what convert makes of its
+      kept traces (t_diff.sh runs it).
   trace2scn.py convert TRACES/NAME [--out FILE.scn] [--max-steps N]
       the scenario of a kept pair of traces (all kept pairs: `convert` with
       no name writes corpus/replay_NAME.scn for every corpus/traces/NAME).
@@ -590,14 +593,48 @@ def main():
     c.add_argument("base", nargs="*")
     c.add_argument("--out")
     c.add_argument("--max-steps", type=int, default=400)
+    sub.add_parser("verify")
     a = ap.parse_args()
     if a.cmd == "trim":
         return cmd_trim(a)
+    if a.cmd == "verify":
+        return cmd_verify()
     bases = a.base or sorted({p[:-len(".client.strace")] for p in
                               glob.glob(os.path.join(HERE, "corpus/traces/*.client.strace"))})
     for b in bases:
         out = a.out if a.out and len(bases) == 1 else default_out(b)
         convert(b, out, a.max_steps)
+
+
+def cmd_verify():
+    """TAP lines: is every replay scenario what convert makes of its kept
+    traces (a converter changed without `make diff-replays-convert`)?"""
+    import tempfile
+    bases = sorted({p[:-len(".client.strace")] for p in
+                    glob.glob(os.path.join(HERE, "corpus/traces/*.client.strace"))})
+    bad = 0
+    with tempfile.TemporaryDirectory(prefix="trace2scn.") as d:
+        for b in bases:
+            want = default_out(b)
+            got = os.path.join(d, os.path.basename(want))
+            if os.path.exists(want):
+                # the classification lines of corpus/known/ come along
+                with open(got, "w") as f:
+                    f.write(open(want).read())
+            with open(os.devnull, "w") as null:
+                old, sys.stdout = sys.stdout, null
+                try:
+                    convert(b, got, 400)
+                finally:
+                    sys.stdout = old
+            name = os.path.relpath(want, HERE)
+            if os.path.exists(want) and open(want).read() == open(got).read():
+                print("ok - %s is what trace2scn.py makes of its traces" % name)
+            else:
+                bad += 1
+                print("not ok - %s differs from what trace2scn.py makes of its traces "
+                      "(make diff-replays-convert)" % name)
+    return 1 if bad else 0
 
 
 def default_out(base):
@@ -609,4 +646,4 @@ def default_out(base):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
