@@ -181,6 +181,26 @@ def ep_ev(flags):
     return "+".join(got) or "none"
 
 
+def fd_sets(args):
+    """select's read, write and except sets as lists of fd numbers (strace
+    writes them "[3<UNIX...> 5<TCP:[a->b]>]", brackets inside brackets)."""
+    sets, depth, cur = [], 0, None
+    for k, ch in enumerate(args):
+        if ch == "[":
+            depth += 1
+            if depth == 1:
+                cur = k + 1
+        elif ch == "]":
+            depth -= 1
+            if depth == 0:
+                sets.append(re.findall(r"(?:^|\s)(\d+)<", args[cur:k]))
+        elif ch == "N" and depth == 0 and args.startswith("NULL", k):
+            sets.append([])
+        if len(sets) == 3:
+            break
+    return sets
+
+
 class Op:
     """One step of one end: its text, the time it sorts by, what it gives the
     peer (sent bytes, EOF) and what it needs from it."""
@@ -356,13 +376,13 @@ def end_ops(path):
             op.ready_in = bool(rv and re.search(r"POLLIN|POLLRDNORM|POLLHUP|POLLRDHUP", rv.group(1)))
             return
         if call in ("select", "pselect6"):
-            sets = re.findall(r"\[([^\]]*)\]", args)
+            sets = fd_sets(args)
             fdm = re.search(r"(\d+)<TCP", args)
             if not fdm:
                 return
             fd = fdm.group(1)
-            inr = len(sets) > 0 and fd in re.findall(r"(\d+)<", sets[0])
-            inw = len(sets) > 1 and fd in re.findall(r"(\d+)<", sets[1])
+            inr = len(sets) > 0 and fd in sets[0]
+            inw = len(sets) > 1 and fd in sets[1]
             ev = "io" if inr and inw else "in" if inr else "out"
             got_in = re.search(r"in \[([^\]]*)\]", ret)
             got_out = re.search(r"out \[([^\]]*)\]", ret)
