@@ -234,7 +234,18 @@ def end_ops(path):
             children[str(retval(ret))] = ts
     notes = []
     ops = []
-    st = {"nonblock": False, "epfd": None, "connected": False, "holders": 1}
+    st = {"nonblock": False, "epfd": None, "connected": False, "holders": 1, "data": None}
+    m = re.search(r"connection (\S+) \(", open(path).readline())
+    deco = m.group(1) if m else None
+
+    def our_fd(args):
+        """The connection's fd number in a call on several fds."""
+        m = deco and re.search(r"(\d+)<TCP:\[%s\]>" % re.escape(deco), args)
+        if m:
+            st["fd"] = m.group(1)
+            return m.group(1)
+        m = re.search(r"(\d+)<TCP", args)
+        return st.get("fd") or (m.group(1) if m else None)
 
     def emit(step, t, **kw):
         op = Op(step, t, nonblock=st["nonblock"], **kw)
@@ -354,6 +365,9 @@ def end_ops(path):
                 notes.append("left out: a second epoll set %s" % epfd)
                 return
             op = re.search(r"EPOLL_CTL_(ADD|MOD|DEL)", args).group(1)
+            m = re.search(r"u64=(\d+)\}", args)
+            if m:
+                st["data"] = m.group(1)
             m = re.search(r"events=([A-Z|]+)", args)
             ev = ep_ev(m.group(1)) if m else "none"
             emit({"ADD": "epadd " + ev, "MOD": "epmod " + ev, "DEL": "epdel"}[op], ts)
@@ -361,26 +375,25 @@ def end_ops(path):
         if call in ("epoll_wait", "epoll_pwait", "epoll_pwait2"):
             if args.split("<", 1)[0] != st["epfd"]:
                 return
-            m = re.search(r"events=([A-Z|]+)", args)
+            m = re.search(r"events=([A-Z|]+), data=\{u32=\d+, u64=%s\}" % st["data"], args)
             op = emit("epwait 0", done, kind="wait")
             op.ready_in = bool(m and re.search(r"EPOLLIN|EPOLLRDHUP|EPOLLHUP", m.group(1)))
             return
         if call in ("poll", "ppoll"):
-            fd = re.search(r"fd=(\d+)<TCP", args)
+            fd = our_fd(args)
             if not fd:
                 return
-            m = re.search(r"\{fd=%s<[^}]*?events=([A-Z|]+)\}" % fd.group(1), args)
+            m = re.search(r"\{fd=%s<[^}]*?events=([A-Z|]+)\}" % fd, args)
             ev = poll_ev(m.group(1) if m else "POLLIN")
-            rv = re.search(r"\{fd=%s, revents=([A-Z|]+)\}" % fd.group(1), ret)
+            rv = re.search(r"\{fd=%s, revents=([A-Z|]+)\}" % fd, ret)
             op = emit("%s %s 0" % (call, ev), done, kind="wait" if rv else "negwait")
             op.ready_in = bool(rv and re.search(r"POLLIN|POLLRDNORM|POLLHUP|POLLRDHUP", rv.group(1)))
             return
         if call in ("select", "pselect6"):
             sets = fd_sets(args)
-            fdm = re.search(r"(\d+)<TCP", args)
-            if not fdm:
+            fd = our_fd(args)
+            if not fd:
                 return
-            fd = fdm.group(1)
             inr = len(sets) > 0 and fd in sets[0]
             inw = len(sets) > 1 and fd in sets[1]
             ev = "io" if inr and inw else "in" if inr else "out"
