@@ -7,7 +7,7 @@
       RAWDIR/server.<pid>, the calls of one connection to port P (the
       client's connection with the most calls): DIR/NAME.client.strace and
       DIR/NAME.server.strace, each line "PID TIME CALL(...) = RET <DUR>"
-      (up to the time of the client's --max-lines-th call, default 1000).
+      (up to the time of the client's --max-lines-th call, default 500).
   trace2scn.py verify
       TAP lines: every corpus/replay_*.scn is what convert makes of its
       kept traces (t_diff.sh runs it).
@@ -620,7 +620,7 @@ def main():
     t.add_argument("name")
     t.add_argument("--port", type=int, required=True)
     t.add_argument("--client", default="client")
-    t.add_argument("--max-lines", type=int, default=1000)
+    t.add_argument("--max-lines", type=int, default=500)
     t.add_argument("--out", required=True)
     c = sub.add_parser("convert")
     c.add_argument("base", nargs="*")
