@@ -167,6 +167,49 @@ rec_memcached() {
   stop_server
 }
 
+# apache2 mpm_event (the issue's "event_loop: unexpected state"), ab -k:
+# 20 requests on one keep-alive connection.
+rec_apache_event_ab() {
+  have apache2 ab || return 1
+  local d=$RAW/apache mods=/usr/lib/apache2/modules
+  [ -e $mods/mod_mpm_event.so ] || { echo "record: no Apache modules in $mods, skipped" >&2; return 1; }
+  mkdir -p "$d/www"
+  chmod 711 "$RAW"
+  head -c 3000 /dev/urandom >"$d/www/a.bin"
+  chmod -R a+rX "$d"
+  cat >"$d/httpd.conf" <<CONF
+ServerRoot "$d"
+ServerName 127.0.0.1
+DefaultRuntimeDir "$d"
+Mutex file:$d default
+PidFile "$d/httpd.pid"
+ErrorLog "$d/error.log"
+LogLevel warn
+LoadModule mpm_event_module $mods/mod_mpm_event.so
+LoadModule authz_core_module $mods/mod_authz_core.so
+User www-data
+Group www-data
+Listen 127.0.0.1:$PORT
+StartServers 1
+ServerLimit 1
+ThreadsPerChild 4
+MinSpareThreads 1
+MaxSpareThreads 4
+MaxRequestWorkers 4
+KeepAlive On
+MaxKeepAliveRequests 0
+KeepAliveTimeout 30
+DocumentRoot "$d/www"
+<Directory "$d/www">
+  Require all granted
+</Directory>
+CONF
+  start_server "$RAW" apache2 -DFOREGROUND -f "$d/httpd.conf" || return 1
+  client client ab -q -k -n 20 -c 1 "http://127.0.0.1:$PORT/a.bin" >"$RAW/client.out" ||
+    { stop_server; return 1; }
+  stop_server
+}
+
 # mosquitto QoS 1: one subscriber, one publisher of 20 lines; the
 # subscriber's connection and the publisher's are two scenarios.
 rec_mosquitto() {
@@ -287,7 +330,7 @@ rec_py_fork_mod() {
 }
 
 # name -> recorder function, client trace prefix
-ALL="redis_bench redis_cli nginx_curl nginx_wrk memcached mosquitto_sub_qos1 mosquitto_pub_qos1 py_asyncio_echo py_fork_mod"
+ALL="redis_bench redis_cli nginx_curl nginx_wrk memcached apache_event_ab mosquitto_sub_qos1 mosquitto_pub_qos1 py_asyncio_echo py_fork_mod"
 rc=0
 for name in ${*:-$ALL}; do
   case $name in
@@ -296,6 +339,7 @@ for name in ${*:-$ALL}; do
   nginx_curl) fn=rec_nginx_curl cl=client ;;
   nginx_wrk) fn=rec_nginx_wrk cl=client ;;
   memcached) fn=rec_memcached cl=client ;;
+  apache_event_ab) fn=rec_apache_event_ab cl=client ;;
   mosquitto_sub_qos1) fn=rec_mosquitto cl=client-sub ;;
   mosquitto_pub_qos1) fn=rec_mosquitto cl=client-pub ;;
   py_asyncio_echo) fn=rec_py_asyncio cl=client ;;
