@@ -210,6 +210,62 @@ CONF
   stop_server
 }
 
+# haproxy in HTTP mode with splice-auto in front of nginx (not traced); the
+# tested connection is curl's to haproxy: two files on one connection, the
+# larger one spliced.
+rec_haproxy_http() {
+  have haproxy nginx curl || return 1
+  local d=$RAW/haproxy back=$((PORT + 1)) ngx
+  mkdir -p "$d/www" "$d/logs"
+  head -c 1000 /dev/urandom >"$d/www/a.bin"
+  head -c 300000 /dev/urandom >"$d/www/big.bin"
+  cat >"$d/nginx.conf" <<CONF
+daemon off;
+master_process off;
+worker_processes 1;
+user root;
+pid $d/nginx.pid;
+error_log stderr warn;
+events { worker_connections 64; }
+http {
+  access_log off;
+  sendfile on;
+  client_body_temp_path $d/body;
+  proxy_temp_path $d/proxy;
+  fastcgi_temp_path $d/fastcgi;
+  uwsgi_temp_path $d/uwsgi;
+  scgi_temp_path $d/scgi;
+  server { listen 127.0.0.1:$back; root $d/www; }
+}
+CONF
+  cat >"$d/haproxy.cfg" <<CONF
+global
+  maxconn 64
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+  option splice-auto
+frontend fe
+  bind 127.0.0.1:$PORT
+  default_backend be
+backend be
+  server s1 127.0.0.1:$back
+CONF
+  nginx -p "$d" -c "$d/nginx.conf" >"$RAW/nginx.out" 2>&1 &
+  ngx=$!
+  wait_listen "$back" || { kill "$ngx"; return 1; }
+  start_server "$RAW" haproxy -db -f "$d/haproxy.cfg" || { kill "$ngx"; return 1; }
+  local u=http://127.0.0.1:$PORT
+  client client curl -s -o /dev/null -o /dev/null -o /dev/null "$u/a.bin" "$u/big.bin" "$u/a.bin" >"$RAW/client.out"
+  local rc=$?
+  stop_server
+  kill "$ngx"
+  wait "$ngx" 2>/dev/null
+  return $rc
+}
+
 # mosquitto QoS 1: one subscriber, one publisher of 20 lines; the
 # subscriber's connection and the publisher's are two scenarios.
 rec_mosquitto() {
@@ -330,7 +386,7 @@ rec_py_fork_mod() {
 }
 
 # name -> recorder function, client trace prefix
-ALL="redis_bench redis_cli nginx_curl nginx_wrk memcached apache_event_ab mosquitto_sub_qos1 mosquitto_pub_qos1 py_asyncio_echo py_fork_mod"
+ALL="redis_bench redis_cli nginx_curl nginx_wrk memcached apache_event_ab haproxy_http mosquitto_sub_qos1 mosquitto_pub_qos1 py_asyncio_echo py_fork_mod"
 rc=0
 for name in ${*:-$ALL}; do
   case $name in
@@ -340,6 +396,7 @@ for name in ${*:-$ALL}; do
   nginx_wrk) fn=rec_nginx_wrk cl=client ;;
   memcached) fn=rec_memcached cl=client ;;
   apache_event_ab) fn=rec_apache_event_ab cl=client ;;
+  haproxy_http) fn=rec_haproxy_http cl=client ;;
   mosquitto_sub_qos1) fn=rec_mosquitto cl=client-sub ;;
   mosquitto_pub_qos1) fn=rec_mosquitto cl=client-pub ;;
   py_asyncio_echo) fn=rec_py_asyncio cl=client ;;
