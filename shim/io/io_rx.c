@@ -32,8 +32,9 @@ struct rx_call {
 	/* A blocking read returns once it has SO_RCVLOWAT bytes (or all it
 	 * asked for, or with MSG_WAITALL all of it), as the kernel's. */
 	size_t enough;
-	/* This call read TCP up to the peer's switch: it goes on into the ring
-	 * for what is already there, as one TCP read would return both. */
+	/* This call read TCP up to the peer's switch, or the ring up to the
+	 * peer's RESUME: it goes on into the next for what is already there,
+	 * without a wait, as one TCP read would return both. */
 	bool crossing;
 	long long deadline;
 	int rc;
@@ -121,6 +122,10 @@ static enum shim_io_next rx_tcp(struct rx_call *c, const struct iovec *win, int 
 
 	if (n == -EINPROGRESS)
 		return SHIM_IO_AGAIN;
+	if (n == -EAGAIN && c->crossing && c->got >= c->enough) {
+		c->rc = 0; /* nothing behind the RESUME yet: the ring's bytes go */
+		return SHIM_IO_ANSWERED;
+	}
 	if (n == -EAGAIN && !c->nonblock)
 		return rx_sleep_on_tcp(c);
 	if (n <= 0) {
@@ -199,6 +204,33 @@ static enum shim_io_next rx_chan_empty(struct rx_call *c)
 	return c->rc < 0 ? SHIM_IO_ANSWERED : SHIM_IO_AGAIN;
 }
 
+/*
+ * A read emptied the ring with room left: when the peer went back to TCP
+ * (its spill once this ring stayed full, a hand-back, a failure), the
+ * bytes it sent since follow its RESUME there, readable now, and FIONREAD
+ * counts them (io_ready.c). The call goes on for them as one TCP read
+ * would, without a wait. Cheap where nothing says so: no system call.
+ */
+static void rx_look_behind_ring(struct rx_call *c)
+{
+	struct shim_sock *s = c->s;
+	const struct shim_chan *ch = s->chan;
+
+	if (c->peek || c->got >= c->want)
+		return;
+	/* The loads first: a channel's readable may cost more (rdma reaps). */
+	if (!s->fo_peer_known && !(ch->ops->failed && ch->ops->failed(ch)) &&
+	    !(ch->ops->peer_resuming && ch->ops->peer_resuming(ch)))
+		return;
+	if (ch->ops->readable(ch))
+		return; /* the RESUME's offset is not reached yet */
+	/* The announced RESUME is on TCP before the peer's send returned;
+	 * reading it lets the next round's failover step move rx there. */
+	if (!s->fo_peer_known)
+		shim_frames_drain(s, c->fd);
+	c->crossing = true;
+}
+
 /* rx on the channel: what its ring holds. */
 static enum shim_io_next rx_chan(struct rx_call *c, const struct iovec *win, int wincnt)
 {
@@ -229,6 +261,7 @@ static enum shim_io_next rx_chan(struct rx_call *c, const struct iovec *win, int
 	s->rx_idle_arms = 0;
 	if (!c->peek && ch->ops->rx_should_bell(ch))
 		shim_frames_queue(s, c->fd, &space_bell, 1);
+	rx_look_behind_ring(c);
 	return c->peek ? SHIM_IO_ANSWERED : SHIM_IO_AGAIN;
 }
 
