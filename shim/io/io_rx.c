@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 
 #include "faults.h"
 #include "frames.h"
@@ -118,8 +119,17 @@ static enum shim_io_next rx_sleep_on_tcp(struct rx_call *c)
 static enum shim_io_next rx_tcp(struct rx_call *c, const struct iovec *win, int wincnt, bool young_round)
 {
 	struct shim_sock *s = c->s;
-	ssize_t n = recv_tcp(s, c->fd, win, wincnt, c->flags);
+	ssize_t n;
+	int at_mark = 0;
 
+	/* Come from the ring: an urgent byte sent us back to TCP
+	 * (failover.oob) and its mark is next, where the kernel's read stops
+	 * once it has bytes. */
+	if (c->crossing && c->got && REAL(ioctl)(c->fd, SIOCATMARK, &at_mark) == 0 && at_mark) {
+		c->rc = 0;
+		return SHIM_IO_ANSWERED;
+	}
+	n = recv_tcp(s, c->fd, win, wincnt, c->flags);
 	if (n == -EINPROGRESS)
 		return SHIM_IO_AGAIN;
 	if (n == -EAGAIN && c->crossing && c->got >= c->enough) {
