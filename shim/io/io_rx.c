@@ -110,6 +110,14 @@ static enum shim_io_next rx_sleep_on_tcp(struct rx_call *c)
 	return c->rc < 0 ? SHIM_IO_ANSWERED : SHIM_IO_AGAIN;
 }
 
+/* The kernel's urgent mark is the next byte to read. */
+static bool tcp_at_mark(int fd)
+{
+	int at = 0;
+
+	return REAL(ioctl)(fd, SIOCATMARK, &at) == 0 && at;
+}
+
 /*
  * rx on TCP: one read. The first round of a young call (young_round) is
  * the kernel's read and no more: the bytes are counted and nothing of
@@ -120,12 +128,11 @@ static enum shim_io_next rx_tcp(struct rx_call *c, const struct iovec *win, int 
 {
 	struct shim_sock *s = c->s;
 	ssize_t n;
-	int at_mark = 0;
 
 	/* Come from the ring: an urgent byte sent us back to TCP
 	 * (failover.oob) and its mark is next, where the kernel's read stops
 	 * once it has bytes. */
-	if (c->crossing && c->got && REAL(ioctl)(c->fd, SIOCATMARK, &at_mark) == 0 && at_mark) {
+	if (c->crossing && c->got && tcp_at_mark(c->fd)) {
 		c->rc = 0;
 		return SHIM_IO_ANSWERED;
 	}
@@ -226,19 +233,36 @@ static void rx_look_behind_ring(struct rx_call *c)
 	struct shim_sock *s = c->s;
 	const struct shim_chan *ch = s->chan;
 
-	if (c->peek || c->got >= c->want)
+	if (c->got >= c->want)
 		return;
 	/* The loads first: a channel's readable may cost more (rdma reaps). */
 	if (!s->fo_peer_known && !(ch->ops->failed && ch->ops->failed(ch)) &&
 	    !(ch->ops->peer_resuming && ch->ops->peer_resuming(ch)))
 		return;
-	if (ch->ops->readable(ch))
-		return; /* the RESUME's offset is not reached yet */
+	/* Not all of the ring was taken (a peek leaves it there): the
+	 * RESUME's offset is not reached yet. */
+	if (ch->ops->readable(ch) > (c->peek ? c->got : 0))
+		return;
 	/* The announced RESUME is on TCP before the peer's send returned;
 	 * reading it lets the next round's failover step move rx there. */
 	if (!s->fo_peer_known)
 		shim_frames_drain(s, c->fd);
-	c->crossing = true;
+	if (!c->peek) {
+		c->crossing = true;
+		return;
+	}
+	/* A peek stays in this round, rx on the channel: it looks at what
+	 * follows the RESUME itself, up to the urgent mark (rx_tcp). */
+	if (s->fo_peer_known && !tcp_at_mark(c->fd)) {
+		struct iovec win[SHIM_IO_MAX_IOV];
+		struct msghdr mh = { .msg_iov = win };
+		ssize_t n;
+
+		mh.msg_iovlen = (size_t)shim_io_iov_window(c->iov, c->iovcnt, c->got, (size_t)-1, win);
+		n = REAL(recvmsg)(c->fd, &mh, (c->flags & ~MSG_WAITALL) | MSG_PEEK | MSG_DONTWAIT);
+		if (n > 0)
+			c->got += (size_t)n;
+	}
 }
 
 /* rx on the channel: what its ring holds. */
