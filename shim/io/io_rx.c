@@ -118,6 +118,16 @@ static bool tcp_at_mark(int fd)
 	return REAL(ioctl)(fd, SIOCATMARK, &at) == 0 && at;
 }
 
+/* A read on from the ring takes TCP's bytes only: with none queued, a
+ * reset or end there stays the kernel's to report at the next call, as
+ * its read that returned bytes leaves them. */
+static bool tcp_bytes_queued(int fd)
+{
+	int queued = 0;
+
+	return REAL(ioctl)(fd, FIONREAD, &queued) == 0 && queued > 0;
+}
+
 /*
  * rx on TCP: one read. The first round of a young call (young_round) is
  * the kernel's read and no more: the bytes are counted and nothing of
@@ -129,10 +139,11 @@ static enum shim_io_next rx_tcp(struct rx_call *c, const struct iovec *win, int 
 	struct shim_sock *s = c->s;
 	ssize_t n;
 
-	/* Come from the ring: an urgent byte sent us back to TCP
-	 * (failover.oob) and its mark is next, where the kernel's read stops
-	 * once it has bytes. */
-	if (c->crossing && c->got && tcp_at_mark(c->fd)) {
+	/* Come from the ring: nothing behind the RESUME yet, or an urgent
+	 * byte sent us back to TCP (failover.oob) and its mark is next, where
+	 * the kernel's read stops once it has bytes. */
+	if (c->crossing && c->got &&
+	    ((c->got >= c->enough && !tcp_bytes_queued(c->fd)) || tcp_at_mark(c->fd))) {
 		c->rc = 0;
 		return SHIM_IO_ANSWERED;
 	}
@@ -253,7 +264,7 @@ static void rx_look_behind_ring(struct rx_call *c)
 	}
 	/* A peek stays in this round, rx on the channel: it looks at what
 	 * follows the RESUME itself, up to the urgent mark (rx_tcp). */
-	if (s->fo_peer_known && !tcp_at_mark(c->fd)) {
+	if (s->fo_peer_known && tcp_bytes_queued(c->fd) && !tcp_at_mark(c->fd)) {
 		struct iovec win[SHIM_IO_MAX_IOV];
 		struct msghdr mh = { .msg_iov = win };
 		ssize_t n;
