@@ -28,8 +28,15 @@ TRANSPORTS = {
 
 def main():
     raw_path, kv = sys.argv[1], dict(a.split("=", 1) for a in sys.argv[2:])
-    rows = [json.loads(l) for l in open(raw_path) if l.strip()]
+    rows, garbled = [], 0
+    for line in open(raw_path, errors="replace"):
+        try:
+            rows.append(json.loads(line)) if line.strip() else None
+        except ValueError:  # a console line that a kernel message cut into
+            garbled += 1
     errors = [{"part": r["part"], "error": r["error"]} for r in rows if r.get("error")]
+    if garbled:
+        errors.append({"part": "vm", "error": "%d result lines from the VM's console were garbled" % garbled})
     ok = [r for r in rows if not r.get("error")]
     sizes = [int(s) for s in kv.get("sizes", "").split()]
     guest = next((r for r in ok if r["part"] == "vm_guest"), {})
