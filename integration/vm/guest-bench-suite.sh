@@ -133,7 +133,7 @@ run_ucx() { # OP ROUND
       ucx_broken=1
       local why="status $rc"
       [[ $rc == 124 ]] && why="no result within $UCX_WAIT s"
-      err "ucx_perftest $test -s $s over UCX_TLS=rc_verbs,self on rxe0: $why$(grep -m1 -iE 'error|fail' "$T/ucx.out" | sed 's/^/: /')"
+      err "ucx_perftest $test -s $s over UCX_TLS=rc_verbs,self on rxe0: $why$(grep -m1 -iE 'error|fail' "$T/ucx.out" | sed -E 's/.*UCX +ERROR +//; s/^/: /')"
     fi
   done
 }
