@@ -125,8 +125,8 @@ run_ucx() { # OP ROUND
     unset UCX_TLS UCX_NET_DEVICES
     fin=$(awk '$1 == "Final:" { print $2, $3, $4, $6, $8 }' "$T/ucx.out")
     if [[ -n $fin ]]; then
-      local it p50 avg mbs rate
-      read -r it p50 avg mbs rate <<<"$fin"
+      local it p50 avg mbs
+      read -r it p50 avg mbs _ <<<"$fin"
       rec "\"part\":\"vm_ucx\"" "\"op\":\"$op\"" "\"round\":$r" "\"size\":$s" "\"iters\":$it" "\"p50_us\":$p50" \
         "\"mean_us\":$avg" "\"mib_per_sec\":$mbs"
     else
