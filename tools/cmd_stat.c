@@ -34,11 +34,11 @@ void rdmashim_stat_usage(FILE *out)
 	      "  One row per live connection of every process under the shim that you may\n"
 	      "  read: pid, program, fd, local and peer address, path, state, the last\n"
 	      "  reason (name and code), bytes and messages each way, round trip p50/p99\n"
-	      "  (a send to the next receive that returned data, as the shim sees it), age\n"
-	      "  and RDMA queue pair. Then each process's totals (closed connections\n"
-	      "  included) and its count of every reason. A process you may not read is\n"
-	      "  listed as \"permission denied\". Files of your own dead processes are\n"
-	      "  removed.\n"
+	      "  (a send to the next receive that returned data, as the shim sees it), age,\n"
+	      "  RDMA queue pair and A/B arm (accelerated, control; - with no A/B test).\n"
+	      "  Then each process's totals (closed connections included) and its count\n"
+	      "  of every reason. A process you may not read is listed as \"permission\n"
+	      "  denied\". Files of your own dead processes are removed.\n"
 	      "  --pid, --port (local or peer), --path  show only those connections\n"
 	      "  --dir DIR      the areas' directory (default RDMASHIM_STATS_DIR or\n"
 	      "                 /run/rdmashim)\n"
@@ -75,6 +75,12 @@ struct opts {
 static const char *path_name(unsigned p)
 {
 	return shim_transport_name((enum shim_transport)p);
+}
+
+/* A connection's A/B arm (statarea.h), "-" outside an A/B test. */
+static const char *arm_name(unsigned arm)
+{
+	return arm == SHIM_STAT_ARM_ACCEL ? "accelerated" : arm == SHIM_STAT_ARM_CONTROL ? "control" : "-";
 }
 
 static void endpoint(const struct shim_endpoint *ep, char *buf, size_t len)
@@ -155,10 +161,10 @@ static void print_zc(const struct shim_stat_hdr *h, bool json)
 
 static void print_table(const struct snap *s, const struct snap *prev, bool watch)
 {
-	printf("%-7s %-15s %4s %-21s %-21s %-4s %-10s %-22s %12s %12s %9s %9s %8s %8s %8s %6s\n", "PID", "PROGRAM",
+	printf("%-7s %-15s %4s %-21s %-21s %-4s %-10s %-22s %12s %12s %9s %9s %8s %8s %8s %6s %s\n", "PID", "PROGRAM",
 	       "FD", "LOCAL", "PEER", "PATH", "STATE", "REASON(CODE)", watch ? "+TX_BYTES" : "TX_BYTES",
 	       watch ? "+RX_BYTES" : "RX_BYTES", watch ? "+TX_MSGS" : "TX_MSGS", watch ? "+RX_MSGS" : "RX_MSGS",
-	       "P50_US", "P99_US", "AGE_S", "QPN");
+	       "P50_US", "P99_US", "AGE_S", "QPN", "ARM");
 	for (size_t i = 0; i < s->nconn; i++) {
 		const struct snap_conn *c = &s->conns[i];
 		const struct snap_proc *p = &s->procs[c->proc];
@@ -172,11 +178,11 @@ static void print_table(const struct snap *s, const struct snap *prev, bool watc
 		us(shim_stat_quantile_ns(c->rec.rtt, 0.5), p50, sizeof(p50));
 		us(shim_stat_quantile_ns(c->rec.rtt, 0.99), p99, sizeof(p99));
 		moved(c, watch ? find_prev(prev, s, c) : NULL, m);
-		printf("%-7d %-15.15s %4d %-21s %-21s %-4s %-10s %-22s %12llu %12llu %9llu %9llu %8s %8s %8.1f %6u%s\n",
+		printf("%-7d %-15.15s %4d %-21s %-21s %-4s %-10s %-22s %12llu %12llu %9llu %9llu %8s %8s %8.1f %6u %s%s\n",
 		       p->pid, p->hdr.comm, c->rec.d.fd, l, r, path_name(c->rec.d.path),
 		       shim_stat_state_name(c->rec.d.state), why, (unsigned long long)m[0], (unsigned long long)m[1],
 		       (unsigned long long)m[2], (unsigned long long)m[3], p50, p99, age_s(s, &c->rec), c->rec.d.qpn,
-		       c->inconsistent ? "  inconsistent" : "");
+		       arm_name(c->rec.d.arm), c->inconsistent ? "  inconsistent" : "");
 	}
 	for (size_t i = 0; i < s->nproc; i++) {
 		const struct snap_proc *p = &s->procs[i];
@@ -400,7 +406,12 @@ bad:
 
 static int one_look(const struct opts *o, struct snap *s, const struct snap *prev)
 {
-	int rc = snap_take(s, o->dir, &o->f);
+	struct snap_filter f = o->f;
+	int rc;
+
+	/* The A/B families of the Prometheus text need each area's A/B part. */
+	f.ab = o->prom || o->prom_dir;
+	rc = snap_take(s, o->dir, &f);
 
 	if (rc < 0) {
 		fprintf(stderr, "rdmashim stat: %s: %s\n", o->dir, strerror(-rc));
