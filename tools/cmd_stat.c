@@ -59,7 +59,30 @@ void rdmashim_stat_usage(FILE *out)
 	      "  --quantile Q   the verdict's quantile: 50 (default) or 99\n"
 	      "  --max-fallback PCT  WORSE when more of the accelerated arm's connections\n"
 	      "                 fell back to TCP (default 10)\n"
-	      "  --max-errors PCT  WORSE when more of them met an error (default 1)\n",
+	      "  --max-errors PCT  WORSE when more of them met an error (default 1)\n"
+	      "\n"
+	      "Example: redis-server and a client under the shim on shm, the client also\n"
+	      "connected to a redis-server without the shim (rdmashim stat):\n"
+	      "  PID     PROGRAM           FD LOCAL                 PEER                  PATH STATE      REASON(CODE)               TX_BYTES     RX_BYTES   TX_MSGS   RX_MSGS   P50_US   P99_US    AGE_S    QPN ARM\n"
+	      "  13970   python3            4 127.0.0.1:55982       127.0.0.1:6379        shm  switched   upgraded(6)                    1800         2100       300       300     14.3     98.3      3.8      0 -\n"
+	      "  13970   python3            7 127.0.0.1:43346       127.0.0.1:6380        tcp  kernel     peer_no_shim(7)                  66           77        11        11      5.1      5.1      3.8      0 -\n"
+	      "  13951   redis-server      11 127.0.0.1:6379        127.0.0.1:55982       shm  switched   upgraded(6)                    2100         1800       300       300     49.2    131.1      3.8      0 -\n"
+	      "  process 13970 python3 (uid 0): 2 live of 2 connections; sent 1866 B in 311 msgs, received 2177 B in 311 msgs\n"
+	      "    reasons: whitelisted(1)=2 upgraded(6)=1 peer_no_shim(7)=1\n"
+	      "  process 13951 redis-server (uid 0): 1 live of 102 connections; sent 282149 B in 40301 msgs, received 1621877 B in 40301 msgs\n"
+	      "    reasons: whitelisted(1)=102 upgraded(6)=101\n"
+	      "\n"
+	      "Example: redis-benchmark -c 4 against redis-server, both at\n"
+	      "RDMASHIM_AB_PERCENT=50 (rdmashim stat --ab):\n"
+	      "  A/B: 1 process(es) with RDMASHIM_AB_PERCENT=50; 12 interval(s) of 1 s with both arms (12 seen); bootstrap 2000, seed 1796666825388342; margin 5%; verdict on p50\n"
+	      "  ARM             CONNS   LIVE       TX_BYTES       RX_BYTES FALLBACKS  ERRORS          N     P50_US     P99_US\n"
+	      "  accelerated         1      1        5104764         708990         0       0     137108       25.9      209.0\n"
+	      "  control             4      3       10930721        1518179         0       0     294124       40.0      281.5\n"
+	      "  ratio accelerated/control, 95% interval:\n"
+	      "    p50 0.648 [0.542, 0.698] BETTER\n"
+	      "    p99 0.742 [0.179, 0.867] BETTER\n"
+	      "  fallback rate 0.00% (limit 10%), error rate 0.00% (limit 1%) in the accelerated arm\n"
+	      "  verdict: BETTER (the interval lies wholly below 1 - margin)\n",
 	      out);
 }
 
