@@ -74,13 +74,13 @@ void rdmashim_stat_usage(FILE *out)
 	      "\n"
 	      "Example: redis-benchmark -c 4 against redis-server, both at\n"
 	      "RDMASHIM_AB_PERCENT=50 (rdmashim stat --ab):\n"
-	      "  A/B: 1 process(es) with RDMASHIM_AB_PERCENT=50; 12 interval(s) of 1 s with both arms (12 seen); bootstrap 2000, seed 1796666825388342; margin 5%; verdict on p50\n"
+	      "  A/B: 1 process(es) with RDMASHIM_AB_PERCENT=50; 30 interval(s) of 1 s with both arms (30 seen); bootstrap 2000, seed 1796668732589726; margin 5%; verdict on p50\n"
 	      "  ARM             CONNS   LIVE       TX_BYTES       RX_BYTES FALLBACKS  ERRORS          N     P50_US     P99_US\n"
-	      "  accelerated         1      1        5104764         708990         0       0     137108       25.9      209.0\n"
-	      "  control             4      3       10930721        1518179         0       0     294124       40.0      281.5\n"
+	      "  accelerated         3      2       56477957        7844194         0       0      95759       17.5       65.6\n"
+	      "  control             2      2       38876040        5399450         0       0      65936       29.1       87.2\n"
 	      "  ratio accelerated/control, 95% interval:\n"
-	      "    p50 0.648 [0.542, 0.698] BETTER\n"
-	      "    p99 0.742 [0.179, 0.867] BETTER\n"
+	      "    p50 0.602 [0.587, 0.621] BETTER\n"
+	      "    p99 0.752 [0.687, 0.821] BETTER\n"
 	      "  fallback rate 0.00% (limit 10%), error rate 0.00% (limit 1%) in the accelerated arm\n"
 	      "  verdict: BETTER (the interval lies wholly below 1 - margin)\n",
 	      out);
