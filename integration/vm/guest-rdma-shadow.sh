@@ -152,7 +152,7 @@ sys.stdout.buffer.write(bytes(r.getrandbits(8) for _ in range(100 * 1024)))' > "
   # A's server may not listen yet: retried until it answers.
   rxe_retry 180 shadow timeout 30 redis-cli -h "$PEER" -p "$P" PING > "$T/ping.out" 2>&1
   check "B: shadow: A's redis-server answers PING" grep -qx PONG "$T/ping.out"
-  out=$(shadow timeout 300 redis-benchmark -h "$PEER" -p "$P" -n 20000 -c 10 -t set,get -q 2>"$T/bench.err" |
+  out=$(shadow timeout 300 redis-benchmark -h "$PEER" -p "$P" -n 4000 -c 10 -t set,get -q 2>"$T/bench.err" |
         tr '\r' '\n')
   for t in SET GET; do
     rps=$(awk -v t="$t:" '$1 == t && $3 == "requests" { print $2; exit }' <<<"$out")
@@ -167,7 +167,7 @@ sys.stdout.buffer.write(bytes(r.getrandbits(8) for _ in range(100 * 1024)))' > "
   mkdir -p "$T/on"
   out=$(env RDMASHIM_UPGRADE_AFTER_MS=0 RDMASHIM_PORTS=$P RDMASHIM_TRACE=info \
         RDMASHIM_TRACE_FILE="$T/on/trace.%p.jsonl" RDMASHIM_STATS=0 LD_PRELOAD="$LIB" \
-        timeout 300 redis-benchmark -h "$PEER" -p "$P" -n 20000 -c 4 -t get -q 2>&1 | tr '\r' '\n')
+        timeout 300 redis-benchmark -h "$PEER" -p "$P" -n 4000 -c 4 -t get -q 2>&1 | tr '\r' '\n')
   rps=$(awk '$1 == "GET:" && $3 == "requests" { print $2; exit }' <<<"$out")
   check "B: on against A's shadow server: redis-benchmark GET over TCP: ${rps:-none} requests per second" \
     test -n "$rps"
