@@ -1,5 +1,7 @@
 # rdmashim: see README.md. `make` builds, `make test` installs what it needs and
-# runs every test, `make demo` shows an unmodified program through the shim.
+# runs every test, `make demo` shows unmodified programs through the shim, over
+# shared memory and then between two Soft-RoCE VMs (`make demo-shm`: the first
+# part only).
 
 PREFIX ?= /usr/local
 BUILD  ?= build
@@ -64,7 +66,7 @@ DIFF_SRCS   := $(wildcard integration/diff/*.c)
 READY_RULES      := $(BUILD)/progs/ready_rules
 READY_RULES_SRCS := $(wildcard integration/progs/ready_rules/*.c)
 
-.PHONY: all deps test check-layers unit unit-bins integration docs demo bench bench-quick bench-scripts install clean asan tsan test-asan test-tsan soak-diff soak-faults
+.PHONY: all deps test check-layers unit unit-bins integration docs demo demo-shm bench bench-quick bench-scripts install clean asan tsan test-asan test-tsan soak-diff soak-faults diff-replays diff-replays-convert
 
 all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS) $(HOSTILE) $(DIFF_DRIVER) $(READY_RULES)
 
@@ -161,6 +163,16 @@ test-asan test-tsan: all
 soak-diff: all
 	@unshare -n bash -c 'ip link set lo up; DIFF_SOAK=1 integration/diff/diff.py soak --budget $${DIFF_SOAK_S:-3600}'
 
+# Real programs' traces as differential scenarios (integration/diff/README.md):
+# diff-replays records them again with strace (root; the programs of
+# tools/install-deps.sh), diff-replays-convert only rewrites the scenarios
+# corpus/replay_*.scn from the kept traces corpus/traces/.
+diff-replays:
+	@integration/diff/record.sh $(REPLAYS)
+
+diff-replays-convert:
+	@integration/diff/trace2scn.py convert
+
 # Random fault schedules (RDMASHIM_TEST_FAULTS) under checksummed streams for
 # SOAK_MINUTES (default 60), from SOAK_SEED (default random, printed); a
 # failing seed goes to integration/faults_seeds.txt, which t_faults replays.
@@ -176,6 +188,10 @@ docs: $(TOOL)
 demo: deps
 	$(MAKE) all
 	@integration/demo.sh
+
+demo-shm: deps
+	$(MAKE) all
+	@integration/demo.sh --shm-only
 
 # The benchmark suite (integration/bench/suite.sh): every same-host
 # transport side by side, one JSON in bench/results/, bench/REPORT.md and

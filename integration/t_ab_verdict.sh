@@ -50,6 +50,34 @@ ok = doc["exit_status"] == codes[doc["verdict"]]
 sys.exit(0 if ok else 1)
 PY
 
+cat >"$WORK/arms.py" <<'PY'
+import re, sys
+kind, path = sys.argv[1:3]
+lines = open(path).read().splitlines()
+if kind == "table":
+    head = lines[0].split()
+    assert head[-1] == "ARM", head
+    rows = [l.split() for l in lines[1:] if l and l.split()[0].isdigit()]
+    arms = sorted({r[len(head) - 1] for r in rows})
+    print("    arms in the table: %s (%d rows)" % (arms, len(rows)))
+    assert rows and set(arms) <= {"accelerated", "control"}, arms
+    sys.exit(0)
+fam = {}
+for l in lines:
+    m = re.match(r'(rdmashim_\w+?)(\{[^}]*\})? (\S+)$', l)
+    if m:
+        fam.setdefault(m.group(1), []).append((m.group(2) or "", float(m.group(3))))
+armed = {f for f, v in fam.items() if any("arm=" in lab for lab, _ in v)}
+want = {"rdmashim_ab_connections_total", "rdmashim_ab_sent_bytes_total", "rdmashim_ab_received_bytes_total",
+        "rdmashim_ab_fallbacks_total", "rdmashim_ab_errors_total"}
+print("    families with an arm label: %s" % sorted(armed))
+assert armed == want, armed
+conns = dict(fam["rdmashim_ab_connections_total"])
+assert set(conns) == {'{arm="accelerated"}', '{arm="control"}'}, conns
+assert sum(conns.values()) >= 4 and sum(v for _, v in fam["rdmashim_ab_sent_bytes_total"]) > 0, fam
+sys.exit(0)
+PY
+
 # ab_case LABEL SECS TRANSPORTS: prints the verdict's exit status last.
 ab_case() {
   local label=$1 secs=$2 transports=$3 port pid bpid cpid rc stats
@@ -79,7 +107,16 @@ ab_case() {
   timeout 60 "$TOOL" stat --ab --pid "${cpid:-1}" --dir "$stats" >"$WORK/$label.txt" 2>&1 || rc=$?
   timeout 60 "$TOOL" stat --ab --json --seed 7 --pid "${cpid:-1}" --dir "$stats" >"$WORK/$label.json" 2>&1
   sed "s/^/    [$label] /" "$WORK/$label.txt"
+  # The arms outside --ab: each connection's in the table, the sums per arm
+  # (and only those families labelled by arm) in the Prometheus text.
+  timeout 60 "$TOOL" stat --pid "${cpid:-1}" --dir "$stats" >"$WORK/$label.table" 2>&1
+  timeout 60 "$TOOL" stat --prom --dir "$stats" >"$WORK/$label.prom" 2>&1
   stop_bg "$bpid"
+  check "$label: the table names each connection's arm" \
+    "$PYTHON" "$WORK/arms.py" table "$WORK/$label.table"
+  check "$label: --prom passes the exposition checker" "$PYTHON" "$ROOT/integration/promcheck.py" "$WORK/$label.prom"
+  check "$label: --prom sums the arms, labelled by arm only there" \
+    "$PYTHON" "$WORK/arms.py" prom "$WORK/$label.prom"
   # The server kept answering all along: a last request comes back right.
   local got
   got=$(with_shim "${vars[@]}" redis-cli -h 127.0.0.1 -p "$port" SET k v 2>&1)

@@ -4,6 +4,8 @@
 # tracking but never upgrading, the shim upgrading to shm) and the records of
 # both ends must be identical; the cases in corpus/known/ reproduce known
 # differences of the shim and are reported ("known difference"), not failed.
+# The replays of real programs (corpus/replay_*.scn) must first be what
+# trace2scn.py makes of their kept traces (corpus/traces/).
 # The corpus runs again with every shm connection handed back to TCP at
 # its 1st, 2nd, then 3rd send on the channel (RDMASHIM_TEST_HANDBACK_AFTER).
 # Then random scenarios (without the shapes of the known differences) run for
@@ -20,6 +22,8 @@ export DIFF_SEED=${DIFF_SEED:-1}
 export DIFF_SHRINK_S=${DIFF_SHRINK_S:-45}
 DIFF=$ROOT/integration/diff/diff.py
 
+log "replays of real programs: each is what trace2scn.py makes of its kept traces"
+CMD_TIMEOUT=60 tally_cmd "$PYTHON" "$ROOT/integration/diff/trace2scn.py" verify
 log "corpus"
 CMD_TIMEOUT=240 tally_cmd "$PYTHON" "$DIFF" check
 # The hand-back of a connection that does not pay (shim/io/io_tx.c) happens

@@ -9,7 +9,10 @@
 # ends and every stream stays byte-exact; a burst of connections whose
 # handshakes all start at once (no warm link) shares a few links instead of
 # making one each (at most N/8 + 3 QPs at a cap of 8, and the server's
-# connections wait for the links being made). Then, with the default transports
+# connections wait for the links being made). Then RDMASHIM_MODE=shadow
+# across the hosts (integration/vm/guest-rdma-shadow.sh): redis in shadow at
+# both ends, every connection negotiated over rdma_cm to its cut, no byte on
+# RDMA, each counted as one that would have moved. Then, with the default transports
 # the shim picks RDMA by itself for a peer on another host: stress and
 # sockperf over RDMA. Then host B loses its rxe device: B's shim fails fast
 # (no_rdma_device), A's CM attempts time out, A's breaker for B opens after 3
@@ -20,7 +23,10 @@
 #
 # RDMA_TWO_ONLY=links runs the links part alone (in VMs of its own: 186 s on
 # an idle 2-core machine with the burst part, 34 s of it),
-# RDMA_TWO_ONLY=base everything else (73-90 s idle; the whole: 177 s).
+# RDMA_TWO_ONLY=base everything else, RDMA_TWO_ONLY=shadow the shadow part
+# alone (integration/vm/guest-rdma-shadow.sh: redis in RDMASHIM_MODE=shadow
+# across the hosts, no byte on RDMA, every connection traced as one that
+# would have moved to it).
 # LINKS_* variables (see guest-rdma-links.sh) reach the guests. The VMs run
 # SHIM_LIB and SHIM_PROGS (integration/lib.sh) when set: another build, not
 # under /tmp, which the VMs do not see.
@@ -38,7 +44,8 @@ guest=$ROOT/integration/vm/guest-rdma-two.sh
 # bind back only the top directory of a checkout under /tmp (rxe-vm.sh).
 env="SHIM_LIB=$LIB SHIM_PROGS=$PROGS"
 tmp_top() { [[ $1 == /tmp/* ]] && { local r=${1#/tmp/}; echo "${r%%/*}"; }; }
-if [[ $only != base ]]; then
+[[ $only == shadow ]] && env+=" TWO_ONLY=shadow"
+if [[ $only != base && $only != shadow ]]; then
   if [[ $WORK == /tmp/* && $(tmp_top "$WORK") != $(tmp_top "$ROOT") ]]; then
     not_ok "links: the scratch directory $WORK is under /tmp outside this checkout, which the VMs do not see (set INTEGRATION_LOGS)"
   else

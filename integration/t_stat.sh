@@ -8,7 +8,9 @@
 # parses, --prom passes integration/promcheck.py, --prom-file is written.
 # Another user sees none of root's connections and "permission denied".
 # A client SIGKILLed mid-traffic leaves an area that still reads
-# (--keep-dead), and the next stat removes it.
+# (--keep-dead), and the next stat removes it; so does one that kills
+# itself in the middle of a record's update (RDMASHIM_TEST_FAULTS=
+# stat_kill), that record then read as inconsistent.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 TOOL=$ROOT/build/bin/rdmashim
 need_built "$TOOL"
@@ -199,6 +201,32 @@ timeout 20 "$TOOL" stat --json >"$WORK/after.json" 2>&1
 check "stat removed the dead process's file" test -z "$(compgen -G "$STATS/0/$LOOPER_PID-*.stat")"
 check "and said so" "$PYTHON" -c 'import json,sys; assert json.load(open(sys.argv[1]))["removed_dead"] >= 1' \
   "$WORK/after.json"
+
+# Killed in the middle of an update (RDMASHIM_TEST_FAULTS=stat_kill: the
+# process SIGKILLs itself with a record's sequence count odd): the area
+# still reads, that record marked inconsistent and the rest whole.
+rc=0
+with_shim RDMASHIM_PORTS="$P_REDIS" RDMASHIM_TRANSPORTS=shm RDMASHIM_TEST_FAULTS=stat_kill@3 "$PYTHON" -c '
+import os, socket, sys
+print(os.getpid(), flush=True)
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+for _ in range(2000):
+    c.sendall(b"PING\r\n"); c.recv(7)' "$P_REDIS" >"$WORK/killed.pid" 2>"$WORK/killed.err" || rc=$?
+KILLED=$(head -1 "$WORK/killed.pid")
+check "stat_kill: the client died of SIGKILL mid-update (status $rc, pid $KILLED)" test "$rc" -eq 137
+timeout 20 "$TOOL" stat --json --keep-dead --pid "${KILLED:-1}" >"$WORK/killed.json" 2>&1
+check "stat_kill: its area still reads: dead, its record inconsistent with its last values" "$PYTHON" -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+p = j["processes"]
+assert len(p) == 1 and p[0]["dead"] and p[0]["error"] is None, p
+c = j["connections"]
+print("    killed mid-update: %s" % [(x["state"], x["consistent"], x["tx_bytes"], x["rx_bytes"]) for x in c])
+assert len(c) == 1 and not c[0]["consistent"] and c[0]["tx_bytes"] > 0, c' "$WORK/killed.json"
+timeout 20 "$TOOL" stat --pid "${KILLED:-1}" --keep-dead >"$WORK/killed.txt" 2>&1
+check "stat_kill: the table says inconsistent" grep -q "inconsistent" "$WORK/killed.txt"
+timeout 20 "$TOOL" stat --json >/dev/null 2>&1
+check "stat_kill: the next stat removed its file" test -z "$(compgen -G "$STATS/0/${KILLED:-1}-*.stat")"
 
 # A normal exit removes the file.
 stop_bg "$CLIENT_BG"

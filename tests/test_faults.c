@@ -28,6 +28,7 @@ static const struct {
 	{ "\trv_silent@1\t", 1, { { SHIM_FAULT_RV_SILENT, 1 } } },
 	{ "switch_late@007", 1, { { SHIM_FAULT_SWITCH_LATE, 7 } } },
 	{ "switch_late@4611686018427387904", 1, { { SHIM_FAULT_SWITCH_LATE, 4611686018427387904ull } } },
+	{ "stat_kill@2", 1, { { SHIM_FAULT_STAT_KILL, 2 } } },
 	{ "ring_alloc@1,bell_loss@2,peer_stall@3,verify_fail@4", 4,
 	  { { SHIM_FAULT_RING_ALLOC, 1 }, { SHIM_FAULT_BELL_LOSS, 2 }, { SHIM_FAULT_PEER_STALL, 3 },
 	    { SHIM_FAULT_VERIFY_FAIL, 4 } } },

@@ -44,7 +44,22 @@ void rdmashim_bundle_usage(FILE *out)
 	      "  MANIFEST.txt in it gives each member's command and exit status; a\n"
 	      "  command that fails is recorded, not fatal. Default FILE:\n"
 	      "  rdmashim-bundle-DATE-TIME.tar.gz in the current directory. Exit: 0\n"
-	      "  written; 1 tar failed; 2 bad usage or a TRACE unreadable.\n",
+	      "  written; 1 tar failed; 2 bad usage or a TRACE unreadable.\n"
+	      "\n"
+	      "Example (rdmashim bundle cli.13970.jsonl):\n"
+	      "  rdmashim bundle: wrote rdmashim-bundle-20261207-181324.tar.gz\n"
+	      "  its members: version.txt config.txt health.json stat.json qp.json uname.txt\n"
+	      "  rdma-core.txt cpu.txt traces/1-cli.13970.jsonl MANIFEST.txt; MANIFEST.txt:\n"
+	      "  rdmashim bundle made 20261207-181324; each member, how it was made:\n"
+	      "  version.txt          rdmashim version: exit status 0\n"
+	      "  config.txt           rdmashim config: exit status 0\n"
+	      "  health.json          rdmashim health --json: exit status 2\n"
+	      "  stat.json            rdmashim stat --json: exit status 0\n"
+	      "  qp.json              rdmashim qp --json: exit status 3\n"
+	      "  uname.txt            uname -a: exit status 0\n"
+	      "  rdma-core.txt        dpkg-query -W rdma-core libibverbs1: exit status 0\n"
+	      "  cpu.txt              the first 'model name' line of /proc/cpuinfo, and its processor count\n"
+	      "  traces/1-cli.13970.jsonl a copy of cli.13970.jsonl\n",
 	      out);
 }
 

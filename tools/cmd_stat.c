@@ -34,11 +34,11 @@ void rdmashim_stat_usage(FILE *out)
 	      "  One row per live connection of every process under the shim that you may\n"
 	      "  read: pid, program, fd, local and peer address, path, state, the last\n"
 	      "  reason (name and code), bytes and messages each way, round trip p50/p99\n"
-	      "  (a send to the next receive that returned data, as the shim sees it), age\n"
-	      "  and RDMA queue pair. Then each process's totals (closed connections\n"
-	      "  included) and its count of every reason. A process you may not read is\n"
-	      "  listed as \"permission denied\". Files of your own dead processes are\n"
-	      "  removed.\n"
+	      "  (a send to the next receive that returned data, as the shim sees it), age,\n"
+	      "  RDMA queue pair and A/B arm (accelerated, control; - with no A/B test).\n"
+	      "  Then each process's totals (closed connections included) and its count\n"
+	      "  of every reason. A process you may not read is listed as \"permission\n"
+	      "  denied\". Files of your own dead processes are removed.\n"
 	      "  --pid, --port (local or peer), --path  show only those connections\n"
 	      "  --dir DIR      the areas' directory (default RDMASHIM_STATS_DIR or\n"
 	      "                 /run/rdmashim)\n"
@@ -59,7 +59,30 @@ void rdmashim_stat_usage(FILE *out)
 	      "  --quantile Q   the verdict's quantile: 50 (default) or 99\n"
 	      "  --max-fallback PCT  WORSE when more of the accelerated arm's connections\n"
 	      "                 fell back to TCP (default 10)\n"
-	      "  --max-errors PCT  WORSE when more of them met an error (default 1)\n",
+	      "  --max-errors PCT  WORSE when more of them met an error (default 1)\n"
+	      "\n"
+	      "Example: redis-server and a client under the shim on shm, the client also\n"
+	      "connected to a redis-server without the shim (rdmashim stat):\n"
+	      "  PID     PROGRAM           FD LOCAL                 PEER                  PATH STATE      REASON(CODE)               TX_BYTES     RX_BYTES   TX_MSGS   RX_MSGS   P50_US   P99_US    AGE_S    QPN ARM\n"
+	      "  13970   python3            4 127.0.0.1:55982       127.0.0.1:6379        shm  switched   upgraded(6)                    1800         2100       300       300     14.3     98.3      3.8      0 -\n"
+	      "  13970   python3            7 127.0.0.1:43346       127.0.0.1:6380        tcp  kernel     peer_no_shim(7)                  66           77        11        11      5.1      5.1      3.8      0 -\n"
+	      "  13951   redis-server      11 127.0.0.1:6379        127.0.0.1:55982       shm  switched   upgraded(6)                    2100         1800       300       300     49.2    131.1      3.8      0 -\n"
+	      "  process 13970 python3 (uid 0): 2 live of 2 connections; sent 1866 B in 311 msgs, received 2177 B in 311 msgs\n"
+	      "    reasons: whitelisted(1)=2 upgraded(6)=1 peer_no_shim(7)=1\n"
+	      "  process 13951 redis-server (uid 0): 1 live of 102 connections; sent 282149 B in 40301 msgs, received 1621877 B in 40301 msgs\n"
+	      "    reasons: whitelisted(1)=102 upgraded(6)=101\n"
+	      "\n"
+	      "Example: redis-benchmark -c 4 against redis-server, both at\n"
+	      "RDMASHIM_AB_PERCENT=50 (rdmashim stat --ab):\n"
+	      "  A/B: 1 process(es) with RDMASHIM_AB_PERCENT=50; 30 interval(s) of 1 s with both arms (30 seen); bootstrap 2000, seed 1796668732589726; margin 5%; verdict on p50\n"
+	      "  ARM             CONNS   LIVE       TX_BYTES       RX_BYTES FALLBACKS  ERRORS          N     P50_US     P99_US\n"
+	      "  accelerated         3      2       56477957        7844194         0       0      95759       17.5       65.6\n"
+	      "  control             2      2       38876040        5399450         0       0      65936       29.1       87.2\n"
+	      "  ratio accelerated/control, 95% interval:\n"
+	      "    p50 0.602 [0.587, 0.621] BETTER\n"
+	      "    p99 0.752 [0.687, 0.821] BETTER\n"
+	      "  fallback rate 0.00% (limit 10%), error rate 0.00% (limit 1%) in the accelerated arm\n"
+	      "  verdict: BETTER (the interval lies wholly below 1 - margin)\n",
 	      out);
 }
 
@@ -75,6 +98,12 @@ struct opts {
 static const char *path_name(unsigned p)
 {
 	return shim_transport_name((enum shim_transport)p);
+}
+
+/* A connection's A/B arm (statarea.h), "-" outside an A/B test. */
+static const char *arm_name(unsigned arm)
+{
+	return arm == SHIM_STAT_ARM_ACCEL ? "accelerated" : arm == SHIM_STAT_ARM_CONTROL ? "control" : "-";
 }
 
 static void endpoint(const struct shim_endpoint *ep, char *buf, size_t len)
@@ -155,10 +184,10 @@ static void print_zc(const struct shim_stat_hdr *h, bool json)
 
 static void print_table(const struct snap *s, const struct snap *prev, bool watch)
 {
-	printf("%-7s %-15s %4s %-21s %-21s %-4s %-10s %-22s %12s %12s %9s %9s %8s %8s %8s %6s\n", "PID", "PROGRAM",
+	printf("%-7s %-15s %4s %-21s %-21s %-4s %-10s %-22s %12s %12s %9s %9s %8s %8s %8s %6s %s\n", "PID", "PROGRAM",
 	       "FD", "LOCAL", "PEER", "PATH", "STATE", "REASON(CODE)", watch ? "+TX_BYTES" : "TX_BYTES",
 	       watch ? "+RX_BYTES" : "RX_BYTES", watch ? "+TX_MSGS" : "TX_MSGS", watch ? "+RX_MSGS" : "RX_MSGS",
-	       "P50_US", "P99_US", "AGE_S", "QPN");
+	       "P50_US", "P99_US", "AGE_S", "QPN", "ARM");
 	for (size_t i = 0; i < s->nconn; i++) {
 		const struct snap_conn *c = &s->conns[i];
 		const struct snap_proc *p = &s->procs[c->proc];
@@ -172,11 +201,11 @@ static void print_table(const struct snap *s, const struct snap *prev, bool watc
 		us(shim_stat_quantile_ns(c->rec.rtt, 0.5), p50, sizeof(p50));
 		us(shim_stat_quantile_ns(c->rec.rtt, 0.99), p99, sizeof(p99));
 		moved(c, watch ? find_prev(prev, s, c) : NULL, m);
-		printf("%-7d %-15.15s %4d %-21s %-21s %-4s %-10s %-22s %12llu %12llu %9llu %9llu %8s %8s %8.1f %6u%s\n",
+		printf("%-7d %-15.15s %4d %-21s %-21s %-4s %-10s %-22s %12llu %12llu %9llu %9llu %8s %8s %8.1f %6u %s%s\n",
 		       p->pid, p->hdr.comm, c->rec.d.fd, l, r, path_name(c->rec.d.path),
 		       shim_stat_state_name(c->rec.d.state), why, (unsigned long long)m[0], (unsigned long long)m[1],
 		       (unsigned long long)m[2], (unsigned long long)m[3], p50, p99, age_s(s, &c->rec), c->rec.d.qpn,
-		       c->inconsistent ? "  inconsistent" : "");
+		       arm_name(c->rec.d.arm), c->inconsistent ? "  inconsistent" : "");
 	}
 	for (size_t i = 0; i < s->nproc; i++) {
 		const struct snap_proc *p = &s->procs[i];
@@ -400,7 +429,12 @@ bad:
 
 static int one_look(const struct opts *o, struct snap *s, const struct snap *prev)
 {
-	int rc = snap_take(s, o->dir, &o->f);
+	struct snap_filter f = o->f;
+	int rc;
+
+	/* The A/B families of the Prometheus text need each area's A/B part. */
+	f.ab = o->prom || o->prom_dir;
+	rc = snap_take(s, o->dir, &f);
 
 	if (rc < 0) {
 		fprintf(stderr, "rdmashim stat: %s: %s\n", o->dir, strerror(-rc));

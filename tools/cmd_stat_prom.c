@@ -1,7 +1,8 @@
 /*
  * rdmashim stat --prom: the areas summed over the processes read, in the
- * Prometheus text exposition format (0.0.4). Labels are path and reason
- * only: no per-connection series, whose number would grow without bound.
+ * Prometheus text exposition format (0.0.4). Labels are path, reason and,
+ * on the A/B families only, arm: no per-connection series, whose number
+ * would grow without bound.
  * A process that exits takes its counts with it: the sums go down then,
  * which Prometheus takes as a counter reset.
  */
@@ -68,6 +69,51 @@ static void rtt_histogram(FILE *out, const struct snap *s)
 	}
 }
 
+/* Under an A/B test (the snap taken with snap_filter.ab): per arm what
+ * `stat --ab` sums, as counters. The round trips per arm live in a ring of
+ * seconds, not a count since the start, so they are not exposed here. */
+static void ab_arms(FILE *out, const struct snap *s)
+{
+	static const char *const arm[SHIM_STAT_ARMS] = { "accelerated", "control" };
+	static const struct {
+		const char *name, *help;
+	} fam[] = {
+		{ "rdmashim_ab_connections_total", "Connections tracked in each A/B arm (RDMASHIM_AB_PERCENT)." },
+		{ "rdmashim_ab_sent_bytes_total", "Application bytes sent by each A/B arm's connections." },
+		{ "rdmashim_ab_received_bytes_total", "Application bytes received by each A/B arm's connections." },
+		{ "rdmashim_ab_fallbacks_total", "Connections of each A/B arm that went back from a side channel to TCP." },
+		{ "rdmashim_ab_errors_total", "Connections of each A/B arm reset by the shim or hit by a local fault." },
+	};
+	uint64_t v[5][SHIM_STAT_ARMS] = { { 0 } };
+	unsigned percent = 0;
+	bool any = false;
+
+	for (size_t i = 0; i < s->nproc; i++) {
+		const struct snap_proc *p = &s->procs[i];
+
+		if (p->error || !p->ab || !p->ab->active)
+			continue;
+		any = true;
+		percent = (unsigned)p->ab->percent;
+		for (unsigned a = 0; a < SHIM_STAT_ARMS; a++) {
+			v[0][a] += p->ab->arm[a].conns;
+			v[1][a] += p->ab->arm[a].closed_bytes[0] + p->arm_live_bytes[a][0];
+			v[2][a] += p->ab->arm[a].closed_bytes[1] + p->arm_live_bytes[a][1];
+			v[3][a] += p->ab->arm[a].fallbacks;
+			v[4][a] += p->ab->arm[a].errors;
+		}
+	}
+	if (!any)
+		return;
+	family(out, "rdmashim_ab_percent", "gauge", "RDMASHIM_AB_PERCENT of the processes under an A/B test.");
+	fprintf(out, "rdmashim_ab_percent %u\n", percent);
+	for (unsigned f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
+		family(out, fam[f].name, "counter", fam[f].help);
+		for (unsigned a = 0; a < SHIM_STAT_ARMS; a++)
+			fprintf(out, "%s{arm=\"%s\"} %llu\n", fam[f].name, arm[a], (unsigned long long)v[f][a]);
+	}
+}
+
 void stat_print_prom(FILE *out, const struct snap *s)
 {
 	uint64_t v[4][SHIM_STAT_PATHS] = { { 0 } }, conns = 0, reasons[SHIM_REASON_COUNT] = { 0 };
@@ -113,6 +159,7 @@ void stat_print_prom(FILE *out, const struct snap *s)
 		fprintf(out, "rdmashim_reasons_total{reason=\"%s\"} %llu\n", shim_reason_name((enum shim_reason)r),
 			(unsigned long long)reasons[r]);
 	rtt_histogram(out, s);
+	ab_arms(out, s);
 }
 
 int stat_write_prom_file(const char *dir, const struct snap *s)

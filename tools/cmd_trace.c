@@ -42,7 +42,30 @@ void rdmashim_trace_usage(FILE *out)
 	      "                  that did not upgrade did not, grouped by reason\n"
 	      "  --json          the same as one JSON object\n"
 	      "  Exit: 0 all lines read; 1 some line was bad (FILE:LINE: why, on\n"
-	      "  stderr; the rest is still read); 2 bad usage or a file unreadable.\n",
+	      "  stderr; the rest is still read); 2 bad usage or a file unreadable.\n"
+	      "\n"
+	      "Example: a client under the shim with one connection to a redis-server under\n"
+	      "the shim and one to a redis-server without it (rdmashim trace FILE):\n"
+	      "             ms         +ms  event                reason         details\n"
+	      "\n"
+	      "  conn 13970/127.0.0.1:55982/127.0.0.1:6379  client fd 4, from 2026-12-07T18:13:09.960363Z: upgraded to shm\n"
+	      "          0.000      +0.000  conn.track           whitelisted    state=tcp eligible=true how=connect\n"
+	      "          1.267      +1.267  upgrade.start        -\n"
+	      "          1.861      +0.594  tx.switch            upgraded       transport=shm offset=48\n"
+	      "          1.870      +0.009  upgrade.done         upgraded       transport=shm ring_bytes=1048576 tx=2 rx=true pair=false bell_line=true tx_kept=no\n"
+	      "          1.884      +0.014  rx.switch            upgraded       offset=56\n"
+	      "\n"
+	      "  conn 13970/127.0.0.1:43346/127.0.0.1:6380  client fd 7, from 2026-12-07T18:13:09.960556Z: stayed on TCP: peer_no_shim\n"
+	      "          0.000      +0.000  conn.track           whitelisted    state=tcp eligible=true how=connect\n"
+	      "          1.999      +1.999  upgrade.start        -\n"
+	      "          2.051      +0.052  upgrade.fail         peer_no_shim\n"
+	      "\n"
+	      "rdmashim trace --summary over the same run's files (an excerpt):\n"
+	      "  43 file(s), 1100 line(s) counted, 0 bad; 205 connection(s): 202 upgraded, 3 not\n"
+	      "\n"
+	      "  not upgraded, by reason:\n"
+	      "          2  no_attempt            tracked, but no upgrade began (closed before its first data call, or too young)\n"
+	      "          1  peer_no_shim          the peer answered no offer: it runs without the shim\n",
 	      out);
 }
 

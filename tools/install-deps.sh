@@ -8,7 +8,7 @@ packages=(build-essential pkg-config check uthash-dev zlib1g-dev libibverbs-dev 
 	qemu-system-x86 linux-image-amd64 busybox-static kmod cpio zstd xz-utils
 	curl wget socat nginx-light lighttpd memcached libmemcached-tools postgresql
 	python3-requests python3-pymemcache mosquitto mosquitto-clients time
-	apache2 apache2-utils haproxy wrk
+	apache2 apache2-utils haproxy wrk strace
 	openssh-server openssh-client rsync groff-base man-db
 	mariadb-server mariadb-client nodejs nghttp2-client python3-grpcio)
 missing=()

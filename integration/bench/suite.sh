@@ -24,8 +24,12 @@
 #   redis    redis-benchmark GET and SET (50 clients) and a connection per
 #            request (-k 0 -t ping_mbulk, 10 clients), requests/s and CPU
 #            per request of server and client
-#   vm       BENCH_VM=1 only: integration/bench/rdma-vm.sh (a QEMU VM,
-#            minutes; its figure lines go into the JSON)
+#   vm       BENCH_VM=1 only (or BENCH_PARTS=vm): one QEMU VM with
+#            Soft-RoCE (integration/vm/guest-bench-suite.sh, about 6
+#            minutes): ping-pong p50 and p99 and throughput by size over
+#            guest TCP, the shim over RDMA (and with RDMASHIM_SPIN_US=0),
+#            ib_send_lat / ib_write_bw, and ucx_perftest over rc_verbs
+#            where it runs; into a JSON of its own (below)
 # Every part runs BENCH_ROUNDS rounds, the transports' order rotated round
 # by round (common.bash: `order`); the JSON keeps every run, and the
 # assembly (suite_json.py) takes medians, spreads and per-round ratios.
@@ -33,7 +37,10 @@
 # Environment:
 #   BENCH_QUICK=1       the short form (about 40 s on an idle 2-core machine)
 #   BENCH_OUT=DIR       where the JSON goes (default bench/results):
-#                       DIR/<UTC timestamp>-<host>.json and DIR/latest.json
+#                       DIR/<UTC timestamp>-<host>.json and DIR/latest.json;
+#                       the vm part's DIR/<UTC timestamp>-rdma-<host>.json
+#                       and DIR/rdma-latest.json (suite_vm_json.py), so a
+#                       run of either keeps the other's latest
 #   BENCH_ROUNDS, BENCH_SECS (xfer seconds per run), BENCH_SIZES,
 #   BENCH_PARTS         override the form's settings
 #   BENCH_VM=1          add the VM part (the machine's heavy-run lock is
@@ -56,21 +63,24 @@ if [[ $QUICK == 1 ]]; then
 	SP_SECS=1 SP_SIZES="64" QP_SECS=1 UCX_N=2000 UCX_SIZES="64 65536" LIM_SECS=0.1
 	REDIS_N=1000 REDIS_K0_N=300 REDIS_ROUNDS=1 TOOL_ROUNDS=1
 	TOOL_TRANSPORTS=(tcp shm)
+	VM_ROUNDS=1 VM_SECS=0.3 VM_SIZES="64 65536" VM_ITERS=500
 else
 	ROUNDS=${BENCH_ROUNDS:-3} SECS=${BENCH_SECS:-1} WARM_MS=40
 	SP_SECS=1 SP_SIZES="16 64 256 1024 4096 16384" QP_SECS=2 UCX_N=100000 LIM_SECS=1
 	REDIS_N=100000 REDIS_K0_N=20000 REDIS_ROUNDS=$ROUNDS TOOL_ROUNDS=$ROUNDS
 	TOOL_TRANSPORTS=("${TCP_TRANSPORTS[@]}")
+	VM_ROUNDS=$ROUNDS VM_SECS=1 VM_SIZES="16 64 1024 16384 65536" VM_ITERS=2000
 fi
 SIZES=${BENCH_SIZES:-16 64 256 1024 4096 16384 65536}
 UCX_SIZES=${UCX_SIZES:-$SIZES}
 PARTS=${BENCH_PARTS:-xfer sockperf qperf ucx limits redis}
 [[ ${BENCH_VM:-0} == 1 && $PARTS != *vm* ]] && PARTS+=" vm"
 OUT=${BENCH_OUT:-$ROOT/bench/results}
-RAW=$WORK/raw.jsonl
+RAW=$WORK/raw.jsonl RAW_VM=$WORK/raw-vm.jsonl
 BIN=$ROOT/build/bench
 mkdir -p "$BIN" "$WORK/trace" "$OUT"
 : >"$RAW"
+: >"$RAW_VM"
 
 for p in xfer cacheline memcpy_bw cpu_of; do
 	[[ $BIN/$p -nt $ROOT/integration/bench/$p.c ]] && continue
@@ -315,17 +325,25 @@ part_redis() {
 	for t in "${TRANSPORTS[@]}"; do stop_bg "${pid[$t]}"; done
 }
 
+# The VM sees this machine's files at the same paths (its /tmp is its own):
+# the xfer binary and the library are passed by path.
 part_vm() {
-	local out
-	out=$(timeout -k 10 420 bash "$ROOT/integration/bench/rdma-vm.sh" 2>&1)
-	printf '%s\n' "$out" >"$WORK/vm.log"
-	python3 - "$WORK/vm.log" >>"$RAW" <<'PY'
-import json, sys
-lines = [l.rstrip("\n") for l in open(sys.argv[1], errors="replace")]
-figs = [l[len("figure: "):] for l in lines if l.startswith("figure: ")]
-print(json.dumps({"part": "vm", "figures": figs, "lines": len(lines),
-                  "error": None if figs else "no figure lines: " + " | ".join(lines[-3:])}))
-PY
+	local rc=0 vm_t0=$EPOCHREALTIME limit=$((VM_ROUNDS * 150 + 120))
+	if ! command -v qemu-system-x86_64 >/dev/null; then
+		echo '{"part":"vm","error":"qemu-system-x86_64 is not installed (make deps)"}' >>"$RAW_VM"
+		return
+	fi
+	local sizes=${VM_SIZES// /,}
+	RXEVM_ENV="XFER=$BIN/xfer SHIM_LIB=$LIB VMB_ROUNDS=$VM_ROUNDS VMB_SECS=$VM_SECS VMB_SIZES=$sizes VMB_ITERS=$VM_ITERS" \
+		RXEVM_TIMEOUT=$limit timeout -k 10 $((limit + 30)) "$ROOT/integration/vm/rxe-vm.sh" \
+		"$ROOT/integration/vm/guest-bench-suite.sh" </dev/null >"$WORK/vm.log" 2>&1 || rc=$?
+	sed -n 's/^rec: //p' "$WORK/vm.log" >>"$RAW_VM"
+	grep '^== vm bench' "$WORK/vm.log" | while read -r l; do say "$l"; done
+	if ! grep -q '"part":"vm_xfer"' "$RAW_VM"; then
+		python3 -c 'import json,sys; print(json.dumps({"part": "vm", "error": sys.argv[1]}))' \
+			"the VM gave no figures (status $rc): $(grep -vE '^\[ *[0-9]+\.[0-9]+\] ' "$WORK/vm.log" | tail -n 3 | tr '\n' ' ')" >>"$RAW_VM"
+	fi
+	echo "{\"part\":\"timing\",\"name\":\"vm\",\"secs\":$(calc %.2f "$EPOCHREALTIME - $vm_t0")}" >>"$RAW_VM"
 }
 
 for part in $PARTS; do
@@ -333,6 +351,7 @@ for part in $PARTS; do
 	t0=$EPOCHREALTIME
 	say "part $part"
 	"part_$part"
+	[[ $part == vm ]] && continue
 	record timing "\"name\":\"$part\"" "\"secs\":$(calc %.2f "$EPOCHREALTIME - $t0")"
 done
 
@@ -340,6 +359,18 @@ read -r BUSY1 TOTAL1 < <(cpu_busy)
 HOST=$(hostname -s)
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 FILE=$OUT/$STAMP-$HOST.json
+COMMON=(root="$ROOT" started="$STARTED" secs="$(calc %.1f "$EPOCHREALTIME - $T_START")"
+	load_start="$LOAD0" load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
+	busy="$(calc %.3f "($BUSY1 - $BUSY0) / ($TOTAL1 - $TOTAL0)")" lib="$LIB")
+if [[ " $PARTS " == *" vm "* ]]; then
+	python3 "$ROOT/integration/bench/suite_vm_json.py" "$RAW_VM" "${COMMON[@]}" quick="$QUICK" \
+		rounds="$VM_ROUNDS" secs_per_run="$VM_SECS" sizes="$VM_SIZES" iters="$VM_ITERS" >"$WORK/out-vm.json" ||
+		die "the VM results could not be assembled (raw lines kept: BENCH_KEEP=1)"
+	cp "$WORK/out-vm.json" "$OUT/$STAMP-rdma-$HOST.json"
+	cp "$WORK/out-vm.json" "$OUT/rdma-latest.json"
+	say "VM results: $OUT/$STAMP-rdma-$HOST.json (and $OUT/rdma-latest.json)"
+fi
+[[ " $PARTS " == " vm " ]] && exit 0
 python3 "$ROOT/integration/bench/suite_json.py" "$RAW" >"$WORK/out.json" \
 	root="$ROOT" quick="$QUICK" started="$STARTED" secs="$(calc %.1f "$EPOCHREALTIME - $T_START")" \
 	load_start="$LOAD0" load_end="$(cut -d' ' -f1-3 /proc/loadavg)" \

@@ -14,7 +14,6 @@ round compares runs made in the same seconds).
 import json
 import os
 import platform
-import re
 import socket
 import statistics
 import subprocess
@@ -123,19 +122,6 @@ def qperf_lat_us(text):
 def qperf_bw(text):
     v, unit = text.split()
     return float(v) * BW_UNITS[unit]
-
-
-def vm_figure(line):
-    """NAME: VALUE at the last ": " outside parentheses ("failed(status 1: why)")."""
-    depth, cut = 0, -1
-    for i, c in enumerate(line):
-        depth += {"(": 1, ")": -1}.get(c, 0)
-        if depth == 0 and line.startswith(": ", i):
-            cut = i
-    name, value = (line[:cut], line[cut + 2:]) if cut >= 0 else ("", line)
-    m = re.search(r"-?\d+(?:\.\d+)?", value)
-    ok = m and not value.startswith("failed")
-    return {"name": name or line, "value": value.strip(), "number": float(m.group()) if ok else None}
 
 
 def main():
@@ -284,12 +270,7 @@ def main():
                             "per request); CPU of server (INFO cpu) and client (rusage) per request",
                     "results": rd}
 
-    vm = by("vm")
-    vm_err = [e["error"] for e in errors if e["part"] == "vm"]
-    out["vm"] = ({"what": "integration/bench/rdma-vm.sh in one QEMU TCG VM with Soft-RoCE: its figure lines, "
-                          "each split at its last colon, the first number of its value parsed",
-                  "figures": [vm_figure(f) for f in vm[0]["figures"]]} if vm else
-                 {"error": vm_err[0]} if vm_err else {"not_run": "BENCH_VM=1 was not set"})
+    out["vm"] = {"see": "the VM part (BENCH_VM=1) writes rdma-latest.json beside this file (suite_vm_json.py)"}
     json.dump(out, sys.stdout, indent=1, sort_keys=False)
     sys.stdout.write("\n")
 

@@ -4,9 +4,15 @@
  * spent; the transfer program of the benchmark suite (suite.sh). The same
  * program serves every transport, so that only the transport differs.
  *
- *   xfer server (--port P | --unix PATH) [--timeout SEC]
- *   xfer client (--port P | --unix PATH) --op pp|bw --size N --secs S
- *               [--warm-ms W]
+ *   xfer server (--port P [--addr A] | --unix PATH) [--timeout SEC]
+ *   xfer client (--port P [--addr A] | --unix PATH) --op pp|bw --size N
+ *               [--size N ...] --secs S [--warm-ms W] [--first-warm-ms W]
+ *
+ * A is an IPv4 address (default 127.0.0.1: the VM benchmark uses the
+ * address of its RDMA device). Each --size is one connection, one after
+ * the other in the same process, each printing its line: under the shim
+ * over RDMA a process's first connection waits out the process's warm-up
+ * (--first-warm-ms, default W), the later ones find it done.
  *
  * The server prints "READY" once listening and serves connections one
  * after the other until --timeout (default 600 s) or a signal. A
@@ -54,6 +60,7 @@ struct trailer {
 
 static int port = -1;
 static const char *upath;
+static in_addr_t addr; /* network order; 0 until --addr: loopback */
 
 static void fail(const char *what)
 {
@@ -118,7 +125,7 @@ static int make_socket(struct sockaddr_storage *sa, socklen_t *len)
 	struct sockaddr_in *in = (struct sockaddr_in *)sa;
 	in->sin_family = AF_INET;
 	in->sin_port = htons(port);
-	in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	in->sin_addr.s_addr = addr ? addr : htonl(INADDR_LOOPBACK);
 	*len = sizeof(*in);
 	return socket(AF_INET, SOCK_STREAM, 0);
 }
@@ -280,11 +287,13 @@ static int client(int op, uint32_t size, double secs, double warm_ms)
 	return 0;
 }
 
+#define MAX_SIZES 32
+
 int main(int argc, char **argv)
 {
-	int op = -1, timeout = 600;
-	uint32_t size = 0;
-	double secs = 1, warm_ms = 40;
+	int op = -1, timeout = 600, nsizes = 0;
+	uint32_t sizes[MAX_SIZES];
+	double secs = 1, warm_ms = 40, first_warm_ms = -1;
 
 	if (argc < 2)
 		goto usage;
@@ -298,8 +307,15 @@ int main(int argc, char **argv)
 			upath = v;
 		else if (!strcmp(a, "--op"))
 			op = !strcmp(v, "pp") ? 0 : !strcmp(v, "bw") ? 1 : -1;
-		else if (!strcmp(a, "--size"))
-			size = strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--addr")) {
+			if (inet_pton(AF_INET, v, &addr) != 1)
+				goto usage;
+		} else if (!strcmp(a, "--size")) {
+			if (nsizes == MAX_SIZES)
+				goto usage;
+			sizes[nsizes++] = strtoul(v, NULL, 0);
+		} else if (!strcmp(a, "--first-warm-ms"))
+			first_warm_ms = atof(v);
 		else if (!strcmp(a, "--secs"))
 			secs = atof(v);
 		else if (!strcmp(a, "--warm-ms"))
@@ -315,10 +331,19 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (!strcmp(argv[1], "server"))
 		server(timeout);
-	if (!strcmp(argv[1], "client") && op >= 0 && size > 0 && size <= MAX_SIZE)
-		return client(op, size, secs, warm_ms);
+	if (!strcmp(argv[1], "client") && op >= 0 && nsizes > 0) {
+		for (int i = 0; i < nsizes; i++)
+			if (sizes[i] == 0 || sizes[i] > MAX_SIZE)
+				goto usage;
+		for (int i = 0; i < nsizes; i++) {
+			client(op, sizes[i], secs, i == 0 && first_warm_ms >= 0 ? first_warm_ms : warm_ms);
+			fflush(stdout);
+		}
+		return 0;
+	}
 usage:
-	fprintf(stderr, "usage: xfer server (--port P | --unix PATH) [--timeout SEC]\n"
-			"       xfer client (--port P | --unix PATH) --op pp|bw --size N --secs S [--warm-ms W]\n");
+	fprintf(stderr, "usage: xfer server (--port P [--addr A] | --unix PATH) [--timeout SEC]\n"
+			"       xfer client (--port P [--addr A] | --unix PATH) --op pp|bw --size N [--size N ...]\n"
+			"                   --secs S [--warm-ms W] [--first-warm-ms W]\n");
 	return 2;
 }

@@ -14,6 +14,8 @@
 # Before 1, when LINKS_X names a directory both VMs see (t_rdma_two_hosts
 # gives one), guest-rdma-links.sh: 32 connections between one pair of
 # processes share one QP, and all fail over when it breaks (its header).
+# Then guest-rdma-shadow.sh: redis in RDMASHIM_MODE=shadow across the hosts
+# (its header); TWO_ONLY=shadow stops after it.
 # The stress servers' --exit-after orders the two VMs; B retries its clients
 # until A's servers listen. Prints "ok - " / "not ok - " lines.
 set -uo pipefail
@@ -76,7 +78,15 @@ else
   echo "# ${ROLE^^}: links part skipped: no LINKS_X (a directory both VMs see)"
 fi
 
-if [[ $ROLE == a ]]; then
+# 0b. Shadow mode over RDMA: its own script; its lines count here.
+bash "$here/guest-rdma-shadow.sh" 2>&1 | tee "$T/shadow.out"
+n_ok=$((n_ok + $(grep -c '^ok - ' "$T/shadow.out")))
+n_fail=$((n_fail + $(grep -c '^not ok - ' "$T/shadow.out")))
+check "${ROLE^^}: shadow: ran to the end" grep -q "^== host $ROLE shadow: " "$T/shadow.out"
+
+if [[ ${TWO_ONLY:-} == shadow ]]; then
+  echo "# ${ROLE^^}: parts 1 and 2 skipped: TWO_ONLY=shadow"
+elif [[ $ROLE == a ]]; then
   # 1. stress over RDMA between the hosts.
   rc=0
   # 4 connections, B's two warm-up ones and B's plain client (see B).

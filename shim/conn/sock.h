@@ -153,14 +153,17 @@ struct shim_sock {
 	struct shim_spin_hist spin_hist; /* do this socket's waits spin (spin.h) */
 	struct shim_chan *chan;
 	/* Its record in the live stats area (core/statarea.h; NULL: none),
-	 * the fd it was tracked under, and when our send that began the
-	 * current round trip went (0: none pending; sockstat.h). */
+	 * the fd it was tracked under, whether a round trip is open (our
+	 * send began it, no data came back yet), how many began, and when
+	 * the open one's send went (0: not timed; sockstat.h). */
 	struct shim_stat_rec *stat;
 	int stat_fd;
 	uint8_t stat_chan; /* enum shim_transport of the channel it had */
 	uint8_t ab_arm;    /* enum shim_stat_arm_id, 0 with no A/B test */
 	bool ab_fell_back, ab_erred; /* counted in its arm once */
 	bool shadowed;     /* RDMASHIM_MODE=shadow: negotiated to the switch, stayed on TCP */
+	bool stat_rt_open;
+	uint32_t stat_rts;
 	unsigned long long stat_sent_ns;
 
 	/* Back to TCP after the channel failed (failover.c). */

@@ -22,9 +22,12 @@ static inline unsigned shim_sockstat_path(const struct shim_sock *s, enum shim_d
 
 /*
  * The data path, under the sock's lock: n > 0 bytes moved by one call.
- * A send with no round trip pending starts one; the next receive that
- * returns data ends it (a sample of the round trip as the program sees it
- * through the shim). Two clock reads (vDSO, no system call) per round trip.
+ * A send with no round trip open opens one; the next receive that returns
+ * data closes it. One round trip in SHIM_STAT_RTT_EVERY, the first among
+ * them, is timed (two clock reads) and is a sample of the round trip as
+ * the program sees it through the shim: the clock read at the receive is
+ * on the program's path, and reading it every time cost a busy-polled shm
+ * round trip a measurable share (docs/BENCHMARKS.md, "Stats area").
  */
 static inline void shim_sockstat_sent(struct shim_sock *s, size_t n)
 {
@@ -33,8 +36,11 @@ static inline void shim_sockstat_sent(struct shim_sock *s, size_t n)
 	if (!r)
 		return;
 	shim_stat_io(r, shim_sockstat_path(s, s->tx_dir), 0, n);
-	if (!s->stat_sent_ns)
-		s->stat_sent_ns = shim_now_ns();
+	if (!s->stat_rt_open) {
+		s->stat_rt_open = true;
+		if (!(s->stat_rts++ % SHIM_STAT_RTT_EVERY))
+			s->stat_sent_ns = shim_now_ns();
+	}
 }
 
 static inline void shim_sockstat_received(struct shim_sock *s, size_t n)
@@ -46,6 +52,7 @@ static inline void shim_sockstat_received(struct shim_sock *s, size_t n)
 		return;
 	path = shim_sockstat_path(s, s->rx_dir);
 	shim_stat_io(r, path, 1, n);
+	s->stat_rt_open = false;
 	if (s->stat_sent_ns) {
 		uint64_t now = shim_now_ns(), ns = now - s->stat_sent_ns;
 

@@ -277,9 +277,10 @@ static void upgrade_start(struct shim_sock *s, int fd, unsigned long long now)
 		shim_upgrade_fail(s, fd, why);
 		return;
 	}
-	/* Shadow mode cuts only the named shm handshake (shm_neg.c); the
-	 * other negotiations are not run at all, so nothing can switch. */
-	if (shim_cfg.shadow && x->kind != SHIM_TRANSPORT_SHM) {
+	/* Shadow mode's cuts are in the shm and RDMA handshakes (shm_neg.c,
+	 * rdma_setup.c); a transport without one is not run at all, so
+	 * nothing can switch. */
+	if (shim_cfg.shadow && x->kind != SHIM_TRANSPORT_SHM && x->kind != SHIM_TRANSPORT_RDMA) {
 		s->shadowed = true;
 		SHIM_TRACE(SHIM_TRACE_INFO, "upgrade.shadow", fd, &s->tuple, SHIM_REASON_SHADOW,
 			   "\"role\":\"%s\",\"transport\":\"%s\",\"proved\":false", shim_role_name(s->role),

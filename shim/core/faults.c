@@ -12,6 +12,7 @@ static const char *const kind_names[SHIM_FAULT_KINDS] = {
 	[SHIM_FAULT_RING_ALLOC] = "ring_alloc",   [SHIM_FAULT_BELL_LOSS] = "bell_loss",
 	[SHIM_FAULT_PEER_STALL] = "peer_stall",   [SHIM_FAULT_VERIFY_FAIL] = "verify_fail",
 	[SHIM_FAULT_RV_SILENT] = "rv_silent",     [SHIM_FAULT_SWITCH_LATE] = "switch_late",
+	[SHIM_FAULT_STAT_KILL] = "stat_kill",
 };
 
 unsigned shim_faults_armed;
@@ -76,7 +77,7 @@ int shim_faults_parse(const char *text, struct shim_fault_plan *plan, char *why,
 		if (kind < 0)
 			return faults_refuse(plan, -EINVAL, why, whylen,
 					     "unknown kind '%.*s'; kinds: ring_alloc, bell_loss, peer_stall, "
-					     "verify_fail, rv_silent, switch_late",
+					     "verify_fail, rv_silent, switch_late, stat_kill",
 					     QUOTE(len), p);
 		const char *name = p;
 

@@ -34,6 +34,10 @@
  *                fails its upgrade (timeout)
  *   switch_late  a SWITCH frame goes out SHIM_FAULT_SWITCH_LATE_MS late
  *                (after its SWITCH_AT, so the peer waits at that offset)
+ *   stat_kill    the process SIGKILLs itself while it writes a connection's
+ *                record in its stats area (the record's sequence count
+ *                odd): the area a killed process leaves (statarea.c,
+ *                shim_stat_rec_describe)
  */
 #ifndef RDMASHIM_FAULTS_H
 #define RDMASHIM_FAULTS_H
@@ -51,6 +55,7 @@ enum shim_fault_kind {
 	SHIM_FAULT_VERIFY_FAIL,
 	SHIM_FAULT_RV_SILENT,
 	SHIM_FAULT_SWITCH_LATE,
+	SHIM_FAULT_STAT_KILL,
 	SHIM_FAULT_KINDS,
 };
 

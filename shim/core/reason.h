@@ -67,7 +67,7 @@
 	X(REAPER_JAMMED, "reaper_jammed",                                                       \
 	  "a descriptor a peer passed blocks in its release (the shim's reaper is stuck): no new side channel until it moves") \
 	X(SHADOW, "shadow",                                                                     \
-	  "RDMASHIM_MODE=shadow: the upgrade stopped at the switch, or ended before it for the reason traced with upgrade.shadow: stays on TCP") \
+	  "RDMASHIM_MODE=shadow: the upgrade stopped at the switch, or ended before it for the reason traced with upgrade.shadow; or an RDMA peer in shadow mode withdrew at its cut: stays on TCP") \
 	X(RDMA_PORT_FAULTY, "rdma_port_faulty",                                                 \
 	  "the RDMA port the connection would use has a fault counter over its limit (rdmashim health's judgement, at the port watch's last look): on TCP until it recovers")
 

@@ -49,6 +49,8 @@
 /* Log-linear round-trip histogram: bucket 0 holds [0, 320 ns), then four
  * buckets per power of two from 256 ns; the last holds everything above. */
 #define SHIM_STAT_RTT_BUCKETS 88
+/* One round trip in this many is timed (shim/conn/sockstat.h). */
+#define SHIM_STAT_RTT_EVERY 16u
 #define SHIM_STAT_FIRST_SEG 64u /* records in the first segment; each later doubles the file */
 #define SHIM_STAT_MAX_SEGS 24
 

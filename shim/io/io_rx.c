@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 
 #include "faults.h"
 #include "frames.h"
@@ -33,8 +34,9 @@ struct rx_call {
 	/* A blocking read returns once it has SO_RCVLOWAT bytes (or all it
 	 * asked for, or with MSG_WAITALL all of it), as the kernel's. */
 	size_t enough;
-	/* This call read TCP up to the peer's switch: it goes on into the ring
-	 * for what is already there, as one TCP read would return both. */
+	/* This call read TCP up to the peer's switch, or the ring up to the
+	 * peer's RESUME: it goes on into the next for what is already there,
+	 * without a wait, as one TCP read would return both. */
 	bool crossing;
 	long long deadline;
 	int rc;
@@ -109,6 +111,24 @@ static enum shim_io_next rx_sleep_on_tcp(struct rx_call *c)
 	return c->rc < 0 ? SHIM_IO_ANSWERED : SHIM_IO_AGAIN;
 }
 
+/* The kernel's urgent mark is the next byte to read. */
+static bool tcp_at_mark(int fd)
+{
+	int at = 0;
+
+	return REAL(ioctl)(fd, SIOCATMARK, &at) == 0 && at;
+}
+
+/* A read on from the ring takes TCP's bytes only: with none queued, a
+ * reset or end there stays the kernel's to report at the next call, as
+ * its read that returned bytes leaves them. */
+static bool tcp_bytes_queued(int fd)
+{
+	int queued = 0;
+
+	return REAL(ioctl)(fd, FIONREAD, &queued) == 0 && queued > 0;
+}
+
 /*
  * rx on TCP: one read. The first round of a young call (young_round) is
  * the kernel's read and no more: the bytes are counted and nothing of
@@ -118,10 +138,23 @@ static enum shim_io_next rx_sleep_on_tcp(struct rx_call *c)
 static enum shim_io_next rx_tcp(struct rx_call *c, const struct iovec *win, int wincnt, bool young_round)
 {
 	struct shim_sock *s = c->s;
-	ssize_t n = recv_tcp(s, c->fd, win, wincnt, c->flags);
+	ssize_t n;
 
+	/* Come from the ring: nothing behind the RESUME yet, or an urgent
+	 * byte sent us back to TCP (failover.oob) and its mark is next, where
+	 * the kernel's read stops once it has bytes. */
+	if (c->crossing && c->got &&
+	    ((c->got >= c->enough && !tcp_bytes_queued(c->fd)) || tcp_at_mark(c->fd))) {
+		c->rc = 0;
+		return SHIM_IO_ANSWERED;
+	}
+	n = recv_tcp(s, c->fd, win, wincnt, c->flags);
 	if (n == -EINPROGRESS)
 		return SHIM_IO_AGAIN;
+	if (n == -EAGAIN && c->crossing && c->got >= c->enough) {
+		c->rc = 0; /* nothing behind the RESUME yet: the ring's bytes go */
+		return SHIM_IO_ANSWERED;
+	}
 	if (n == -EAGAIN && !c->nonblock)
 		return rx_sleep_on_tcp(c);
 	if (n <= 0) {
@@ -203,6 +236,50 @@ static enum shim_io_next rx_chan_empty(struct rx_call *c)
 	return c->rc < 0 ? SHIM_IO_ANSWERED : SHIM_IO_AGAIN;
 }
 
+/*
+ * A read emptied the ring with room left: when the peer went back to TCP
+ * (its spill once this ring stayed full, a hand-back, a failure), the
+ * bytes it sent since follow its RESUME there, readable now, and FIONREAD
+ * counts them (io_ready.c). The call goes on for them as one TCP read
+ * would, without a wait. Cheap where nothing says so: no system call.
+ */
+static void rx_look_behind_ring(struct rx_call *c)
+{
+	struct shim_sock *s = c->s;
+	const struct shim_chan *ch = s->chan;
+
+	if (c->got >= c->want)
+		return;
+	/* The loads first: a channel's readable may cost more (rdma reaps). */
+	if (!s->fo_peer_known && !(ch->ops->failed && ch->ops->failed(ch)) &&
+	    !(ch->ops->peer_resuming && ch->ops->peer_resuming(ch)))
+		return;
+	/* Not all of the ring was taken (a peek leaves it there): the
+	 * RESUME's offset is not reached yet. */
+	if (ch->ops->readable(ch) > (c->peek ? c->got : 0))
+		return;
+	/* The announced RESUME is on TCP before the peer's send returned;
+	 * reading it lets the next round's failover step move rx there. */
+	if (!s->fo_peer_known)
+		shim_frames_drain(s, c->fd);
+	if (!c->peek) {
+		c->crossing = true;
+		return;
+	}
+	/* A peek stays in this round, rx on the channel: it looks at what
+	 * follows the RESUME itself, up to the urgent mark (rx_tcp). */
+	if (s->fo_peer_known && tcp_bytes_queued(c->fd) && !tcp_at_mark(c->fd)) {
+		struct iovec win[SHIM_IO_MAX_IOV];
+		struct msghdr mh = { .msg_iov = win };
+		ssize_t n;
+
+		mh.msg_iovlen = (size_t)shim_io_iov_window(c->iov, c->iovcnt, c->got, (size_t)-1, win);
+		n = REAL(recvmsg)(c->fd, &mh, (c->flags & ~MSG_WAITALL) | MSG_PEEK | MSG_DONTWAIT);
+		if (n > 0)
+			c->got += (size_t)n;
+	}
+}
+
 /* rx on the channel: what its ring holds. */
 static enum shim_io_next rx_chan(struct rx_call *c, const struct iovec *win, int wincnt)
 {
@@ -237,6 +314,7 @@ static enum shim_io_next rx_chan(struct rx_call *c, const struct iovec *win, int
 	s->rx_idle_arms = 0;
 	if (!c->peek && ch->ops->rx_should_bell(ch))
 		shim_frames_queue(s, c->fd, &space_bell, 1);
+	rx_look_behind_ring(c);
 	return c->peek ? SHIM_IO_ANSWERED : SHIM_IO_AGAIN;
 }
 

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "config.h"
 #include "mrpool.h"
 #include "rdma_link.h"
 #include "rdma_wire.h"
@@ -177,6 +178,20 @@ static inline struct rdma_conn *shim_rdma_conn_of(const struct shim_chan *ch)
 
 /* rdma_close.c: gives up before any direction moved (TCP stays). */
 void shim_rdma_give_up(struct shim_sock *s, int fd, enum shim_reason reason);
+/* RDMASHIM_MODE=shadow: the peer proved itself and this end would go on.
+ * It rejects the peer's id with the shadow marker (a negative errno when
+ * the REJ could not go: the peer then sees the teardown's plain one),
+ * then drops everything and stays on TCP, traced upgrade.shadow. */
+int shim_rdma_shadow_reject(struct rdma_cm_id *id);
+/* Links (RDMASHIM_RDMA_LINKS) serve upgrades that go on: in shadow mode
+ * every connection takes rdma_cm's way, where the cuts are. */
+static inline bool shim_rdma_links_on(void)
+{
+	return shim_cfg.rdma_links && !shim_cfg.shadow;
+}
+void shim_rdma_shadow_cut(struct shim_sock *s, int fd);
+/* A REJ's private data is the shadow marker (struct shim_rdma_shadow_rej). */
+bool shim_rdma_rej_is_shadow(const void *pdata, size_t plen);
 /* rdma_link_join.c: a connection set up over a link already up.
  * C: link_offer sends an OFFER on a link to the server's endpoint, if there
  * is one, beside its rdma_cm listener; link_accepted takes S's ACCEPT

@@ -10,10 +10,12 @@
 #include "rdma_post.h"
 #include "rdma_link_stat.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -65,6 +67,38 @@ void shim_rdma_release(struct shim_sock *s)
 static bool breaker_counts(enum shim_reason r)
 {
 	return r == SHIM_REASON_CM_TIMEOUT || r == SHIM_REASON_CM_REJECTED || r == SHIM_REASON_CM_UNREACHABLE;
+}
+
+bool shim_rdma_rej_is_shadow(const void *pdata, size_t plen)
+{
+	struct shim_rdma_shadow_rej m;
+
+	if (!pdata || plen < sizeof(m))
+		return false;
+	memcpy(&m, pdata, sizeof(m));
+	return ntohl(m.magic) == SHIM_RDMA_MAGIC && m.type == SHIM_RDMA_SHADOW;
+}
+
+int shim_rdma_shadow_reject(struct rdma_cm_id *id)
+{
+	struct shim_rdma_shadow_rej m = { .magic = htonl(SHIM_RDMA_MAGIC), .version = SHIM_RDMA_VERSION,
+					  .type = SHIM_RDMA_SHADOW };
+
+	return rdma_reject(id, &m, sizeof(m)) ? -errno : 0;
+}
+
+void shim_rdma_shadow_cut(struct shim_sock *s, int fd)
+{
+	struct rdma_conn *c = s->neg;
+
+	if (c) {
+		if (c->installed && s->chan == &c->chan)
+			s->chan = NULL;
+		c->installed = false;
+		s->neg = NULL;
+		shim_rdma_teardown(c);
+	}
+	shim_upgrade_shadow(s, fd, SHIM_TRANSPORT_RDMA);
 }
 
 /* Gives up before any direction moved: everything goes, TCP stays. */

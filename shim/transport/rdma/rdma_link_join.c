@@ -120,7 +120,7 @@ void shim_rdma_link_offer(struct shim_sock *s, int fd, struct rdma_conn *c)
 	struct rdma_link *l;
 
 	/* A shut write side carries no SWITCH frame: rdma_cm's way says so. */
-	if (!shim_cfg.rdma_links || s->wr_shut || c->offered)
+	if (!shim_rdma_links_on() || s->wr_shut || c->offered)
 		return;
 	if (c->offer_again_ns && shim_now_ns() < c->offer_again_ns)
 		return;
@@ -214,7 +214,7 @@ bool shim_rdma_link_begin(struct shim_sock *s, int fd, struct rdma_conn *c, unsi
 {
 	enum shim_link_toward toward;
 
-	if (!shim_cfg.rdma_links || s->role != SHIM_ROLE_SERVER)
+	if (!shim_rdma_links_on() || s->role != SHIM_ROLE_SERVER)
 		return false;
 	if (s_take_offer(s, fd, c))
 		return true;

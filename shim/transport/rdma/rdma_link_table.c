@@ -409,7 +409,7 @@ static void conn_uncount(struct rdma_conn *c, bool *counted, size_t field)
 
 void shim_rdma_link_making_mark(struct shim_sock *s, struct rdma_conn *c)
 {
-	if (shim_cfg.rdma_links && s->role == SHIM_ROLE_SERVER)
+	if (shim_rdma_links_on() && s->role == SHIM_ROLE_SERVER)
 		conn_count(c, &c->making_link, offsetof(struct host_count, making), s->tuple.peer.addr);
 }
 

@@ -111,6 +111,15 @@ static void c_connect_request(struct shim_sock *s, int fd, struct rdma_conn *c, 
 		rdma_destroy_id(child);
 		return;
 	}
+	/* Shadow mode's cut on C: S proved it is the TCP peer's host and a
+	 * shim (its OFFER); C withdraws before its ACCEPT, so S, which has
+	 * committed nothing, stays on TCP (shim/PROTOCOL.md, "Shadow"). */
+	if (shim_cfg.shadow) {
+		shim_rdma_shadow_reject(child);
+		rdma_destroy_id(child);
+		shim_rdma_shadow_cut(s, fd);
+		return;
+	}
 	c->id = child;
 	rc = shim_rdma_make_qp(c);
 	if (rc == 0)
@@ -199,6 +208,16 @@ static void s_connect_response(struct shim_sock *s, int fd, struct rdma_conn *c,
 {
 	int rc = shim_rdma_take_hello(c, pdata, plen, SHIM_RDMA_ACCEPT, s->tx_nonce);
 
+	/* Shadow mode's cut on S: C proved itself (its ACCEPT); S withdraws
+	 * before the RTU, the last point where it may, and C, which switches
+	 * nothing before it, stays on TCP. C answered: the breaker counts a
+	 * success. */
+	if (rc == 0 && shim_cfg.shadow) {
+		shim_breaker_record(shim_breaker_global(), s->tuple.peer.addr, true, shim_breaker_now_ms());
+		shim_rdma_shadow_reject(c->id);
+		shim_rdma_shadow_cut(s, fd);
+		return;
+	}
 	if (rc == 0)
 		rc = shim_rdma_qp_to(c, IBV_QPS_RTR);
 	if (rc == 0)
@@ -259,6 +278,15 @@ struct cm_ev {
 	size_t plen;
 };
 
+/* A peer in shadow mode rejects with its marker: reason shadow, which
+ * the breaker does not count (the peer answered). */
+static enum shim_reason reason_of_rej(const struct cm_ev *ev)
+{
+	if (ev->e == RDMA_CM_EVENT_REJECTED && shim_rdma_rej_is_shadow(ev->pdata, ev->plen))
+		return SHIM_REASON_SHADOW;
+	return reason_of(ev->e);
+}
+
 static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const struct cm_ev *ev,
 		     unsigned long long now)
 {
@@ -286,7 +314,7 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 		 * and send the DREQ: look at the CQ once more before giving up. */
 		shim_rdma_reap(c);
 		if (!shim_rdma_peer_at_known(c))
-			shim_rdma_give_up(s, fd, reason_of(e));
+			shim_rdma_give_up(s, fd, reason_of_rej(ev));
 		else if (e == RDMA_CM_EVENT_DISCONNECTED || e == RDMA_CM_EVENT_TIMEWAIT_EXIT)
 			c->peer_disconnected = true; /* see RDMA_CONNECTED */
 		return;
@@ -323,6 +351,12 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 	case RDMA_S_CONNECT:
 		if (e == RDMA_CM_EVENT_CONNECT_RESPONSE)
 			s_connect_response(s, fd, c, ev->pdata, ev->plen);
+		else if (shim_cfg.shadow && reason_of_rej(ev) == SHIM_REASON_SHADOW)
+			/* Both ends in shadow: C proved itself by its marker,
+			 * from the TCP peer's address we connected to. */
+			shim_rdma_shadow_cut(s, fd);
+		else if (reason_of_rej(ev) == SHIM_REASON_SHADOW)
+			shim_rdma_give_up(s, fd, SHIM_REASON_SHADOW);
 		else if (e == RDMA_CM_EVENT_REJECTED && ev->status == REJ_INVALID_SERVICE_ID)
 			s_retry(s, fd, c, now);
 		else

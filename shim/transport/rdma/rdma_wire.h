@@ -35,7 +35,19 @@ enum shim_rdma_msg {
 	SHIM_RDMA_LINK_OFFER = 4,   /* C -> S on a link: a later connection's OFFER */
 	SHIM_RDMA_LINK_ACCEPT = 5,  /* S -> C: its answer */
 	SHIM_RDMA_LINK_RELEASE = 6, /* either way: I write into that connection's memory no more */
+	SHIM_RDMA_SHADOW = 7,       /* REJ private data: the sender is in RDMASHIM_MODE=shadow */
 };
+
+/* The private data of a REJ that an end in shadow mode sends where it
+ * would have gone on (C for S's OFFER, S for C's ACCEPT): the peer then
+ * knows why, and its breaker does not count the rejection. */
+struct shim_rdma_shadow_rej {
+	uint32_t magic;  /* SHIM_RDMA_MAGIC, big-endian */
+	uint8_t version;
+	uint8_t type;    /* SHIM_RDMA_SHADOW */
+	uint16_t reserved; /* 0 */
+};
+_Static_assert(sizeof(struct shim_rdma_shadow_rej) == 8, "shadow reject is 8 bytes");
 
 /* SWITCH_AT flag: this direction stays on TCP (its write side was shut). */
 #define SHIM_RDMA_NO_SWITCH 1u
