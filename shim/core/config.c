@@ -346,7 +346,7 @@ static int parse_all(struct shim_config *cfg, shim_getenv_fn get, void *ctx, cha
 		return bad_value(err, errlen, "RDMASHIM_STATS_DIR", v, "expected an absolute path");
 	strcpy(cfg->stats_dir, v);
 	v = value_of(get, ctx, "RDMASHIM_TEST_FAULTS");
-	char why[160];
+	char why[256];
 
 	if (shim_faults_parse(v, &cfg->faults, why, sizeof(why)) < 0)
 		return bad_value(err, errlen, "RDMASHIM_TEST_FAULTS", v, why);

@@ -15,6 +15,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "config.h"
+#include "faults.h"
 #include "rdma.h"
 #include "rdma_link_stat.h"
 #include "real.h"
@@ -294,6 +295,8 @@ int shim_rdma_link_attach(struct rdma_link *l, struct rdma_conn *c)
 	c->link_id = i;
 	c->on_link = true;
 	c->max_inline = l->max_inline;
+	if (unlikely(__atomic_load_n(&shim_faults_armed, __ATOMIC_RELAXED) & (1u << SHIM_FAULT_LINK_QP_LOST)))
+		c->fault_link_n = shim_fault_strike(SHIM_FAULT_LINK_QP_LOST);
 	return 0;
 }
 
@@ -567,9 +570,18 @@ static void reap_locked(struct rdma_link *l)
 	struct ibv_wc wc[16];
 	int n;
 
+	if (unlikely(l->fault_cq_lost))
+		return;
 	while ((n = ibv_poll_cq(l->cq, 16, wc)) > 0)
-		for (int i = 0; i < n; i++)
+		for (int i = 0; i < n; i++) {
+			/* Test-only (faults.h, cq_lost): this completion and
+			 * every later one are never taken. */
+			if (unlikely(shim_fault_hit(SHIM_FAULT_CQ_LOST, -1, NULL, "reap"))) {
+				l->fault_cq_lost = true;
+				return;
+			}
 			take_wc(l, &wc[i]);
+		}
 	if (n < 0)
 		break_locked(l, "poll_cq", n);
 }
@@ -677,6 +689,9 @@ uint64_t shim_rdma_link_post(struct rdma_link *l, struct wr_chain *ch)
 	}
 	uint64_t last = l->posted;
 	bool die = rc == 0 && shim_cfg.test_fail_link_kb && l->bytes_posted >= (uint64_t)shim_cfg.test_fail_link_kb * 1024u;
+	/* Test-only (faults.h, qp_error): N is an offset in the process's
+	 * data bytes posted. */
+	bool qp_err = rc == 0 && bytes && shim_fault_hit_bytes(SHIM_FAULT_QP_ERROR, bytes, -1, NULL, "link_post");
 
 	pthread_mutex_unlock(&l->post_lock);
 	if (rc) {
@@ -689,7 +704,19 @@ uint64_t shim_rdma_link_post(struct rdma_link *l, struct wr_chain *ch)
 	 * pulled cable would leave it, under every connection at once. */
 	if (die)
 		shim_rdma_link_break(l, "injected", (int)shim_cfg.test_fail_link_kb);
+	if (qp_err)
+		shim_rdma_link_fault_err(l);
 	return last;
+}
+
+void shim_rdma_link_fault_err(struct rdma_link *l)
+{
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+	int rc = ibv_modify_qp(l->qp, &attr, IBV_QP_STATE);
+
+	/* Failed: the link breaks here instead (the test still sees one). */
+	if (rc)
+		shim_rdma_link_break(l, "fault_modify_qp", rc);
 }
 
 uint64_t shim_rdma_link_send(struct rdma_link *l, const void *msg, size_t len)

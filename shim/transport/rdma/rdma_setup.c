@@ -48,6 +48,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "breaker.h"
+#include "faults.h"
 #include "frames.h"
 #include "real.h"
 #include "self.h"
@@ -109,6 +110,14 @@ static void c_connect_request(struct shim_sock *s, int fd, struct rdma_conn *c, 
 		shim_stats_count(SHIM_REASON_VERIFY_FAILED);
 		rdma_reject(child, NULL, 0);
 		rdma_destroy_id(child);
+		return;
+	}
+	/* Test-only (faults.h, cm_reject): refused as a peer out of QPs
+	 * refuses; S reads REJECTED. Our attempt ends with it. */
+	if (shim_fault_hit(SHIM_FAULT_CM_REJECT, fd, &s->tuple, "connect_request")) {
+		rdma_reject(child, NULL, 0);
+		rdma_destroy_id(child);
+		shim_rdma_give_up(s, fd, SHIM_REASON_CM_REJECTED);
 		return;
 	}
 	c->id = child;
@@ -266,6 +275,12 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "rdma.cm", fd, &s->tuple, SHIM_REASON_NONE,
 		   "\"event\":\"%s\",\"status\":%d,\"step\":%d", rdma_event_str(e), ev->status, c->step);
+	/* Test-only (faults.h, cm_timeout): the answer is lost; the step's
+	 * deadline ends it (check_deadline), as a resolution that timed out. */
+	if (((c->step == RDMA_S_ADDR && e == RDMA_CM_EVENT_ADDR_RESOLVED) ||
+	     (c->step == RDMA_S_ROUTE && e == RDMA_CM_EVENT_ROUTE_RESOLVED)) &&
+	    shim_fault_hit(SHIM_FAULT_CM_TIMEOUT, fd, &s->tuple, c->step == RDMA_S_ADDR ? "addr" : "route"))
+		return;
 	if (e == RDMA_CM_EVENT_CONNECT_REQUEST && c->step != RDMA_C_LISTEN) {
 		/* A second request (a stranger, or a late retry): refuse it. */
 		rdma_reject(ev->id, NULL, 0);
