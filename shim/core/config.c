@@ -94,7 +94,8 @@ const struct shim_config_var shim_config_vars[] = {
 	  "Linux 6.16), as on older kernels, so that the defences that do not depend on it are tested alone" },
 	{ "RDMASHIM_TEST_FAULTS", "",
 	  "testing only: faults to inject, KIND@N[,KIND@N...]: the Nth attempt of KIND in the process fails "
-	  "(ring_alloc, bell_loss, peer_stall, verify_fail, rv_silent, switch_late; traced as fault.injected)" },
+	  "(ring_alloc, bell_loss, peer_stall, verify_fail, rv_silent, switch_late; on RDMA cm_timeout, "
+	  "cm_reject, qp_error (N: a byte offset), cq_lost, reg_fail, link_qp_lost; traced as fault.injected)" },
 };
 const size_t shim_config_var_count = sizeof(shim_config_vars) / sizeof(shim_config_vars[0]);
 

@@ -63,6 +63,13 @@
 #define REJ_INVALID_SERVICE_ID 8
 #define MS_NS 1000000ull
 
+/* A connection's memory that could not be had or registered (ENOMEM:
+ * ibv_reg_mr past the memlock limit) is the ring's failure. */
+static enum shim_reason reg_reason(int rc)
+{
+	return rc == -ENOMEM ? SHIM_REASON_RING_ALLOC_FAILED : SHIM_REASON_INTERNAL_ERROR;
+}
+
 /* ---- C: listen, accept ---- */
 
 static void c_cm_listen(struct shim_sock *s, int fd, struct rdma_conn *c)
@@ -146,7 +153,7 @@ static void c_connect_request(struct shim_sock *s, int fd, struct rdma_conn *c, 
 		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.accept_failed", fd, &s->tuple, SHIM_REASON_NONE,
 			   "\"errno\":%d,\"late\":%s", -rc, late ? "true" : "false");
 		rdma_reject(child, NULL, 0);
-		shim_rdma_give_up(s, fd, late ? SHIM_REASON_CM_TIMEOUT : SHIM_REASON_INTERNAL_ERROR);
+		shim_rdma_give_up(s, fd, late ? SHIM_REASON_CM_TIMEOUT : reg_reason(rc));
 		return;
 	}
 	/* Installed for rx: S may switch as soon as it has sent its SWITCH_AT,
@@ -196,7 +203,7 @@ static void s_route_resolved(struct shim_sock *s, int fd, struct rdma_conn *c)
 	}
 	if (rc < 0) {
 		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.connect_failed", fd, &s->tuple, SHIM_REASON_NONE, "\"errno\":%d", -rc);
-		shim_rdma_give_up(s, fd, SHIM_REASON_INTERNAL_ERROR);
+		shim_rdma_give_up(s, fd, reg_reason(rc));
 		return;
 	}
 	c->step = RDMA_S_CONNECT;
