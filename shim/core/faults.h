@@ -53,10 +53,15 @@
  *                so the real error path breaks the link and every
  *                connection on it fails over (rdma_link.c, link_post)
  *   cq_lost      a completion taken from a link's CQ (send or receive;
- *                each counts) is lost, and every later one on that CQ
- *                with it, as a CQ that stopped delivering: a wait for a
- *                completion runs out (completion_timeout) and the link
- *                breaks; a receiver's peer spills (rdma_link.c, reap)
+ *                each counts) is late, and every later one on that CQ
+ *                with it, as a CQ that stopped delivering: none is taken
+ *                until the link breaks (a wait for a completion runs out,
+ *                completion_timeout, or the peer's writer spills and
+ *                fails over); then all of them are, before any offset is
+ *                read. Never lost for good: an immediate the HCA acked
+ *                and the shim never counts breaks the failover's
+ *                contract (rdma_fail.c, "acked means counted")
+ *                (rdma_link.c, reap)
  *   reg_fail     a connection's memory registration (its MR, one per
  *                connection) fails with ENOMEM, as a full memlock limit
  *                makes it: that upgrade gives up, TCP stays

@@ -217,6 +217,7 @@ static void destroy(struct rdma_link *l)
 		if (l->places[i].used && l->places[i].local_done)
 			free_place_memory(&l->places[i]);
 	free(l->places);
+	free(l->fault_held);
 	if (l->cells_mr)
 		ibv_dereg_mr(l->cells_mr);
 	free(l->cells);
@@ -570,13 +571,23 @@ static void reap_locked(struct rdma_link *l)
 	struct ibv_wc wc[16];
 	int n;
 
-	if (unlikely(l->fault_cq_lost))
-		return;
+	/* Test-only (faults.h, cq_lost): the CQ delivers nothing until the
+	 * link breaks; then what it held is taken, late, before any
+	 * failover reads its offsets ("acked means counted" holds). */
+	if (unlikely(l->fault_cq_lost)) {
+		if (!shim_rdma_link_broken(l))
+			return;
+		for (unsigned i = 0; i < l->fault_held_n; i++)
+			take_wc(l, &l->fault_held[i]);
+		l->fault_held_n = 0;
+	}
 	while ((n = ibv_poll_cq(l->cq, 16, wc)) > 0)
 		for (int i = 0; i < n; i++) {
-			/* Test-only (faults.h, cq_lost): this completion and
-			 * every later one are never taken. */
-			if (unlikely(shim_fault_hit(SHIM_FAULT_CQ_LOST, -1, NULL, "reap"))) {
+			if (unlikely(!l->fault_cq_lost && shim_fault_hit(SHIM_FAULT_CQ_LOST, -1, NULL, "reap")) &&
+			    (l->fault_held = malloc((size_t)(n - i) * sizeof(wc[0])))) {
+				/* Polled already: held, and taken first, late. */
+				memcpy(l->fault_held, &wc[i], (size_t)(n - i) * sizeof(wc[0]));
+				l->fault_held_n = (unsigned)(n - i);
 				l->fault_cq_lost = true;
 				return;
 			}

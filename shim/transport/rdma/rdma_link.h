@@ -139,7 +139,11 @@ struct rdma_link {
 	uint64_t posted, last_signaled;
 	uint64_t completed, completed_ok; /* atomic */
 	uint64_t bytes_posted; /* RDMASHIM_TEST_FAIL_LINK_KB */
-	bool fault_cq_lost;    /* under lock: cq_lost struck, the CQ is never polled again (faults.h) */
+	/* Under lock. cq_lost struck (faults.h): the CQ is not polled until
+	 * the link breaks; fault_held: completions polled at the strike. */
+	bool fault_cq_lost;
+	unsigned fault_held_n;
+	struct ibv_wc *fault_held;
 	bool broken;             /* atomic: the QP failed; every connection on it did */
 	bool peer_disconnected;  /* the CM peer's DREQ came (after up) */
 	bool trusted;            /* a connection on it proved its peer */
