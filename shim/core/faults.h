@@ -54,14 +54,13 @@
  *                connection on it fails over (rdma_link.c, link_post)
  *   cq_lost      a completion taken from a link's CQ (send or receive;
  *                each counts) is late, and every later one on that CQ
- *                with it, as a CQ that stopped delivering: none is taken
- *                until the link breaks (a wait for a completion runs out,
- *                completion_timeout, or the peer's writer spills and
- *                fails over); then all of them are, before any offset is
- *                read. Never lost for good: an immediate the HCA acked
- *                and the shim never counts breaks the failover's
- *                contract (rdma_fail.c, "acked means counted")
- *                (rdma_link.c, reap)
+ *                with it: none is taken for SHIM_FAULT_CQ_LATE_MS, or
+ *                until the link breaks (a writer that found the ring
+ *                full meanwhile spills and fails over); then all of them
+ *                are, before any offset is read. Once per link. Never
+ *                lost for good: an immediate the HCA acked and the shim
+ *                never counts breaks the failover's contract
+ *                (rdma_fail.c, "acked means counted") (rdma_link.c, reap)
  *   reg_fail     a connection's memory registration (its MR, one per
  *                connection) fails with ENOMEM, as a full memlock limit
  *                makes it: that upgrade gives up, TCP stays
@@ -106,6 +105,9 @@ enum shim_fault_kind {
 #define SHIM_FAULT_STALL_MS 2000
 /* How late switch_late sends its SWITCH frame. */
 #define SHIM_FAULT_SWITCH_LATE_MS 500
+/* How long cq_lost holds a link's completions: longer than a blocked
+ * writer's spill bound (io_tx.c, IO_SPILL_AFTER_MS, 1 s). */
+#define SHIM_FAULT_CQ_LATE_MS 2000
 
 struct shim_fault_entry {
 	enum shim_fault_kind kind;

@@ -571,24 +571,28 @@ static void reap_locked(struct rdma_link *l)
 	struct ibv_wc wc[16];
 	int n;
 
-	/* Test-only (faults.h, cq_lost): the CQ delivers nothing until the
-	 * link breaks; then what it held is taken, late, before any
-	 * failover reads its offsets ("acked means counted" holds). */
+	/* Test-only (faults.h, cq_lost): the CQ delivers nothing for
+	 * SHIM_FAULT_CQ_LATE_MS, or until the link breaks; then what it held
+	 * is taken, late, before any failover reads its offsets ("acked
+	 * means counted" holds). */
 	if (unlikely(l->fault_cq_lost)) {
-		if (!shim_rdma_link_broken(l))
+		if (!shim_rdma_link_broken(l) && shim_now_ns() < l->fault_cq_until_ns)
 			return;
 		for (unsigned i = 0; i < l->fault_held_n; i++)
 			take_wc(l, &l->fault_held[i]);
 		l->fault_held_n = 0;
+		l->fault_cq_lost = false;
+		l->fault_cq_done = true;
 	}
 	while ((n = ibv_poll_cq(l->cq, 16, wc)) > 0)
 		for (int i = 0; i < n; i++) {
-			if (unlikely(!l->fault_cq_lost && shim_fault_hit(SHIM_FAULT_CQ_LOST, -1, NULL, "reap")) &&
+			if (unlikely(!l->fault_cq_done && shim_fault_hit(SHIM_FAULT_CQ_LOST, -1, NULL, "reap")) &&
 			    (l->fault_held = malloc((size_t)(n - i) * sizeof(wc[0])))) {
 				/* Polled already: held, and taken first, late. */
 				memcpy(l->fault_held, &wc[i], (size_t)(n - i) * sizeof(wc[0]));
 				l->fault_held_n = (unsigned)(n - i);
 				l->fault_cq_lost = true;
+				l->fault_cq_until_ns = shim_now_ns() + SHIM_FAULT_CQ_LATE_MS * 1000000ull;
 				return;
 			}
 			take_wc(l, &wc[i]);

@@ -140,8 +140,10 @@ struct rdma_link {
 	uint64_t completed, completed_ok; /* atomic */
 	uint64_t bytes_posted; /* RDMASHIM_TEST_FAIL_LINK_KB */
 	/* Under lock. cq_lost struck (faults.h): the CQ is not polled until
-	 * the link breaks; fault_held: completions polled at the strike. */
-	bool fault_cq_lost;
+	 * fault_cq_until_ns or the link's break; fault_held: completions
+	 * polled at the strike; fault_cq_done: it struck here once. */
+	bool fault_cq_lost, fault_cq_done;
+	unsigned long long fault_cq_until_ns;
 	unsigned fault_held_n;
 	struct ibv_wc *fault_held;
 	bool broken;             /* atomic: the QP failed; every connection on it did */
