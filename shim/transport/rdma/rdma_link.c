@@ -222,7 +222,7 @@ static void destroy(struct rdma_link *l)
 		ibv_dereg_mr(l->cells_mr);
 	free(l->cells);
 	if (l->cm_owned) {
-		if (!l->peer_disconnected)
+		if (!l->peer_disconnected && !l->disconnect_sent)
 			rdma_disconnect(l->id);
 		/* rdma_destroy_id waits for every event of the id to be acked. */
 		while (rdma_get_cm_event(l->ec, &ev) == 0)
@@ -368,6 +368,13 @@ static void break_locked(struct rdma_link *l, const char *why, int detail)
 	/* ERR: nothing more lands for any connection on it, so what each took
 	 * until now (its rx_tail) is final for its failover's RESUME. */
 	ibv_modify_qp(l->qp, &attr, IBV_QP_STATE);
+	/* The peer's end learns now, by the DREQ, instead of by its own
+	 * completion wait's bound (COMPLETION_WAIT_NS): a peer that waits
+	 * for a completion there reads no RESUME of ours on TCP meanwhile. */
+	if (l->cm_owned && l->pid == shim_self_pid() && !l->peer_disconnected && !l->disconnect_sent) {
+		l->disconnect_sent = true;
+		rdma_disconnect(l->id);
+	}
 	for (unsigned i = 0; i < l->n_places; i++)
 		if (l->places[i].conn && h)
 			h->broken(l->places[i].conn, why, detail);

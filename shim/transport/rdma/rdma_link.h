@@ -148,6 +148,7 @@ struct rdma_link {
 	struct ibv_wc *fault_held;
 	bool broken;             /* atomic: the QP failed; every connection on it did */
 	bool peer_disconnected;  /* the CM peer's DREQ came (after up) */
+	bool disconnect_sent;    /* under lock: our DREQ went (break_locked) */
 	bool trusted;            /* a connection on it proved its peer */
 	bool in_table;
 	bool client;             /* we were C of its first connection */
