@@ -172,7 +172,7 @@ for ((round = 1; round <= faults_rounds; round++)); do
     name=faults_cq_lost_$round
     fault_server "$name" 6 ""
     warm_server "$name" "$port"
-    fault_client "$name" cq_lost@1000,cq_lost@4000,cq_lost@8000,cq_lost@16000 -- \
+    fault_client "$name" cq_lost@100,cq_lost@200,cq_lost@300,cq_lost@450 -- \
       --conns 4 --bytes 64M --mode mixed --warm-up 60
     fault_end "$name" 6 "cq_lost, round $round"
     fault_struck "$name" cq_lost client 1
@@ -181,6 +181,8 @@ for ((round = 1; round <= faults_rounds; round++)); do
     echo "   cq_lost: what followed: ${w:-a pause only}"
     # A pause of 2 s fails a connection over only where a writer found
     # its ring full meanwhile: both ends then, as for the kinds above.
+    # The strikes' N: a process takes a few hundred completions in this
+    # run (one signaled WR in 16, one receive per immediate).
     if [[ $(fcount "$name" '"failover.start"') -gt 0 ]]; then
       fault_failover "$name"
     else
