@@ -32,6 +32,14 @@ static const struct {
 	{ "ring_alloc@1,bell_loss@2,peer_stall@3,verify_fail@4", 4,
 	  { { SHIM_FAULT_RING_ALLOC, 1 }, { SHIM_FAULT_BELL_LOSS, 2 }, { SHIM_FAULT_PEER_STALL, 3 },
 	    { SHIM_FAULT_VERIFY_FAIL, 4 } } },
+	/* The RDMA kinds (qp_error's N is a byte offset, parsed alike). */
+	{ "cm_timeout@1,cm_timeout@2,cm_timeout@3", 3,
+	  { { SHIM_FAULT_CM_TIMEOUT, 1 }, { SHIM_FAULT_CM_TIMEOUT, 2 }, { SHIM_FAULT_CM_TIMEOUT, 3 } } },
+	{ "cm_reject@2, qp_error@1048576", 2, { { SHIM_FAULT_CM_REJECT, 2 }, { SHIM_FAULT_QP_ERROR, 1048576 } } },
+	{ "cq_lost@500,reg_fail@1,link_qp_lost@8", 3,
+	  { { SHIM_FAULT_CQ_LOST, 500 }, { SHIM_FAULT_REG_FAIL, 1 }, { SHIM_FAULT_LINK_QP_LOST, 8 } } },
+	{ "bell_loss@1,qp_error@4611686018427387904", 2,
+	  { { SHIM_FAULT_BELL_LOSS, 1 }, { SHIM_FAULT_QP_ERROR, 4611686018427387904ull } } },
 	/* The same fault twice strikes once: allowed, not an error. */
 	{ "verify_fail@2,verify_fail@2", 2, { { SHIM_FAULT_VERIFY_FAIL, 2 }, { SHIM_FAULT_VERIFY_FAIL, 2 } } },
 };
@@ -39,7 +47,7 @@ static const struct {
 START_TEST(parse_good)
 {
 	struct shim_fault_plan plan;
-	char why[160];
+	char why[256];
 
 	ck_assert_msg(shim_faults_parse(good[_i].text, &plan, why, sizeof(why)) == 0, "'%s': %s", good[_i].text,
 		      why);
@@ -99,11 +107,16 @@ static const struct {
 	{ "@1", -EINVAL, "expected KIND@N" },
 	{ "bell_loss@@1", -EINVAL, "expected a count N" },
 	{ "bell_loss@0x10", -ERANGE, "is 0" },
-	/* unknown kinds: no prefix, no case folding, the RDMA ones not yet */
+	/* unknown kinds: no prefix, no suffix, no case folding */
 	{ "bell@1", -EINVAL, "unknown kind 'bell'" },
 	{ "bell_lossy@1", -EINVAL, "unknown kind 'bell_lossy'" },
 	{ "BELL_LOSS@1", -EINVAL, "unknown kind 'BELL_LOSS'" },
-	{ "qp_error@1", -EINVAL, "unknown kind 'qp_error'" },
+	{ "qp_err@1", -EINVAL, "unknown kind 'qp_err'" },
+	{ "link_qp_lost_all@1", -EINVAL, "unknown kind 'link_qp_lost_all'" },
+	{ "CM_TIMEOUT@1", -EINVAL, "unknown kind 'CM_TIMEOUT'" },
+	{ "nope@1", -EINVAL, "link_qp_lost" },
+	{ "cq_lost@0", -ERANGE, "is 0" },
+	{ "qp_error@4611686018427387905", -ERANGE, "past 4611686018427387904" },
 	{ "bell_loss@1,nope@2", -EINVAL, "unknown kind 'nope'" },
 	/* N out of range */
 	{ "bell_loss@0", -ERANGE, "is 0" },
@@ -122,7 +135,7 @@ static const struct {
 START_TEST(parse_bad)
 {
 	struct shim_fault_plan plan;
-	char why[160];
+	char why[256];
 
 	ck_assert_int_eq(shim_faults_parse(bad[_i].text, &plan, why, sizeof(why)), bad[_i].rc);
 	ck_assert_msg(strstr(why, bad[_i].why) != NULL, "'%s': \"%s\" lacks \"%s\"", bad[_i].text, why,
@@ -137,7 +150,7 @@ END_TEST
 START_TEST(parse_sixteen)
 {
 	struct shim_fault_plan plan;
-	char text[512] = "", why[160];
+	char text[512] = "", why[256];
 
 	for (unsigned i = 1; i <= SHIM_FAULTS_MAX; i++) {
 		size_t n = strlen(text);
@@ -154,7 +167,7 @@ END_TEST
 START_TEST(parse_why_bounded)
 {
 	struct shim_fault_plan plan;
-	char text[400], why[160], tiny[8];
+	char text[400], why[256], tiny[8];
 
 	memset(text, 'x', sizeof(text) - 1);
 	text[sizeof(text) - 1] = '\0';
@@ -273,6 +286,46 @@ START_TEST(threads_strike_once)
 }
 END_TEST
 
+/* qp_error: N is a byte offset; the post whose bytes reach or cross it
+ * strikes, once, and an offset inside one post counts as that post's. */
+START_TEST(byte_offset_strikes)
+{
+	arm("qp_error@100,qp_error@1000,qp_error@1001");
+	ck_assert(!shim_fault_hit_bytes(SHIM_FAULT_QP_ERROR, 99, -1, NULL, "test"));   /* 1..99 */
+	ck_assert(shim_fault_hit_bytes(SHIM_FAULT_QP_ERROR, 1, -1, NULL, "test"));     /* 100 */
+	ck_assert(!shim_fault_hit_bytes(SHIM_FAULT_QP_ERROR, 1, -1, NULL, "test"));    /* 101 */
+	ck_assert_uint_eq(shim_fault_strike_bytes(SHIM_FAULT_QP_ERROR, 898), 0);       /* ..999 */
+	/* 1000 and 1001 in one post: one strike, at the first of them. */
+	ck_assert_uint_eq(shim_fault_strike_bytes(SHIM_FAULT_QP_ERROR, 4096), 1000);
+	ck_assert_uint_eq(shim_fault_strike_bytes(SHIM_FAULT_QP_ERROR, 1u << 20), 0);
+	ck_assert_uint_eq(shim_faults_injected(SHIM_FAULT_QP_ERROR), 2);
+	/* Counting bytes of one kind leaves the others' counts alone. */
+	ck_assert(!shim_fault_hit(SHIM_FAULT_CQ_LOST, -1, NULL, "test"));
+	ck_assert_uint_eq(shim_faults_injected(SHIM_FAULT_CQ_LOST), 0);
+}
+END_TEST
+
+/* The RDMA kinds that count attempts strike at their Nth as the others. */
+START_TEST(rdma_kinds_strike)
+{
+	arm("cm_timeout@1,cm_timeout@2,cm_timeout@3,cm_reject@2,reg_fail@1,link_qp_lost@3,cq_lost@2");
+	for (int i = 0; i < 3; i++)
+		ck_assert(shim_fault_hit(SHIM_FAULT_CM_TIMEOUT, -1, NULL, "test"));
+	ck_assert(!shim_fault_hit(SHIM_FAULT_CM_TIMEOUT, -1, NULL, "test"));
+	ck_assert(!shim_fault_hit(SHIM_FAULT_CM_REJECT, -1, NULL, "test"));
+	ck_assert(shim_fault_hit(SHIM_FAULT_CM_REJECT, -1, NULL, "test"));
+	ck_assert(shim_fault_hit(SHIM_FAULT_REG_FAIL, -1, NULL, "test"));
+	ck_assert_uint_eq(shim_fault_strike(SHIM_FAULT_LINK_QP_LOST), 0);
+	ck_assert_uint_eq(shim_fault_strike(SHIM_FAULT_LINK_QP_LOST), 0);
+	ck_assert_uint_eq(shim_fault_strike(SHIM_FAULT_LINK_QP_LOST), 3);
+	ck_assert(!shim_fault_hit(SHIM_FAULT_CQ_LOST, -1, NULL, "test"));
+	ck_assert(shim_fault_hit(SHIM_FAULT_CQ_LOST, -1, NULL, "test"));
+	ck_assert_uint_eq(shim_faults_injected(SHIM_FAULT_CM_TIMEOUT), 3);
+	ck_assert_uint_eq(shim_faults_injected(SHIM_FAULT_LINK_QP_LOST), 1);
+	ck_assert_uint_eq(shim_faults_armed & (1u << SHIM_FAULT_QP_ERROR), 0);
+}
+END_TEST
+
 static Suite *faults_suite(void)
 {
 	Suite *s = suite_create("faults");
@@ -292,6 +345,8 @@ static Suite *faults_suite(void)
 	tcase_add_test(tc, nothing_armed_nothing_strikes);
 	tcase_add_test(tc, nth_attempt_strikes);
 	tcase_add_test(tc, threads_strike_once);
+	tcase_add_test(tc, byte_offset_strikes);
+	tcase_add_test(tc, rdma_kinds_strike);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -22,7 +22,9 @@
 # Prints TAP-like "ok - " / "not ok - " lines; exits 1 if any check failed.
 #
 # RDMA_ONLY=doctor|stress|failover|zerocopy|port|redis|iperf3|qp|sockperf|speed|wakeup|warm|forkconn|peerdeath|plain|hostile|diff (space
-# or comma separated) runs a subset.
+# or comma separated) runs a subset. RDMA_ONLY=faults (not in the default
+# set; t_rdma_faults runs it): each RDMA kind of RDMASHIM_TEST_FAULTS under
+# checksummed streams, in guest-rdma-faults.sh.
 # RDMA_TRACE=debug for the whole handshake in the dumped traces.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -761,6 +763,11 @@ if wanted plain; then
   n=$(cat "$T/plain"/trace.*.jsonl | grep '"upgrade.fail"' | grep -c '"reason":"peer_no_shim"' || true)
   check "plain: the server gave up with peer_no_shim, on TCP all along ($n of 2)" test "$n" -eq 2
   echo "   plain: server outcomes: $(cat "$T/plain"/trace.*.jsonl | grep -o '"event":"upgrade.fail"[^}]*"reason":"[a-z_]*"' | grep -o '"reason":"[a-z_]*"' | sort | uniq -c | tr '\n' ' ')"
+fi
+
+if wanted faults; then
+  # shellcheck source=guest-rdma-faults.sh
+  . "$here/guest-rdma-faults.sh"
 fi
 
 if wanted hostile; then

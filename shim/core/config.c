@@ -99,7 +99,8 @@ const struct shim_config_var shim_config_vars[] = {
 	  "Linux 6.16), as on older kernels, so that the defences that do not depend on it are tested alone" },
 	{ "RDMASHIM_TEST_FAULTS", "",
 	  "testing only: faults to inject, KIND@N[,KIND@N...]: the Nth attempt of KIND in the process fails "
-	  "(ring_alloc, bell_loss, peer_stall, verify_fail, rv_silent, switch_late, stat_kill; traced as "
+	  "(ring_alloc, bell_loss, peer_stall, verify_fail, rv_silent, switch_late, stat_kill; on RDMA "
+	  "cm_timeout, cm_reject, qp_error (N: a byte offset), cq_lost, reg_fail, link_qp_lost; traced as "
 	  "fault.injected)" },
 };
 const size_t shim_config_var_count = sizeof(shim_config_vars) / sizeof(shim_config_vars[0]);
@@ -353,7 +354,7 @@ static int parse_all(struct shim_config *cfg, shim_getenv_fn get, void *ctx, cha
 		return bad_value(err, errlen, "RDMASHIM_STATS_DIR", v, "expected an absolute path");
 	strcpy(cfg->stats_dir, v);
 	v = value_of(get, ctx, "RDMASHIM_TEST_FAULTS");
-	char why[160];
+	char why[256];
 
 	if (shim_faults_parse(v, &cfg->faults, why, sizeof(why)) < 0)
 		return bad_value(err, errlen, "RDMASHIM_TEST_FAULTS", v, why);

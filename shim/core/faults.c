@@ -13,6 +13,9 @@ static const char *const kind_names[SHIM_FAULT_KINDS] = {
 	[SHIM_FAULT_PEER_STALL] = "peer_stall",   [SHIM_FAULT_VERIFY_FAIL] = "verify_fail",
 	[SHIM_FAULT_RV_SILENT] = "rv_silent",     [SHIM_FAULT_SWITCH_LATE] = "switch_late",
 	[SHIM_FAULT_STAT_KILL] = "stat_kill",
+	[SHIM_FAULT_CM_TIMEOUT] = "cm_timeout",   [SHIM_FAULT_CM_REJECT] = "cm_reject",
+	[SHIM_FAULT_QP_ERROR] = "qp_error",       [SHIM_FAULT_CQ_LOST] = "cq_lost",
+	[SHIM_FAULT_REG_FAIL] = "reg_fail",       [SHIM_FAULT_LINK_QP_LOST] = "link_qp_lost",
 };
 
 unsigned shim_faults_armed;
@@ -77,7 +80,8 @@ int shim_faults_parse(const char *text, struct shim_fault_plan *plan, char *why,
 		if (kind < 0)
 			return faults_refuse(plan, -EINVAL, why, whylen,
 					     "unknown kind '%.*s'; kinds: ring_alloc, bell_loss, peer_stall, "
-					     "verify_fail, rv_silent, switch_late, stat_kill",
+					     "verify_fail, rv_silent, switch_late, stat_kill, cm_timeout, cm_reject, "
+					     "qp_error, cq_lost, reg_fail, link_qp_lost",
 					     QUOTE(len), p);
 		const char *name = p;
 
@@ -147,6 +151,21 @@ uint64_t shim_fault_strike(enum shim_fault_kind kind)
 		return 0;
 	__atomic_add_fetch(&injected[kind], 1, __ATOMIC_RELAXED);
 	return n;
+}
+
+uint64_t shim_fault_strike_bytes(enum shim_fault_kind kind, uint64_t len)
+{
+	uint64_t after = __atomic_add_fetch(&seen[kind], len, __ATOMIC_RELAXED), before = after - len;
+	uint64_t hit = 0;
+
+	/* The add makes each post's range its own, so two threads never both
+	 * take one offset. */
+	for (unsigned i = 0; i < plan_armed.count && !hit; i++)
+		if (plan_armed.e[i].kind == kind && plan_armed.e[i].n > before && plan_armed.e[i].n <= after)
+			hit = plan_armed.e[i].n;
+	if (hit)
+		__atomic_add_fetch(&injected[kind], 1, __ATOMIC_RELAXED);
+	return hit;
 }
 
 void shim_fault_sleep_ms(unsigned ms)

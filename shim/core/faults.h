@@ -5,6 +5,9 @@
  * N counts attempts: the Nth occurrence of the kind's operation in this
  * process strikes (counted from 1 over every thread and connection, from
  * the process's start; a fork's child goes on from its parent's counts).
+ * For qp_error alone N is a byte offset: the strike comes with the post
+ * that takes the process's RDMA data bytes (every link's, every
+ * connection's, counted as they are posted) to N or past it.
  * A kind may be listed more than once (bell_loss@3,bell_loss@40). Each
  * strike is traced (`fault.injected`, level warn, with its kind, N and
  * where it struck), so that a test tells it from a real failure, and
@@ -38,6 +41,38 @@
  *                record in its stats area (the record's sequence count
  *                odd): the area a killed process leaves (statarea.c,
  *                shim_stat_rec_describe)
+ * RDMA (shim/transport/rdma/):
+ *   cm_timeout   an address or route resolution's answer (ADDR_RESOLVED,
+ *                ROUTE_RESOLVED; both count) is dropped as if it never
+ *                came: the step runs to RDMASHIM_CM_TIMEOUT_MS and the
+ *                attempt gives up with cm_timeout, which the peer's
+ *                breaker counts (rdma_setup.c, on_event)
+ *   cm_reject    a connect request the client side took (CONNECT_REQUEST)
+ *                is rejected with rdma_reject: the server side reads
+ *                REJECTED (cm_rejected, counted by its breaker); both
+ *                stay on TCP (rdma_setup.c, c_connect_request)
+ *   qp_error     N is a byte offset (above): the link's QP is moved to ERR
+ *                with ibv_modify_qp right after that post, and nothing
+ *                else: the flushed completions are what the reaper finds,
+ *                so the real error path breaks the link and every
+ *                connection on it fails over (rdma_link.c, link_post)
+ *   cq_lost      a completion taken from a link's CQ (send or receive;
+ *                each counts) is late, and every later one on that CQ
+ *                with it: none is taken for SHIM_FAULT_CQ_LATE_MS, or
+ *                until the link breaks (a writer that found the ring
+ *                full meanwhile spills and fails over); then all of them
+ *                are, before any offset is read. Once per link. Never
+ *                lost for good: an immediate the HCA acked and the shim
+ *                never counts breaks the failover's contract
+ *                (rdma_fail.c, "acked means counted") (rdma_link.c, reap)
+ *   reg_fail     a connection's memory registration (its MR, one per
+ *                connection) fails with ENOMEM, as a full memlock limit
+ *                makes it: that upgrade gives up, TCP stays
+ *                (rdma_qp.c, shim_rdma_conn_memory)
+ *   link_qp_lost the Nth connection put on a link (counted over every
+ *                link) marks its link: at that connection's first data
+ *                post the link's QP goes to ERR (ibv_modify_qp) under
+ *                every connection on it at once (rdma_post.c)
  */
 #ifndef RDMASHIM_FAULTS_H
 #define RDMASHIM_FAULTS_H
@@ -56,6 +91,12 @@ enum shim_fault_kind {
 	SHIM_FAULT_RV_SILENT,
 	SHIM_FAULT_SWITCH_LATE,
 	SHIM_FAULT_STAT_KILL,
+	SHIM_FAULT_CM_TIMEOUT,
+	SHIM_FAULT_CM_REJECT,
+	SHIM_FAULT_QP_ERROR,
+	SHIM_FAULT_CQ_LOST,
+	SHIM_FAULT_REG_FAIL,
+	SHIM_FAULT_LINK_QP_LOST,
 	SHIM_FAULT_KINDS,
 };
 
@@ -69,6 +110,9 @@ enum shim_fault_kind {
 #define SHIM_FAULT_STALL_MS 2000
 /* How late switch_late sends its SWITCH frame. */
 #define SHIM_FAULT_SWITCH_LATE_MS 500
+/* How long cq_lost holds a link's completions: longer than a blocked
+ * writer's spill bound (io_tx.c, IO_SPILL_AFTER_MS, 1 s). */
+#define SHIM_FAULT_CQ_LATE_MS 2000
 
 struct shim_fault_entry {
 	enum shim_fault_kind kind;
@@ -100,6 +144,15 @@ extern unsigned shim_faults_armed;
  * (counted then as injected), else 0. */
 uint64_t shim_fault_strike(enum shim_fault_kind kind);
 
+/* Counts len more bytes of kind's operation (qp_error): the offset N of
+ * an entry in (bytes before, bytes after] when it strikes, else 0. */
+uint64_t shim_fault_strike_bytes(enum shim_fault_kind kind, uint64_t len);
+
+#define SHIM_FAULT_TRACE_(kind, fd, tuple, where, n)                                              \
+	SHIM_TRACE(SHIM_TRACE_WARN, "fault.injected", fd, tuple, SHIM_REASON_NONE,                 \
+		   "\"kind\":\"%s\",\"n\":%llu,\"where\":\"%s\"", shim_fault_name(kind),            \
+		   (unsigned long long)(n), where)
+
 /*
  * Counts one occurrence of kind's operation (an enum shim_fault_kind);
  * true when it must fail here, and then traced (fault.injected) and
@@ -111,9 +164,17 @@ uint64_t shim_fault_strike(enum shim_fault_kind kind);
 		uint64_t fault_n_ = 0;                                                             \
 		if (unlikely(__atomic_load_n(&shim_faults_armed, __ATOMIC_RELAXED) & (1u << (kind))) && \
 		    (fault_n_ = shim_fault_strike(kind)) != 0)                                     \
-			SHIM_TRACE(SHIM_TRACE_WARN, "fault.injected", fd, tuple, SHIM_REASON_NONE,  \
-				   "\"kind\":\"%s\",\"n\":%llu,\"where\":\"%s\"",               \
-				   shim_fault_name(kind), (unsigned long long)fault_n_, where);    \
+			SHIM_FAULT_TRACE_(kind, fd, tuple, where, fault_n_);                        \
+		fault_n_ != 0;                                                                     \
+	})
+
+/* shim_fault_hit for a kind whose N is a byte offset: len more bytes. */
+#define shim_fault_hit_bytes(kind, len, fd, tuple, where)                                         \
+	__extension__({                                                                            \
+		uint64_t fault_n_ = 0;                                                             \
+		if (unlikely(__atomic_load_n(&shim_faults_armed, __ATOMIC_RELAXED) & (1u << (kind))) && \
+		    (fault_n_ = shim_fault_strike_bytes(kind, len)) != 0)                          \
+			SHIM_FAULT_TRACE_(kind, fd, tuple, where, fault_n_);                        \
 		fault_n_ != 0;                                                                     \
 	})
 

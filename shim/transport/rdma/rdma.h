@@ -164,6 +164,9 @@ struct rdma_conn {
 	uint64_t peer_recvs_used; /* our immediates: one of the peer's receives each */
 	uint64_t peer_head_seen, peer_recvs_seen; /* the peer's credits we accepted last */
 	bool closed_sent;
+	/* Test-only (faults.h, link_qp_lost): its attach was the Nth: the
+	 * link's QP goes to ERR at its first post once proved; 0: none. */
+	uint64_t fault_link_n;
 	struct shim_sock *sock; /* for traces only */
 	int fd;
 	pid_t pid; /* the process that made it: only it may touch its objects */

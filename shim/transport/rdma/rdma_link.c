@@ -15,6 +15,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "config.h"
+#include "faults.h"
 #include "rdma.h"
 #include "rdma_link_stat.h"
 #include "real.h"
@@ -216,11 +217,12 @@ static void destroy(struct rdma_link *l)
 		if (l->places[i].used && l->places[i].local_done)
 			free_place_memory(&l->places[i]);
 	free(l->places);
+	free(l->fault_held);
 	if (l->cells_mr)
 		ibv_dereg_mr(l->cells_mr);
 	free(l->cells);
 	if (l->cm_owned) {
-		if (!l->peer_disconnected)
+		if (!l->peer_disconnected && !l->disconnect_sent)
 			rdma_disconnect(l->id);
 		/* rdma_destroy_id waits for every event of the id to be acked. */
 		while (rdma_get_cm_event(l->ec, &ev) == 0)
@@ -294,6 +296,8 @@ int shim_rdma_link_attach(struct rdma_link *l, struct rdma_conn *c)
 	c->link_id = i;
 	c->on_link = true;
 	c->max_inline = l->max_inline;
+	if (unlikely(__atomic_load_n(&shim_faults_armed, __ATOMIC_RELAXED) & (1u << SHIM_FAULT_LINK_QP_LOST)))
+		c->fault_link_n = shim_fault_strike(SHIM_FAULT_LINK_QP_LOST);
 	return 0;
 }
 
@@ -364,6 +368,13 @@ static void break_locked(struct rdma_link *l, const char *why, int detail)
 	/* ERR: nothing more lands for any connection on it, so what each took
 	 * until now (its rx_tail) is final for its failover's RESUME. */
 	ibv_modify_qp(l->qp, &attr, IBV_QP_STATE);
+	/* The peer's end learns now, by the DREQ, instead of by its own
+	 * completion wait's bound (COMPLETION_WAIT_NS): a peer that waits
+	 * for a completion there reads no RESUME of ours on TCP meanwhile. */
+	if (l->cm_owned && l->pid == shim_self_pid() && !l->peer_disconnected && !l->disconnect_sent) {
+		l->disconnect_sent = true;
+		rdma_disconnect(l->id);
+	}
 	for (unsigned i = 0; i < l->n_places; i++)
 		if (l->places[i].conn && h)
 			h->broken(l->places[i].conn, why, detail);
@@ -567,9 +578,32 @@ static void reap_locked(struct rdma_link *l)
 	struct ibv_wc wc[16];
 	int n;
 
+	/* Test-only (faults.h, cq_lost): the CQ delivers nothing for
+	 * SHIM_FAULT_CQ_LATE_MS, or until the link breaks; then what it held
+	 * is taken, late, before any failover reads its offsets ("acked
+	 * means counted" holds). */
+	if (unlikely(l->fault_cq_lost)) {
+		if (!shim_rdma_link_broken(l) && shim_now_ns() < l->fault_cq_until_ns)
+			return;
+		for (unsigned i = 0; i < l->fault_held_n; i++)
+			take_wc(l, &l->fault_held[i]);
+		l->fault_held_n = 0;
+		l->fault_cq_lost = false;
+		l->fault_cq_done = true;
+	}
 	while ((n = ibv_poll_cq(l->cq, 16, wc)) > 0)
-		for (int i = 0; i < n; i++)
+		for (int i = 0; i < n; i++) {
+			if (unlikely(!l->fault_cq_done && shim_fault_hit(SHIM_FAULT_CQ_LOST, -1, NULL, "reap")) &&
+			    (l->fault_held = malloc((size_t)(n - i) * sizeof(wc[0])))) {
+				/* Polled already: held, and taken first, late. */
+				memcpy(l->fault_held, &wc[i], (size_t)(n - i) * sizeof(wc[0]));
+				l->fault_held_n = (unsigned)(n - i);
+				l->fault_cq_lost = true;
+				l->fault_cq_until_ns = shim_now_ns() + SHIM_FAULT_CQ_LATE_MS * 1000000ull;
+				return;
+			}
 			take_wc(l, &wc[i]);
+		}
 	if (n < 0)
 		break_locked(l, "poll_cq", n);
 }
@@ -677,6 +711,9 @@ uint64_t shim_rdma_link_post(struct rdma_link *l, struct wr_chain *ch)
 	}
 	uint64_t last = l->posted;
 	bool die = rc == 0 && shim_cfg.test_fail_link_kb && l->bytes_posted >= (uint64_t)shim_cfg.test_fail_link_kb * 1024u;
+	/* Test-only (faults.h, qp_error): N is an offset in the process's
+	 * data bytes posted. */
+	bool qp_err = rc == 0 && bytes && shim_fault_hit_bytes(SHIM_FAULT_QP_ERROR, bytes, -1, NULL, "link_post");
 
 	pthread_mutex_unlock(&l->post_lock);
 	if (rc) {
@@ -689,7 +726,19 @@ uint64_t shim_rdma_link_post(struct rdma_link *l, struct wr_chain *ch)
 	 * pulled cable would leave it, under every connection at once. */
 	if (die)
 		shim_rdma_link_break(l, "injected", (int)shim_cfg.test_fail_link_kb);
+	if (qp_err)
+		shim_rdma_link_fault_err(l);
 	return last;
+}
+
+void shim_rdma_link_fault_err(struct rdma_link *l)
+{
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+	int rc = ibv_modify_qp(l->qp, &attr, IBV_QP_STATE);
+
+	/* Failed: the link breaks here instead (the test still sees one). */
+	if (rc)
+		shim_rdma_link_break(l, "fault_modify_qp", rc);
 }
 
 uint64_t shim_rdma_link_send(struct rdma_link *l, const void *msg, size_t len)

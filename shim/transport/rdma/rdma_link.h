@@ -144,8 +144,16 @@ struct rdma_link {
 	uint64_t posted, last_signaled;
 	uint64_t completed, completed_ok; /* atomic */
 	uint64_t bytes_posted; /* RDMASHIM_TEST_FAIL_LINK_KB */
+	/* Under lock. cq_lost struck (faults.h): the CQ is not polled until
+	 * fault_cq_until_ns or the link's break; fault_held: completions
+	 * polled at the strike; fault_cq_done: it struck here once. */
+	bool fault_cq_lost, fault_cq_done;
+	unsigned long long fault_cq_until_ns;
+	unsigned fault_held_n;
+	struct ibv_wc *fault_held;
 	bool broken;             /* atomic: the QP failed; every connection on it did */
 	bool peer_disconnected;  /* the CM peer's DREQ came (after up) */
+	bool disconnect_sent;    /* under lock: our DREQ went (break_locked) */
 	bool trusted;            /* a connection on it proved its peer */
 	bool in_table;
 	bool client;             /* we were C of its first connection */
@@ -170,6 +178,11 @@ struct rdma_link {
 	struct shim_stat_link_desc stat_d;
 	struct rdma_link *next;
 };
+
+/* Test-only faults (faults.h: qp_error, link_qp_lost): the link's QP
+ * goes to ERR, and nothing else: the reaper finds the flushed
+ * completions and breaks the link as after a real failure. */
+void shim_rdma_link_fault_err(struct rdma_link *l);
 
 /* Makes a link's CQ and QP (in RESET) on id's device, its cells registered
  * and receives to be posted in INIT. The CM objects stay the first

@@ -12,6 +12,7 @@
 #include <endian.h>
 #include <rdma/rdma_cma.h>
 
+#include "faults.h"
 #include "fo_worker.h"
 #include "trace.h"
 
@@ -236,6 +237,14 @@ uint64_t shim_rdma_chain_post(struct rdma_conn *c, struct wr_chain *ch)
 	for (unsigned i = 0; i < ch->n; i++)
 		if (ch->wr[i].send_flags & IBV_SEND_SIGNALED)
 			c->last_signaled = ch->wr[i].wr_id;
+	if (unlikely(c->fault_link_n) && c->proved) {
+		/* Test-only (faults.h, link_qp_lost): the QP goes under every
+		 * connection the link carries now. */
+		SHIM_FAULT_TRACE_(SHIM_FAULT_LINK_QP_LOST, c->fd, c->sock ? &c->sock->tuple : NULL, "link_post",
+				  c->fault_link_n);
+		c->fault_link_n = 0;
+		shim_rdma_link_fault_err(c->link);
+	}
 	return seq;
 }
 

@@ -16,6 +16,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "faults.h"
 #include "trace.h"
 #include "rdma_post.h"
 #include "rdma_link_stat.h"
@@ -121,6 +122,9 @@ int shim_rdma_conn_memory(struct rdma_conn *c, struct ibv_pd *pd)
 		 * of ring_bytes + 4 KiB already faulted in. */
 		unsigned long long t0 = shim_now_ns();
 
+		/* Test-only (faults.h, reg_fail): ENOMEM, as memlock's limit. */
+		if (unlikely(shim_fault_hit(SHIM_FAULT_REG_FAIL, c->fd, c->sock ? &c->sock->tuple : NULL, "conn_mr")))
+			return -ENOMEM;
 		c->mr = ibv_reg_mr(pd, c->slot.addr, SHIM_RDMA_CTL_BYTES + c->ring_bytes,
 				   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 		if (!c->mr)

@@ -48,6 +48,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "breaker.h"
+#include "faults.h"
 #include "frames.h"
 #include "real.h"
 #include "self.h"
@@ -61,6 +62,13 @@
 /* IB CM reject reason when nobody listens on the service id. */
 #define REJ_INVALID_SERVICE_ID 8
 #define MS_NS 1000000ull
+
+/* A connection's memory that could not be had or registered (ENOMEM:
+ * ibv_reg_mr past the memlock limit) is the ring's failure. */
+static enum shim_reason reg_reason(int rc)
+{
+	return rc == -ENOMEM ? SHIM_REASON_RING_ALLOC_FAILED : SHIM_REASON_INTERNAL_ERROR;
+}
 
 /* ---- C: listen, accept ---- */
 
@@ -120,6 +128,14 @@ static void c_connect_request(struct shim_sock *s, int fd, struct rdma_conn *c, 
 		shim_rdma_shadow_cut(s, fd);
 		return;
 	}
+	/* Test-only (faults.h, cm_reject): refused as a peer out of QPs
+	 * refuses; S reads REJECTED. Our attempt ends with it. */
+	if (shim_fault_hit(SHIM_FAULT_CM_REJECT, fd, &s->tuple, "connect_request")) {
+		rdma_reject(child, NULL, 0);
+		rdma_destroy_id(child);
+		shim_rdma_give_up(s, fd, SHIM_REASON_CM_REJECTED);
+		return;
+	}
 	c->id = child;
 	rc = shim_rdma_make_qp(c);
 	if (rc == 0)
@@ -146,7 +162,7 @@ static void c_connect_request(struct shim_sock *s, int fd, struct rdma_conn *c, 
 		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.accept_failed", fd, &s->tuple, SHIM_REASON_NONE,
 			   "\"errno\":%d,\"late\":%s", -rc, late ? "true" : "false");
 		rdma_reject(child, NULL, 0);
-		shim_rdma_give_up(s, fd, late ? SHIM_REASON_CM_TIMEOUT : SHIM_REASON_INTERNAL_ERROR);
+		shim_rdma_give_up(s, fd, late ? SHIM_REASON_CM_TIMEOUT : reg_reason(rc));
 		return;
 	}
 	/* Installed for rx: S may switch as soon as it has sent its SWITCH_AT,
@@ -196,7 +212,7 @@ static void s_route_resolved(struct shim_sock *s, int fd, struct rdma_conn *c)
 	}
 	if (rc < 0) {
 		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.connect_failed", fd, &s->tuple, SHIM_REASON_NONE, "\"errno\":%d", -rc);
-		shim_rdma_give_up(s, fd, SHIM_REASON_INTERNAL_ERROR);
+		shim_rdma_give_up(s, fd, reg_reason(rc));
 		return;
 	}
 	c->step = RDMA_S_CONNECT;
@@ -294,6 +310,12 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 
 	SHIM_TRACE(SHIM_TRACE_DEBUG, "rdma.cm", fd, &s->tuple, SHIM_REASON_NONE,
 		   "\"event\":\"%s\",\"status\":%d,\"step\":%d", rdma_event_str(e), ev->status, c->step);
+	/* Test-only (faults.h, cm_timeout): the answer is lost; the step's
+	 * deadline ends it (check_deadline), as a resolution that timed out. */
+	if (((c->step == RDMA_S_ADDR && e == RDMA_CM_EVENT_ADDR_RESOLVED) ||
+	     (c->step == RDMA_S_ROUTE && e == RDMA_CM_EVENT_ROUTE_RESOLVED)) &&
+	    shim_fault_hit(SHIM_FAULT_CM_TIMEOUT, fd, &s->tuple, c->step == RDMA_S_ADDR ? "addr" : "route"))
+		return;
 	if (e == RDMA_CM_EVENT_CONNECT_REQUEST && c->step != RDMA_C_LISTEN) {
 		/* A second request (a stranger, or a late retry): refuse it. */
 		rdma_reject(ev->id, NULL, 0);
