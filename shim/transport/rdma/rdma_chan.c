@@ -576,8 +576,14 @@ static bool rchan_rx_arm(struct shim_chan *ch, unsigned how)
 	struct rdma_conn *c = shim_rdma_conn_of(ch);
 	uint64_t seq;
 
-	if (c->broken)
+	/* Broken, the line may still be watched (bell_fd) while the peer's
+	 * RESUME is on its way: the event that woke the last owner, left
+	 * there (comp_give), would wake the wait again and again. */
+	if (c->broken) {
+		if (how == SHIM_BELL_LINE && c->link)
+			comp_clean(c->link);
 		return true; /* see rchan_tx_arm() */
+	}
 	if (how == SHIM_BELL_LINE && line_arm(c)) {
 		/* Credits need not go with this arm: they lag ours by less
 		 * than an eighth of the ring and a quarter of our receives
