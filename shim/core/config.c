@@ -29,7 +29,7 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_SPIN_ADAPT", "1",
 	  "1: skip the busy poll when every CPU has a spinner, a waiter's spins keep finding nothing, "
 	  "or a spin lost its core to another thread, and poll longer than RDMASHIM_SPIN_US (up to a few "
-	  "wake-ups, at most 1 ms) where waking costs more than it; 0: every wait with a channel to watch "
+	  "wake-ups, at most 4 times RDMASHIM_SPIN_US and 1 ms) where waking costs more than it; 0: every wait with a channel to watch "
 	  "spins RDMASHIM_SPIN_US" },
 	{ "RDMASHIM_UNPAID_PERCENT", "25",
 	  "a connection on shm goes back to TCP when, in two windows of 64 exchanges in a row, at least this "

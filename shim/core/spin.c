@@ -159,6 +159,15 @@ static unsigned long long near_ns(void)
  */
 #define SLOW_SPIN_MAX_NS (1000ull * 1000)
 #define SLOW_SPIN_WAKES 4
+/*
+ * And never more than SLOW_SPIN_BUDGETS budgets: the estimate is the
+ * shortest sleep that ended with data, which holds the peer's own time as
+ * well as the wake-up, and spins that find the data take no new sample.
+ * A peer that thinks longer than the budget would otherwise have every
+ * waiter of the process poll through its whole think time, for good. The
+ * bound keeps a spin within a stated multiple of RDMASHIM_SPIN_US.
+ */
+#define SLOW_SPIN_BUDGETS 4
 static unsigned long long run_ns(void)
 {
 	unsigned long long b = budget_ns(), w;
@@ -168,6 +177,8 @@ static unsigned long long run_ns(void)
 	w = SLOW_SPIN_WAKES * shim_spin_wake_ns();
 	if (w > SLOW_SPIN_MAX_NS)
 		w = SLOW_SPIN_MAX_NS;
+	if (w > SLOW_SPIN_BUDGETS * b)
+		w = SLOW_SPIN_BUDGETS * b;
 	return w > b ? w : b;
 }
 
@@ -293,6 +304,8 @@ static void spin_preempted(unsigned long long now, unsigned long long gap_ns, in
 
 /* A spin's switch count before its first read (lost_core: unknown). */
 #define SWITCHES_UNREAD (-2L)
+/* How long a spin runs before it reads its thread's switch count. */
+#define SWITCHES_AFTER_NS (5ull * 1000)
 
 /* The calling thread's context switches so far, voluntary or not (a
  * yield that handed the core over counts), -1 if unknown. */
@@ -356,10 +369,12 @@ bool shim_spin_more(struct shim_spin_run *run, struct shim_spin_hist *h, int fd)
 			return false;
 		}
 		run->last_ns = now;
-		/* Read after the spin's first looks, not at its start: a
-		 * system call there came before the first look, and on shm
-		 * the data is often there sooner than it returns. */
-		if (run->switches == SWITCHES_UNREAD && shim_cfg.spin_adapt && LOAD(watch_preemption))
+		/* Read once the spin has run SWITCHES_AFTER_NS, not at its
+		 * start: a system call there came before the first look, and
+		 * on shm the data is often there sooner than it returns. A
+		 * gap before it is judged as before (a lost core). */
+		if (run->switches == SWITCHES_UNREAD && now - run->start_ns >= SWITCHES_AFTER_NS &&
+		    shim_cfg.spin_adapt && LOAD(watch_preemption))
 			run->switches = thread_switches();
 		if (now < run->end_ns)
 			return true;

@@ -67,8 +67,8 @@
  *             the probe forward; and a hit anywhere in the budget pays,
  *             since it saved more than it burnt. And the spin itself
  *             runs as long as a wake-up costs (a few times the shortest
- *             seen, at most a millisecond) rather than stopping at the
- *             budget: a spin
+ *             seen, at most four budgets and a millisecond) rather than
+ *             stopping at the budget: a spin
  *             that stops before the data comes adds a whole wake-up to
  *             the wait, so polling up to a wake-up's cost is never slower
  *             than sleeping at once, and a round trip just over the
