@@ -319,52 +319,7 @@ rec_py_asyncio() {
 
 # The server of integration/matrix/py_fork_mod.sh: a child per connection,
 # epoll over its one non-blocking socket, EPOLL_CTL_MOD between IN and OUT.
-PY_FORK_SERVER='
-import os, select, signal, socket, sys
-signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-ls = socket.socket()
-ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-ls.bind(("127.0.0.1", int(sys.argv[1])))
-ls.listen(64)
-def serve(c):
-    c.setblocking(False)
-    ep = select.epoll()
-    ep.register(c.fileno(), select.EPOLLIN)
-    inbuf, out = b"", b""
-    while True:
-        for fd, ev in ep.poll():
-            if ev & select.EPOLLIN:
-                try:
-                    d = c.recv(65536)
-                except BlockingIOError:
-                    continue
-                if not d:
-                    return
-                inbuf += d
-                if b"\n" in inbuf:
-                    cut = inbuf.rindex(b"\n") + 1
-                    out, inbuf = out + inbuf[:cut], inbuf[cut:]
-                    ep.modify(c.fileno(), select.EPOLLOUT)
-            elif ev & select.EPOLLOUT:
-                try:
-                    n = c.send(out)
-                except BlockingIOError:
-                    continue
-                out = out[n:]
-                if not out:
-                    ep.modify(c.fileno(), select.EPOLLIN)
-            elif ev & (select.EPOLLHUP | select.EPOLLERR):
-                return
-while True:
-    c, _ = ls.accept()
-    if os.fork() == 0:
-        ls.close()
-        try:
-            serve(c)
-        finally:
-            os._exit(0)
-    c.close()
-'
+PY_FORK_SERVER="$HERE/../progs/py_fork_mod_server.py"
 PY_FORK_CLIENT='
 import socket, sys
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
@@ -379,7 +334,7 @@ s.close()
 '
 rec_py_fork_mod() {
   have python3 || return 1
-  start_server "$RAW" python3 -c "$PY_FORK_SERVER" "$PORT" || return 1
+  start_server "$RAW" python3 "$PY_FORK_SERVER" "$PORT" || return 1
   client client python3 -c "$PY_FORK_CLIENT" "$PORT" || { stop_server; return 1; }
   sleep 0.3 # the child sees the EOF and exits
   stop_server

@@ -11,52 +11,7 @@
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 MX_SWITCHED_BY="client server"
 
-SERVER='
-import os, select, signal, socket, sys
-signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-ls = socket.socket()
-ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-ls.bind(("127.0.0.1", int(sys.argv[1])))
-ls.listen(64)
-def serve(c):
-    c.setblocking(False)
-    ep = select.epoll()
-    ep.register(c.fileno(), select.EPOLLIN)
-    inbuf, out = b"", b""
-    while True:
-        for fd, ev in ep.poll():
-            if ev & select.EPOLLIN:
-                try:
-                    d = c.recv(65536)
-                except BlockingIOError:
-                    continue
-                if not d:
-                    return
-                inbuf += d
-                if b"\n" in inbuf:
-                    cut = inbuf.rindex(b"\n") + 1
-                    out, inbuf = out + inbuf[:cut], inbuf[cut:]
-                    ep.modify(c.fileno(), select.EPOLLOUT)
-            elif ev & select.EPOLLOUT:
-                try:
-                    n = c.send(out)
-                except BlockingIOError:
-                    continue
-                out = out[n:]
-                if not out:
-                    ep.modify(c.fileno(), select.EPOLLIN)
-            elif ev & (select.EPOLLHUP | select.EPOLLERR):
-                return
-while True:
-    c, _ = ls.accept()
-    if os.fork() == 0:
-        ls.close()
-        try:
-            serve(c)
-        finally:
-            os._exit(0)
-    c.close()
-'
+SERVER="$ROOT/integration/progs/py_fork_mod_server.py"
 CLIENT='
 import random, socket, sys, threading
 port = int(sys.argv[1])
@@ -98,7 +53,7 @@ mx_body() {
   local port pid
   port=$(free_port)
   mx_port forkmod "$port"
-  mx_bg server "$PY3" -c "$SERVER" "$port"
+  mx_bg server "$PY3" "$SERVER" "$port"
   pid=$BG_PID
   mx_wait_listen "$port" || { stop_bg "$pid"; return; }
   mx_client client "$PY3" -c "$CLIENT" "$port"
