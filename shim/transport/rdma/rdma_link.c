@@ -1,7 +1,8 @@
 /*
  * Links: one RC QP per pair of processes, shared by their connections; see
  * rdma_link.h and shim/PROTOCOL.md, "Links". The object, its places,
- * reaping and posting; which links a process keeps is rdma_link_table.c.
+ * reaping and posting; which links a process keeps is rdma_link_table.c,
+ * the OFFERs a link keeps rdma_link_offers.c.
  */
 #include "rdma_link.h"
 
@@ -235,11 +236,6 @@ static void destroy(struct rdma_link *l)
 	free(l);
 }
 
-void shim_rdma_link_busy(struct rdma_link *l)
-{
-	__atomic_store_n(&l->busy_ns, shim_now_ns(), __ATOMIC_RELAXED);
-}
-
 void shim_rdma_link_get(struct rdma_link *l)
 {
 	__atomic_add_fetch(&l->refs, 1, __ATOMIC_RELAXED);
@@ -420,47 +416,6 @@ static bool msg_head_ok(const uint8_t *buf, size_t len, size_t want)
 	return be32toh(magic) == SHIM_RDMA_MAGIC && buf[4] == SHIM_RDMA_VERSION;
 }
 
-/* An OFFER we drop unclaimed: the peer holds its memory until we say we
- * will never write there. */
-static void owe_release(struct rdma_link *l, const struct rdma_link_offer *o)
-{
-	if (l->n_owed < SHIM_LINK_OFFERS)
-		l->owed[l->n_owed++] = be32toh(o->msg.hello.conn_id);
-}
-
-/* An OFFER is kept until a connection of ours claims it, a younger one
- * needs its cell, or a claim finds it older than the CM bound
- * (shim_rdma_link_offers_scan). It must name the link's CM peer as the
- * client. */
-static void keep_offer(struct rdma_link *l, const struct shim_rdma_link_msg *m)
-{
-	struct rdma_link_offer *slot = &l->offers[0];
-
-	if (l->client || memcmp(m->client_addr, l->peer.addr, 16) != 0) {
-		SHIM_TRACE(SHIM_TRACE_WARN, "rdma.violation", -1, NULL, SHIM_REASON_PEER_VIOLATION,
-			   "\"why\":\"offer_not_from_peer\",\"link\":%u", l->num);
-		return;
-	}
-	for (unsigned i = 0; i < SHIM_LINK_OFFERS; i++) {
-		if (!l->offers[i].used) {
-			slot = &l->offers[i];
-			break;
-		}
-		if (l->offers[i].at_ns < slot->at_ns)
-			slot = &l->offers[i];
-	}
-	if (slot->used)
-		owe_release(l, slot);
-	else
-		__atomic_add_fetch(&l->offers_kept, 1, __ATOMIC_RELAXED);
-	slot->used = true;
-	slot->at_ns = shim_now_ns();
-	slot->msg = *m;
-	shim_rdma_link_busy(l);
-	SHIM_TRACE(SHIM_TRACE_DEBUG, "rdma.link", -1, NULL, SHIM_REASON_NONE,
-		   "\"state\":\"offer_in\",\"link\":%u,\"client_port\":%u", l->num, be16toh(m->client_port));
-}
-
 static void peer_released(struct rdma_link *l, uint32_t id)
 {
 	struct rdma_link_place *p;
@@ -510,7 +465,7 @@ static void take_message(struct rdma_link *l, const uint8_t *cell, size_t len)
 	to = be32toh(m.to_id);
 	switch (m.type) {
 	case SHIM_RDMA_LINK_OFFER:
-		keep_offer(l, &m);
+		shim_rdma_link_keep_offer(l, &m);
 		return;
 	case SHIM_RDMA_LINK_ACCEPT:
 		c = conn_at(l, to);
@@ -753,38 +708,7 @@ uint64_t shim_rdma_link_send(struct rdma_link *l, const void *msg, size_t len)
 	return shim_rdma_link_post(l, &ch);
 }
 
-/* ---- offers ---- */
-
-static bool offer_names(const struct shim_rdma_link_msg *m, const struct shim_tuple *t)
-{
-	return memcmp(m->client_addr, t->peer.addr, 16) == 0 && be16toh(m->client_port) == t->peer.port &&
-	       memcmp(m->server_addr, t->local.addr, 16) == 0 && be16toh(m->server_port) == t->local.port;
-}
-
-bool shim_rdma_link_offers_scan(struct rdma_link *l, const struct shim_tuple *t, unsigned long long max_age_ns,
-				unsigned long long now, struct shim_rdma_link_msg *out)
-{
-	bool found = false;
-
-	for (unsigned i = 0; i < SHIM_LINK_OFFERS; i++) {
-		struct rdma_link_offer *o = &l->offers[i];
-		/* at_ns may be after the now of a caller that reaped it. */
-		bool aged = o->at_ns + max_age_ns < now;
-
-		if (!o->used || (!aged && (found || !t || !offer_names(&o->msg, t))))
-			continue;
-		o->used = false;
-		__atomic_sub_fetch(&l->offers_kept, 1, __ATOMIC_RELAXED);
-		shim_rdma_link_busy(l);
-		if (aged) {
-			owe_release(l, o);
-			continue;
-		}
-		*out = o->msg;
-		found = true;
-	}
-	return found;
-}
+/* ---- offers (kept ones: rdma_link_offers.c) ---- */
 
 bool shim_rdma_link_take_offer(struct rdma_link *l, const struct shim_tuple *t, unsigned long long max_age_ns,
 			       struct shim_rdma_link_msg *out)

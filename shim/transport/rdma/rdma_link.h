@@ -27,6 +27,7 @@
 
 #include <infiniband/verbs.h>
 
+#include "clock.h"
 #include "config.h"
 #include "mrpool.h"
 #include "statlink.h"
@@ -207,8 +208,12 @@ void shim_rdma_link_leave(struct rdma_conn *c);
 /* RELEASE of the peer's place peer_id: we write nothing more there (an
  * OFFER we did not take, or a connection that left). */
 void shim_rdma_link_release_to(struct rdma_link *l, uint32_t peer_id);
-/* A place or a kept OFFER came or went (l->busy_ns). */
-void shim_rdma_link_busy(struct rdma_link *l);
+/* A place or a kept OFFER came or went (l->busy_ns). Inline: both the
+ * link (rdma_link.c) and its OFFERs (rdma_link_offers.c) mark it. */
+static inline void shim_rdma_link_busy(struct rdma_link *l)
+{
+	__atomic_store_n(&l->busy_ns, shim_now_ns(), __ATOMIC_RELAXED);
+}
 /* One more reference; shim_rdma_link_put drops one (the last frees it). */
 void shim_rdma_link_get(struct rdma_link *l);
 void shim_rdma_link_put(struct rdma_link *l);
@@ -228,6 +233,10 @@ bool shim_rdma_link_take_offer(struct rdma_link *l, const struct shim_tuple *t, 
  * takes none, only ages (the sweeper, rdma_link_table.c). */
 bool shim_rdma_link_offers_scan(struct rdma_link *l, const struct shim_tuple *t, unsigned long long max_age_ns,
 				unsigned long long now, struct shim_rdma_link_msg *out);
+/* Under l->lock: keeps the peer's OFFER m (the reaper's; rdma_link_offers.c),
+ * in the oldest cell when all are used, whose OFFER is then owed a
+ * RELEASE. An OFFER not from the link's CM peer as client is refused. */
+void shim_rdma_link_keep_offer(struct rdma_link *l, const struct shim_rdma_link_msg *m);
 
 /* Reaps the link's CQ and hands what it holds to its connections. */
 void shim_rdma_link_reap(struct rdma_link *l);
