@@ -370,20 +370,21 @@ static void on_event(struct shim_sock *s, int fd, struct rdma_conn *c, const str
 		else
 			shim_rdma_give_up(s, fd, reason_of(e));
 		return;
-	case RDMA_S_CONNECT:
+	case RDMA_S_CONNECT: {
+		enum shim_reason why = reason_of_rej(ev);
+
 		if (e == RDMA_CM_EVENT_CONNECT_RESPONSE)
 			s_connect_response(s, fd, c, ev->pdata, ev->plen);
-		else if (shim_cfg.shadow && reason_of_rej(ev) == SHIM_REASON_SHADOW)
+		else if (why == SHIM_REASON_SHADOW && shim_cfg.shadow)
 			/* Both ends in shadow: C proved itself by its marker,
 			 * from the TCP peer's address we connected to. */
 			shim_rdma_shadow_cut(s, fd);
-		else if (reason_of_rej(ev) == SHIM_REASON_SHADOW)
-			shim_rdma_give_up(s, fd, SHIM_REASON_SHADOW);
-		else if (e == RDMA_CM_EVENT_REJECTED && ev->status == REJ_INVALID_SERVICE_ID)
+		else if (why != SHIM_REASON_SHADOW && e == RDMA_CM_EVENT_REJECTED && ev->status == REJ_INVALID_SERVICE_ID)
 			s_retry(s, fd, c, now);
 		else
-			shim_rdma_give_up(s, fd, reason_of(e));
+			shim_rdma_give_up(s, fd, why);
 		return;
+	}
 	case RDMA_CONNECTED:
 		/* The peer stopped its channel (a failover, a close) while ours
 		 * still settles: the data path notices on its own (completion
