@@ -2,7 +2,11 @@
 """diff.py: the differential harness of rdmashim (see README.md here).
 
   diff.py run FILE...            run scenarios, print both ends' records per mode
-  diff.py check [FILE|DIR...]    run the corpus (default: corpus/ and corpus/known/)
+  diff.py check [FILE|DIR...]    run the corpus (default: corpus/ and corpus/known/);
+                                 with DIFF_HANDBACK_SENDS="1 2 3", each scenario's
+                                 upgraded run again per N with every connection
+                                 handed back at its Nth send, against the same
+                                 plain run
   diff.py random --budget S [--seed N] [--avoid-known]
                                  random scenarios for S seconds; a difference
                                  is shrunk and saved to corpus/new/ (with
@@ -42,6 +46,13 @@ UP = MODES[-1]  # the upgrading run: shm on the host, rdma in the Soft-RoCE VM
 # connection goes back to TCP at that send; "# known-handback:" marks a
 # difference seen only then.
 HANDBACK = os.environ.get("DIFF_SHIM_RDMASHIM_TEST_HANDBACK_AFTER", "0") not in ("", "0")
+# DIFF_HANDBACK_SENDS="1 2 3" (check only): after a scenario's three runs,
+# its upgraded run once more per N with RDMASHIM_TEST_HANDBACK_AFTER=N,
+# each compared with the same plain run. The plain and tcp runs would be
+# the same runs again (RDMASHIM_TRANSPORTS=tcp upgrades nothing to hand
+# back), so one pass of the corpus does what a pass per N did, in half
+# the runs.
+HANDBACK_SENDS = [n for n in os.environ.get("DIFF_HANDBACK_SENDS", "").split() if n != "0"]
 if MODES[:2] != ("plain", "tcp") or len(MODES) != 3 or UP not in ("shm", "rdma"):
     sys.exit("DIFF_MODES must be plain,tcp,shm or plain,tcp,rdma")
 ADDR = os.environ.get("DIFF_ADDR", "127.0.0.1")  # read by the driver too
@@ -105,9 +116,10 @@ def scripts(lines):
     return c, s
 
 
-def run_once(lines, mode, timeout=None):
+def run_once(lines, mode, timeout=None, shim_env=None):
     """Runs both ends in one mode; returns the observation (a dict). A line
-    "env RDMASHIM_X=V" sets a shim variable for the shim's runs."""
+    "env RDMASHIM_X=V" sets a shim variable for the shim's runs, and so
+    does shim_env (a dict, after every other setting)."""
     env_extra = [ln.split(None, 1)[1] for ln in lines if ln.startswith("env ") and "=" in ln]
     lines = [ln for ln in lines if not ln.startswith("env ")]
     cs, ss = scripts(lines)
@@ -133,6 +145,7 @@ def run_once(lines, mode, timeout=None):
             for k, v in os.environ.items():
                 if k.startswith("DIFF_SHIM_RDMASHIM_"):  # extra shim settings, e.g. RING_KB
                     env[k[len("DIFF_SHIM_"):]] = v
+            env.update(shim_env or {})
         a, b = socket.socketpair()
         procs = {}
         outs = {}
@@ -326,42 +339,54 @@ def corpus_files(args):
     return files
 
 
+def report(name, meta, handback, same, up, detail, runs="all three runs"):
+    """One scenario's TAP line (and its details); returns 1 for a failure.
+    handback: the variant's forced hand-back, or False."""
+    # "# known-rdma:" marks a difference of the RDMA transport alone.
+    known = (handback and meta.get("known-handback")) or meta.get("known-" + UP) or meta.get("known")
+    upt = "upgraded" if up else "NOT upgraded"
+    if meta.get("upgrade") == "yes" and not up and not known:
+        print(TAP_NOK + "%s: the %s run never upgraded (the case tests nothing)" % (name, UP))
+        return 1
+    if same and known:
+        print(TAP_OK + "%s: known difference did not show this time (%s) [%s]" % (name, known, upt))
+    elif same:
+        print(TAP_OK + "%s: same records in %s [%s]" % (name, runs, upt))
+    elif known:
+        print(TAP_OK + "%s: known difference: %s [%s]" % (name, known, upt))
+        print("\n".join(detail))
+    else:
+        print(TAP_NOK + "%s: records differ [%s]" % (name, upt))
+        print("\n".join(detail))
+        return 1
+    return 0
+
+
 def cmd_check(args):
     fails = 0
     n = 0
     for f in corpus_files(args):
         meta, lines = parse(open(f).read())
         name = os.path.relpath(f, HERE)
-        # "# known-rdma:" marks a difference of the RDMA transport alone.
-        known = (HANDBACK and meta.get("known-handback")) or meta.get("known-" + UP) or meta.get("known")
         t = float(meta.get("timeout", 0)) or None
         if t and UP == "rdma":
             t = max(t, RUN_TIMEOUT)  # a scenario's own bound is for shm, without an RDMA warm-up
         same, obs, detail = verdict(lines, timeout=t)
         n += 1
-        up = obs[UP]["upgraded"]
-        upt = "upgraded" if up else "NOT upgraded"
         if not sane(obs["plain"]):
             fails += 1
             print(TAP_NOK + "%s: the plain TCP run itself failed (%s)" % (name, obs["plain"]["status"]))
             continue
-        if meta.get("upgrade") == "yes" and not up and not known:
-            fails += 1
-            print(TAP_NOK + "%s: the %s run never upgraded (the case tests nothing)" % (name, UP))
-            continue
-        if same and known:
-            print(TAP_OK + "%s: known difference did not show this time (%s) [%s]" % (name, known, upt))
-        elif same:
-            print(TAP_OK + "%s: same records in all three runs [%s]" % (name, upt))
-        elif known:
-            print(TAP_OK + "%s: known difference: %s [%s]" % (name, known, upt))
-            print("\n".join(detail))
-        else:
-            fails += 1
-            print(TAP_NOK + "%s: records differ [%s]" % (name, upt))
-            print("\n".join(detail))
+        fails += report(name, meta, HANDBACK, same, obs[UP]["upgraded"], detail)
+        for after in HANDBACK_SENDS:
+            hb = run_once(lines, UP, t, {"RDMASHIM_TEST_HANDBACK_AFTER": after})
+            same = key(hb) == key(obs["plain"])
+            detail = [] if same else show_diff(obs["plain"], hb, UP)
+            fails += report("%s (handed back at send %s)" % (name, after), meta, True, same, hb["upgraded"], detail,
+                            "the plain and the %s run" % UP)
         sys.stdout.flush()
-    print("# %d corpus scenario(s) ran" % n)
+    print("# %d corpus scenario(s) ran%s" % (n, ", each also handed back at send " + ", ".join(HANDBACK_SENDS)
+                                             if HANDBACK_SENDS else ""))
     return fails
 
 
