@@ -15,21 +15,35 @@
 # RDMA_HOSTLOAD, and otherwise printed and skipped with the load); checks that the RDMA warm-up does not block a process's
 # first connection, that a child forked after it stays on TCP and that
 # fork-per-connection workers upgrade by themselves; then a plain client
-# against a shim server (must stay on TCP, byte exact); then a hostile RDMA
+# against a shim server (must stay on TCP, byte exact); then the faults
+# part (integration/vm/guest-rdma-faults.sh, a scenario of its own,
+# t_rdma_faults, before it shared this boot): each RDMA kind of
+# RDMASHIM_TEST_FAULTS (shim/core/faults.h: cm_timeout, cm_reject,
+# reg_fail, qp_error, cq_lost, link_qp_lost) under the stress tool's
+# checksummed streams: every byte right at both ends, the strike traced
+# (fault.injected) and counted, and the outcome the kind must have (the
+# breaker open after three CM timeouts, TCP kept after a reject or a
+# failed registration, both ends failing over after a QP error, a lost CQ
+# or a link's QP lost under several connections), with the failover times
+# ("# failover time" lines; docs/BENCHMARKS.md; FAULTS_KINDS and
+# FAULTS_ROUNDS go to the guest); then a hostile RDMA
 # peer (integration/progs/hostile_rdma.c) lying in what it writes into a
 # shim echo server's memory, and a squatter on a client's rendezvous
 # (integration/vm/guest-rdma-hostile.sh); last, in the same boot, the
 # differential harness with its upgraded run on RDMA (integration/vm/
 # guest-diff.sh: plain, RDMASHIM_TRANSPORTS=tcp and =rdma on the rxe
 # address; ten corpus scenarios and DIFF_VM_BUDGET_S, default 30, seconds
-# of random ones; its lines start "rdma: "; about 3 minutes more under
-# load, so the VM gets RXEVM_TIMEOUT 840 s and run-all.sh 900 s; on a
-# host so loaded that the earlier steps leave it less than 90 s, it does not
-# run, and says so).
+# of random ones from seed 1; its lines start "rdma: "; about 3 minutes
+# more under load, so the VM gets RXEVM_TIMEOUT 960 s and run-all.sh
+# 1020 s; on a host so loaded that the earlier steps leave it less than
+# 90 s, it does not run, and says so). Each part's time is printed
+# ("# time PART: N s").
 # That step alone, by hand: RXEVM_ENV=RDMA_ONLY=diff integration/vm/rxe-vm.sh
-# "$PWD/integration/vm/guest-rdma-one.sh" </dev/null. Skips (77) only when qemu or a
+# "$PWD/integration/vm/guest-rdma-one.sh" </dev/null; or any parts through
+# this scenario: RXEVM_ENV="RDMA_ONLY=faults FAULTS_ROUNDS=3"
+# integration/run-all.sh t_rdma_vm. Skips (77) only when qemu or a
 # kernel with rdma_rxe is missing.
-# scenario-timeout: 900
+# scenario-timeout: 1020
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_built
 
@@ -46,7 +60,7 @@ rc=0
 # The differential step's random part (guest-diff.sh) takes its budget from here.
 # RDMA_DEADLINE_S: the guest script's share of RXEVM_TIMEOUT (less the
 # boot), so that the differential step, the last, fits in what is left.
-vm_limit=${RXEVM_TIMEOUT:-840}
+vm_limit=${RXEVM_TIMEOUT:-960}
 # This host's load, for the guest's speed part (which judges a ratio only
 # where the host leaves its vCPUs their cores): "CORES LOAD1", rewritten
 # every 2 s, in a file the guest sees at the same path (not under /tmp,
@@ -54,7 +68,10 @@ vm_limit=${RXEVM_TIMEOUT:-840}
 hostload=$ROOT/build/vm-hostload.$$
 ( while :; do echo "$(nproc) $(cut -d' ' -f1 /proc/loadavg)" >"$hostload.new" && mv -f "$hostload.new" "$hostload"; sleep 2; done ) &
 sampler=$!
-export RXEVM_ENV="${RXEVM_ENV:-} DIFF_VM_BUDGET_S=${DIFF_VM_BUDGET_S:-30} RDMA_DEADLINE_S=$((vm_limit - 30)) RDMA_HOSTLOAD=$hostload"
+# FAULTS_KINDS comma separated (RXEVM_ENV splits on blanks).
+kinds=${FAULTS_KINDS:-}
+faults_env="FAULTS_ROUNDS=${FAULTS_ROUNDS:-1}${kinds:+ FAULTS_KINDS=${kinds// /,}}"
+export RXEVM_ENV="${RXEVM_ENV:-} $faults_env DIFF_VM_BUDGET_S=${DIFF_VM_BUDGET_S:-30} RDMA_DEADLINE_S=$((vm_limit - 30)) RDMA_HOSTLOAD=$hostload"
 RXEVM_TIMEOUT=$vm_limit timeout $((vm_limit + 10)) "$ROOT/integration/vm/rxe-vm.sh" \
   "$ROOT/integration/vm/guest-rdma-one.sh" </dev/null >"$WORK/vm.out" 2>&1 || rc=$?
 kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null

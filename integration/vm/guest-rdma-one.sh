@@ -13,7 +13,9 @@
 #   process is not blocked by the RDMA warm-up (warm), fork-per-connection
 #   workers warm up and upgrade by themselves (forkconn); then a plain
 #   client (no shim) against a shim server, which must stay on TCP byte for
-#   byte; then a hostile RDMA peer and a rendezvous squatter against a shim
+#   byte; then each RDMA kind of RDMASHIM_TEST_FAULTS under checksummed
+#   streams (faults, in guest-rdma-faults.sh); then a hostile RDMA peer
+#   and a rendezvous squatter against a shim
 #   server (hostile, in guest-rdma-hostile.sh); last, the differential
 #   harness over RDMA (diff, in guest-diff.sh: corpus subset plus
 #   DIFF_VM_BUDGET_S, default 30, seconds of random scenarios); `rdmashim
@@ -21,17 +23,17 @@
 #   right pid and program, the kernel agreeing).
 # Prints TAP-like "ok - " / "not ok - " lines; exits 1 if any check failed.
 #
-# RDMA_ONLY=doctor|stress|failover|zerocopy|port|redis|iperf3|qp|sockperf|speed|wakeup|warm|forkconn|peerdeath|plain|hostile|diff (space
-# or comma separated) runs a subset. RDMA_ONLY=faults (not in the default
-# set; t_rdma_faults runs it): each RDMA kind of RDMASHIM_TEST_FAULTS under
-# checksummed streams, in guest-rdma-faults.sh.
+# RDMA_ONLY=doctor|stress|failover|zerocopy|port|redis|iperf3|qp|sockperf|speed|wakeup|warm|forkconn|peerdeath|plain|faults|hostile|diff (space
+# or comma separated) runs a subset (RDMA_ONLY=faults FAULTS_ROUNDS=R: the
+# failover times of docs/BENCHMARKS.md). Each part ends with a
+# "# time PART: N s" line.
 # RDMA_TRACE=debug for the whole handshake in the dumped traces.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=guest-lib.sh
 . "$here/guest-lib.sh"
 addr=192.168.77.1
-only=${RDMA_ONLY:-doctor stress failover zerocopy port redis iperf3 qp sockperf speed wakeup warm forkconn peerdeath plain hostile diff}
+only=${RDMA_ONLY:-doctor stress failover zerocopy port redis iperf3 qp sockperf speed wakeup warm forkconn peerdeath plain faults hostile diff}
 only=${only//,/ }
 T=/tmp/rdma-one
 TOOL=${SHIM_TOOL:-$(dirname "$LIB")/../bin/rdmashim}
@@ -41,7 +43,19 @@ mkdir -p "$T"
 ok() { n_ok=$((n_ok + 1)); echo "ok - $*"; }
 not_ok() { n_fail=$((n_fail + 1)); echo "not ok - $*"; }
 check() { local m=$1; shift; if "$@"; then ok "$m"; else not_ok "$m"; fi; }
-wanted() { [[ " $only " == *" $1 "* ]]; }
+# wanted PART: whether PART runs; each call also ends the previous part
+# with a "# time PART: N s" line (what each part costs, for trimming the
+# slow ones; `part_end` ends the last).
+part_name='' part_t0=$SECONDS part_last=''
+part_end() {
+  [[ -n $part_name ]] && echo "# time $part_name: $((SECONDS - part_t0)) s"
+  part_last=$part_name part_name=''
+}
+wanted() {
+  [[ " $only " == *" $1 "* ]] || return 1
+  part_end
+  part_name=$1 part_t0=$SECONDS
+}
 
 # shim NAME PORT CMD...: CMD under the shim, tracing into $T/NAME/. The
 # handshake starts at the first data call, however young the connection (as
@@ -100,8 +114,9 @@ warm_server() {
   return 1
 }
 
-echo "== guest: $(uname -r), $(nproc) cpu, hugepages $(cat /proc/sys/vm/nr_hugepages)"
+echo "== guest: $(uname -r), $(nproc) cpu, hugepages $(cat /proc/sys/vm/nr_hugepages), up $(cut -d' ' -f1 /proc/uptime) s"
 rxe_up dummy0 "$addr/24" || { echo "not ok - rxe up"; exit 1; }
+echo "# time rxe up: $SECONDS s"
 
 # doctor: the checklist with the peer's address (this host's own rxe
 # address: rdma_cm resolves it over rxe0 as it does a remote one), and
@@ -801,6 +816,9 @@ if wanted diff; then
     echo "   diff: $((SECONDS - t0)) s"
   fi
 fi
+
+part_end
+echo "# time all parts: $SECONDS s"
 
 if [[ -n ${RDMA_EVENTS:-} ]]; then
   echo "-- trace events by name:"
