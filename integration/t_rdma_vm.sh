@@ -32,7 +32,7 @@
 # (integration/vm/guest-rdma-hostile.sh); last, in the same boot, the
 # differential harness with its upgraded run on RDMA (integration/vm/
 # guest-diff.sh: plain, RDMASHIM_TRANSPORTS=tcp and =rdma on the rxe
-# address; ten corpus scenarios and DIFF_VM_BUDGET_S, default 30, seconds
+# address; ten corpus scenarios and DIFF_VM_BUDGET_S, default 15, seconds
 # of random ones from seed 1; its lines start "rdma: "; about 3 minutes
 # more under load, so the VM gets RXEVM_TIMEOUT 960 s and run-all.sh
 # 1020 s; on a host so loaded that the earlier steps leave it less than
@@ -71,7 +71,7 @@ sampler=$!
 # FAULTS_KINDS comma separated (RXEVM_ENV splits on blanks).
 kinds=${FAULTS_KINDS:-}
 faults_env="FAULTS_ROUNDS=${FAULTS_ROUNDS:-1}${kinds:+ FAULTS_KINDS=${kinds// /,}}"
-export RXEVM_ENV="${RXEVM_ENV:-} $faults_env DIFF_VM_BUDGET_S=${DIFF_VM_BUDGET_S:-30} RDMA_DEADLINE_S=$((vm_limit - 30)) RDMA_HOSTLOAD=$hostload"
+export RXEVM_ENV="${RXEVM_ENV:-} $faults_env DIFF_VM_BUDGET_S=${DIFF_VM_BUDGET_S:-15} RDMA_DEADLINE_S=$((vm_limit - 30)) RDMA_HOSTLOAD=$hostload"
 RXEVM_TIMEOUT=$vm_limit timeout $((vm_limit + 10)) "$ROOT/integration/vm/rxe-vm.sh" \
   "$ROOT/integration/vm/guest-rdma-one.sh" </dev/null >"$WORK/vm.out" 2>&1 || rc=$?
 kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
