@@ -13,7 +13,9 @@
 # client opens LINKS_N (default 32) connections, does LINKS_EACH (6)
 # request/answer rounds over each as soon as it is made (they drive its
 # handshake: both directions switch within 2-3 of them here), then
-# LINKS_ROUNDS (12) rounds over all of them in turn; each request and
+# LINKS_ROUNDS (12; LINKS_SIDE_ROUNDS, 4, in the three parts that run at
+# once, which count and need no failover room) rounds over all of them in
+# turn; each request and
 # answer is LINKS_SIZE (1024) bytes whose every byte both ends check
 # (conn_hold --size), and the streams must end in EOF exactly where the
 # rounds did (the client shuts its side down, the server reads EOF and
@@ -95,6 +97,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 X=$LINKS_X
 T=/tmp/rdma-links
 N=${LINKS_N:-32} EACH=${LINKS_EACH:-6} ROUNDS=${LINKS_ROUNDS:-12} SIZE=${LINKS_SIZE:-1024}
+# The parts that run at once (shared, perconn, full) count QPs and
+# upgrades: the EACH rounds switch every connection, and a few rounds over
+# all of them carry each one's bytes on its link; the failover parts need
+# ROUNDS (the link breaks about halfway through them).
+SIDE_ROUNDS=${LINKS_SIDE_ROUNDS:-4}
 FAIL_VAR=${LINKS_FAIL_VAR:-RDMASHIM_TEST_FAIL_LINK_KB} FAIL_KB=${LINKS_FAIL_KB:-320}
 FAIL_SIDE=${LINKS_FAIL_SIDE:-both}
 FULL_CAP=${LINKS_FULL_CAP:-8}
@@ -227,6 +234,7 @@ run_part() {
   local name=$1 port=$2 d=$X/$1 t=$T/$1 bg pid args=(server) host=$ADDR rc=0 t0=$SECONDS warm=()
   shift 2
   mkdir -p "$d" "$t"
+  echo "${PART_ROUNDS:-$ROUNDS}" > "$t/rounds"
   ((${PART_WARM:-$WARM} >= 0)) && warm=(--warm "${PART_WARM:-$WARM}")
   aborts > "$t/aborts"
   if [[ $ROLE == b ]]; then
@@ -242,7 +250,7 @@ run_part() {
     RDMASHIM_TRACE_FILE="$t/trace.%p.jsonl" RDMASHIM_CM_TIMEOUT_MS=10000 RDMASHIM_UPGRADE_TIMEOUT_MS=15000 \
     LD_PRELOAD="$LIB" "$@" \
     "$PROGS/conn_hold" "${args[@]}" --host "$host" --port "$port" --conns "$N" --each "$EACH" \
-    --rounds "$ROUNDS" --size "$SIZE" "${warm[@]}" --hold "$d/hold" > "$t/out" 2>&1 &
+    --rounds "${PART_ROUNDS:-$ROUNDS}" --size "$SIZE" "${warm[@]}" --hold "$d/hold" > "$t/out" 2>&1 &
   bg=$!
   if wait_line "$t/out" '^READY .* pid=' "$bg"; then
     pid=$(sed -n 's/^READY [0-9]* pid=\([0-9]*\).*/\1/p' "$t/out")
@@ -304,7 +312,7 @@ check_run() {
     "at most ${most:-?} sampled; failover.start $fo on $fo_conns connections, tx_tcp on $tx, reset $resets;" \
     "kernel resets sent +$(paste -sd- "$t/aborts" 2>/dev/null | awk -F- '{ print $2 - $1 }');" \
     "$(cat "$t/times" 2>/dev/null)outcomes $ended"
-  check "$H: links $name: $side byte-exact, $N connections x $((EACH + ROUNDS)) rounds of $SIZE B, EOF at the end (status $rc)" \
+  check "$H: links $name: $side byte-exact, $N connections x $((EACH + $(cat "$t/rounds"))) rounds of $SIZE B, EOF at the end (status $rc)" \
     grep -q "^CHECKED conns=$N " "$t/out"
   grep -h '^conn_hold:' "$t/out" | head -n 3 | sed 's/^/    /'
   # A handshake whose wait ran past its bound on a loaded host (a TCG VM
@@ -379,9 +387,9 @@ for p in shared:7211 perconn:7212 full:7214; do
   [[ ${p%:*} == perconn ]] && vars=(RDMASHIM_RDMA_LINKS=0)
   [[ ${p%:*} == full ]] && vars=(RDMASHIM_RDMA_LINK_CONNS="$FULL_CAP")
   if [[ -n ${LINKS_SERIAL:-} ]]; then
-    run_part "${p%:*}" "${p#*:}" ${vars[@]+"${vars[@]}"}
+    PART_ROUNDS=$SIDE_ROUNDS run_part "${p%:*}" "${p#*:}" ${vars[@]+"${vars[@]}"}
   else
-    run_part "${p%:*}" "${p#*:}" ${vars[@]+"${vars[@]}"} &
+    PART_ROUNDS=$SIDE_ROUNDS run_part "${p%:*}" "${p#*:}" ${vars[@]+"${vars[@]}"} &
     pids+=($!)
   fi
 done
