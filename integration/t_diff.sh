@@ -13,6 +13,10 @@
 # corpus/new/, and fails the scenario. The seeds start at DIFF_SEED (default
 # 1), so that make test is a gate that gives one verdict for one commit; the
 # search for new differences with fresh seeds is make soak-diff.
+# The same traces then run free (free.py): both ends at once without lock-
+# step, DIFF_FREE_REPS (2) seeded schedules each, then one with four
+# connections per end sharing one thread and epoll set, checked by
+# invariants.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_built "$PROGS/diff_driver"
 need_cmd python3
@@ -36,6 +40,21 @@ for after in ${DIFF_HANDBACK_SENDS:-1 2 3}; do
   log "corpus, every shm connection handed back to TCP at its send $after on the channel"
   DIFF_SHIM_RDMASHIM_TEST_HANDBACK_AFTER=$after CMD_TIMEOUT=240 tally_cmd "$PYTHON" "$DIFF" check
 done
+log "replays of real programs running free: ${DIFF_FREE_REPS:-2} schedule(s) each, three ways"
+CMD_TIMEOUT=120 tally_cmd "$PYTHON" "$ROOT/integration/diff/free.py" check --reps "${DIFF_FREE_REPS:-2}" \
+  --seed "$DIFF_SEED"
+log "the same with four connections per end in one thread, sharing one epoll set"
+CMD_TIMEOUT=120 tally_cmd "$PYTHON" "$ROOT/integration/diff/free.py" check --reps 1 --conns 4 \
+  --seed $((DIFF_SEED + 100))
+# The invariants can fail: a reader that misreads the stream by one byte.
+out=$(FREE_TEST_SHIFT=1 DIFF_MODES=plain,tcp,shm timeout 60 "$PYTHON" "$ROOT/integration/diff/free.py" \
+  check --reps 1 redis_bench 2>&1)
+if grep -q "^not ok .*plain" <<<"$out" && grep -q "differs from the peer's pattern" <<<"$out"; then
+  ok "free replay: a reader that misreads the stream fails the check"
+else
+  not_ok "free replay: a reader that misreads the stream was not caught"
+  echo "$out" | sed 's/^/# /'
+fi
 log "random scenarios for ${BUDGET}s"
 CMD_TIMEOUT=$((BUDGET + DIFF_SHRINK_S + 60)) tally_cmd "$PYTHON" "$DIFF" random --budget "$BUDGET" --avoid-known
 finish

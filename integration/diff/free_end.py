@@ -33,6 +33,8 @@ import time
 
 P = 65521  # the pattern's period: a prime, so a reordered block shows
 STALL_S = float(os.environ.get("FREE_STALL_S", "8"))
+# Loop: the shared epoll set's fd inside a poll (a cascaded set), or not.
+NEST = os.environ.get("FREE_LOOP_NEST") == "1"
 EV = {"in": select.EPOLLIN, "out": select.EPOLLOUT, "rdhup": select.EPOLLRDHUP, "pri": select.EPOLLPRI,
       "et": select.EPOLLET, "oneshot": select.EPOLLONESHOT, "excl": getattr(select, "EPOLLEXCLUSIVE", 1 << 28),
       "io": select.EPOLLIN | select.EPOLLOUT}
@@ -75,6 +77,7 @@ class End:
         self.drained = False  # a read ended in EAGAIN since the last data
         self.closed = False
         self.sock = None
+        self.shared_ep = None  # Loop's epoll set, shared by its connections
         # How often the invariants were put to the test: readable reports,
         # reads right after one, reads that found nothing, blocking waits.
         self.n = {"reports": 0, "checked": 0, "eagain": 0, "waits": 0}
@@ -122,21 +125,39 @@ class End:
         self.ready = False
 
     # ------------------------------------------------------------ waits
-    def wait_in(self, why):
-        """Blocks until the program's readiness call reports readable (its
-        epoll set if it watches IN there and is armed, else poll)."""
+    # An end's calls run as a generator: where the program would block in
+    # its readiness call, it yields what it waits for ("in" with the call:
+    # "ep", "poll" or "select"; "out"; "tick", the trace's own epoll_wait
+    # with timeout 0; "sleep"), and a driver does the waiting: drive_one()
+    # for one connection in its own process, Loop for several connections
+    # sharing one thread and one epoll set.
+
+    def wait_in(self, why, how=None):
+        """Until the program's readiness call reports readable (its epoll
+        set if it watches IN there and is armed, else poll)."""
         t_end = time.monotonic() + STALL_S
         self.n["waits"] += 1
-        while time.monotonic() < t_end:
-            ms = int(max(1, (t_end - time.monotonic()) * 1000))
-            if self.ep is not None and self.reg is not None and self.reg & select.EPOLLIN and self.armed:
-                if self.epwait(ms):
-                    return True
-            else:
-                if self.pollwait(select.POLLIN | select.POLLRDHUP, ms):
-                    return True
-        self.v("stall: %s: no readable report in %.0f s with %d of %d bytes read" %
-               (why, STALL_S, self.got, self.peer_total))
+        while not self.ready:
+            if time.monotonic() > t_end:
+                self.v("stall: %s: no readable report in %.0f s with %d of %d bytes read" %
+                       (why, STALL_S, self.got, self.peer_total))
+                return False
+            yield ("in", how or self.in_how())
+        return True
+
+    def in_how(self):
+        if self.ep is not None and self.reg is not None and self.reg & select.EPOLLIN and self.armed:
+            return "ep"
+        return "poll"
+
+    def on_ep(self, ev):
+        """One event of an epoll_wait for this connection."""
+        if self.reg & select.EPOLLONESHOT:
+            self.armed = False
+        if ev & READ_EV and self.reg & select.EPOLLIN:
+            self.ready = True
+            self.n["reports"] += 1
+            return True
         return False
 
     def epwait(self, ms):
@@ -147,12 +168,9 @@ class End:
         mine = [e for fd, e in evs if fd == self.fd]
         if len(mine) > 1:
             self.v("one registration reported %d times in one epoll_wait" % len(mine))
-        if mine and self.reg & select.EPOLLONESHOT:
-            self.armed = False
-        hit = bool(mine and mine[0] & READ_EV and self.reg & select.EPOLLIN)
-        if hit:
-            self.ready = True
-            self.n["reports"] += 1
+        hit = False
+        for e in mine[:1]:
+            hit = self.on_ep(e)
         return hit
 
     def pollwait(self, ev, ms):
@@ -172,13 +190,35 @@ class End:
             self.n["reports"] += 1
         return bool(r)
 
+    def block(self, req, ms):
+        """drive_one's wait: the call req names, for at most ms."""
+        if req[0] == "in":
+            if req[1] == "ep":
+                self.epwait(ms)
+            elif req[1] == "select":
+                self.selwait(True, False, ms)
+            else:
+                self.pollwait(select.POLLIN | select.POLLRDHUP, ms)
+        elif req[0] == "out":
+            p = select.poll()
+            p.register(self.fd, select.POLLOUT)
+            p.poll(ms)
+        elif req[0] == "tick":
+            self.epwait(0)
+        elif req[0] == "sleep":
+            time.sleep(req[1])
+
     def wait_out(self):
-        p = select.poll()
-        p.register(self.fd, select.POLLOUT)
-        if not p.poll(int(STALL_S * 1000)):
-            self.v("stall: a send waited %.0f s for POLLOUT" % STALL_S)
-            return False
-        return True
+        t_end = time.monotonic() + STALL_S
+        while True:
+            p = select.poll()
+            p.register(self.fd, select.POLLOUT)
+            if p.poll(0):
+                return True
+            if time.monotonic() > t_end:
+                self.v("stall: a send waited %.0f s for POLLOUT" % STALL_S)
+                return False
+            yield ("out",)
 
     # ------------------------------------------------------------ data
     def recv_call(self, step, n):
@@ -234,7 +274,7 @@ class End:
         while (self.got < target or eof) and not self.eof:
             data = self.one_read(step, n, where)
             if data is None:
-                if not self.wait_in(where):
+                if not (yield from self.wait_in(where)):
                     return
             elif not data:
                 return
@@ -270,7 +310,7 @@ class End:
                 else:
                     k = self.sock.send(chunk, flags)
             except BlockingIOError:
-                if not self.wait_out():
+                if not (yield from self.wait_out()):
                     return
                 continue
             except InterruptedError:
@@ -297,17 +337,14 @@ class End:
                     return
                 if "waitall" in w and not self.nb:
                     n = min(n, self.peer_total - self.got)
-                self.read_until(s, n, target if "peek" not in w else self.got + 1, "step %d %s" % (i, s))
+                yield from self.read_until(s, n, target if "peek" not in w else self.got + 1, "step %d %s" % (i, s))
             elif live == 0:
-                if self.got < self.peer_total_eof or self.nb:
-                    self.read_until(s, n, self.peer_total_eof, "step %d %s (EOF live)" % (i, s), eof=True)
-                else:
-                    self.read_until(s, n, 0, "step %d %s (EOF live)" % (i, s), eof=True)
+                yield from self.read_until(s, n, self.peer_total_eof, "step %d %s (EOF live)" % (i, s), eof=True)
             elif self.nb or "dontwait" in w:
                 self.one_read(s, n, "step %d %s" % (i, s))
             return
         if kind == "send":
-            self.send_all(s, op["n"])
+            yield from self.send_all(s, op["n"])
             return
         if kind in ("wait", "negwait"):
             nxt = op.get("next_need")
@@ -321,9 +358,10 @@ class End:
                 if block and self.reg & select.EPOLLET and not self.drained:
                     block = False  # an edge needs an empty buffer first
                 if block:
-                    self.wait_in("step %d %s" % (i, s))
+                    yield ("tick",)
+                    yield from self.wait_in("step %d %s" % (i, s), "ep")
                 else:
-                    self.epwait(0)
+                    yield ("tick",)
                 return
             ev = w[1]
             rd = "in" in ev or "io" in ev
@@ -332,20 +370,14 @@ class End:
                 m = (select.POLLIN if rd else 0) | (select.POLLOUT if wr else 0) | \
                     (select.POLLRDHUP if "rdhup" in ev else 0)
                 if block and rd:
-                    t_end = time.monotonic() + STALL_S
-                    while not self.pollwait(m & ~select.POLLOUT, 100):
-                        if time.monotonic() > t_end:
-                            self.v("stall: step %d %s" % (i, s))
-                            break
+                    if not self.pollwait(m & ~select.POLLOUT, 0):
+                        yield from self.wait_in("step %d %s" % (i, s), "poll")
                 else:
                     self.pollwait(m, 0)
             else:
                 if block and rd:
-                    t_end = time.monotonic() + STALL_S
-                    while not self.selwait(True, False, 100):
-                        if time.monotonic() > t_end:
-                            self.v("stall: step %d %s" % (i, s))
-                            break
+                    if not self.selwait(True, False, 0):
+                        yield from self.wait_in("step %d %s" % (i, s), "select")
                 else:
                     self.selwait(rd, wr, 0)
             return
@@ -369,7 +401,7 @@ class End:
                 self.v("FIONREAD %d with %d bytes still to come" % (k, self.peer_total - self.got))
         elif w[0] in ("epadd", "epmod", "epdel"):
             if self.ep is None:
-                self.ep = select.epoll()
+                self.ep = self.shared_ep or select.epoll()
             try:
                 if w[0] == "epadd":
                     self.ep.register(self.fd, ep_mask(w[1]))
@@ -393,7 +425,7 @@ class End:
                 # A program closes once it has what it waits for: the bytes
                 # the peer sends before it needs our EOF.
                 if self.got < self.peer_pre_eof and not self.eof:
-                    self.read_until("read 65536", 65536, self.peer_pre_eof, "before close")
+                    yield from self.read_until("read 65536", 65536, self.peer_pre_eof, "before close")
             self.sock.close()
             self.closed = True
 
@@ -412,10 +444,10 @@ class End:
                     if depth == 0:
                         break
                     j += 1
-                self.fork(ops[i + 1:j])
+                yield from self.fork(ops[i + 1:j])
                 i = j + 1
                 continue
-            self.step(i, op)
+            yield from self.step(i, op)
             i += 1
 
     def fork(self, block):
@@ -423,10 +455,19 @@ class End:
         pid = os.fork()
         if pid == 0:
             os.close(r)
-            self.run(block)
+            if self.reg is None:
+                self.ep = self.shared_ep = None  # the child's own set, as in the trace
+            drive_one(self, self.run(block))
             os.write(w, json.dumps(self.state()).encode())
             os._exit(0)
         os.close(w)
+        while True:
+            wp, st = os.waitpid(pid, os.WNOHANG)
+            if wp:
+                break
+            yield ("sleep", 0.002)
+        if st:
+            self.v("forked child ended with status %d" % st)
         out = b""
         while True:
             b = os.read(r, 65536)
@@ -434,9 +475,8 @@ class End:
                 break
             out += b
         os.close(r)
-        _, st = os.waitpid(pid, 0)
-        if st:
-            self.v("forked child ended with status %d" % st)
+        if not out:
+            self.v("a forked child ended without its report")
         if out:
             c = json.loads(out)
             self.sent, self.got, self.eof = c["sent"], c["got"], c["eof"]
@@ -460,48 +500,177 @@ class End:
         except OSError as e:
             self.err("shutdown", e.errno)
         if not self.eof:
-            self.read_until("read 65536", 65536, self.peer_total, "drain to EOF", eof=True)
+            yield from self.read_until("read 65536", 65536, self.peer_total, "drain to EOF", eof=True)
         self.sock.close()
         self.closed = True
 
-    def main(self):
-        ops = self.plan["ops"]
-        self.peer_total = self.plan["peer_total"]
-        self.peer_pre_eof = self.plan["peer_pre_eof"]
-        self.peer_total_eof = self.plan["peer_total"]
-        addr = os.environ.get("DIFF_ADDR", "127.0.0.1")
-        if self.name == "server":
-            ls = socket.socket()
-            ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            ls.bind((addr, self.port))
-            ls.listen(8)
-            sys.stdout.write("listening\n")
-            sys.stdout.flush()
-            self.sock, _ = ls.accept()
-            ls.close()
-            self.fd = self.sock.fileno()
-        else:
-            self.sock = socket.socket()
-            self.fd = self.sock.fileno()
-            if ops and ops[0]["step"] == "nbconnect":
-                self.set_nb(True)
+    def body(self, ops):
+        yield from self.run(ops)
+        yield from self.finish()
+
+
+def drive_one(end, gen):
+    """One connection in its own thread: each wait is the program's own
+    readiness call, repeated in slices of 100 ms (the generator checks its
+    stall bound between them)."""
+    try:
+        req = next(gen)
+        while True:
+            end.block(req, 100)
+            req = gen.send(None)
+    except StopIteration:
+        pass
+
+
+class Loop:
+    """Several connections of one end in one thread, as an event-driven
+    server or client runs them: their registrations share one epoll set,
+    whose epoll_wait runs once per round (nested in a poll beside the fds
+    of connections that wait with poll or select, or for POLLOUT) and
+    whose events go to the connection they name."""
+
+    def __init__(self, ends):
+        self.ep = select.epoll()
+        self.ends = ends
+        for e in ends:
+            e.shared_ep = self.ep
+
+    def ep_round(self, ms=0):
+        evs = self.ep.poll(ms / 1000.0, 64)
+        count = {}
+        for fd, ev in evs:
+            count[fd] = count.get(fd, 0) + 1
+        by_fd = {e.fd: e for e in self.ends if not e.closed}
+        for fd, ev in evs:
+            e = by_fd.get(fd)
+            if e is None or e.reg is None:
+                continue
+            if count[fd] > 1:
+                e.v("one registration reported %d times in one epoll_wait" % count[fd])
+                count[fd] = 1
+            e.on_ep(ev)
+
+    def run(self, gens):
+        req = {}
+        for e, g in gens.items():
+            req[e] = ("go",)
+        while req:
+            # Resume every connection that can go on.
+            for e in list(req):
+                r = req[e]
+                if r[0] == "in" and not e.ready and r[2] > time.monotonic():
+                    continue
+                if r[0] in ("out", "sleep") and r[2] > time.monotonic() and not r[3]:
+                    continue
                 try:
-                    self.sock.connect((addr, self.port))
-                except BlockingIOError:
-                    pass
-                ops = ops[1:]
+                    while True:
+                        nxt = gens[e].send(None) if r[0] != "go" else next(gens[e])
+                        r = ("x",)
+                        if nxt[0] == "tick":
+                            self.ep_round()
+                            continue
+                        break
+                except StopIteration:
+                    del req[e]
+                    continue
+                now = time.monotonic()
+                if nxt[0] == "in":
+                    req[e] = ("in", nxt[1], now + 0.1)
+                elif nxt[0] == "out":
+                    req[e] = ("out", None, now + 0.1, False)
+                else:
+                    req[e] = ("sleep", None, now + nxt[1], False)
+            if not req:
+                break
+            # One round of waiting: the shared set's epoll_wait, then a
+            # poll of the fds that wait another way (in slices of 1 ms
+            # while there are such); with FREE_LOOP_NEST=1 the set's fd
+            # inside that poll instead (a cascaded set).
+            fds = {}
+            p = select.poll()
+            for e, r in req.items():
+                if r[0] == "in" and r[1] != "ep" and not e.ready:
+                    p.register(e.fd, select.POLLIN | select.POLLRDHUP)
+                    fds[e.fd] = (e, r)
+                elif r[0] == "out":
+                    p.register(e.fd, select.POLLOUT)
+                    fds[e.fd] = (e, r)
+            if any(e.ready for e, r in req.items() if r[0] == "in"):
+                ms = 0
             else:
-                self.sock.connect((addr, self.port))
-        self.run(ops)
-        self.finish()
-        st = self.state()
-        st["ops"] = len(ops)
-        sys.stdout.write(json.dumps(st) + "\n")
+                ms = max(0, int(1000 * (min(r[2] for r in req.values()) - time.monotonic())))
+            if NEST:
+                p.register(self.ep.fileno(), select.POLLIN)
+                got = p.poll(ms)
+            else:
+                self.ep_round(min(ms, 1) if fds else ms)
+                got = p.poll(0) if fds else []
+            for fd, ev in got:
+                if fd == self.ep.fileno():
+                    self.ep_round()
+                    continue
+                e, r = fds[fd]
+                if r[0] == "out":
+                    req[e] = r[:3] + (True,)
+                elif r[1] == "select":
+                    e.selwait(True, False, 0)
+                else:
+                    e.pollwait(select.POLLIN | select.POLLRDHUP, 0)
+
+
+def connect(name, port, plan, count):
+    """The end's connections: accepted from one listener, or connected
+    (nonblocking where the trace's connect was)."""
+    addr = os.environ.get("DIFF_ADDR", "127.0.0.1")
+    out = []
+    if name == "server":
+        ls = socket.socket()
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind((addr, port))
+        ls.listen(max(8, count))
+        sys.stdout.write("listening\n")
+        sys.stdout.flush()
+        for _ in range(count):
+            out.append(ls.accept()[0])
+        ls.close()
+        return out, plan["ops"]
+    ops = plan["ops"]
+    nbc = bool(ops) and ops[0]["step"] == "nbconnect"
+    for _ in range(count):
+        sk = socket.socket()
+        if nbc:
+            fcntl.fcntl(sk.fileno(), fcntl.F_SETFL, fcntl.fcntl(sk.fileno(), fcntl.F_GETFL) | os.O_NONBLOCK)
+            try:
+                sk.connect((addr, port))
+            except BlockingIOError:
+                pass
+        else:
+            sk.connect((addr, port))
+        out.append(sk)
+    return out, ops[1:] if nbc else ops
 
 
 def main():
-    name, port, plan, seed = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-    End(name, port, json.load(open(plan))[name], seed).main()
+    name, port, planf, seed = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    count = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+    plan = json.load(open(planf))[name]
+    socks, ops = connect(name, port, plan, count)
+    ends = []
+    for j, sk in enumerate(socks):
+        e = End(name, port, plan, seed * 1000 + j)
+        e.sock, e.fd = sk, sk.fileno()
+        e.nb = bool(fcntl.fcntl(e.fd, fcntl.F_GETFL) & os.O_NONBLOCK)
+        e.peer_total = e.peer_total_eof = plan["peer_total"]
+        e.peer_pre_eof = plan["peer_pre_eof"]
+        ends.append(e)
+    if count == 1:
+        drive_one(ends[0], ends[0].body(ops))
+    else:
+        Loop(ends).run({e: e.body(ops) for e in ends})
+    for e in ends:
+        st = e.state()
+        st["ops"] = len(ops)
+        sys.stdout.write(json.dumps(st) + "\n")
 
 
 if __name__ == "__main__":
