@@ -15,8 +15,8 @@
 # search for new differences with fresh seeds is make soak-diff.
 # The same traces then run free (free.py): both ends at once without lock-
 # step, DIFF_FREE_REPS (2) seeded schedules each, then one with four
-# connections per end sharing one thread and epoll set, checked by
-# invariants.
+# connections per end sharing one thread and epoll set, and one more with
+# that set inside a poll, checked by invariants.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_built "$PROGS/diff_driver"
 need_cmd python3
@@ -46,6 +46,9 @@ CMD_TIMEOUT=120 tally_cmd "$PYTHON" "$ROOT/integration/diff/free.py" check --rep
 log "the same with four connections per end in one thread, sharing one epoll set"
 CMD_TIMEOUT=120 tally_cmd "$PYTHON" "$ROOT/integration/diff/free.py" check --reps 1 --conns 4 \
   --seed $((DIFF_SEED + 100))
+log "the same with that epoll set waited on inside a poll (a cascaded set)"
+FREE_LOOP_NEST=1 CMD_TIMEOUT=120 tally_cmd "$PYTHON" "$ROOT/integration/diff/free.py" check --reps 1 \
+  --conns 4 --seed $((DIFF_SEED + 200))
 # The invariants can fail: a reader that misreads the stream by one byte.
 out=$(FREE_TEST_SHIFT=1 DIFF_MODES=plain,tcp,shm timeout 60 "$PYTHON" "$ROOT/integration/diff/free.py" \
   check --reps 1 redis_bench 2>&1)
