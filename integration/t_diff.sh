@@ -35,7 +35,9 @@ CMD_TIMEOUT=240 tally_cmd "$PYTHON" "$DIFF" check
 # on shm (DIFF_HANDBACK_SENDS) it falls at most moments of the corpus'
 # shapes (before these passes, at sends 1-3: 16 differences, among them a
 # hang, a 2 s close and resets), and at its 1st, right after the switch
-# (one known difference there: corpus/sizes_write_readv.scn).
+# (one known difference there: corpus/sizes_write_readv.scn). These
+# passes run plain TCP and shm only: the tcp run never upgrades, so no
+# hand-back happens in it, and it would repeat the first pass's.
 for after in ${DIFF_HANDBACK_SENDS:-1 2 3}; do
   log "corpus, every shm connection handed back to TCP at its send $after on the channel"
   DIFF_SHIM_RDMASHIM_TEST_HANDBACK_AFTER=$after CMD_TIMEOUT=240 tally_cmd "$PYTHON" "$DIFF" check
