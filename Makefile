@@ -66,7 +66,7 @@ DIFF_SRCS   := $(wildcard integration/diff/*.c)
 READY_RULES      := $(BUILD)/progs/ready_rules
 READY_RULES_SRCS := $(wildcard integration/progs/ready_rules/*.c)
 
-.PHONY: all deps test check-layers unit unit-bins integration docs demo demo-shm bench bench-quick bench-scripts install clean asan tsan test-asan test-tsan soak-diff soak-faults diff-replays diff-replays-convert
+.PHONY: all deps test check-layers unit unit-bins integration docs demo demo-shm bench bench-quick bench-scripts install clean asan tsan test-asan test-tsan soak-diff soak-diff-free soak-faults diff-replays diff-replays-convert
 
 all: $(LIB) $(TOOL) $(TEST_PROGS) $(STRESS) $(HOSTILE) $(DIFF_DRIVER) $(READY_RULES)
 
@@ -162,6 +162,12 @@ test-asan test-tsan: all
 # The differential harness's random scenarios for DIFF_SOAK_S seconds (default 3600).
 soak-diff: all
 	@unshare -n bash -c 'ip link set lo up; DIFF_SOAK=1 integration/diff/diff.py soak --budget $${DIFF_SOAK_S:-3600}'
+
+# Free-running replays of the real programs' traces (integration/diff/
+# README.md): fresh seeds, FREE_PAR pairs at once of FREE_CONNS
+# connections each, for FREE_SOAK_S seconds (default 1800).
+soak-diff-free: all
+	@unshare -n bash -c 'ip link set lo up; integration/diff/free.py soak --budget $${FREE_SOAK_S:-1800} --par $${FREE_PAR:-2} --conns $${FREE_CONNS:-4}'
 
 # Real programs' traces as differential scenarios (integration/diff/README.md):
 # diff-replays records them again with strace (root; the programs of

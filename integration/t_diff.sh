@@ -18,6 +18,10 @@
 # corpus/new/, and fails the scenario. The seeds start at DIFF_SEED (default
 # 1), so that make test is a gate that gives one verdict for one commit; the
 # search for new differences with fresh seeds is make soak-diff.
+# The same traces then run free (free.py): both ends at once without lock-
+# step, DIFF_FREE_REPS (2) seeded schedules each, then one with four
+# connections per end sharing one thread and epoll set, and one more with
+# that set inside a poll, checked by invariants.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_built "$PROGS/diff_driver"
 need_cmd python3
@@ -39,6 +43,24 @@ export DIFF_HANDBACK_SENDS=${DIFF_HANDBACK_SENDS-1 2 3}
 log "corpus, and each shm run again handed back to TCP at its send ${DIFF_HANDBACK_SENDS// /, } on the channel"
 # The bound of the four passes this one pass replaced.
 CMD_TIMEOUT=960 tally_cmd "$PYTHON" "$DIFF" check
+log "replays of real programs running free: ${DIFF_FREE_REPS:-2} schedule(s) each, three ways"
+CMD_TIMEOUT=120 tally_cmd "$PYTHON" "$ROOT/integration/diff/free.py" check --reps "${DIFF_FREE_REPS:-2}" \
+  --seed "$DIFF_SEED"
+log "the same with four connections per end in one thread, sharing one epoll set"
+CMD_TIMEOUT=120 tally_cmd "$PYTHON" "$ROOT/integration/diff/free.py" check --reps 1 --conns 4 \
+  --seed $((DIFF_SEED + 100))
+log "the same with that epoll set waited on inside a poll (a cascaded set)"
+FREE_LOOP_NEST=1 CMD_TIMEOUT=120 tally_cmd "$PYTHON" "$ROOT/integration/diff/free.py" check --reps 1 \
+  --conns 4 --seed $((DIFF_SEED + 200))
+# The invariants can fail: a reader that misreads the stream by one byte.
+out=$(FREE_TEST_SHIFT=1 DIFF_MODES=plain,tcp,shm timeout 60 "$PYTHON" "$ROOT/integration/diff/free.py" \
+  check --reps 1 redis_bench 2>&1)
+if grep -q "^not ok .*plain" <<<"$out" && grep -q "differs from the peer's pattern" <<<"$out"; then
+  ok "free replay: a reader that misreads the stream fails the check"
+else
+  not_ok "free replay: a reader that misreads the stream was not caught"
+  echo "$out" | sed 's/^/# /'
+fi
 log "random scenarios for ${BUDGET}s"
 CMD_TIMEOUT=$((BUDGET + DIFF_SHRINK_S + 60)) tally_cmd "$PYTHON" "$DIFF" random --budget "$BUDGET" --avoid-known
 finish

@@ -101,6 +101,17 @@ int wait_step(int i, struct step *st)
 		finish(i, r, e, t0, to, what);
 		return 1;
 	}
+	if (!strcmp(op, "pollep")) {
+		/* The epoll set inside poll (a cascaded set): readable while
+		 * one of its registrations has an event to report. */
+		if (D.epfd < 0)
+			D.epfd = epoll_create1(0);
+		struct pollfd p = {.fd = D.epfd, .events = (short)parse_ev(evs)};
+		int r = poll(&p, 1, to), e = errno;
+		revents_str(what, sizeof(what), r > 0 ? p.revents : 0);
+		finish(i, r, e, t0, to, what);
+		return 1;
+	}
 	if (!strcmp(op, "select") || !strcmp(op, "pselect")) {
 		unsigned ev = parse_ev(evs);
 		fd_set rs, ws, xs;

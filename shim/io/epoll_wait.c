@@ -567,3 +567,141 @@ int shim_epoll_wait(int epfd, struct epoll_event *events, int maxevents, long lo
 	return 1;
 }
 
+
+/*
+ * A tracked set inside poll or select (a cascaded set: an event loop that
+ * waits on its epoll fd beside other fds). The kernel's readiness of the
+ * set's fd sees its switched items' bell-only registrations, not their
+ * rings; before the set's first epoll_wait, the TCP sockets of items that
+ * switched since. So the outer wait asks here what the set's own
+ * epoll_wait would report of its switched items, without taking it: an
+ * edge or a one-shot stays for that epoll_wait, as the kernel's poll of an
+ * epoll file looks at its ready list without emptying it. While the outer
+ * wait sleeps, the items are armed as for the set's own sleep: a bell
+ * rings on an item's line, which is in the set, and the set's fd, which
+ * the outer wait watches, becomes readable.
+ */
+struct shim_ep_outer {
+	struct shim_sock *es;
+	struct arm *arms;
+	unsigned narmed;
+};
+
+bool shim_epoll_outer_needed(int fd)
+{
+	struct shim_sock *es = shim_ep_sock(fd);
+	bool needed = es && __atomic_load_n(&es->ep->n_items, __ATOMIC_RELAXED);
+
+	shim_sock_put(es);
+	return needed;
+}
+
+struct shim_ep_outer *shim_epoll_outer_get(int fd)
+{
+	struct shim_sock *es = shim_ep_sock(fd);
+	struct shim_ep_outer *o;
+
+	if (!es)
+		return NULL;
+	o = calloc(1, sizeof(*o));
+	if (!o) {
+		shim_sock_put(es);
+		return NULL;
+	}
+	o->es = es;
+	return o;
+}
+
+/* What the set's next look would report of a switched item, left for it.
+ * Called with ep->lock. */
+static uint32_t outer_item_ready(struct shim_epitem *it, struct shim_sock *s)
+{
+	int mask = it->oneshot_fired ? -1 : shim_io_poll_mask(s, it->via);
+	uint32_t ev;
+	bool edge;
+
+	if (mask < 0)
+		return 0;
+	ev = poll_to_epoll(mask) & (it->events | EPOLLHUP | EPOLLERR);
+	if (!ev || !(it->events & EPOLLET))
+		return ev;
+	/* ep_channel_round's edge, read without moving it. */
+	edge = (ev & ~it->et_level) != 0;
+	if ((it->events & EPOLLIN) && (shim_io_rx_arrived(s, it->via) != it->et_rx_arrived ||
+				       __atomic_load_n(&s->rx_wakes, __ATOMIC_RELAXED) != it->et_rx_wakes))
+		edge = true;
+	if ((ev & EPOLLIN) && __atomic_load_n(&s->rx_starved, __ATOMIC_RELAXED) != it->et_rx_starved)
+		edge = true;
+	if ((ev & EPOLLOUT) && __atomic_load_n(&s->tx_starved, __ATOMIC_RELAXED) != it->et_tx_starved)
+		edge = true;
+	return edge ? ev : 0;
+}
+
+int shim_epoll_outer_mask(struct shim_ep_outer *o)
+{
+	struct shim_ep *ep = o->es->ep;
+	struct shim_epitem *it, *tmp;
+	struct epoll_event unused;
+	struct shim_ep_src unused_src;
+	bool ours = false, ready = false;
+
+	pthread_mutex_lock(&ep->lock);
+	/* The registrations of items that switched, or came back, since the
+	 * set's last look are moved first, as that look would (no report). */
+	ep_channel_round(ep->efd, ep, &unused, &unused_src, 0, false);
+	HASH_ITER(hh_id, ep->by_id, it, tmp) {
+		struct shim_sock *s;
+
+		if (!it->kernel_switched)
+			continue;
+		s = shim_ep_item_sock(it);
+		if (!s)
+			continue;
+		if (shim_io_progress(s, it->via)) {
+			ours = true;
+			ready = ready || outer_item_ready(it, s);
+		}
+		shim_sock_put(s);
+		if (ready)
+			break;
+	}
+	pthread_mutex_unlock(&ep->lock);
+	return !ours ? -1 : ready ? POLLIN : 0;
+}
+
+int shim_epoll_outer_arm(struct shim_ep_outer *o, int *cap_ms)
+{
+	struct shim_ep *ep = o->es->ep;
+	bool sleep;
+
+	pthread_mutex_lock(&ep->lock);
+	unsigned items = HASH_CNT(hh_id, ep->by_id);
+
+	o->arms = items ? malloc(items * sizeof(*o->arms)) : NULL;
+	if (items && !o->arms) {
+		pthread_mutex_unlock(&ep->lock);
+		return -ENOMEM;
+	}
+	sleep = arm_all(ep, o->arms, items, &o->narmed, cap_ms);
+	pthread_mutex_unlock(&ep->lock);
+	return sleep;
+}
+
+void shim_epoll_outer_disarm(struct shim_ep_outer *o)
+{
+	if (!o->arms)
+		return;
+	disarm_all(o->arms, o->narmed);
+	free(o->arms);
+	o->arms = NULL;
+	o->narmed = 0;
+}
+
+void shim_epoll_outer_put(struct shim_ep_outer *o)
+{
+	if (!o)
+		return;
+	shim_epoll_outer_disarm(o);
+	shim_sock_put(o->es);
+	free(o);
+}

@@ -344,6 +344,12 @@ int shim_io_poll_mask(struct shim_sock *s, int fd)
 	/* The peer reset the connection (its TCP said so under the bells). */
 	if (s->rx_tcp_reset)
 		mask |= POLLERR | POLLHUP;
+	/* A reset the kernel shows while rx is on the channel and a direction
+	 * on TCP (a failover's, MSG_OOB's): the connection's, as TCP's own
+	 * poll gives it beside the bytes still unread, and after SO_ERROR
+	 * took the error, its hang-up alone. */
+	if (s->rx_dir != SHIM_DIR_TCP && (p.revents & POLLHUP))
+		mask |= p.revents & (POLLERR | POLLHUP | POLLRDHUP);
 	pthread_mutex_unlock(&s->lock);
 	return mask;
 }

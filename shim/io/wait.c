@@ -45,19 +45,25 @@ static bool needs_us(int fd)
 	return needed;
 }
 
-/* Gives back the references of one round's ours[]. */
-static void put_ours(struct shim_sock **ours, nfds_t nfds)
+/* Gives back the references of one round's ours[] and outer[] (the
+ * tracked epoll sets among the fds, a cascaded wait; NULL: none looked
+ * for). */
+static void put_ours(struct shim_sock **ours, struct shim_ep_outer **outer, nfds_t nfds)
 {
 	for (nfds_t i = 0; i < nfds; i++) {
 		shim_sock_put(ours[i]);
 		ours[i] = NULL;
+		if (outer) {
+			shim_epoll_outer_put(outer[i]);
+			outer[i] = NULL;
+		}
 	}
 }
 
 bool shim_wait_poll_needed(const struct pollfd *fds, nfds_t nfds)
 {
 	for (nfds_t i = 0; i < nfds; i++)
-		if (unlikely(shim_fd_get(fds[i].fd) != NULL) && needs_us(fds[i].fd))
+		if (unlikely(shim_fd_get(fds[i].fd) != NULL) && (needs_us(fds[i].fd) || shim_epoll_outer_needed(fds[i].fd)))
 			return true;
 	return false;
 }
@@ -67,7 +73,7 @@ bool shim_wait_select_needed(int nfds, const fd_set *r, const fd_set *w)
 	for (int fd = 0; fd < nfds && fd < FD_SETSIZE; fd++) {
 		if (!((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w))))
 			continue;
-		if (unlikely(shim_fd_get(fd) != NULL) && needs_us(fd))
+		if (unlikely(shim_fd_get(fd) != NULL) && (needs_us(fd) || shim_epoll_outer_needed(fd)))
 			return true;
 	}
 	return false;
@@ -78,11 +84,12 @@ bool shim_wait_select_needed(int nfds, const fd_set *r, const fd_set *w)
  * (put_ours()), so that what a sleep armed is disarmed on the same socket
  * even if another thread closed the fd meanwhile. Returns how many have
  * revents. */
-static int poll_channel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock **ours)
+static int poll_channel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock **ours,
+			      struct shim_ep_outer **outer)
 {
 	int ready = 0;
 
-	put_ours(ours, nfds);
+	put_ours(ours, outer, nfds);
 	for (nfds_t i = 0; i < nfds; i++) {
 		struct shim_sock *s = fds[i].fd >= 0 ? switched_sock(fds[i].fd) : NULL;
 		int mask = s ? shim_io_poll_mask(s, fds[i].fd) : -1;
@@ -92,6 +99,21 @@ static int poll_channel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock 
 			s = NULL;
 		}
 		ours[i] = s;
+		if (!s && outer && fds[i].fd >= 0 && (outer[i] = shim_epoll_outer_get(fds[i].fd))) {
+			/* A cascaded set: its switched items' readiness beside
+			 * the kernel's of the set (kernel_round), which a
+			 * look's kernel round sets first and an after's
+			 * round set last. */
+			mask = shim_epoll_outer_mask(outer[i]);
+			if (mask < 0) {
+				shim_epoll_outer_put(outer[i]);
+				outer[i] = NULL;
+			} else if (mask & fds[i].events) {
+				fds[i].revents |= (short)(mask & fds[i].events);
+				ready++;
+			}
+			continue;
+		}
 		if (!ours[i])
 			continue;
 		fds[i].revents = (short)(mask & (fds[i].events | POLLHUP | POLLERR | POLLNVAL));
@@ -104,8 +126,8 @@ static int poll_channel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock 
 /* The kernel's poll over the fds that are not ours (ours ask for bells),
  * and the bell lines of those armed for them (lines: -1 where none, NULL:
  * no arms), after the nfds entries of tmp (2 * nfds long). */
-static int kernel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock **ours, struct pollfd *tmp,
-			const int *lines, int timeout_ms, const sigset_t *sigmask)
+static int kernel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock **ours, struct shim_ep_outer **outer,
+			struct pollfd *tmp, const int *lines, int timeout_ms, const sigset_t *sigmask)
 {
 	int rc, ready = 0;
 	nfds_t all = nfds;
@@ -161,7 +183,9 @@ static int kernel_round(struct pollfd *fds, nfds_t nfds, struct shim_sock **ours
 			continue;
 		}
 		fds[i].revents = tmp[i].revents;
-		if (tmp[i].revents)
+		if (outer && outer[i] && (fds[i].events & POLLIN) && shim_epoll_outer_mask(outer[i]) > 0)
+			fds[i].revents |= POLLIN;
+		if (fds[i].revents)
 			ready++;
 	}
 	return ready;
@@ -188,6 +212,7 @@ struct poll_wait {
 	nfds_t nfds;
 	const sigset_t *sigmask;
 	struct shim_sock **ours; /* held for one round (poll_channel_round()) */
+	struct shim_ep_outer **outer; /* the same for tracked epoll sets */
 	struct pollfd *tmp;
 	int armed_stack[2 * WAIT_STACK_FDS], *armed; /* then the lines watched */
 	struct shim_spin_run spin;
@@ -215,8 +240,8 @@ static void poll_spin_end(void *ctx, int rc)
 static int poll_look(void *ctx)
 {
 	struct poll_wait *w = ctx;
-	int mine = poll_channel_round(w->fds, w->nfds, w->ours);
-	int theirs = kernel_round(w->fds, w->nfds, w->ours, w->tmp, NULL, 0, NULL);
+	int mine = poll_channel_round(w->fds, w->nfds, w->ours, w->outer);
+	int theirs = kernel_round(w->fds, w->nfds, w->ours, w->outer, w->tmp, NULL, 0, NULL);
 
 	if (theirs < 0)
 		return theirs;
@@ -253,6 +278,14 @@ static int poll_arm(void *ctx, int *cap_ms)
 		w->armed[w->nfds + i] = w->armed[i] & SHIM_ARM_LINE ? line
 					: w->ours[i]			? -1
 									: handshake_fd(w->fds[i].fd, cap_ms);
+		if (w->outer[i]) {
+			int rc = shim_epoll_outer_arm(w->outer[i], cap_ms);
+
+			if (rc < 0)
+				return rc;
+			if (!rc)
+				sleep = 0;
+		}
 		if (w->armed[i] & SHIM_ARM_READY)
 			sleep = 0;
 		if (w->armed[i] & SHIM_ARM_SHORT)
@@ -264,7 +297,7 @@ static int poll_arm(void *ctx, int *cap_ms)
 static int poll_sleep(void *ctx, int ms)
 {
 	struct poll_wait *w = ctx;
-	int theirs = kernel_round(w->fds, w->nfds, w->ours, w->tmp, w->armed + w->nfds, ms, w->sigmask);
+	int theirs = kernel_round(w->fds, w->nfds, w->ours, w->outer, w->tmp, w->armed + w->nfds, ms, w->sigmask);
 
 	if (ms == SHIM_SLEEP_SLICE_MS && shim_trace_enabled(SHIM_TRACE_DEBUG)) {
 		int any = 0;
@@ -283,9 +316,12 @@ static void poll_disarm(void *ctx)
 {
 	struct poll_wait *w = ctx;
 
-	for (nfds_t i = 0; i < w->nfds; i++)
+	for (nfds_t i = 0; i < w->nfds; i++) {
 		if (w->armed[i])
 			shim_io_disarm(w->ours[i], w->fds[i].fd, w->armed[i]);
+		if (w->outer[i])
+			shim_epoll_outer_disarm(w->outer[i]);
+	}
 	if (w->armed != w->armed_stack)
 		free(w->armed);
 	w->armed = NULL;
@@ -294,7 +330,7 @@ static void poll_disarm(void *ctx)
 static int poll_after(void *ctx, int theirs)
 {
 	struct poll_wait *w = ctx;
-	int mine = poll_channel_round(w->fds, w->nfds, w->ours);
+	int mine = poll_channel_round(w->fds, w->nfds, w->ours, w->outer);
 
 	if (theirs < 0)
 		return theirs;
@@ -314,25 +350,30 @@ static const struct shim_waitloop_ops poll_ops = {
 int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const sigset_t *sigmask)
 {
 	struct shim_sock *ours_stack[WAIT_STACK_FDS];
+	struct shim_ep_outer *outer_stack[WAIT_STACK_FDS];
 	struct pollfd tmp_stack[2 * WAIT_STACK_FDS];
-	struct poll_wait w = { .fds = fds, .nfds = nfds, .sigmask = sigmask, .ours = ours_stack, .tmp = tmp_stack,
-			       .spin = SHIM_SPIN_RUN_INIT };
+	struct poll_wait w = { .fds = fds, .nfds = nfds, .sigmask = sigmask, .ours = ours_stack,
+			       .outer = outer_stack, .tmp = tmp_stack, .spin = SHIM_SPIN_RUN_INIT };
 	int rc;
 
 	memset(ours_stack, 0, sizeof(ours_stack));
+	memset(outer_stack, 0, sizeof(outer_stack));
 	if (nfds > WAIT_STACK_FDS) {
 		w.ours = calloc(nfds, sizeof(*w.ours));
+		w.outer = calloc(nfds, sizeof(*w.outer));
 		w.tmp = calloc(2 * nfds, sizeof(*w.tmp));
-		if (!w.ours || !w.tmp) {
+		if (!w.ours || !w.outer || !w.tmp) {
 			free(w.ours);
+			free(w.outer);
 			free(w.tmp);
 			return -ENOMEM;
 		}
 	}
 	rc = shim_waitloop_run(&poll_ops, &w, timeout_ns);
-	put_ours(w.ours, nfds);
+	put_ours(w.ours, w.outer, nfds);
 	if (w.ours != ours_stack) {
 		free(w.ours);
+		free(w.outer);
 		free(w.tmp);
 	}
 	return rc;

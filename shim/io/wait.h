@@ -27,6 +27,20 @@ int shim_wait_poll(struct pollfd *fds, nfds_t nfds, long long timeout_ns, const 
 int shim_wait_select(int nfds, fd_set *r, fd_set *w, fd_set *e, long long *timeout_ns,
 		     const sigset_t *sigmask);
 
+/* A tracked epoll set inside poll or select, a cascaded set (epoll_wait.c):
+ * whether a poll must ask here; the set held for one round; POLLIN when
+ * its own epoll_wait would report one of its switched items, 0 when not,
+ * -1 when none is switched (the kernel's readiness of the set is then
+ * exact); the arms of a sleep (1: sleep, 0: one was ready, -errno), their
+ * undoing, and the end of the round (disarms too). */
+struct shim_ep_outer;
+bool shim_epoll_outer_needed(int fd);
+struct shim_ep_outer *shim_epoll_outer_get(int fd);
+int shim_epoll_outer_mask(struct shim_ep_outer *o);
+int shim_epoll_outer_arm(struct shim_ep_outer *o, int *cap_ms);
+void shim_epoll_outer_disarm(struct shim_ep_outer *o);
+void shim_epoll_outer_put(struct shim_ep_outer *o);
+
 /* epoll (epoll.c). */
 int shim_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event);
 /* fd, just tracked, was already in the set epfd with the program's events
