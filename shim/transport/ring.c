@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "compiler.h"
 #include "msgstamps.h"
 
 void shim_ring_format(void *mem, uint32_t size)
@@ -29,6 +30,7 @@ int shim_ring_attach(struct shim_ring *ring, void *mem, uint32_t size)
 	ring->stopped = 0;
 	ring->stop_at = 0;
 	ring->cursors_shared = 0;
+	ring->fenced = 0;
 	return 0;
 }
 
@@ -86,6 +88,14 @@ static uint64_t load_peer_tail(const struct shim_ring *ring)
 {
 	if (__atomic_load_n(&ring->stopped, __ATOMIC_ACQUIRE))
 		return __atomic_load_n(&ring->stop_at, __ATOMIC_RELAXED);
+	/* An offer of ours is taken (shm_zc.c): the producer is writing into
+	 * our buffer, and what its tail says past fence_at is not the ring's
+	 * until it says DONE. The state is loaded before the tail (acquire:
+	 * pairs with the producer's release store of DONE, which follows its
+	 * tail store), so a DONE seen here comes with the tail that covers it. */
+	if (unlikely(__atomic_load_n(&ring->fenced, __ATOMIC_ACQUIRE)) &&
+	    __atomic_load_n(&ring->hdr->zc_state, __ATOMIC_ACQUIRE) == ring->fence_taken)
+		return ring->fence_at;
 	return __atomic_load_n(&ring->hdr->tail, __ATOMIC_ACQUIRE);
 }
 
@@ -306,6 +316,57 @@ void shim_ring_consumer_stop(struct shim_ring *ring, bool drop_unread)
 void shim_ring_producer_stop(struct shim_ring *ring)
 {
 	__atomic_store_n(&ring->stopped, 1, __ATOMIC_RELAXED);
+}
+
+void shim_ring_producer_skip(struct shim_ring *ring, size_t n)
+{
+	uint64_t tail = own_tail(ring) + n;
+
+	__atomic_store_n(&ring->own, tail, __ATOMIC_RELAXED);
+	/* Release: pairs with load_peer_tail() in the consumer, as a write's. */
+	__atomic_store_n(&ring->hdr->tail, tail, __ATOMIC_RELEASE);
+}
+
+bool shim_ring_consumer_skip(struct shim_ring *ring, size_t n)
+{
+	uint64_t head = own_head(ring);
+	size_t avail;
+
+	if (!cursor_distance(ring, head, load_peer_tail(ring), &avail))
+		return false;
+	if (n > avail) {
+		__atomic_store_n(&ring->violated, 1, __ATOMIC_RELAXED);
+		return false;
+	}
+	__atomic_store_n(&ring->own, head + n, __ATOMIC_RELAXED);
+	/* Release: pairs with load_peer_head() in the producer, as a read's. */
+	__atomic_store_n(&ring->hdr->head, head + n, __ATOMIC_RELEASE);
+	return true;
+}
+
+void shim_ring_fence(struct shim_ring *ring, uint64_t at, uint64_t taken_word)
+{
+	ring->fence_at = at;
+	ring->fence_taken = taken_word;
+	/* Release: the fence's values before the flag; pairs with the
+	 * acquire load of the flag in load_peer_tail() (lock-free readers:
+	 * busy polling). */
+	__atomic_store_n(&ring->fenced, 1, __ATOMIC_RELEASE);
+}
+
+void shim_ring_unfence(struct shim_ring *ring)
+{
+	__atomic_store_n(&ring->fenced, 0, __ATOMIC_RELAXED);
+}
+
+void shim_ring_violate(struct shim_ring *ring)
+{
+	__atomic_store_n(&ring->violated, 1, __ATOMIC_RELAXED);
+}
+
+uint64_t shim_ring_own(const struct shim_ring *ring)
+{
+	return __atomic_load_n(&ring->own, __ATOMIC_RELAXED);
 }
 
 uint64_t shim_ring_sent(const struct shim_ring *ring)
