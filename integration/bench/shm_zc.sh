@@ -15,7 +15,8 @@
 # and prints per transport and size the median GiB/s and the median CPU
 # seconds per GiB moved (both processes, all threads, from getrusage), and
 # for shm1 the share of bytes that moved with one copy (zc_bytes over bytes).
-# Raw lines (one JSON object per run) go to BENCH_RAW if set.
+# Raw lines (one JSON object per run) go to BENCH_RAW if set. BENCH_RING_KB
+# sets RDMASHIM_RING_KB for both shm transports (default: the shim's).
 # Heavy: run it under flock /tmp/rdmashim-heavy.lock.
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -48,9 +49,9 @@ bytes_of() { numfmt --from=iec "$1"; }
 tenv() {
 	case $1 in
 	tcp | unix) echo env -u LD_PRELOAD ;;
-	shm2) echo env LD_PRELOAD="$LIB" RDMASHIM_PORTS="$2" RDMASHIM_TRANSPORTS=shm RDMASHIM_ZEROCOPY=off \
+	shm2) echo env ${BENCH_RING_KB:+RDMASHIM_RING_KB=$BENCH_RING_KB} LD_PRELOAD="$LIB" RDMASHIM_PORTS="$2" RDMASHIM_TRANSPORTS=shm RDMASHIM_ZEROCOPY=off \
 		RDMASHIM_TRACE=info RDMASHIM_TRACE_FILE="$WORK/trace/$1.%p" ;;
-	shm1) echo env LD_PRELOAD="$LIB" RDMASHIM_PORTS="$2" RDMASHIM_TRANSPORTS=shm RDMASHIM_ZEROCOPY=on \
+	shm1) echo env ${BENCH_RING_KB:+RDMASHIM_RING_KB=$BENCH_RING_KB} LD_PRELOAD="$LIB" RDMASHIM_PORTS="$2" RDMASHIM_TRANSPORTS=shm RDMASHIM_ZEROCOPY=on \
 		RDMASHIM_TRACE=info RDMASHIM_TRACE_FILE="$WORK/trace/$1.%p" ;;
 	esac
 }

@@ -233,8 +233,9 @@ static enum shim_io_next rx_wait_offering(struct rx_call *c, const struct iovec 
 		c->got += n;
 		s->rx_idle_arms = 0;
 		c->rc = 0;
-		/* The skip freed the sender's room as a read does: a sender
-		 * that filled the ring behind its write waits for this bell. */
+		/* The call goes back to the program now, maybe for long: a
+		 * sender that waits for room the ring made meanwhile gets
+		 * its bell, as after any read. */
 		if (ch->ops->rx_should_bell(ch))
 			shim_frames_queue(s, c->fd, &space_bell, 1);
 		return SHIM_IO_AGAIN;

@@ -30,7 +30,7 @@ int shim_ring_attach(struct shim_ring *ring, void *mem, uint32_t size)
 	ring->stopped = 0;
 	ring->stop_at = 0;
 	ring->cursors_shared = 0;
-	ring->fenced = 0;
+	ring->zc_watch = 0;
 	return 0;
 }
 
@@ -88,14 +88,6 @@ static uint64_t load_peer_tail(const struct shim_ring *ring)
 {
 	if (__atomic_load_n(&ring->stopped, __ATOMIC_ACQUIRE))
 		return __atomic_load_n(&ring->stop_at, __ATOMIC_RELAXED);
-	/* An offer of ours is taken (shm_zc.c): the producer is writing into
-	 * our buffer, and what its tail says past fence_at is not the ring's
-	 * until it says DONE. The state is loaded before the tail (acquire:
-	 * pairs with the producer's release store of DONE, which follows its
-	 * tail store), so a DONE seen here comes with the tail that covers it. */
-	if (unlikely(__atomic_load_n(&ring->fenced, __ATOMIC_ACQUIRE)) &&
-	    __atomic_load_n(&ring->hdr->zc_state, __ATOMIC_ACQUIRE) == ring->fence_taken)
-		return ring->fence_at;
 	return __atomic_load_n(&ring->hdr->tail, __ATOMIC_ACQUIRE);
 }
 
@@ -228,11 +220,12 @@ bool shim_ring_consumer_arm(struct shim_ring *ring, uint32_t how)
 {
 	/* Or: another sleeper of ours may have armed for a bell of its kind. */
 	__atomic_fetch_or(&ring->hdr->consumer_armed, how, __ATOMIC_RELAXED);
-	/* Full fence: orders our armed store before our tail load; pairs with
-	 * the fence in shim_ring_producer_should_bell() (Dekker). */
+	/* Full fence: orders our armed store before our tail load (and an
+	 * offer's state, shm_zc.c); pairs with the fence in
+	 * shim_ring_producer_should_bell() (Dekker). */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	return !shim_ring_readable(ring) && !__atomic_load_n(&ring->hdr->producer_closed, __ATOMIC_ACQUIRE) &&
-	       !shim_ring_violated(ring);
+	return !shim_ring_readable(ring) && !shim_ring_zc_news(ring) &&
+	       !__atomic_load_n(&ring->hdr->producer_closed, __ATOMIC_ACQUIRE) && !shim_ring_violated(ring);
 }
 
 uint32_t shim_ring_consumer_disarm(struct shim_ring *ring)
@@ -318,45 +311,25 @@ void shim_ring_producer_stop(struct shim_ring *ring)
 	__atomic_store_n(&ring->stopped, 1, __ATOMIC_RELAXED);
 }
 
-void shim_ring_producer_skip(struct shim_ring *ring, size_t n)
+void shim_ring_zc_watch(struct shim_ring *ring, uint64_t wake_word)
 {
-	uint64_t tail = own_tail(ring) + n;
-
-	__atomic_store_n(&ring->own, tail, __ATOMIC_RELAXED);
-	/* Release: pairs with load_peer_tail() in the consumer, as a write's. */
-	__atomic_store_n(&ring->hdr->tail, tail, __ATOMIC_RELEASE);
+	ring->zc_wake = wake_word;
+	/* Release: the word before the flag; pairs with the acquire load of
+	 * the flag in shim_ring_zc_news() (lock-free readiness checks). */
+	__atomic_store_n(&ring->zc_watch, 1, __ATOMIC_RELEASE);
 }
 
-bool shim_ring_consumer_skip(struct shim_ring *ring, size_t n)
+void shim_ring_zc_unwatch(struct shim_ring *ring)
 {
-	uint64_t head = own_head(ring);
-	size_t avail;
-
-	if (!cursor_distance(ring, head, load_peer_tail(ring), &avail))
-		return false;
-	if (n > avail) {
-		__atomic_store_n(&ring->violated, 1, __ATOMIC_RELAXED);
-		return false;
-	}
-	__atomic_store_n(&ring->own, head + n, __ATOMIC_RELAXED);
-	/* Release: pairs with load_peer_head() in the producer, as a read's. */
-	__atomic_store_n(&ring->hdr->head, head + n, __ATOMIC_RELEASE);
-	return true;
+	__atomic_store_n(&ring->zc_watch, 0, __ATOMIC_RELAXED);
 }
 
-void shim_ring_fence(struct shim_ring *ring, uint64_t at, uint64_t taken_word)
+bool shim_ring_zc_news(const struct shim_ring *ring)
 {
-	ring->fence_at = at;
-	ring->fence_taken = taken_word;
-	/* Release: the fence's values before the flag; pairs with the
-	 * acquire load of the flag in load_peer_tail() (lock-free readers:
-	 * busy polling). */
-	__atomic_store_n(&ring->fenced, 1, __ATOMIC_RELEASE);
-}
-
-void shim_ring_unfence(struct shim_ring *ring)
-{
-	__atomic_store_n(&ring->fenced, 0, __ATOMIC_RELAXED);
+	/* Acquire on the state: pairs with the producer's release store of
+	 * DONE (shm_zc_send). */
+	return unlikely(__atomic_load_n(&ring->zc_watch, __ATOMIC_ACQUIRE)) &&
+	       __atomic_load_n(&ring->hdr->zc_state, __ATOMIC_ACQUIRE) == ring->zc_wake;
 }
 
 void shim_ring_violate(struct shim_ring *ring)

@@ -64,7 +64,7 @@ struct shim_ring_hdr {
 	 * the write. Any value: the peer's.
 	 */
 	uint64_t zc_state;
-	uint64_t zc_off;  /* the stream offset (ring cursor) the offer starts at */
+	uint64_t zc_off;  /* the stream offset the offer starts at (ring cursor + bytes moved by offers) */
 	uint64_t zc_addr; /* the consumer's buffer, in its own address space */
 	uint64_t zc_len;
 	uint64_t zc_done;    /* bytes the producer wrote into the buffer */
@@ -99,12 +99,11 @@ struct shim_ring {
 	/* Another process of ours reaches this ring too (fork): own is not
 	 * the truth any more, the published cursor is. */
 	uint32_t cursors_shared;
-	/* Consumer, while an offer of ours is out (shm_zc.c): bytes at and
-	 * after fence_at are hidden while the header's zc_state is
-	 * fence_taken (the producer is writing into our buffer, and the tail
-	 * it may have published covers those bytes, not the ring's). */
-	uint32_t fenced;
-	uint64_t fence_at, fence_taken;
+	/* Consumer, while an offer of ours is out (shm_zc.c): the header's
+	 * zc_state reaching zc_wake (its DONE) is news for a sleeper, as
+	 * bytes are: bytes that landed in the offering call's buffer. */
+	uint32_t zc_watch;
+	uint64_t zc_wake;
 };
 
 /* Bytes a ring of data size `size` occupies, header included. */
@@ -190,16 +189,10 @@ void shim_ring_share_cursors(struct shim_ring *ring, bool we_produce);
  */
 void shim_ring_consumer_stop(struct shim_ring *ring, bool drop_unread);
 void shim_ring_producer_stop(struct shim_ring *ring);
-/*
- * One copy (shm_zc.c). The producer's tail moves past n bytes it wrote
- * straight into the consumer's buffer (n at most shim_ring_writable), and
- * the consumer's head past the same n once it took them as its own (n
- * at most the tail's distance, else false and violated).
- */
-void shim_ring_producer_skip(struct shim_ring *ring, size_t n);
-bool shim_ring_consumer_skip(struct shim_ring *ring, size_t n);
-void shim_ring_fence(struct shim_ring *ring, uint64_t at, uint64_t taken_word);
-void shim_ring_unfence(struct shim_ring *ring);
+/* One copy (shm_zc.c): an offer's DONE wakes the consumer's waits. */
+void shim_ring_zc_watch(struct shim_ring *ring, uint64_t wake_word);
+void shim_ring_zc_unwatch(struct shim_ring *ring);
+bool shim_ring_zc_news(const struct shim_ring *ring);
 /* The peer broke a rule found outside the ring's own checks (shm_zc.c). */
 void shim_ring_violate(struct shim_ring *ring);
 /* Our own cursor: the consumer's head, the producer's tail. */

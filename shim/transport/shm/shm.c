@@ -290,7 +290,12 @@ void shim_shm_zc_bind(struct shim_chan *ch, int pidfd)
 
 static size_t shm_readable(const struct shim_chan *ch)
 {
-	return shim_ring_readable(&shm_of(ch)->rx);
+	size_t n = shim_ring_readable(&shm_of(ch)->rx);
+
+	/* An offer's DONE: bytes wait in the offering call's buffer. */
+	if (!n && unlikely(shim_ring_zc_news(&shm_of(ch)->rx)))
+		return 1;
+	return n;
 }
 
 static size_t shm_writable(const struct shim_chan *ch)
@@ -653,16 +658,18 @@ static void shm_drop_unread(struct shim_chan *ch)
 	shim_ring_consumer_stop(&shm_of(ch)->rx, true);
 }
 
+/* Stream offsets count the bytes offers moved, which the ring's cursors
+ * do not (shm_zc.h); a failover settles the offer out first. */
 static uint64_t shm_rx_offset(const struct shim_chan *ch)
 {
-	return shim_ring_received(&shm_of(ch)->rx);
+	return shim_ring_received(&shm_of(ch)->rx) + shm_of(ch)->zc.rx_total;
 }
 
 /* Shared memory loses nothing: the peer reads every byte we wrote, so the
  * offset its RESUME will name is our tail, known without it. */
 static bool shm_tx_offset(const struct shim_chan *ch, uint64_t *offset)
 {
-	*offset = shim_ring_sent(&shm_of(ch)->tx);
+	*offset = shim_ring_sent(&shm_of(ch)->tx) + shm_of(ch)->zc.tx_total;
 	return true;
 }
 
@@ -672,9 +679,11 @@ static int shm_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct i
 {
 	/* Bytes written straight into the peer's buffer are not in our
 	 * ring's memory: a resume before them can not be served. */
-	if (from < shm_of(ch)->zc.tx_floor)
+	const struct shm_zc *z = &shm_of(ch)->zc;
+
+	if (from < z->tx_floor)
 		return -ERANGE;
-	return shim_ring_unreceived(&shm_of(ch)->tx, from, out);
+	return shim_ring_unreceived(&shm_of(ch)->tx, from - z->tx_total, out);
 }
 
 static void shm_share(struct shim_chan *ch)

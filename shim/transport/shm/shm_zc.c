@@ -166,7 +166,7 @@ size_t shm_zc_send(struct shm_zc *z, struct shim_ring *tx, const struct iovec *i
 {
 	struct iovec local[SHM_ZC_IOV_MAX], remote;
 	uint64_t st, off, addr, len, tail;
-	size_t want, room, n;
+	size_t want, n;
 	ssize_t w;
 	int cnt;
 
@@ -183,17 +183,14 @@ size_t shm_zc_send(struct shm_zc *z, struct shim_ring *tx, const struct iovec *i
 	off = __atomic_load_n(&tx->hdr->zc_off, __ATOMIC_RELAXED);
 	addr = __atomic_load_n(&tx->hdr->zc_addr, __ATOMIC_RELAXED);
 	len = __atomic_load_n(&tx->hdr->zc_len, __ATOMIC_RELAXED);
-	tail = shim_ring_own(tx);
+	tail = shim_ring_own(tx) + z->tx_total;
 	/* Only where our next byte is the one it waits for: then the ring
 	 * holds nothing it has not read, and the bytes go in order. */
 	if (off != tail || !len || tx->cursors_shared || __atomic_load_n(&tx->stopped, __ATOMIC_RELAXED))
 		return 0;
-	room = shim_ring_writable(tx);
-	n = want < room ? want : room;
+	n = want;
 	if ((uint64_t)n > len)
 		n = (size_t)len;
-	if (!n)
-		return 0;
 	/* The take: only from the very offer read above (the generation in
 	 * the word: a withdrawn and remade offer fails it). Acquire-release:
 	 * pairs with the consumer's withdrawing swap in shm_zc_settle(); one
@@ -219,15 +216,17 @@ size_t shm_zc_send(struct shm_zc *z, struct shim_ring *tx, const struct iovec *i
 	}
 	__atomic_store_n(&tx->hdr->zc_done, (uint64_t)w, __ATOMIC_RELAXED);
 	if (w) {
-		shim_ring_producer_skip(tx, (size_t)w);
-		z->tx_floor = shim_ring_own(tx);
+		z->tx_total += (uint64_t)w;
+		z->tx_floor = shim_ring_own(tx) + z->tx_total;
 		shim_stats_zc_add(SHIM_ZC_SENDS, 1);
 		shim_stats_zc_add(SHIM_ZC_BYTES, (unsigned long)w);
 	}
-	/* Release: zc_done and the tail before DONE; pairs with the
-	 * consumer's acquire load of the word (shm_zc_settle() and the
-	 * ring's fence in load_peer_tail()). The caller's bell follows
-	 * (tx_bell: its full fence pairs with the consumer's arm). */
+	/* Release: zc_done, and the bytes in the buffer, before DONE; and
+	 * DONE before any later tail of ours, so a consumer that sees ring
+	 * bytes written after these sees DONE too. Pairs with the consumer's
+	 * acquire loads of the word (shm_zc_settle(), shim_ring_zc_news()).
+	 * The caller's bell follows (tx_bell: its full fence pairs with the
+	 * consumer's arm). */
 	__atomic_store_n(&tx->hdr->zc_state, (st & ~(uint64_t)SHM_ZC_STATE_MASK) | SHM_ZC_DONE, __ATOMIC_RELEASE);
 	return (size_t)w;
 }
@@ -244,16 +243,16 @@ int shm_zc_offer(struct shm_zc *z, struct shim_ring *rx, void *buf, size_t len)
 		z->rx_on = false;
 		return -EPERM;
 	}
-	head = shim_ring_own(rx);
 	if (shim_ring_readable(rx))
 		return -EAGAIN;
+	head = shim_ring_own(rx) + z->rx_total;
 	z->gen++;
 	z->off = head;
 	z->len = len;
 	__atomic_store_n(&rx->hdr->zc_off, head, __ATOMIC_RELAXED);
 	__atomic_store_n(&rx->hdr->zc_addr, (uint64_t)(uintptr_t)buf, __ATOMIC_RELAXED);
 	__atomic_store_n(&rx->hdr->zc_len, (uint64_t)len, __ATOMIC_RELAXED);
-	shim_ring_fence(rx, head, shm_zc_word(z->gen, SHM_ZC_TAKEN));
+	shim_ring_zc_watch(rx, shm_zc_word(z->gen, SHM_ZC_DONE));
 	/* Release: the offer's fields before it opens; pairs with the
 	 * producer's acquire load in shm_zc_send(). */
 	__atomic_store_n(&rx->hdr->zc_state, shm_zc_word(z->gen, SHM_ZC_OPEN), __ATOMIC_RELEASE);
@@ -261,29 +260,30 @@ int shm_zc_offer(struct shm_zc *z, struct shim_ring *rx, void *buf, size_t len)
 	return 0;
 }
 
-/* A DONE of this offer: its bytes (at most the offer's length, and
- * covered by the tail) are the offering call's; the ring skips them. */
+/* A DONE of this offer: its bytes (at most the offer's length) are the
+ * offering call's, and the stream's offset moves past them. */
 static void settle_done(struct shm_zc *z, struct shim_ring *rx)
 {
 	uint64_t n = __atomic_load_n(&rx->hdr->zc_done, __ATOMIC_RELAXED);
 
-	shim_ring_unfence(rx);
+	shim_ring_zc_unwatch(rx);
 	z->out = false;
-	if (n > z->len || shim_ring_own(rx) != z->off || !shim_ring_consumer_skip(rx, (size_t)n)) {
+	if (n > z->len) {
 		shim_ring_violate(rx);
 		return;
 	}
+	z->rx_total += n;
 	z->delivered += (size_t)n;
 	if (n)
 		shim_stats_zc_add(SHIM_ZC_RECVS, 1);
 }
 
 /* A taken offer never came to DONE in time, or its writer died: what it
- * wrote is not known, and its bytes must never be read from the ring.
- * The fence stays (the word stays TAKEN); a dead writer's stream ends at
- * TCP's end, a living one broke its promise and the ring is violated. */
+ * wrote is not known and is not the stream's. A dead writer's stream ends
+ * at TCP's end, a living one broke its promise: the ring is violated. */
 static void give_up(struct shm_zc *z, struct shim_ring *rx, bool writer_dead)
 {
+	shim_ring_zc_unwatch(rx);
 	z->out = false;
 	z->given_up = true;
 	z->rx_on = false;
@@ -314,7 +314,7 @@ void shm_zc_settle(struct shm_zc *z, struct shim_ring *rx, bool withdraw)
 			 * swap; after ours wins, no write lands in the buffer. */
 			if (__atomic_compare_exchange_n(&rx->hdr->zc_state, &st, shm_zc_word(z->gen, SHM_ZC_IDLE), false,
 							__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-				shim_ring_unfence(rx);
+				shim_ring_zc_unwatch(rx);
 				z->out = false;
 				return;
 			}
@@ -323,12 +323,12 @@ void shm_zc_settle(struct shm_zc *z, struct shim_ring *rx, bool withdraw)
 		if (st != taken) {
 			/* No state of this offer's: the peer wrote the word. */
 			z->out = false;
-			shim_ring_unfence(rx);
+			shim_ring_zc_unwatch(rx);
 			shim_ring_violate(rx);
 			return;
 		}
 		if (!withdraw)
-			return; /* the writer is at work; the fence hides its bytes */
+			return; /* the writer is at work: it writes no ring byte meanwhile */
 		/* Taken: the copy is in the writer's system call, a ring's
 		 * worth at most. Spin a little, then sleep in short steps. */
 		if (spins < 256) {

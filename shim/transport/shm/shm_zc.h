@@ -5,13 +5,16 @@
  * buffer in the ring's header (offset, address, length, a generation);
  * the peer's send whose next byte is at that offset takes the offer with
  * a compare-and-swap and writes its bytes straight into the buffer with
- * process_vm_writev, then moves its tail past them and says DONE. The
+ * process_vm_writev and says DONE. The bytes never enter the ring and
+ * do not move its cursors: each side counts them (tx_total, rx_total),
+ * and a stream offset is a ring cursor plus that count. The
  * receiver withdraws an offer not taken with the opposite swap, so a
  * write can only follow a take, and a take is always settled (DONE seen,
  * or the connection given up) before the receive returns.
  *
- * Everything here runs under the owning socket's lock, except the fence
- * the ring keeps (ring.h), which the lock-free readiness checks see.
+ * Everything here runs under the owning socket's lock, except the
+ * ring's watch of the word (ring.h), which the lock-free readiness
+ * checks see.
  */
 #ifndef RDMASHIM_SHM_ZC_H
 #define RDMASHIM_SHM_ZC_H
@@ -29,7 +32,7 @@
 #define SHM_ZC_IDLE 0u  /* no offer, or withdrawn */
 #define SHM_ZC_OPEN 1u  /* the consumer waits on it */
 #define SHM_ZC_TAKEN 2u /* the producer is writing into the buffer */
-#define SHM_ZC_DONE 3u  /* written: zc_done bytes, the tail past them */
+#define SHM_ZC_DONE 3u  /* written: zc_done bytes */
 #define SHM_ZC_STATE_MASK 3u
 
 static inline uint64_t shm_zc_word(uint64_t gen, unsigned state)
@@ -50,13 +53,16 @@ struct shm_zc {
 	pid_t pid;
 	bool tx_on; /* our sends may take the peer's offers */
 	bool rx_on; /* our receives may offer */
-	/* Producer: the tail past the last byte sent without a copy; the
-	 * ring's memory does not hold what is before it (tx_unreceived). */
-	uint64_t tx_floor;
-	/* Consumer: the offer out (one at a time), its generation, offset
-	 * and length; delivered: bytes a settle took for it, for the call
-	 * that made it (shm_zc_end); given_up: a taken offer never came to
-	 * DONE, and its bytes stay hidden behind the fence for good. */
+	/* Producer: bytes sent by offers so far, and the stream offset past
+	 * the last of them (the ring's memory holds nothing before it that
+	 * tx_unreceived could send again). */
+	uint64_t tx_total, tx_floor;
+	/* Consumer: bytes received by offers so far; the offer out (one at a
+	 * time), its generation, stream offset and length; delivered: bytes
+	 * a settle took for it, for the call that made it (shm_zc_end);
+	 * given_up: a taken offer never came to DONE, so nothing more is
+	 * offered (its writer died, or the ring is violated). */
+	uint64_t rx_total;
 	bool out;
 	uint64_t gen, off, len;
 	size_t delivered;
