@@ -15,6 +15,8 @@
 # and prints per transport and size the median GiB/s and the median CPU
 # seconds per GiB moved (both processes, all threads, from getrusage), and
 # for shm1 the share of bytes that moved with one copy (zc_bytes over bytes).
+# Then integration/bench/pvm_cost.c at each size: process_vm_writev's own
+# cost per GiB against two memcpys through a 1 MiB ring and one memcpy.
 # Raw lines (one JSON object per run) go to BENCH_RAW if set. BENCH_RING_KB
 # sets RDMASHIM_RING_KB for both shm transports (default: the shim's).
 # Heavy: run it under flock /tmp/rdmashim-heavy.lock.
@@ -37,9 +39,10 @@ cleanup() {
 trap cleanup EXIT
 [ -f "$LIB" ] || { echo "shm_zc.sh: build first (make)" >&2; exit 2; }
 mkdir -p "$BIN"
-if ! [[ $BIN/xfer -nt $ROOT/integration/bench/xfer.c ]]; then
-	cc -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$BIN/xfer" "$ROOT/integration/bench/xfer.c" || exit 2
-fi
+for p in xfer pvm_cost; do
+	[[ $BIN/$p -nt $ROOT/integration/bench/$p.c ]] && continue
+	cc -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$BIN/$p" "$ROOT/integration/bench/$p.c" || exit 2
+done
 : >"$RAW"
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -128,3 +131,12 @@ for s in sizes:
             share = "%.0f%%" % (100 * statistics.median(min(1.0, r["zc_bytes"] / r["bytes"]) for r in rs if r["bytes"]))
     print("| %s | %s | %s | %s |" % (fmt(s), " | ".join(gbs), " | ".join(cpu), share))
 PYEOF
+echo
+echo "| size | process_vm_writev s/GiB | two memcpy (1 MiB ring) s/GiB | one memcpy s/GiB |"
+echo "|---|---|---|---|"
+for s in $SIZES; do
+	"$BIN/pvm_cost" $(($(bytes_of "$s") >> 10)) | python3 -c 'import json,sys
+r=json.loads(sys.stdin.read())
+k=r["size_kib"]
+print("| %s | %.3f | %.3f | %.3f |" % ("%d KiB" % k if k < 1024 else "%d MiB" % (k >> 10), r["pvm_writev_s_per_gib"], r["two_memcpy_s_per_gib"], r["one_memcpy_s_per_gib"]))'
+done
