@@ -172,9 +172,13 @@ size_t shm_zc_send(struct shm_zc *z, struct shim_ring *tx, const struct iovec *i
 
 	if (!z->tx_on)
 		return 0;
-	cnt = iov_from(iov, iovcnt, skip, (size_t)-1, local, &want);
-	if (want < zc_min_bytes())
+	/* Small sends pay this sum only, no look at the shared line. */
+	want = 0;
+	for (int i = 0; i < iovcnt; i++)
+		want += iov[i].iov_len;
+	if (want < skip || want - skip < zc_min_bytes())
 		return 0;
+	cnt = iov_from(iov, iovcnt, skip, (size_t)-1, local, &want);
 	/* Acquire: pairs with the consumer's release store of OPEN in
 	 * shm_zc_offer(), so its offset, address and length are seen. */
 	st = __atomic_load_n(&tx->hdr->zc_state, __ATOMIC_ACQUIRE);
