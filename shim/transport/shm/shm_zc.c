@@ -23,7 +23,8 @@
 #include "trace.h"
 
 /* RDMASHIM_ZEROCOPY=auto turns one copy on where it measured a win
- * (docs/BENCHMARKS.md, "One copy on shared memory"). */
+ * (docs/BENCHMARKS.md, "One copy on shared memory"): it did not here,
+ * process_vm_writev costing more than the two copies it saves. */
 #define SHM_ZC_AUTO_ON false
 
 /* The most iovec pieces one write takes from the program's send. */
