@@ -47,7 +47,7 @@
 #include <unistd.h>
 
 #define MAGIC 0x78667231u
-#define MAX_SIZE (1u << 20)
+#define MAX_SIZE (16u << 20)
 #define MAX_SAMPLES (1u << 21)
 #define WARM_LEN 16
 

@@ -138,6 +138,15 @@ struct shim_transport_ops {
 	 * a hand-back may then read past plain bytes the program never read
 	 * to reach the peer's SWITCH frame, and give them back (handback.c). */
 	bool takes_return;
+	/*
+	 * Optional, one copy (shm: transport/shm/shm_zc.h): a blocking
+	 * receive that found the channel empty offers its buffer (0), or
+	 * not (-errno); after its wait, whatever it was, rx_offer_end
+	 * withdraws the offer, waits for a write in progress, and returns
+	 * the bytes that landed in the buffer. Under the sock's lock.
+	 */
+	int (*rx_offer)(struct shim_chan *ch, void *buf, size_t len);
+	size_t (*rx_offer_end)(struct shim_chan *ch);
 	/* The producer may look at the armed word before its bytes are visible
 	 * (and so miss an arm that lands meanwhile): a consumer's first sleep
 	 * after an rx arm must then be short (IO_GRACE_MS in io/io_sleep.c), so that it

@@ -64,9 +64,13 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_HUGE_PAGES", "1",
 	  "1: back RDMA ring pools with 2 MiB huge pages when the system has them; 0: 4 KiB pages" },
 	{ "RDMASHIM_ZEROCOPY", "auto",
-	  "large blocking sends over RDMA from the program's own memory (docs/ZEROCOPY.md): on: at or above "
-	  "RDMASHIM_ZEROCOPY_MIN_KB; off: always copy; auto: only on a path where it measured a win (none yet)" },
-	{ "RDMASHIM_ZEROCOPY_MIN_KB", "256", "the smallest send that goes zero copy, KiB (4-1048576)" },
+	  "large blocking sends over RDMA from the program's own memory, and one copy instead of two on shared "
+	  "memory (docs/ZEROCOPY.md): on: at or above RDMASHIM_ZEROCOPY_MIN_KB (RDMA) or "
+	  "RDMASHIM_ZEROCOPY_SHM_MIN_KB (shm); off: always copy; auto: only on a path where it measured a win" },
+	{ "RDMASHIM_ZEROCOPY_MIN_KB", "256", "the smallest send that goes zero copy over RDMA, KiB (4-1048576)" },
+	{ "RDMASHIM_ZEROCOPY_SHM_MIN_KB", "256",
+	  "on shared memory, the smallest blocking receive that offers its buffer to the peer's sends, and "
+	  "the least a send must still have to take it, KiB (4-1048576)" },
 	{ "RDMASHIM_MR_CACHE_MB", "64",
 	  "the most program memory the zero-copy registration cache keeps registered (pinned), MiB "
 	  "(0-1048576; 0: zero copy never)" },
@@ -293,6 +297,8 @@ static const struct uint_var uint_vars[] = {
 	{ "RDMASHIM_RDMA_LINK_IDLE_MS", 0, 86400000, offsetof(struct shim_config, rdma_link_idle_ms),
 	  "expected milliseconds 0-86400000" },
 	{ "RDMASHIM_ZEROCOPY_MIN_KB", 4, 1048576, offsetof(struct shim_config, zerocopy_min_kb),
+	  "expected KiB 4-1048576" },
+	{ "RDMASHIM_ZEROCOPY_SHM_MIN_KB", 4, 1048576, offsetof(struct shim_config, zerocopy_shm_min_kb),
 	  "expected KiB 4-1048576" },
 	{ "RDMASHIM_MR_CACHE_MB", 0, 1048576, offsetof(struct shim_config, mr_cache_mb), "expected MiB 0-1048576" },
 	{ "RDMASHIM_SECCOMP_TRUST", 0, 1, offsetof(struct shim_config, seccomp_trust), "expected 0 or 1" },

@@ -79,6 +79,7 @@ struct shim_config {
 	unsigned stats;             /* 0 or 1: the live stats area (core/statarea.c) */
 	enum shim_zc_mode zerocopy;
 	unsigned zerocopy_min_kb;   /* the smallest zero-copy send */
+	unsigned zerocopy_shm_min_kb; /* the smallest one-copy receive on shm (transport/shm/shm_zc.h) */
 	unsigned mr_cache_mb;       /* the registration cache's cap (transport/rdma/mr_cache.h) */
 	unsigned seccomp_trust;     /* 0 or 1: an inherited seccomp filter allows our calls (interpose/init.c) */
 	unsigned test_fail_rdma_kb; /* testing only: 0 or where RDMA channels break */

@@ -18,7 +18,8 @@ static const char *const spin_names[SHIM_SPIN_STAT_COUNT] = {
 
 static const char *const zc_names[SHIM_ZC_STAT_COUNT] = {
 	"zc_sends", "zc_recvs", "zc_bytes", "mr_cache_hits", "mr_cache_misses", "mr_cache_invalidations",
-	"nonblocking", "unwatched", "reg_failed", "raced", "too_big", "cache_full", "channel",
+	"nonblocking", "unwatched", "reg_failed", "raced", "too_big", "cache_full", "channel", "no_peer",
+	"denied",
 };
 
 const char *shim_zc_stat_name(enum shim_zc_stat what)

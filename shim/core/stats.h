@@ -61,6 +61,8 @@ enum shim_zc_stat {
 	SHIM_ZC_FB_TOO_BIG,    /* larger than RDMASHIM_MR_CACHE_MB */
 	SHIM_ZC_FB_CACHE_FULL, /* every entry held by a send */
 	SHIM_ZC_FB_CHANNEL,    /* the channel could not take it (unproven peer, staged bytes) */
+	SHIM_ZC_FB_NO_PEER,    /* shm: no pidfd of the peer's process (shm_zc.c) */
+	SHIM_ZC_FB_DENIED,     /* shm: the kernel refused the write (another user, Yama) */
 	SHIM_ZC_STAT_COUNT,
 };
 

@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <sys/ioctl.h>
 
+#include "config.h"
 #include "faults.h"
 #include "frames.h"
 #include "msgstamps.h"
@@ -205,8 +206,45 @@ static enum shim_io_next rx_switching(struct rx_call *c)
 	return SHIM_IO_AGAIN;
 }
 
+/*
+ * A blocking read with a large buffer, its channel empty: the buffer is
+ * offered to the peer's sends for the wait (one copy, transport.h
+ * rx_offer), and whatever ended the wait, the offer ends before the call
+ * goes on: the bytes that landed are the call's, even when the wait
+ * failed (a signal, SO_RCVTIMEO), as a kernel read that got bytes
+ * returns them.
+ */
+static enum shim_io_next rx_wait_offering(struct rx_call *c, const struct iovec *win)
+{
+	struct shim_sock *s = c->s;
+	struct shim_chan *ch = s->chan;
+	size_t n;
+
+	if (ch->ops->rx_offer(ch, win[0].iov_base, win[0].iov_len) < 0) {
+		c->rc = shim_io_wait_rx(s, c->fd, c->deadline);
+		return c->rc < 0 ? SHIM_IO_ANSWERED : SHIM_IO_AGAIN;
+	}
+	c->rc = shim_io_wait_rx(s, c->fd, c->deadline);
+	/* The wait may have handed the channel back (a failover stops it
+	 * and settles the offer first): the offer's bytes were taken then. */
+	n = s->chan == ch ? ch->ops->rx_offer_end(ch) : 0;
+	if (n) {
+		SHIM_MSGSTAMP_SEEN();
+		c->got += n;
+		s->rx_idle_arms = 0;
+		c->rc = 0;
+		/* The call goes back to the program now, maybe for long: a
+		 * sender that waits for room the ring made meanwhile gets
+		 * its bell, as after any read. */
+		if (ch->ops->rx_should_bell(ch))
+			shim_frames_queue(s, c->fd, &space_bell, 1);
+		return SHIM_IO_AGAIN;
+	}
+	return c->rc < 0 ? SHIM_IO_ANSWERED : SHIM_IO_AGAIN;
+}
+
 /* The channel had nothing for us: the peer's end, ours, or a wait. */
-static enum shim_io_next rx_chan_empty(struct rx_call *c)
+static enum shim_io_next rx_chan_empty(struct rx_call *c, const struct iovec *win)
 {
 	struct shim_sock *s = c->s;
 	struct shim_chan *ch = s->chan;
@@ -232,6 +270,9 @@ static enum shim_io_next rx_chan_empty(struct rx_call *c)
 	/* Failed and drained: the rest follows the peer's RESUME. */
 	if (s->fo_started)
 		return rx_sleep_on_tcp(c);
+	/* Large reads only: a small one pays one compare for it. */
+	if (unlikely(win[0].iov_len >= (size_t)shim_cfg.zerocopy_shm_min_kb * 1024u) && ch->ops->rx_offer && !c->peek)
+		return rx_wait_offering(c, win);
 	c->rc = shim_io_wait_rx(s, c->fd, c->deadline);
 	return c->rc < 0 ? SHIM_IO_ANSWERED : SHIM_IO_AGAIN;
 }
@@ -305,7 +346,7 @@ static enum shim_io_next rx_chan(struct rx_call *c, const struct iovec *win, int
 			return SHIM_IO_ANSWERED;
 	}
 	if (n <= 0)
-		return rx_chan_empty(c);
+		return rx_chan_empty(c, win);
 	/* Test-only (msgstamps.h): the transport marked where it saw the
 	 * bytes; this step marks it for any way it did not (first mark wins),
 	 * so that every receive with data is counted by how it found it. */

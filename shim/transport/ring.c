@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "compiler.h"
 #include "msgstamps.h"
 
 void shim_ring_format(void *mem, uint32_t size)
@@ -29,6 +30,7 @@ int shim_ring_attach(struct shim_ring *ring, void *mem, uint32_t size)
 	ring->stopped = 0;
 	ring->stop_at = 0;
 	ring->cursors_shared = 0;
+	ring->zc_watch = 0;
 	return 0;
 }
 
@@ -218,11 +220,12 @@ bool shim_ring_consumer_arm(struct shim_ring *ring, uint32_t how)
 {
 	/* Or: another sleeper of ours may have armed for a bell of its kind. */
 	__atomic_fetch_or(&ring->hdr->consumer_armed, how, __ATOMIC_RELAXED);
-	/* Full fence: orders our armed store before our tail load; pairs with
-	 * the fence in shim_ring_producer_should_bell() (Dekker). */
+	/* Full fence: orders our armed store before our tail load (and an
+	 * offer's state, shm_zc.c); pairs with the fence in
+	 * shim_ring_producer_should_bell() (Dekker). */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	return !shim_ring_readable(ring) && !__atomic_load_n(&ring->hdr->producer_closed, __ATOMIC_ACQUIRE) &&
-	       !shim_ring_violated(ring);
+	return !shim_ring_readable(ring) && !shim_ring_zc_news(ring) &&
+	       !__atomic_load_n(&ring->hdr->producer_closed, __ATOMIC_ACQUIRE) && !shim_ring_violated(ring);
 }
 
 uint32_t shim_ring_consumer_disarm(struct shim_ring *ring)
@@ -306,6 +309,37 @@ void shim_ring_consumer_stop(struct shim_ring *ring, bool drop_unread)
 void shim_ring_producer_stop(struct shim_ring *ring)
 {
 	__atomic_store_n(&ring->stopped, 1, __ATOMIC_RELAXED);
+}
+
+void shim_ring_zc_watch(struct shim_ring *ring, uint64_t wake_word)
+{
+	ring->zc_wake = wake_word;
+	/* Release: the word before the flag; pairs with the acquire load of
+	 * the flag in shim_ring_zc_news() (lock-free readiness checks). */
+	__atomic_store_n(&ring->zc_watch, 1, __ATOMIC_RELEASE);
+}
+
+void shim_ring_zc_unwatch(struct shim_ring *ring)
+{
+	__atomic_store_n(&ring->zc_watch, 0, __ATOMIC_RELAXED);
+}
+
+bool shim_ring_zc_news(const struct shim_ring *ring)
+{
+	/* Acquire on the state: pairs with the producer's release store of
+	 * DONE (shm_zc_send). */
+	return unlikely(__atomic_load_n(&ring->zc_watch, __ATOMIC_ACQUIRE)) &&
+	       __atomic_load_n(&ring->hdr->zc_state, __ATOMIC_ACQUIRE) == ring->zc_wake;
+}
+
+void shim_ring_violate(struct shim_ring *ring)
+{
+	__atomic_store_n(&ring->violated, 1, __ATOMIC_RELAXED);
+}
+
+uint64_t shim_ring_own(const struct shim_ring *ring)
+{
+	return __atomic_load_n(&ring->own, __ATOMIC_RELAXED);
 }
 
 uint64_t shim_ring_sent(const struct shim_ring *ring)

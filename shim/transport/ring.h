@@ -55,8 +55,26 @@ struct shim_ring_hdr {
 	uint32_t consumer_closed; /* the reader is gone: writes fail EPIPE */
 	uint32_t consumer_shared; /* more than one process reads (fork, SCM_RIGHTS) */
 	uint8_t pad2[SHIM_CACHELINE - 20];
+	/*
+	 * One-copy offer (shm only; transport/shm/shm_zc.c, shim/PROTOCOL.md
+	 * "One copy on shared memory"). zc_state is (generation << 2) | state
+	 * and both sides compare-and-swap it; the consumer writes zc_off,
+	 * zc_addr and zc_len before it opens an offer, the producer writes
+	 * zc_done before it says DONE and zc_refused when its kernel refused
+	 * the write. Any value: the peer's.
+	 */
+	uint64_t zc_state;
+	uint64_t zc_off;  /* the stream offset the offer starts at (ring cursor + bytes moved by offers) */
+	uint64_t zc_addr; /* the consumer's buffer, in its own address space */
+	uint64_t zc_len;
+	uint64_t zc_done;    /* bytes the producer wrote into the buffer */
+	uint32_t zc_refused; /* the producer can not write into us: offer no more */
+	uint8_t pad3[SHIM_CACHELINE - 44];
 };
-_Static_assert(sizeof(struct shim_ring_hdr) == 3 * SHIM_CACHELINE, "ring header layout");
+_Static_assert(sizeof(struct shim_ring_hdr) == 4 * SHIM_CACHELINE, "ring header layout");
+_Static_assert(offsetof(struct shim_ring_hdr, zc_state) == 3 * SHIM_CACHELINE, "the offer on its own line");
+_Static_assert(offsetof(struct shim_ring_hdr, zc_done) == 3 * SHIM_CACHELINE + 32, "offer layout");
+_Static_assert(offsetof(struct shim_ring_hdr, zc_refused) == 3 * SHIM_CACHELINE + 40, "offer layout");
 _Static_assert(offsetof(struct shim_ring_hdr, tail) == SHIM_CACHELINE, "tail on its own line");
 _Static_assert(offsetof(struct shim_ring_hdr, head) == 2 * SHIM_CACHELINE, "head on its own line");
 
@@ -81,6 +99,11 @@ struct shim_ring {
 	/* Another process of ours reaches this ring too (fork): own is not
 	 * the truth any more, the published cursor is. */
 	uint32_t cursors_shared;
+	/* Consumer, while an offer of ours is out (shm_zc.c): the header's
+	 * zc_state reaching zc_wake (its DONE) is news for a sleeper, as
+	 * bytes are: bytes that landed in the offering call's buffer. */
+	uint32_t zc_watch;
+	uint64_t zc_wake;
 };
 
 /* Bytes a ring of data size `size` occupies, header included. */
@@ -166,6 +189,15 @@ void shim_ring_share_cursors(struct shim_ring *ring, bool we_produce);
  */
 void shim_ring_consumer_stop(struct shim_ring *ring, bool drop_unread);
 void shim_ring_producer_stop(struct shim_ring *ring);
+/* One copy (shm_zc.c): an offer's DONE wakes the consumer's waits. */
+void shim_ring_zc_watch(struct shim_ring *ring, uint64_t wake_word);
+void shim_ring_zc_unwatch(struct shim_ring *ring);
+bool shim_ring_zc_news(const struct shim_ring *ring);
+/* The peer broke a rule found outside the ring's own checks (shm_zc.c). */
+void shim_ring_violate(struct shim_ring *ring);
+/* Our own cursor: the consumer's head, the producer's tail. */
+uint64_t shim_ring_own(const struct shim_ring *ring);
+
 /* Producer: bytes written into the ring so far (our tail). */
 uint64_t shim_ring_sent(const struct shim_ring *ring);
 /* Consumer: bytes received, read or not (the frozen tail once stopped). */

@@ -5,10 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "frames.h"
 #include "pair.h"
 #include "real.h"
 #include "reaper.h"
+#include "rendezvous.h"
 #include "shm.h"
 #include "stats.h"
 #include "transport.h"
@@ -31,12 +33,28 @@ void shm_close_fd(int *fd)
 	}
 }
 
+void shm_neg_bind_zc(struct shim_sock *s)
+{
+	struct shm_neg *ng = shm_neg_of(s);
+
+	/* One copy writes into the verified peer's process only: the
+	 * process the rendezvous names (a socketpair names its maker: on the
+	 * pair way that is the peer for S, ourselves for C). Once, before
+	 * the rendezvous goes on to be a pair's or the bell line. */
+	if (ng && !ng->zc_bound && s->chan && s->chan->ops == &shim_shm_ops && ng->rv_fd >= 0 &&
+	    shim_cfg.zerocopy != SHIM_ZC_OFF) {
+		ng->zc_bound = true;
+		shim_shm_zc_bind(s->chan, shim_rv_peer_pidfd(ng->rv_fd));
+	}
+}
+
 void shm_neg_end(struct shim_sock *s)
 {
 	struct shm_neg *ng = shm_neg_of(s);
 
 	if (!ng)
 		return;
+	shm_neg_bind_zc(s);
 	/* The pair way's socketpair becomes the channel's bell line. */
 	if (ng->keep_line && s->chan && ng->rv_fd >= 0 && shim_shm_line_adopt(s->chan, ng->rv_fd) == 0)
 		ng->rv_fd = -1;
@@ -230,6 +248,7 @@ void shm_c_follow(struct shim_sock *s, int fd, uint64_t offset)
 	shm_trace_done(s, fd, shm_ring_bytes());
 	/* A named rendezvous that verified both ways and saw the exchange
 	 * through carries the next connections' HINTs (pair.h). */
+	shm_neg_bind_zc(s);
 	if (sent && !ng->via_pair && shim_cfg.shm_pairs) {
 		shim_pair_keep_client(ng->rv_fd, shm_server_ep(s));
 		ng->rv_fd = -1;

@@ -58,6 +58,7 @@ struct shm_neg {
 	 * when the handshake ends with a channel (both ends said so: C in its
 	 * HINT, S in its COMMIT). */
 	bool keep_line;
+	bool zc_bound; /* shm_neg_bind_zc() ran */
 	/* C: a HINT for this server went unanswered and C went the named way:
 	 * the server runs the shim (its pair did), and its process that holds
 	 * the connection comes once its back-off lets it, however long the
@@ -156,5 +157,8 @@ void shm_c_give_up(struct shim_sock *s, int fd, enum shim_reason reason);
 /* C after S committed at offset: its own direction follows (SWITCH_AT,
  * then the frame) unless it may not move; the negotiation is done. */
 void shm_c_follow(struct shim_sock *s, int fd, uint64_t offset);
+
+/* Gives the channel the rendezvous peer's pidfd for one copy (shm_zc.h). */
+void shm_neg_bind_zc(struct shim_sock *s);
 
 #endif

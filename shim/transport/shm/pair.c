@@ -138,7 +138,7 @@ static bool client_drain(struct client_pair *c)
 }
 
 int shim_pair_send_hint(const struct shim_endpoint *server, struct shim_msg_hint *msg, int rv_fd,
-			unsigned long long now, pid_t *peer_pid, struct shim_chan **chan)
+			unsigned long long now, pid_t *peer_pid, int *peer_pidfd, struct shim_chan **chan)
 {
 	int fds[2] = { rv_fd, -1 };
 	struct client_pair *c;
@@ -188,10 +188,14 @@ int shim_pair_send_hint(const struct shim_endpoint *server, struct shim_msg_hint
 	} else if (rc < 0) {
 		(*chan)->ops->destroy(*chan);
 	}
-	if (rc < 0)
+	if (rc < 0) {
 		client_drop(c);
-	else
+	} else {
 		*peer_pid = c->peer_pid;
+		/* The pair's socket was connected by S's process, the one
+		 * whose COMMIT is verified against peer_pid (one copy, shm_zc.h). */
+		*peer_pidfd = shim_cfg.zerocopy != SHIM_ZC_OFF ? shim_rv_peer_pidfd(c->fd.fd) : -1;
+	}
 out:
 	pthread_mutex_unlock(&shim_pair_lock);
 	return rc;

@@ -29,12 +29,13 @@
  * (rv_fd stays ours: the kernel copies it) and the connection's ring: a
  * free slot of the pair's arena (PROTOCOL.md, "Ring arena"), or, with none
  * free, a memfd of its own. Fills msg's slot fields (msg->ring_bytes is the
- * ring's size). 0, with *chan our side of the ring and *peer_pid the
- * process at the pair's other end; -ENOENT: no pair (or one that missed
+ * ring's size). 0, with *chan our side of the ring, *peer_pid the
+ * process at the pair's other end and *peer_pidfd a pidfd of it (-errno:
+ * none; RDMASHIM_ZEROCOPY=off asks for none); -ENOENT: no pair (or one that missed
  * lately, shim_pair_miss()); another -errno: no HINT went (a broken pair
  * is dropped). */
 int shim_pair_send_hint(const struct shim_endpoint *server, struct shim_msg_hint *msg, int rv_fd,
-			unsigned long long now, pid_t *peer_pid, struct shim_chan **chan);
+			unsigned long long now, pid_t *peer_pid, int *peer_pidfd, struct shim_chan **chan);
 /* C: the HINT sent over server's pair found no taker (S was not the
  * process holding the connection: a prefork server); HINTs for it pause. */
 void shim_pair_miss(const struct shim_endpoint *server, unsigned long long now);

@@ -148,6 +148,23 @@ static bool peer_still_there(int rv_fd)
 #endif
 }
 
+int shim_rv_peer_pidfd(int rv_fd)
+{
+#ifdef SO_PEERPIDFD
+	socklen_t len = sizeof(int);
+	int pidfd;
+
+	if (rv_fd < 0)
+		return -EBADF;
+	if (REAL(getsockopt)(rv_fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) < 0)
+		return -errno;
+	return shim_fd_own_checked(pidfd);
+#else
+	(void)rv_fd;
+	return -EOPNOTSUPP;
+#endif
+}
+
 /*
  * The user check alone would let any process of the owner's user take the
  * connection over: the peer must also hold the TCP socket itself. It names

@@ -103,4 +103,8 @@ bool shim_rv_is_seqpacket(int fd);
  * waits a moment for an exiting peer's rendezvous to close too. */
 bool shim_rv_peer_gone(int rv_fd, int rc);
 
+/* A pidfd of the process that connected (or listened on) rv_fd
+ * (SO_PEERPIDFD, Linux 6.5), or -errno. */
+int shim_rv_peer_pidfd(int rv_fd);
+
 #endif

@@ -18,6 +18,7 @@
 #include "reaper.h"
 #include "rendezvous.h"
 #include "ring.h"
+#include "shm_zc.h"
 #include "trace.h"
 #include "wire.h"
 
@@ -59,6 +60,7 @@ struct shm_chan {
 	 * from now on, and a line that stays readable at EOF must not keep
 	 * level-triggered waits awake. */
 	bool line_dead;
+	struct shm_zc zc; /* one copy (shm_zc.h) */
 };
 
 static struct shm_chan *shm_of(const struct shim_chan *ch)
@@ -72,8 +74,10 @@ static struct shm_chan *shm_chan_new(void)
 {
 	struct shm_chan *sc = calloc(1, sizeof(*sc));
 
-	if (sc)
+	if (sc) {
 		sc->line.fd = -1;
+		shm_zc_init(&sc->zc);
+	}
 	return sc;
 }
 
@@ -241,19 +245,57 @@ int shim_shm_attach(int memfd, uint32_t ring_bytes, struct shim_chan **out)
 
 static size_t shm_send(struct shim_chan *ch, const struct iovec *iov, int iovcnt, size_t skip)
 {
+	struct shm_chan *sc = shm_of(ch);
+
 	SHIM_MSGSTAMP_OP(SHIM_TRANSPORT_SHM, SHIM_MSG_TX);
-	return shim_ring_write(&shm_of(ch)->tx, iov, iovcnt, skip);
+	if (unlikely(sc->zc.tx_on)) {
+		size_t n = shm_zc_send(&sc->zc, &sc->tx, iov, iovcnt, skip);
+
+		if (n)
+			return n;
+	}
+	return shim_ring_write(&sc->tx, iov, iovcnt, skip);
 }
 
 static size_t shm_recv(struct shim_chan *ch, const struct iovec *iov, int iovcnt, bool peek)
 {
+	struct shm_chan *sc = shm_of(ch);
+
 	SHIM_MSGSTAMP_OP(SHIM_TRANSPORT_SHM, SHIM_MSG_RX);
-	return shim_ring_read(&shm_of(ch)->rx, iov, iovcnt, peek);
+	/* An offer out, made by another call: its DONE bytes are not the
+	 * ring's, they are skipped before anything is read. */
+	if (unlikely(sc->zc.out))
+		shm_zc_settle(&sc->zc, &sc->rx, false);
+	return shim_ring_read(&sc->rx, iov, iovcnt, peek);
+}
+
+static int shm_rx_offer(struct shim_chan *ch, void *buf, size_t len)
+{
+	struct shm_chan *sc = shm_of(ch);
+
+	return sc->zc.rx_on ? shm_zc_offer(&sc->zc, &sc->rx, buf, len) : -EPERM;
+}
+
+static size_t shm_rx_offer_end(struct shim_chan *ch)
+{
+	struct shm_chan *sc = shm_of(ch);
+
+	return shm_zc_end(&sc->zc, &sc->rx);
+}
+
+void shim_shm_zc_bind(struct shim_chan *ch, int pidfd)
+{
+	shm_zc_bind(&shm_of(ch)->zc, pidfd);
 }
 
 static size_t shm_readable(const struct shim_chan *ch)
 {
-	return shim_ring_readable(&shm_of(ch)->rx);
+	size_t n = shim_ring_readable(&shm_of(ch)->rx);
+
+	/* An offer's DONE: bytes wait in the offering call's buffer. */
+	if (!n && unlikely(shim_ring_zc_news(&shm_of(ch)->rx)))
+		return 1;
+	return n;
 }
 
 static size_t shm_writable(const struct shim_chan *ch)
@@ -556,6 +598,8 @@ static void shm_abortive(struct shim_chan *ch)
 
 static void shm_unmap(struct shm_chan *sc, bool reusable)
 {
+	shm_zc_settle(&sc->zc, &sc->rx, true);
+	shm_zc_release(&sc->zc);
 	shim_reap_owned(&sc->line);
 	if (sc->slot_done)
 		sc->slot_done(sc->slot_ctx, reusable);
@@ -599,6 +643,10 @@ static void shm_fail(struct shim_chan *ch)
 {
 	struct shm_chan *sc = shm_of(ch);
 
+	/* A taken offer settles first: its bytes are received or hidden
+	 * for good, never counted as the ring's at the stop. */
+	shm_zc_settle(&sc->zc, &sc->rx, true);
+	sc->zc.tx_on = sc->zc.rx_on = false;
 	shim_ring_consumer_stop(&sc->rx, false);
 	shim_ring_producer_stop(&sc->tx);
 	__atomic_store_n(&sc->failed, 1, __ATOMIC_RELAXED);
@@ -606,19 +654,22 @@ static void shm_fail(struct shim_chan *ch)
 
 static void shm_drop_unread(struct shim_chan *ch)
 {
+	shm_zc_settle(&shm_of(ch)->zc, &shm_of(ch)->rx, true);
 	shim_ring_consumer_stop(&shm_of(ch)->rx, true);
 }
 
+/* Stream offsets count the bytes offers moved, which the ring's cursors
+ * do not (shm_zc.h); a failover settles the offer out first. */
 static uint64_t shm_rx_offset(const struct shim_chan *ch)
 {
-	return shim_ring_received(&shm_of(ch)->rx);
+	return shim_ring_received(&shm_of(ch)->rx) + shm_of(ch)->zc.rx_total;
 }
 
 /* Shared memory loses nothing: the peer reads every byte we wrote, so the
  * offset its RESUME will name is our tail, known without it. */
 static bool shm_tx_offset(const struct shim_chan *ch, uint64_t *offset)
 {
-	*offset = shim_ring_sent(&shm_of(ch)->tx);
+	*offset = shim_ring_sent(&shm_of(ch)->tx) + shm_of(ch)->zc.tx_total;
 	return true;
 }
 
@@ -626,11 +677,24 @@ static bool shm_tx_offset(const struct shim_chan *ch, uint64_t *offset)
  * freed what it did not consume. */
 static int shm_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct iovec out[2])
 {
-	return shim_ring_unreceived(&shm_of(ch)->tx, from, out);
+	/* Bytes written straight into the peer's buffer are not in our
+	 * ring's memory: a resume before them can not be served. */
+	const struct shm_zc *z = &shm_of(ch)->zc;
+
+	if (from < z->tx_floor)
+		return -ERANGE;
+	return shim_ring_unreceived(&shm_of(ch)->tx, from - z->tx_total, out);
 }
 
 static void shm_share(struct shim_chan *ch)
 {
+	struct shm_chan *sc = shm_of(ch);
+
+	/* Another process reaches the rings: an offer names one process's
+	 * memory, a take writes into the one the pidfd names. Neither any
+	 * more; the offer out settles now, for its call to collect. */
+	shm_zc_settle(&sc->zc, &sc->rx, true);
+	sc->zc.tx_on = sc->zc.rx_on = false;
 	shm_of(ch)->line_off = true;
 	shim_ring_share_cursors(&shm_of(ch)->tx, true);
 	shim_ring_share_cursors(&shm_of(ch)->rx, false);
@@ -707,4 +771,6 @@ const struct shim_transport_ops shim_shm_ops = {
 	.moved_elsewhere = shm_moved_elsewhere,
 	.takes_return = true,
 	.tx_unreceived = shm_tx_unreceived,
+	.rx_offer = shm_rx_offer,
+	.rx_offer_end = shm_rx_offer_end,
 };

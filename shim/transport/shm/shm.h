@@ -44,6 +44,10 @@ int shim_shm_line_take(struct shim_chan *ch, int line, int rv_fd);
 int shim_shm_line_adopt(struct shim_chan *ch, int rv_fd);
 void shim_shm_line_rung(struct shim_chan *ch);
 
+/* One copy (shm_zc.h): the peer's process, a pidfd of the verified
+ * rendezvous's other end (taken; -1: none). */
+void shim_shm_zc_bind(struct shim_chan *ch, int pidfd);
+
 /* C: fresh headers for the two rings of one connection at base. */
 void shim_shm_format(uint8_t *base, uint32_t ring_bytes);
 

@@ -303,6 +303,7 @@ static void s_read_c_switch_at(struct shim_sock *s, int fd)
 		return;
 	/* C saw the exchange through on a named rendezvous verified both
 	 * ways: it carries C's next HINTs (pair.h). */
+	shm_neg_bind_zc(s);
 	if (got == SHM_GOT_IT && !ng->via_pair && shim_cfg.shm_pairs) {
 		shim_pair_keep_server(ng->rv_fd);
 		ng->rv_fd = -1;

@@ -100,7 +100,8 @@ bool shm_c_hint(struct shim_sock *s, int fd, unsigned long long now)
 	memcpy(hint.nonce, s->rx_nonce, SHIM_NONCE_LEN);
 	if (shim_cfg.shm_bell_line)
 		hint.hdr.flags |= SHIM_MSG_F_BELL_LINE;
-	int rc = shim_pair_send_hint(shm_server_ep(s), &hint, sp[1], now, &pid, &chan);
+	int pidfd = -1;
+	int rc = shim_pair_send_hint(shm_server_ep(s), &hint, sp[1], now, &pid, &pidfd, &chan);
 
 	/* The kernel holds S's copy now (or nobody does). */
 	REAL(close)(sp[1]);
@@ -111,6 +112,12 @@ bool shm_c_hint(struct shim_sock *s, int fd, unsigned long long now)
 	ng->rv_fd = sp[0];
 	ng->via_pair = true;
 	ng->pair_pid = pid;
+	/* Our socketpair names ourselves: one copy writes into the pair's
+	 * process, the one S's COMMIT must come from (shm_zc.h). */
+	if (shim_cfg.zerocopy != SHIM_ZC_OFF) {
+		shim_shm_zc_bind(chan, pidfd);
+		ng->zc_bound = true;
+	}
 	ng->step = SHM_C_HINTED;
 	ng->listen_ns = now;
 	ng->rx_at_listen = s->rx_tcp_bytes;
