@@ -1,13 +1,16 @@
 #!/bin/bash
 # t_rdma_faults: each RDMA kind of RDMASHIM_TEST_FAULTS (shim/core/faults.h:
-# cm_timeout, cm_reject, reg_fail, qp_error, cq_lost, link_qp_lost) in one
+# cm_timeout, cm_reject, reg_fail, qp_error, cq_lost, link_qp_lost,
+# cq_stall; cq_stall_gap: the same with the stall watch off) in one
 # Soft-RoCE VM, under the stress tool's checksummed streams
 # (integration/vm/guest-rdma-faults.sh, the "faults" part of
 # guest-rdma-one.sh): every byte right at both ends, the strike traced
 # (fault.injected) and counted, and the outcome the kind must have (the
 # breaker open after three CM timeouts, TCP kept after a reject or a failed
 # registration, both ends failing over after a QP error, a lost CQ or a
-# link's QP lost under several connections). It prints the failover times
+# link's QP lost under several connections, the stall watch breaking a link
+# whose CQ stopped delivering; with the watch off, a reset at both ends
+# and never a wrong byte). It prints the failover times
 # ("# failover time" lines; docs/BENCHMARKS.md). FAULTS_KINDS and
 # FAULTS_ROUNDS go to the guest. Skips (77) only when qemu or a kernel with
 # rdma_rxe is missing.

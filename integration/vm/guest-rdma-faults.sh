@@ -21,13 +21,23 @@
 #              over;
 #   link_qp_lost (client; conn_hold, whose connections join one link) one
 #              link down under several connections, each of them failing
-#              over at both ends.
-# No failover.reset anywhere. The failover kinds' failover times (detection
+#              over at both ends;
+#   cq_stall   (server, its receive completions lost for good from the
+#              Nth on) the stall watch breaks the link (rdma.cq_stall,
+#              link down why cq_stall) within its bound, and both ends
+#              fail over: every byte right;
+#   cq_stall_gap (the same with the watch off, RDMASHIM_RDMA_STALL_MS=0,
+#              one blocking stream) the client's writer spills with its
+#              RESUME saying where its bytes start, ahead of the server's
+#              count: a reset at both ends with its reason (failover.gap,
+#              replay_gap; peer_offset_behind), never a wrong byte.
+# No failover.reset anywhere (but in cq_stall_gap, where the reset is the
+# point). The failover kinds' failover times (detection
 # to the first byte on TCP: failover_time.py) are printed as "# failover
 # time" lines; FAULTS_ROUNDS (default 1) repeats those kinds for more
 # samples. FAULTS_KINDS picks a subset (comma or space separated).
 
-faults_kinds=${FAULTS_KINDS:-cm_timeout cm_reject reg_fail qp_error cq_lost link_qp_lost}
+faults_kinds=${FAULTS_KINDS:-cm_timeout cm_reject reg_fail qp_error cq_lost link_qp_lost cq_stall cq_stall_gap}
 faults_kinds=${faults_kinds//,/ }
 faults_rounds=${FAULTS_ROUNDS:-1}
 
@@ -108,6 +118,28 @@ fault_failover() {
   check "$name: both ends back on TCP for each failover ($tx sends on TCP, $st starts, $sp0 unsent spills)" \
     test "$tx" -eq $((st - sp0))
   python3 "$here/failover_time.py" "# failover time $name" "$T/$name"/trace.*.jsonl || true
+}
+
+# ms_between NAME EVENT_A EVENT_B: ms from the first EVENT_A to the first
+# EVENT_B in NAME's traces (one VM: one clock); empty if either is missing.
+ms_between() {
+  ftrace "$1" | python3 -c '
+import json, sys
+from datetime import datetime
+a, b = sys.argv[1], sys.argv[2]
+t = {}
+for line in sys.stdin:
+    try:
+        e = json.loads(line)
+    except ValueError:
+        continue
+    ev = e.get("event")
+    if ev in (a, b):
+        w = datetime.strptime(e["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+        t[ev] = min(t.get(ev, w), w)
+if a in t and b in t:
+    print(int((t[b] - t[a]) * 1000))
+' "$2" "$3"
 }
 
 if fkind cm_timeout; then
@@ -228,3 +260,53 @@ for ((round = 1; round <= faults_rounds; round++)); do
     fault_failover "$name"
   fi
 done
+
+# cq_stall: the server's receive completions are lost for good from its
+# 300th data completion on (one link's; the others go on). The stall watch
+# (default bound, RDMASHIM_RDMA_STALL_MS) sees the client's tail words
+# ahead of the server's count and breaks the link: the client, which did
+# not stop on purpose, waits for the server's RESUME and resumes at its
+# count. Every byte right, within the bound.
+if fkind cq_stall; then
+  name=faults_cq_stall
+  fault_server "$name" 4 cq_stall@300
+  warm_server "$name" "$port"
+  fault_client "$name" "" -- --conns 2 --bytes 32M --mode mixed --warm-up 60
+  fault_end "$name" 4 "cq_stall (watch on)"
+  fault_struck "$name" cq_stall server 1
+  n=$(fcount "$name" '"rdma.cq_stall"')
+  check "cq_stall: the stall watch saw it (rdma.cq_stall: $n)" test "$n" -ge 1
+  n=$(fcount "$name" '"rdma.link"' '"state":"down"' '"why":"cq_stall"')
+  check "cq_stall: the link went down with why cq_stall ($n)" test "$n" -ge 1
+  ms=$(ms_between "$name" fault.injected rdma.cq_stall)
+  echo "   cq_stall: detected ${ms:-?} ms after the strike (bound 500 ms, looks every 125 ms)"
+  check "cq_stall: detected within 2 s of the strike (${ms:-none} ms)" test "${ms:-99999}" -le 2000
+  fault_failover "$name"
+fi
+
+# cq_stall_gap: the same loss with the watch off at the server. One
+# blocking stream: the client's writer finds its ring full for a second and
+# spills; its RESUME says its bytes start at its own count (its last WRITE
+# was acknowledged), past the server's. The server resets before it reads
+# one of them (failover.gap), the client when the server's RESUME names
+# less than it said (peer_offset_behind): a clean reset with its reason,
+# never a wrong byte (the stress tool prints expected=/got= for those).
+if fkind cq_stall_gap; then
+  name=faults_cq_stall_gap
+  fault_server "$name" 3 cq_stall@300 RDMASHIM_RDMA_STALL_MS=0
+  warm_server "$name" "$port"
+  fault_client "$name" "" -- --conns 1 --bytes 32M --mode blocking --warm-up 60
+  src=0; wait "$fsrv" || src=$?
+  bad=$(grep -hcE 'expected=0x|MSG_PEEK saw' "$T/$name.client" "$T/$name.server" | awk '{ s += $1 } END { print s + 0 }')
+  check "cq_stall_gap: no wrong byte at either end ($bad)" test "$bad" -eq 0
+  fault_struck "$name" cq_stall server 1
+  gap=$(fcount "$name" '"failover.gap"')
+  ab=$(fcount "$name" '"conn.abort"' '"reason":"resume_failed"')
+  ok_c=$(grep -c '^stress: OK' "$T/$name.client")
+  echo "   cq_stall_gap: client status $frc, server $src; failover.gap $gap, conn.abort resume_failed $ab; $(grep -hE 'FAIL' "$T/$name.client" "$T/$name.server" | head -n 2 | cut -c1-160 | paste -sd'|' -)"
+  # The stream ends byte-exact (a resume that came right) or reset with
+  # the reason traced at both ends; with this schedule, the reset.
+  check "cq_stall_gap: the gap was seen before a byte of it was read (failover.gap $gap)" test "$gap" -ge 1
+  check "cq_stall_gap: both ends reset with reason resume_failed ($ab)" test "$ab" -ge 2 -o "$ok_c" -ge 1
+  [[ $gap -ge 1 ]] || dump "$name"
+fi
