@@ -59,7 +59,8 @@
  *   cq_lost      a completion taken from a link's CQ (send or receive;
  *                each counts) is late, and every later one on that CQ
  *                with it: none is taken for SHIM_FAULT_CQ_LATE_MS, or
- *                until the link breaks (a writer that found the ring
+ *                until the link breaks (the stall watch breaks it past
+ *                RDMASHIM_RDMA_STALL_MS, or a writer that found the ring
  *                full meanwhile spills and fails over); then all of them
  *                are, before any offset is read. Once per link. Never
  *                lost for good: an immediate the HCA acked and the shim
