@@ -17,7 +17,8 @@
 #              error path (rdma.link down, not "injected"), both ends of
 #              each connection on them fail over;
 #   cq_lost    (client, four strikes) each link's completions late by 2 s:
-#              the streams pause, or a writer spills and both ends fail
+#              the streams pause, or the stall watch breaks the link
+#              (why cq_stall) or a writer spills, and both ends fail
 #              over;
 #   link_qp_lost (client; conn_hold, whose connections join one link) one
 #              link down under several connections, each of them failing
@@ -211,8 +212,10 @@ for ((round = 1; round <= faults_rounds; round++)); do
     w=$(ftrace "$name" | grep -E '"rdma.link"|"failover.spill"' | grep -E '"state":"down"|spill' |
         grep -oE '"why":"[^"]*"|failover.spill' | sort | uniq -c | paste -sd' ' -)
     echo "   cq_lost: what followed: ${w:-a pause only}"
-    # A pause of 2 s fails a connection over only where a writer found
-    # its ring full meanwhile: both ends then, as for the kinds above.
+    # A pause of 2 s fails a connection over where the stall watch saw a
+    # peer's tail word ahead of the held completions for its bound
+    # (500 ms), or a writer found its ring full meanwhile: both ends
+    # then, as for the kinds above.
     # The strikes' N: a process takes a few hundred completions in this
     # run (one signaled WR in 16, one receive per immediate).
     if [[ $(fcount "$name" '"failover.start"') -gt 0 ]]; then
@@ -262,14 +265,14 @@ for ((round = 1; round <= faults_rounds; round++)); do
 done
 
 # cq_stall: the server's receive completions are lost for good from its
-# 300th data completion on (one link's; the others go on). The stall watch
+# 10th data completion on (one link's; the others go on). The stall watch
 # (default bound, RDMASHIM_RDMA_STALL_MS) sees the client's tail words
 # ahead of the server's count and breaks the link: the client, which did
 # not stop on purpose, waits for the server's RESUME and resumes at its
 # count. Every byte right, within the bound.
 if fkind cq_stall; then
   name=faults_cq_stall
-  fault_server "$name" 4 cq_stall@300
+  fault_server "$name" 4 cq_stall@10
   warm_server "$name" "$port"
   fault_client "$name" "" -- --conns 2 --bytes 32M --mode mixed --warm-up 60
   fault_end "$name" 4 "cq_stall (watch on)"
@@ -293,7 +296,7 @@ fi
 # never a wrong byte (the stress tool prints expected=/got= for those).
 if fkind cq_stall_gap; then
   name=faults_cq_stall_gap
-  fault_server "$name" 3 cq_stall@300 RDMASHIM_RDMA_STALL_MS=0
+  fault_server "$name" 3 cq_stall@10 RDMASHIM_RDMA_STALL_MS=0
   warm_server "$name" "$port"
   fault_client "$name" "" -- --conns 1 --bytes 32M --mode blocking --warm-up 60
   src=0; wait "$fsrv" || src=$?
@@ -310,3 +313,4 @@ if fkind cq_stall_gap; then
   check "cq_stall_gap: both ends reset with reason resume_failed ($ab)" test "$ab" -ge 2 -o "$ok_c" -ge 1
   [[ $gap -ge 1 ]] || dump "$name"
 fi
+
