@@ -38,6 +38,7 @@
 # time" lines; FAULTS_ROUNDS (default 1) repeats those kinds for more
 # samples. FAULTS_KINDS picks a subset (comma or space separated).
 
+# devloss is not in the default set: FAULTS_KINDS=devloss runs it.
 faults_kinds=${FAULTS_KINDS:-cm_timeout cm_reject reg_fail qp_error cq_lost link_qp_lost cq_stall cq_stall_gap}
 faults_kinds=${faults_kinds//,/ }
 faults_rounds=${FAULTS_ROUNDS:-1}
@@ -314,3 +315,54 @@ if fkind cq_stall_gap; then
   [[ $gap -ge 1 ]] || dump "$name"
 fi
 
+# devloss: the device goes away under live streams. Two checksummed
+# streams run over RDMA; then `rdma link delete rxe0` removes the device
+# (its verbs objects in both processes become a device's that is gone),
+# it is added back, and the netdev is taken down and up. Every connection
+# must finish byte-exact (on TCP), neither process may crash, and the
+# delete must not hang on the processes' objects. Last, a new connection
+# after all that: byte-exact too (over RDMA again or on TCP).
+if fkind devloss; then
+  name=faults_devloss
+  # Server connections: warm_server's, the client's --warm-up one and its
+  # 2 streams, then the after-client's --warm-up one and its own.
+  fault_server "$name" 6 ""
+  warm_server "$name" "$port"
+  ( shim "$name" "$port" timeout 240 "$PROGS/stress" client --host "$addr" --port "$port" --conns 2 --duration 30 \
+      --mode mixed --warm-up 60 --timeout 200 ) > "$T/$name.client" 2>&1 &
+  fcl=$!
+  for ((i = 0; i < 300; i++)); do
+    n=$(fcount "$name" '"upgrade.done"' '"transport":"rdma"' '"role":"client"')
+    ((n >= 2)) && break
+    sleep 0.5
+  done
+  echo "   devloss: $n client connections on RDMA before the delete ($((i / 2)) s)"
+  sleep 1
+  t0=$SECONDS; drc=0
+  timeout 60 rdma link delete rxe0 || drc=$?
+  tdel=$((SECONDS - t0))
+  check "devloss: rdma link delete rxe0 under live streams returned (status $drc, ${tdel} s)" test "$drc" -eq 0
+  sleep 2
+  arc=0; timeout 30 rdma link add rxe0 type rxe netdev dummy0 || arc=$?
+  sleep 2
+  ip link set dummy0 down; sleep 1; ip link set dummy0 up
+  frc=0; wait "$fcl" || frc=$?
+  RXE_UP_WAIT=30 rxe_up dummy0 "$addr/24" >/dev/null 2>&1 || echo "   devloss: rxe0 not back ACTIVE"
+  shim "$name" "$port" timeout 120 "$PROGS/stress" client --host "$addr" --port "$port" --conns 1 --bytes 4M \
+    --mode blocking --warm-up 20 --timeout 100 > "$T/$name.after" 2>&1 || frc2=$?
+  src=0; wait "$fsrv" || src=$?
+  check "devloss: client byte-exact through the delete, re-add, down and up (status $frc)" \
+    test "$(grep -c '^stress: OK' "$T/$name.client")" -ge 1 -a "$frc" -eq 0
+  check "devloss: a connection after it all byte-exact (status ${frc2:-0})" grep -q '^stress: OK' "$T/$name.after"
+  check "devloss: server byte-exact on every connection (status $src)" grep -q "stress-server: OK conns=6 failed=0" \
+    "$T/$name.server"
+  crashed=$(grep -chE 'Segmentation|Aborted|core dumped|Bus error' "$T/$name.client" "$T/$name.server" "$T/$name.after" |
+    awk '{ s += $1 } END { print s + 0 }')
+  check "devloss: no process crashed ($crashed)" test "$crashed" -eq 0 -a "$src" -lt 128 -a "$frc" -lt 128
+  w=$(ftrace "$name" | grep -E '"rdma.link"|"rdma.port"' | grep -oE '"(why|source)":"[^"]*"' | sort | uniq -c | paste -sd' ' -)
+  echo "   devloss: $w; add status $arc"
+  n=$(fcount "$name" '"failover.start"')
+  check "devloss: the streams failed over ($n failover.start)" test "$n" -ge 2
+  [[ $frc -eq 0 && $src -eq 0 && ${frc2:-0} -eq 0 ]] ||
+    { tail -n 5 "$T/$name.client" "$T/$name.after" "$T/$name.server"; dump "$name"; }
+fi
