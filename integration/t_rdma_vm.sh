@@ -16,15 +16,17 @@
 # first connection, that a child forked after it stays on TCP and that
 # fork-per-connection workers upgrade by themselves; then a plain client
 # against a shim server (must stay on TCP, byte exact); then the faults
-# part (integration/vm/guest-rdma-faults.sh, a scenario of its own,
-# t_rdma_faults, before it shared this boot): each RDMA kind of
+# part (integration/vm/guest-rdma-faults.sh): each RDMA kind of
 # RDMASHIM_TEST_FAULTS (shim/core/faults.h: cm_timeout, cm_reject,
-# reg_fail, qp_error, cq_lost, link_qp_lost) under the stress tool's
+# reg_fail, qp_error, cq_lost, link_qp_lost, cq_stall; cq_stall_gap: the
+# same with the stall watch off, a reset and never a wrong byte; devloss:
+# the device deleted under live streams) under the stress tool's
 # checksummed streams: every byte right at both ends, the strike traced
 # (fault.injected) and counted, and the outcome the kind must have (the
 # breaker open after three CM timeouts, TCP kept after a reject or a
 # failed registration, both ends failing over after a QP error, a lost CQ
-# or a link's QP lost under several connections), with the failover times
+# or a link's QP lost under several connections, the stall watch breaking
+# a link whose CQ stopped delivering), with the failover times
 # ("# failover time" lines; docs/BENCHMARKS.md; FAULTS_KINDS and
 # FAULTS_ROUNDS go to the guest); then a hostile RDMA
 # peer (integration/progs/hostile_rdma.c) lying in what it writes into a

@@ -38,6 +38,7 @@ static const struct {
 	{ "cm_reject@2, qp_error@1048576", 2, { { SHIM_FAULT_CM_REJECT, 2 }, { SHIM_FAULT_QP_ERROR, 1048576 } } },
 	{ "cq_lost@500,reg_fail@1,link_qp_lost@8", 3,
 	  { { SHIM_FAULT_CQ_LOST, 500 }, { SHIM_FAULT_REG_FAIL, 1 }, { SHIM_FAULT_LINK_QP_LOST, 8 } } },
+	{ "cq_stall@300,cq_lost@2", 2, { { SHIM_FAULT_CQ_STALL, 300 }, { SHIM_FAULT_CQ_LOST, 2 } } },
 	{ "bell_loss@1,qp_error@4611686018427387904", 2,
 	  { { SHIM_FAULT_BELL_LOSS, 1 }, { SHIM_FAULT_QP_ERROR, 4611686018427387904ull } } },
 	/* The same fault twice strikes once: allowed, not an error. */
@@ -114,7 +115,8 @@ static const struct {
 	{ "qp_err@1", -EINVAL, "unknown kind 'qp_err'" },
 	{ "link_qp_lost_all@1", -EINVAL, "unknown kind 'link_qp_lost_all'" },
 	{ "CM_TIMEOUT@1", -EINVAL, "unknown kind 'CM_TIMEOUT'" },
-	{ "nope@1", -EINVAL, "link_qp_lost" },
+	{ "nope@1", -EINVAL, "link_qp_lost, cq_stall" },
+	{ "cq_stalled@1", -EINVAL, "unknown kind 'cq_stalled'" },
 	{ "cq_lost@0", -ERANGE, "is 0" },
 	{ "qp_error@4611686018427387905", -ERANGE, "past 4611686018427387904" },
 	{ "bell_loss@1,nope@2", -EINVAL, "unknown kind 'nope'" },
@@ -320,6 +322,7 @@ START_TEST(rdma_kinds_strike)
 	ck_assert_uint_eq(shim_fault_strike(SHIM_FAULT_LINK_QP_LOST), 3);
 	ck_assert(!shim_fault_hit(SHIM_FAULT_CQ_LOST, -1, NULL, "test"));
 	ck_assert(shim_fault_hit(SHIM_FAULT_CQ_LOST, -1, NULL, "test"));
+	ck_assert(!shim_fault_hit(SHIM_FAULT_CQ_STALL, -1, NULL, "test")); /* not armed */
 	ck_assert_uint_eq(shim_faults_injected(SHIM_FAULT_CM_TIMEOUT), 3);
 	ck_assert_uint_eq(shim_faults_injected(SHIM_FAULT_LINK_QP_LOST), 1);
 	ck_assert_uint_eq(shim_faults_armed & (1u << SHIM_FAULT_QP_ERROR), 0);

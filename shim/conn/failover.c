@@ -54,6 +54,35 @@ static void reset(struct shim_sock *s, int fd, const char *why)
 	shim_frames_abort(s, fd, SHIM_REASON_RESUME_FAILED, why);
 }
 
+/* What our RESUME names (or would have, had our direction switched):
+ * final once the channel is stopped. */
+static uint64_t note_rx_said(struct shim_sock *s, struct shim_chan *ch)
+{
+	s->fo_rx_said = ch->ops->rx_offset ? ch->ops->rx_offset(ch) : 0;
+	s->fo_rx_said_known = ch->ops->rx_offset != NULL;
+	return s->fo_rx_said;
+}
+
+/*
+ * The peer said where its bytes behind its RESUME start (wire.h,
+ * SHIM_RESUME_F_TX_FROM), and it is not where our count stopped: a
+ * completion it had acknowledged never reached our count (or the reverse),
+ * so the next byte on TCP is not the stream's next one. Nothing of them
+ * has been read: the connection is reset, never given a byte out of place.
+ * true: reset.
+ */
+static bool replay_misplaced(struct shim_sock *s, int fd)
+{
+	if (s->aborted || !s->fo_peer_known || !s->fo_peer_from_known || !s->fo_rx_said_known ||
+	    s->fo_peer_tx_from == s->fo_rx_said)
+		return false;
+	SHIM_TRACE(SHIM_TRACE_ERROR, "failover.gap", fd, &s->tuple, SHIM_REASON_RESUME_FAILED,
+		   "\"rx\":%llu,\"peer_from\":%llu", (unsigned long long)s->fo_rx_said,
+		   (unsigned long long)s->fo_peer_tx_from);
+	reset(s, fd, s->fo_peer_tx_from > s->fo_rx_said ? "replay_gap" : "replay_overlap");
+	return true;
+}
+
 static void start(struct shim_sock *s, int fd)
 {
 	struct shim_chan *ch = s->chan;
@@ -66,6 +95,7 @@ static void start(struct shim_sock *s, int fd)
 		 * replays from 0 without our RESUME (fo_peer_rx_nothing). We
 		 * still take its RESUME if our rx switched. */
 		ch->ops->fail(ch);
+		note_rx_said(s, ch);
 		s->fo_started = true;
 		s->fo_tx_done = true;
 		shim_stats_count(SHIM_REASON_CHAN_FAILED);
@@ -87,6 +117,7 @@ static void start(struct shim_sock *s, int fd)
 		 * socket, whose kernel answers with a reset TCP would not have
 		 * sent. Nothing of ours can be read there any more; our
 		 * direction goes on over TCP, as towards any closed peer. */
+		note_rx_said(s, ch);
 		s->fo_started = true;
 		s->fo_tx_done = true;
 		s->fo_peer_closed = true;
@@ -96,8 +127,21 @@ static void start(struct shim_sock *s, int fd)
 		SHIM_TRACE(fo_level(s), "failover.start", fd, &s->tuple, fo_reason(s), "\"peer_closed\":true");
 		return;
 	}
-	rx_offset = ch->ops->rx_offset(ch);
+	rx_offset = note_rx_said(s, ch);
 	frame.rx_offset = htobe64(rx_offset);
+	/* Where our bytes behind the frame start, when we know it before the
+	 * peer's RESUME: said in the frame, so that the peer checks it against
+	 * its own count before it reads one of them. Decided here or never: a
+	 * count learned after the frame went would start our bytes where the
+	 * peer does not look for them. */
+	if (!s->fo_peer_known && ch->ops->tx_offset && ch->ops->tx_offset(ch, &s->fo_implied_at))
+		s->fo_offset_implied = true;
+	else if (!s->fo_peer_known && s->fo_peer_rx_nothing)
+		s->fo_implied_at = 0; /* we posted nothing: our bytes start at 0 */
+	if (s->fo_offset_implied || (!s->fo_peer_known && s->fo_peer_rx_nothing)) {
+		frame.flags = SHIM_RESUME_F_TX_FROM;
+		frame.tx_from = htobe64(s->fo_implied_at);
+	}
 	/* The peer's direction never moved and never will (its SWITCH_AT
 	 * never came, and the handshake is over): it sends no RESUME (see
 	 * above, from its side), and its bytes on TCP were plain all along. */
@@ -106,8 +150,9 @@ static void start(struct shim_sock *s, int fd)
 	shim_stats_count(SHIM_REASON_CHAN_FAILED);
 	shim_sockstat_sync(s);
 	SHIM_TRACE(fo_level(s), "failover.start", fd, &s->tuple, fo_reason(s),
-		   "\"rx_offset\":%llu,\"peer_first\":%s", (unsigned long long)rx_offset,
-		   s->fo_peer_known ? "true" : "false");
+		   "\"rx_offset\":%llu,\"peer_first\":%s,\"tx_from\":%lld", (unsigned long long)rx_offset,
+		   s->fo_peer_known ? "true" : "false",
+		   frame.flags & SHIM_RESUME_F_TX_FROM ? (long long)s->fo_implied_at : -1ll);
 	if (shim_frames_queue(s, fd, &frame, sizeof(frame)) == -ENOBUFS)
 		reset(s, fd, "frame_queue_full");
 }
@@ -272,6 +317,8 @@ void shim_failover_progress(struct shim_sock *s, int fd)
 	}
 	if (!s->fo_peer_known && s->rx_dir == SHIM_DIR_CHAN)
 		shim_frames_drain(s, fd);
+	if (replay_misplaced(s, fd))
+		return;
 	if (s->fo_offset_implied && s->fo_peer_known && s->fo_peer_rx_offset != s->fo_implied_at) {
 		/* The peer gave up bytes of ours (its own hand-back) after our
 		 * direction had gone on without them: nothing can put them back
@@ -279,12 +326,11 @@ void shim_failover_progress(struct shim_sock *s, int fd)
 		reset(s, fd, "peer_offset_behind");
 		return;
 	}
-	if (!s->fo_peer_known && !s->fo_offset_implied && s->tx_dir == SHIM_DIR_CHAN && ch->ops->tx_offset &&
-	    ch->ops->tx_offset(ch, &s->fo_implied_at)) {
+	if (!s->fo_peer_known && s->fo_offset_implied && s->tx_dir == SHIM_DIR_CHAN) {
 		/* A lossless channel: the peer's RESUME can only name our own
-		 * count, so our direction need not wait for it (the frame is
-		 * still read, and checked, above). */
-		s->fo_offset_implied = true;
+		 * count, which our RESUME named as where our bytes start
+		 * (start), so our direction need not wait for it (the frame is
+		 * still read, and checked, above; the peer checks ours). */
 		s->fo_peer_rx_offset = s->fo_implied_at;
 		take_peer_offset(s, fd);
 	}

@@ -136,14 +136,27 @@ static void take_resume(struct shim_sock *s, int fd)
 
 	if (n < (ssize_t)sizeof(frame))
 		return; /* the rest is on its way */
+	if (frame.flags & ~SHIM_RESUME_F_TX_FROM) {
+		SHIM_TRACE(SHIM_TRACE_ERROR, "frames.bad", fd, &s->tuple, SHIM_REASON_PEER_VIOLATION,
+			   "\"byte\":%u,\"flags\":%u", SHIM_FRAME_RESUME, frame.flags);
+		shim_frames_abort(s, fd, SHIM_REASON_PEER_VIOLATION, "resume_flags");
+		return;
+	}
 	if (REAL(recv)(fd, &frame, sizeof(frame), MSG_DONTWAIT) != (ssize_t)sizeof(frame)) {
 		drain_eof(s);
 		return;
 	}
 	s->fo_peer_rx_offset = be64toh(frame.rx_offset);
+	s->fo_peer_from_known = frame.flags & SHIM_RESUME_F_TX_FROM;
+	s->fo_peer_tx_from = s->fo_peer_from_known ? be64toh(frame.tx_from) : 0;
 	s->fo_peer_known = true;
-	SHIM_TRACE(SHIM_TRACE_WARN, "failover.peer_resume", fd, &s->tuple, SHIM_REASON_CHAN_FAILED,
-		   "\"peer_rx\":%llu", (unsigned long long)s->fo_peer_rx_offset);
+	if (s->fo_peer_from_known)
+		SHIM_TRACE(SHIM_TRACE_WARN, "failover.peer_resume", fd, &s->tuple, SHIM_REASON_CHAN_FAILED,
+			   "\"peer_rx\":%llu,\"peer_from\":%llu", (unsigned long long)s->fo_peer_rx_offset,
+			   (unsigned long long)s->fo_peer_tx_from);
+	else
+		SHIM_TRACE(SHIM_TRACE_WARN, "failover.peer_resume", fd, &s->tuple, SHIM_REASON_CHAN_FAILED,
+			   "\"peer_rx\":%llu", (unsigned long long)s->fo_peer_rx_offset);
 }
 
 /*

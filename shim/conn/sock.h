@@ -177,7 +177,14 @@ struct shim_sock {
 	bool fo_absorb_bad; /* a frame other than bells came in one read with SWITCH */
 	uint64_t fo_peer_rx_offset; /* what the peer's RESUME said it received */
 	bool fo_offset_implied;     /* ... taken from a lossless channel before it came */
-	uint64_t fo_implied_at;
+	uint64_t fo_implied_at;     /* ... and named in our RESUME (tx_from) */
+	/* The peer's RESUME said where its bytes behind it start (wire.h,
+	 * SHIM_RESUME_F_TX_FROM), and what our RESUME named (or would have):
+	 * the two must agree before a byte behind the peer's RESUME is read. */
+	bool fo_peer_from_known;
+	uint64_t fo_peer_tx_from;
+	bool fo_rx_said_known;
+	uint64_t fo_rx_said;
 	uint8_t *fo_replay;         /* our bytes the peer never got, sent on TCP first */
 	size_t fo_replay_len, fo_replay_off;
 	/* A hand-back that read the peer's plain bytes before its SWITCH

@@ -61,6 +61,10 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_RDMA_LINK_IDLE_MS", "60000",
 	  "a link that carried no connection for this long is closed, its queue pair and memory freed; the "
 	  "next connection between the two processes makes a new one (0: kept while both processes live)" },
+	{ "RDMASHIM_RDMA_STALL_MS", "500",
+	  "a link whose peer's tail words stand ahead of what its completions delivered for this long has a CQ "
+	  "that stopped delivering: the link breaks (cq_stall) and its connections fail over to TCP (0: never "
+	  "looked at)" },
 	{ "RDMASHIM_HUGE_PAGES", "1",
 	  "1: back RDMA ring pools with 2 MiB huge pages when the system has them; 0: 4 KiB pages" },
 	{ "RDMASHIM_ZEROCOPY", "auto",
@@ -104,7 +108,7 @@ const struct shim_config_var shim_config_vars[] = {
 	{ "RDMASHIM_TEST_FAULTS", "",
 	  "testing only: faults to inject, KIND@N[,KIND@N...]: the Nth attempt of KIND in the process fails "
 	  "(ring_alloc, bell_loss, peer_stall, verify_fail, rv_silent, switch_late, stat_kill; on RDMA "
-	  "cm_timeout, cm_reject, qp_error (N: a byte offset), cq_lost, reg_fail, link_qp_lost; traced as "
+	  "cm_timeout, cm_reject, qp_error (N: a byte offset), cq_lost, reg_fail, link_qp_lost, cq_stall; traced as "
 	  "fault.injected)" },
 };
 const size_t shim_config_var_count = sizeof(shim_config_vars) / sizeof(shim_config_vars[0]);
@@ -296,6 +300,8 @@ static const struct uint_var uint_vars[] = {
 	  "expected a count of connections 1-128" },
 	{ "RDMASHIM_RDMA_LINK_IDLE_MS", 0, 86400000, offsetof(struct shim_config, rdma_link_idle_ms),
 	  "expected milliseconds 0-86400000" },
+	{ "RDMASHIM_RDMA_STALL_MS", 0, 600000, offsetof(struct shim_config, rdma_stall_ms),
+	  "expected milliseconds 0-600000" },
 	{ "RDMASHIM_ZEROCOPY_MIN_KB", 4, 1048576, offsetof(struct shim_config, zerocopy_min_kb),
 	  "expected KiB 4-1048576" },
 	{ "RDMASHIM_ZEROCOPY_SHM_MIN_KB", 4, 1048576, offsetof(struct shim_config, zerocopy_shm_min_kb),

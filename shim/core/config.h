@@ -76,6 +76,7 @@ struct shim_config {
 	unsigned rdma_links;        /* 0 or 1: transport/rdma/rdma_link.h */
 	unsigned rdma_link_conns;   /* 1..SHIM_CFG_LINK_CONNS_MAX: transport/rdma/rdma_link.h */
 	unsigned rdma_link_idle_ms; /* 0 or how long an empty link stays: transport/rdma/rdma_link_table.c */
+	unsigned rdma_stall_ms;     /* 0 or a stalled CQ's bound: transport/rdma/rdma_link.c, shim_rdma_link_watch */
 	unsigned stats;             /* 0 or 1: the live stats area (core/statarea.c) */
 	enum shim_zc_mode zerocopy;
 	unsigned zerocopy_min_kb;   /* the smallest zero-copy send */

@@ -16,6 +16,7 @@ static const char *const kind_names[SHIM_FAULT_KINDS] = {
 	[SHIM_FAULT_CM_TIMEOUT] = "cm_timeout",   [SHIM_FAULT_CM_REJECT] = "cm_reject",
 	[SHIM_FAULT_QP_ERROR] = "qp_error",       [SHIM_FAULT_CQ_LOST] = "cq_lost",
 	[SHIM_FAULT_REG_FAIL] = "reg_fail",       [SHIM_FAULT_LINK_QP_LOST] = "link_qp_lost",
+	[SHIM_FAULT_CQ_STALL] = "cq_stall",
 };
 
 unsigned shim_faults_armed;
@@ -81,7 +82,7 @@ int shim_faults_parse(const char *text, struct shim_fault_plan *plan, char *why,
 			return faults_refuse(plan, -EINVAL, why, whylen,
 					     "unknown kind '%.*s'; kinds: ring_alloc, bell_loss, peer_stall, "
 					     "verify_fail, rv_silent, switch_late, stat_kill, cm_timeout, cm_reject, "
-					     "qp_error, cq_lost, reg_fail, link_qp_lost",
+					     "qp_error, cq_lost, reg_fail, link_qp_lost, cq_stall",
 					     QUOTE(len), p);
 		const char *name = p;
 

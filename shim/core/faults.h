@@ -59,12 +59,26 @@
  *   cq_lost      a completion taken from a link's CQ (send or receive;
  *                each counts) is late, and every later one on that CQ
  *                with it: none is taken for SHIM_FAULT_CQ_LATE_MS, or
- *                until the link breaks (a writer that found the ring
+ *                until the link breaks (the stall watch breaks it past
+ *                RDMASHIM_RDMA_STALL_MS, or a writer that found the ring
  *                full meanwhile spills and fails over); then all of them
  *                are, before any offset is read. Once per link. Never
  *                lost for good: an immediate the HCA acked and the shim
- *                never counts breaks the failover's contract
+ *                never counts is cq_stall's
  *                (rdma_fail.c, "acked means counted") (rdma_link.c, reap)
+ *   cq_stall     the Nth data completion taken from a link's CQ (a
+ *                receive an immediate took, counted over every link), and
+ *                every later receive completion on that CQ, is lost for
+ *                good: never counted, its receive never posted again. The
+ *                device acknowledged each one, so the peer's count of what
+ *                we got is ahead of ours: either the stall watch
+ *                (RDMASHIM_RDMA_STALL_MS, rdma_link.c) sees the peer's tail
+ *                words ahead of our count and breaks the link (cq_stall;
+ *                the peer waits for our RESUME and resumes right), or a
+ *                peer that stopped on purpose (a spill) said where its
+ *                bytes start and our count is not there: a reset at both
+ *                ends (failover.gap), never wrong bytes. Send completions
+ *                are taken as before. Once per link (rdma_link.c, take_wc)
  *   reg_fail     a connection's memory registration (its MR, one per
  *                connection) fails with ENOMEM, as a full memlock limit
  *                makes it: that upgrade gives up, TCP stays
@@ -97,6 +111,7 @@ enum shim_fault_kind {
 	SHIM_FAULT_CQ_LOST,
 	SHIM_FAULT_REG_FAIL,
 	SHIM_FAULT_LINK_QP_LOST,
+	SHIM_FAULT_CQ_STALL,
 	SHIM_FAULT_KINDS,
 };
 

@@ -69,7 +69,9 @@
 	X(SHADOW, "shadow",                                                                     \
 	  "RDMASHIM_MODE=shadow: the upgrade stopped at the switch, or ended before it for the reason traced with upgrade.shadow; or an RDMA peer in shadow mode withdrew at its cut: stays on TCP") \
 	X(RDMA_PORT_FAULTY, "rdma_port_faulty",                                                 \
-	  "the RDMA port the connection would use has a fault counter over its limit (rdmashim health's judgement, at the port watch's last look): on TCP until it recovers")
+	  "the RDMA port the connection would use has a fault counter over its limit (rdmashim health's judgement, at the port watch's last look): on TCP until it recovers") \
+	X(CQ_STALL, "cq_stall",                                                                   \
+	  "an RDMA link's completion queue stopped delivering: the peer's tail words stood ahead of what its completions told for RDMASHIM_RDMA_STALL_MS; the link broke and its connections failed over to TCP")
 
 enum shim_reason {
 #define SHIM_REASON_ENUM(id, name, text) SHIM_REASON_##id,

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define SHIM_WIRE_MAGIC 0x52534831u /* "RSH1" */
-#define SHIM_WIRE_VERSION 4
+#define SHIM_WIRE_VERSION 5
 #define SHIM_NONCE_LEN 16
 
 enum shim_msg_type {
@@ -159,16 +159,28 @@ _Static_assert(sizeof(struct shim_frame_switch) == 24, "switch frame is 24 bytes
 /*
  * RESUME: the side channel failed. The sender received exactly rx_offset
  * bytes over the channel (counted from the switch) and will deliver them;
- * the receiver of the frame sends the rest of its stream, from rx_offset on,
- * as plain bytes on TCP right after its own RESUME frame. After a RESUME
- * frame a TCP direction carries application bytes again, never frames.
+ * the receiver of the frame sends the rest of its stream as plain bytes on
+ * TCP right after its own RESUME frame. After a RESUME frame a TCP
+ * direction carries application bytes again, never frames.
+ *
+ * Where the sender's own plain bytes behind this frame start (wire version
+ * 5): with SHIM_RESUME_F_TX_FROM, at channel offset tx_from, decided
+ * before the frame went (its channel knew the count the peer would name,
+ * or it posted nothing); without it, at the offset the receiver's own
+ * RESUME names, which the sender checks against what it still holds before
+ * it sends a byte. A receiver whose count is not tx_from resets the
+ * connection rather than read bytes that are not the next ones
+ * (PROTOCOL.md, "Failover"). Any other flag is a violation.
  */
+#define SHIM_RESUME_F_TX_FROM 0x01u
 struct shim_frame_resume {
-	uint8_t type; /* SHIM_FRAME_RESUME */
-	uint8_t reserved[7];
+	uint8_t type;  /* SHIM_FRAME_RESUME */
+	uint8_t flags; /* SHIM_RESUME_F_* */
+	uint8_t reserved[6];
 	uint64_t rx_offset; /* big-endian: the hosts may differ in byte order */
+	uint64_t tx_from;   /* big-endian; 0 without SHIM_RESUME_F_TX_FROM */
 };
-_Static_assert(sizeof(struct shim_frame_resume) == 16, "resume frame is 16 bytes");
+_Static_assert(sizeof(struct shim_frame_resume) == 24, "resume frame is 24 bytes");
 
 /*
  * RETURN (wire version 4): bytes of the receiver's own stream, which it

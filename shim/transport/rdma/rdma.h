@@ -160,6 +160,10 @@ struct rdma_conn {
 	uint64_t rx_head, rx_head_sent;
 	uint64_t rx_tail;   /* bytes the peer's immediates announced; atomic */
 	bool rx_closed;     /* the peer's CLOSED immediate arrived; atomic */
+	/* The stall watch, under the link's lock: since when the peer's tail
+	 * word stood ahead of rx_tail, which stood at stall_tail (0: not). */
+	unsigned long long stall_since_ns;
+	uint64_t stall_tail;
 	uint64_t recv_posted, recv_reported; /* our receives, and what the peer knows */
 	uint64_t peer_recvs_used; /* our immediates: one of the peer's receives each */
 	uint64_t peer_head_seen, peer_recvs_seen; /* the peer's credits we accepted last */

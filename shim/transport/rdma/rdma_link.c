@@ -21,6 +21,7 @@
 #include "rdma_link_stat.h"
 #include "real.h"
 #include "self.h"
+#include "stats.h"
 #include "trace.h"
 
 #define RECV_FLAG (1ull << 63)
@@ -503,6 +504,16 @@ static void take_wc(struct rdma_link *l, const struct ibv_wc *wc)
 	if (wc->wr_id & RECV_FLAG) {
 		unsigned i = (unsigned)(wc->wr_id & ~RECV_FLAG);
 
+		/* Test-only (faults.h, cq_stall): from the Nth data completion
+		 * on, every receive completion is lost for good. */
+		if (unlikely(l->fault_cq_stall))
+			return;
+		if (unlikely(wc->status == IBV_WC_SUCCESS && wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
+			     shim_fault_hit(SHIM_FAULT_CQ_STALL, -1, NULL, "reap"))) {
+			l->fault_cq_stall = true;
+			return;
+		}
+
 		if (wc->status != IBV_WC_SUCCESS) {
 			break_locked(l, ibv_wc_status_str(wc->status), (int)wc->status);
 			return;
@@ -528,10 +539,12 @@ static void take_wc(struct rdma_link *l, const struct ibv_wc *wc)
 		break_locked(l, ibv_wc_status_str(wc->status), (int)wc->status);
 }
 
+static void watch_locked(struct rdma_link *l, unsigned long long now);
+
 static void reap_locked(struct rdma_link *l)
 {
 	struct ibv_wc wc[16];
-	int n;
+	int n, taken = 0;
 
 	/* Test-only (faults.h, cq_lost): the CQ delivers nothing for
 	 * SHIM_FAULT_CQ_LATE_MS, or until the link breaks; then what it held
@@ -547,7 +560,7 @@ static void reap_locked(struct rdma_link *l)
 		l->fault_cq_done = true;
 	}
 	while ((n = ibv_poll_cq(l->cq, 16, wc)) > 0)
-		for (int i = 0; i < n; i++) {
+		for (int i = 0; i < n; i++, taken++) {
 			if (unlikely(!l->fault_cq_done && shim_fault_hit(SHIM_FAULT_CQ_LOST, -1, NULL, "reap")) &&
 			    (l->fault_held = malloc((size_t)(n - i) * sizeof(wc[0])))) {
 				/* Polled already: held, and taken first, late. */
@@ -561,6 +574,43 @@ static void reap_locked(struct rdma_link *l)
 		}
 	if (n < 0)
 		break_locked(l, "poll_cq", n);
+	/* A reap that found nothing is a receiver waiting: the stall watch's
+	 * moment. A busy CQ (our own sends complete on it too) looks every
+	 * so many reaps, so that a clock read stays rare there. */
+	if (shim_cfg.rdma_stall_ms && (!taken || ++l->stall_reaps % 64 == 0))
+		watch_locked(l, shim_now_ns());
+}
+
+/* Precondition: l->lock held, and the CQ just reaped. */
+static void watch_locked(struct rdma_link *l, unsigned long long now)
+{
+	const struct rdma_link_handlers *h = hs();
+	unsigned long long bound = (unsigned long long)shim_cfg.rdma_stall_ms * 1000000ull;
+	uint64_t behind = 0;
+
+	if (!bound || !h || !h->rx_stalled || shim_rdma_link_broken(l) || now - l->stall_look_ns < bound / 4)
+		return;
+	l->stall_look_ns = now;
+	for (unsigned i = 0; i < l->n_places; i++) {
+		struct rdma_conn *c = l->places[i].conn;
+
+		if (c && h->rx_stalled(c, now, bound, &behind)) {
+			SHIM_TRACE(SHIM_TRACE_WARN, "rdma.cq_stall", c->fd, c->sock ? &c->sock->tuple : NULL,
+				   SHIM_REASON_CQ_STALL, "\"link\":%u,\"behind\":%llu,\"ms\":%u", l->num,
+				   (unsigned long long)behind, shim_cfg.rdma_stall_ms);
+			shim_stats_count(SHIM_REASON_CQ_STALL);
+			break_locked(l, "cq_stall", (int)(behind > INT32_MAX ? INT32_MAX : behind));
+			return;
+		}
+	}
+}
+
+void shim_rdma_link_watch(struct rdma_link *l)
+{
+	pthread_mutex_lock(&l->lock);
+	reap_locked(l);
+	watch_locked(l, shim_now_ns()); /* at most one look per quarter bound */
+	pthread_mutex_unlock(&l->lock);
 }
 
 void shim_rdma_link_reap(struct rdma_link *l)

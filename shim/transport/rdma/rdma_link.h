@@ -86,6 +86,12 @@ struct rdma_link_handlers {
 	bool (*switch_at)(struct rdma_conn *c, const void *buf, size_t len);
 	bool (*accept)(struct rdma_conn *c, const struct shim_rdma_link_msg *m);
 	void (*broken)(struct rdma_conn *c, const char *why, int detail);
+	/* The stall watch (shim_rdma_link_reap's): the peer's tail word has
+	 * stood ahead of what the connection's immediates delivered, with
+	 * our count not moving, for bound_ns or longer as of now. The
+	 * excess in *behind. */
+	bool (*rx_stalled)(struct rdma_conn *c, unsigned long long now, unsigned long long bound_ns,
+			   uint64_t *behind);
 };
 void shim_rdma_link_set_handlers(const struct rdma_link_handlers *h);
 
@@ -152,6 +158,13 @@ struct rdma_link {
 	unsigned long long fault_cq_until_ns;
 	unsigned fault_held_n;
 	struct ibv_wc *fault_held;
+	/* Under lock. cq_stall struck (faults.h): receive completions are
+	 * dropped for good from then on. */
+	bool fault_cq_stall;
+	/* Under lock: the stall watch's last look (shim_rdma_link_watch),
+	 * and the reaps that took something since (one in 64 looks). */
+	unsigned long long stall_look_ns;
+	unsigned stall_reaps;
 	bool broken;             /* atomic: the QP failed; every connection on it did */
 	bool peer_disconnected;  /* the CM peer's DREQ came (after up) */
 	bool disconnect_sent;    /* under lock: our DREQ went (break_locked) */
@@ -184,6 +197,41 @@ struct rdma_link {
  * goes to ERR, and nothing else: the reaper finds the flushed
  * completions and breaks the link as after a real failure. */
 void shim_rdma_link_fault_err(struct rdma_link *l);
+
+/*
+ * The stall watch (RDMASHIM_RDMA_STALL_MS): takes what the CQ holds, then
+ * compares each connection's count with the tail word its peer wrote
+ * (rdma_post.c, rx_stalled); one standing ahead, unmoved, past the bound
+ * means the CQ stopped delivering: the link breaks ("cq_stall", traced
+ * rdma.cq_stall, counted as reason cq_stall) and every connection on it
+ * fails over. At most one look per quarter of the bound. An idle reap
+ * looks too (a receiver waiting in a call); the links' sweeper
+ * (rdma_link_table.c) looks at every link of the table, for receivers in
+ * no call.
+ */
+void shim_rdma_link_watch(struct rdma_link *l);
+
+/*
+ * The watch's rule for one connection, at a look at time now: the peer's
+ * tail word (word) against our count (tail). *since and *at_tail are the
+ * connection's (0: nothing ahead at the last look). true once a word ahead
+ * stood with our count unmoved for bound_ns; a count that moved starts the
+ * time again, and one that caught up forgets it.
+ */
+static inline bool shim_rdma_stall_judge(unsigned long long *since, uint64_t *at_tail, uint64_t word, uint64_t tail,
+					 unsigned long long now, unsigned long long bound_ns)
+{
+	if (word <= tail) {
+		*since = 0;
+		return false;
+	}
+	if (!*since || *at_tail != tail) {
+		*since = now ? now : 1;
+		*at_tail = tail;
+		return false;
+	}
+	return now - *since >= bound_ns;
+}
 
 /* Makes a link's CQ and QP (in RESET) on id's device, its cells registered
  * and receives to be posted in INIT. The CM objects stay the first

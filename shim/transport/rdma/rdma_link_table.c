@@ -144,13 +144,18 @@ static void put_all(struct rdma_link *gone)
  * the table has no link left; a fork child starts its own.
  */
 #define SWEEP_MS 1000
+/* Links the stall watch looks at per sweep; past that, a receiver waiting
+ * in a call looks at its own (its idle reaps). */
+#define WATCH_MAX 64
 static pid_t sweeper_pid; /* under table_lock: the process whose sweeper runs */
 
 static unsigned sweep_ms(void)
 {
-	unsigned q = shim_cfg.rdma_link_idle_ms / 4;
+	unsigned q = shim_cfg.rdma_link_idle_ms / 4, w = shim_cfg.rdma_stall_ms / 4, ms;
 
-	return q && q < SWEEP_MS ? (q < 10 ? 10 : q) : SWEEP_MS;
+	ms = q && q < SWEEP_MS ? (q < 10 ? 10 : q) : SWEEP_MS;
+	/* The stall watch looks at most once per quarter of its bound. */
+	return w && w < ms ? (w < 10 ? 10 : w) : ms;
 }
 
 static void *sweeper_main(void *arg)
@@ -160,8 +165,8 @@ static void *sweeper_main(void *arg)
 	for (;;) {
 		unsigned ms = sweep_ms();
 		struct timespec pause = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
-		struct rdma_link *gone, *aging[8], *quiet[8];
-		unsigned n_aging = 0, n_quiet = 0;
+		struct rdma_link *gone, *aging[8], *quiet[8], *busy[WATCH_MAX];
+		unsigned n_aging = 0, n_quiet = 0, n_busy = 0;
 		bool more;
 
 		nanosleep(&pause, NULL);
@@ -188,11 +193,22 @@ static void *sweeper_main(void *arg)
 				shim_rdma_link_get(l);
 				quiet[n_quiet++] = l;
 			}
+		/* The stall watch (rdma_link.h) for receivers in no call. */
+		for (struct rdma_link *l = table; l && n_busy < WATCH_MAX && shim_cfg.rdma_stall_ms; l = l->next)
+			if (l->pid == shim_self_pid() && __atomic_load_n(&l->live, __ATOMIC_RELAXED) &&
+			    !shim_rdma_link_broken(l)) {
+				shim_rdma_link_get(l);
+				busy[n_busy++] = l;
+			}
 		more = table != NULL;
 		if (!more)
 			sweeper_pid = 0;
 		pthread_mutex_unlock(&table_lock);
 		put_all(gone);
+		for (unsigned i = 0; i < n_busy; i++) {
+			shim_rdma_link_watch(busy[i]);
+			shim_rdma_link_put(busy[i]);
+		}
 		for (unsigned i = 0; i < n_quiet; i++) {
 			shim_rdma_link_reap_try(quiet[i]);
 			shim_rdma_link_put(quiet[i]);

@@ -139,11 +139,38 @@ static bool take_accept(struct rdma_conn *c, const struct shim_rdma_link_msg *m)
 	return true;
 }
 
+/*
+ * The stall watch's look at one connection (rdma_link.h), right after a
+ * reap under the link's lock: every completion the CQ delivered is
+ * counted, so a tail word of the peer's (written by the very WRITE whose
+ * immediate announces it) still ahead of our count is one whose
+ * completion did not come. It stands for a moment in flight (placed,
+ * completion not yet written); past the bound, with our count not moving
+ * meanwhile, the CQ stopped delivering. The word is the peer's: read once
+ * and only compared (a peer that writes a tail it never announces gets
+ * its channel failed over to TCP, which it could ask for anyway).
+ */
+static bool rx_stalled(struct rdma_conn *c, unsigned long long now, unsigned long long bound_ns, uint64_t *behind)
+{
+	/* Acquire: pairs with the in-order placement of the peer's WRITEs. */
+	uint64_t word = shim_rdma_load_acq(&c->ctl->rx_announced);
+	/* Relaxed: take_imm, its one writer, runs under this same lock. */
+	uint64_t tail = __atomic_load_n(&c->rx_tail, __ATOMIC_RELAXED);
+
+	if (__atomic_load_n(&c->broken, __ATOMIC_RELAXED) || __atomic_load_n(&c->rx_closed, __ATOMIC_RELAXED)) {
+		c->stall_since_ns = 0;
+		return false;
+	}
+	*behind = word > tail ? word - tail : 0;
+	return shim_rdma_stall_judge(&c->stall_since_ns, &c->stall_tail, word, tail, now, bound_ns);
+}
+
 const struct rdma_link_handlers shim_rdma_link_handlers = {
 	.imm = take_imm,
 	.switch_at = take_switch_at,
 	.accept = take_accept,
 	.broken = shim_rdma_mark_broken,
+	.rx_stalled = rx_stalled,
 };
 
 void shim_rdma_reap(struct rdma_conn *c)

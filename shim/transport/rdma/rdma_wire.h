@@ -24,7 +24,7 @@
 #include "wire.h"
 
 #define SHIM_RDMA_MAGIC 0x52534852u /* "RSHR" */
-#define SHIM_RDMA_VERSION 6 /* 2: ring tails by WRITE WITH IMMEDIATE; 3: the proof before any byte; 4: the head exact once the ring is empty; 5: links (one QP per process pair); 6: the head rides with the tail */
+#define SHIM_RDMA_VERSION 7 /* 2: ring tails by WRITE WITH IMMEDIATE; 3: the proof before any byte; 4: the head exact once the ring is empty; 5: links (one QP per process pair); 6: the head rides with the tail; 7: RESUME says where its replay starts */
 #define SHIM_RDMA_REQ_PRIVATE_MAX 56
 #define SHIM_RDMA_REP_PRIVATE_MAX 196
 
