@@ -246,19 +246,22 @@ START_TEST(a_reused_client_pair_number_is_never_written)
 	struct shim_chan *chan;
 	char byte;
 	pid_t pid;
+	int pidfd;
 
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp), 0);
 	kept = sp[1];
 	shim_pair_keep_client(kept, &server);
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, rvp), 0);
 	/* Sent while the pair is ours. */
-	ck_assert_int_eq(shim_pair_send_hint(&server, &h, rvp[1], 1000, &pid, &chan), 0);
+	ck_assert_int_eq(shim_pair_send_hint(&server, &h, rvp[1], 1000, &pid, &pidfd, &chan), 0);
+	if (pidfd >= 0)
+		close(pidfd);
 	ck_assert_int_eq(pid, getpid());
 	chan->ops->destroy(chan);
 	/* Behind the shim's back: the number now names a pipe. */
 	ck_assert_int_eq(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
 	ck_assert_int_eq(dup2(p[1], kept), kept);
-	ck_assert_int_eq(shim_pair_send_hint(&server, &h, rvp[1], 2000, &pid, &chan), -ENOENT);
+	ck_assert_int_eq(shim_pair_send_hint(&server, &h, rvp[1], 2000, &pid, &pidfd, &chan), -ENOENT);
 	ck_assert_int_lt(read(p[0], &byte, 1), 0); /* nothing was written into it */
 	ck_assert(fd_open(kept));                  /* nor was it closed */
 }
@@ -311,9 +314,12 @@ static struct shim_chan *hint_out(const struct shim_endpoint *server, int s_end,
 	struct shim_chan *chan;
 	int rvp[2], fds[2];
 	pid_t pid;
+	int pidfd;
 
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, rvp), 0);
-	ck_assert_int_eq(shim_pair_send_hint(server, &h, rvp[1], 1000, &pid, &chan), 0);
+	ck_assert_int_eq(shim_pair_send_hint(server, &h, rvp[1], 1000, &pid, &pidfd, &chan), 0);
+	if (pidfd >= 0)
+		close(pidfd);
 	ck_assert_int_eq(shim_rv_recv_fds(s_end, &got, sizeof(got), fds, 2), (ssize_t)sizeof(got));
 	ck_assert_int_eq(shim_msg_check(&got, sizeof(got)), SHIM_MSG_HINT);
 	ck_assert_int_ge(fds[0], 0);
