@@ -279,11 +279,10 @@ static int poll_arm(void *ctx, int *cap_ms)
 					: w->ours[i]			? -1
 									: handshake_fd(w->fds[i].fd, cap_ms);
 		if (w->outer[i]) {
-			int rc = shim_epoll_outer_arm(w->outer[i], cap_ms);
-
-			if (rc < 0)
-				return rc;
-			if (!rc)
+			/* Not armed (no memory): this round looks again
+			 * instead of sleeping, and the fds armed before it are
+			 * disarmed as usual. */
+			if (shim_epoll_outer_arm(w->outer[i], cap_ms) <= 0)
 				sleep = 0;
 		}
 		if (w->armed[i] & SHIM_ARM_READY)

@@ -313,7 +313,9 @@ void shim_ring_producer_stop(struct shim_ring *ring)
 
 void shim_ring_zc_watch(struct shim_ring *ring, uint64_t wake_word)
 {
-	ring->zc_wake = wake_word;
+	/* Atomic: shim_ring_zc_news() may read it lock-free while a new
+	 * offer rewrites it; the flag below orders it. */
+	__atomic_store_n(&ring->zc_wake, wake_word, __ATOMIC_RELAXED);
 	/* Release: the word before the flag; pairs with the acquire load of
 	 * the flag in shim_ring_zc_news() (lock-free readiness checks). */
 	__atomic_store_n(&ring->zc_watch, 1, __ATOMIC_RELEASE);
@@ -329,7 +331,8 @@ bool shim_ring_zc_news(const struct shim_ring *ring)
 	/* Acquire on the state: pairs with the producer's release store of
 	 * DONE (shm_zc_send). */
 	return unlikely(__atomic_load_n(&ring->zc_watch, __ATOMIC_ACQUIRE)) &&
-	       __atomic_load_n(&ring->hdr->zc_state, __ATOMIC_ACQUIRE) == ring->zc_wake;
+	       __atomic_load_n(&ring->hdr->zc_state, __ATOMIC_ACQUIRE) ==
+		       __atomic_load_n(&ring->zc_wake, __ATOMIC_RELAXED);
 }
 
 void shim_ring_violate(struct shim_ring *ring)

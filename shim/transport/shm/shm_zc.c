@@ -73,6 +73,18 @@ static pid_t pidfd_pid(int pidfd)
 	return v > 0 ? (pid_t)v : -1;
 }
 
+/* /proc is mounted for our pid namespace: /proc/self names our pid. */
+static bool proc_is_ours(void)
+{
+	char link[32];
+	ssize_t n = readlink("/proc/self", link, sizeof(link) - 1);
+
+	if (n <= 0)
+		return false;
+	link[n] = '\0';
+	return strtol(link, NULL, 10) == (long)getpid();
+}
+
 /* The process the pidfd names has not exited: the number we write to is
  * still its own (a pid is not reused before its process is reaped). */
 static bool peer_alive(const struct shm_zc *z)
@@ -103,8 +115,10 @@ void shm_zc_bind(struct shm_zc *z, int pidfd)
 	}
 	pid = pidfd_pid(pidfd);
 	/* A socketpair names its maker at both ends: a pidfd of ourselves
-	 * names no peer (the pair way's client end). */
-	if (pid <= 0 || pid == shim_self_pid() || !shim_fd_keepable(pidfd) || shim_owned_take(&z->pidfd, pidfd) < 0) {
+	 * names no peer (the pair way's client end). And fdinfo gives the
+	 * pid in the namespace of the /proc mount: unless that is ours, the
+	 * number may name another process here. */
+	if (pid <= 0 || pid == shim_self_pid() || !proc_is_ours() || !shim_fd_keepable(pidfd) || shim_owned_take(&z->pidfd, pidfd) < 0) {
 		REAL(close)(pidfd);
 		shim_stats_zc_add(SHIM_ZC_FB_NO_PEER, 1);
 		return;
