@@ -132,11 +132,14 @@ if [[ $ROLE == a ]]; then
   shadow timeout 400 redis-server --save '' --appendonly no --port "$P" --bind "$ADDR" --dir "$T" \
     --daemonize no --logfile '' --unixsocket '' --protected-mode no > "$T/redis.out" 2>&1 &
   srv=$!
-  # Look at the area while the server lives: its last look holds the most.
+  # Look at the area while the server lives: its last look holds the most
+  # counts; the latest look that saw a connection in state shadow is kept
+  # too (B's held connection; the last looks may come after it ended).
   i=0
   while kill -0 "$srv" 2>/dev/null; do
     timeout 20 "$TOOL" stat --json --dir "$T/stats" > "$T/look.json" 2>/dev/null &&
-      grep -q '"program":"redis-server"' "$T/look.json" && cp "$T/look.json" "$T/stat.$((i % 2)).json"
+      grep -q '"program":"redis-server"' "$T/look.json" && cp "$T/look.json" "$T/stat.$((i % 2)).json" &&
+      { ! grep -q '"state":"shadow"' "$T/look.json" || cp "$T/look.json" "$T/stat.shadow.json"; }
     i=$((i + 1))
     sleep 0.5
   done
