@@ -45,8 +45,10 @@ shim() {
 # 8 s, and each end waits up to 15 s for its upgrade, so that a VM slowed by
 # its host (one CI run: 3 of 4, S's retries out after 3 s with C's
 # listener not up yet, C's 4 MiB share over first) still ends the
-# handshake it started. The check stays 4 of 4.
-STRESS_VARS=(RDMASHIM_UPGRADE_TIMEOUT_MS=15000)
+# handshake it started; each connection-manager wait gets 10 s for the
+# same reason (a run beside other work: one of 4 gave up at the default
+# 2 s, cm_timeout, at both ends). The check stays 4 of 4.
+STRESS_VARS=(RDMASHIM_UPGRADE_TIMEOUT_MS=15000 RDMASHIM_CM_TIMEOUT_MS=10000)
 events() { cat "$T/$1"/trace.*.jsonl 2>/dev/null | grep "\"event\":\"$2\"" | grep -c "$3" || true; }
 # outcomes NAME: how NAME's connections ended their upgrades, and its
 # links' events (printed when a check on them failed: the traces stay in
