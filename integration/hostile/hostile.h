@@ -14,7 +14,7 @@
 #include <netinet/in.h>
 
 #define WIRE_MAGIC 0x52534831u
-#define WIRE_VERSION 4
+#define WIRE_VERSION 5
 enum { MSG_OFFER = 1, MSG_ACCEPT = 2, MSG_SWITCH_AT = 3, MSG_HINT = 5 };
 
 struct hdr {

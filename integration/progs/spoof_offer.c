@@ -56,7 +56,7 @@
 /* The wire format, as shim/wire.h defines it (kept independent of the shim's
  * headers on purpose: an attacker has only the documented format). */
 #define WIRE_MAGIC 0x52534831u
-#define WIRE_VERSION 4
+#define WIRE_VERSION 5
 enum { MSG_OFFER = 1, MSG_ACCEPT = 2, MSG_SWITCH_AT = 3, MSG_DECLINE = 4 };
 
 struct hdr {
