@@ -4,6 +4,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,6 +128,14 @@ static void drain_eof(struct shim_sock *s)
 	s->bells_early = 0;
 }
 
+/* The peer sent its FIN (or the connection failed): nothing more comes. */
+static bool peer_closed(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+
+	return REAL(poll)(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 /* Takes the peer's RESUME frame if all of it is there (peeked first: the
  * plain bytes right behind it are the program's, not ours to read). */
 static void take_resume(struct shim_sock *s, int fd)
@@ -134,8 +143,17 @@ static void take_resume(struct shim_sock *s, int fd)
 	struct shim_frame_resume frame = { 0 };
 	ssize_t n = REAL(recv)(fd, &frame, sizeof(frame), MSG_DONTWAIT | MSG_PEEK);
 
-	if (n < (ssize_t)sizeof(frame))
-		return; /* the rest is on its way */
+	if (n < (ssize_t)sizeof(frame)) {
+		/* The rest is on its way, unless the peer already closed: a
+		 * part of a frame with nothing to follow would be peeked again
+		 * at every readiness report, for good. */
+		if (n > 0 && peer_closed(fd)) {
+			SHIM_TRACE(SHIM_TRACE_ERROR, "frames.bad", fd, &s->tuple, SHIM_REASON_PEER_VIOLATION,
+				   "\"byte\":%u,\"len\":%zd", SHIM_FRAME_RESUME, n);
+			shim_frames_abort(s, fd, SHIM_REASON_PEER_VIOLATION, "resume_truncated");
+		}
+		return;
+	}
 	if (frame.flags & ~SHIM_RESUME_F_TX_FROM) {
 		SHIM_TRACE(SHIM_TRACE_ERROR, "frames.bad", fd, &s->tuple, SHIM_REASON_PEER_VIOLATION,
 			   "\"byte\":%u,\"flags\":%u", SHIM_FRAME_RESUME, frame.flags);
