@@ -42,7 +42,7 @@ static void usage(FILE *f)
 	      "       stress client --host ADDR --port P [--conns N] [--bytes TOTAL] [--seed S]\n"
 	      "                     [--max-msg BYTES] [--mode M] [--half-close]\n"
 	      "                     [--duration SECS] [--timeout SECS] [--threads T]\n"
-	      "                     [--warm-up SECS] [-v]\n"
+	      "                     [--warm-up SECS] [--down-bytes B] [-v]\n"
 	      "       stress selftest [client options]\n"
 	      "  M: blocking | nonblock | epoll-et | mixed (default mixed, per connection)\n"
 	      "  TOTAL, BYTES: with suffix K, M, G (powers of 1024); TOTAL is the payload\n"
@@ -90,7 +90,7 @@ static double parse_num(const char *s, const char *what)
 int main(int argc, char **argv)
 {
 	enum { O_HOST = 256, O_PORT, O_BIND, O_CONNS, O_BYTES, O_SEED, O_MAXMSG, O_MODE,
-	       O_HALF, O_DUR, O_TIMEOUT, O_EXIT, O_CORRUPT, O_THREADS, O_WARM };
+	       O_HALF, O_DUR, O_TIMEOUT, O_EXIT, O_CORRUPT, O_THREADS, O_WARM, O_DOWN };
 	static const struct option lo[] = {
 		{ "host", 1, 0, O_HOST }, { "port", 1, 0, O_PORT }, { "bind", 1, 0, O_BIND },
 		{ "conns", 1, 0, O_CONNS }, { "bytes", 1, 0, O_BYTES }, { "seed", 1, 0, O_SEED },
@@ -98,6 +98,7 @@ int main(int argc, char **argv)
 		{ "half-close", 0, 0, O_HALF }, { "duration", 1, 0, O_DUR },
 		{ "timeout", 1, 0, O_TIMEOUT }, { "exit-after", 1, 0, O_EXIT },
 		{ "corrupt-at", 1, 0, O_CORRUPT }, { "threads", 1, 0, O_THREADS }, { "warm-up", 1, 0, O_WARM },
+		{ "down-bytes", 1, 0, O_DOWN },
 		{ "verbose", 0, 0, 'v' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	int opt;
@@ -126,6 +127,7 @@ int main(int argc, char **argv)
 		case O_CORRUPT: O.corrupt_at = parse_size(optarg, "--corrupt-at"); break;
 		case O_THREADS: O.threads = (int)parse_num(optarg, "--threads"); break;
 		case O_WARM: O.warm_up = parse_num(optarg, "--warm-up"); break;
+		case O_DOWN: O.down_bytes = parse_size(optarg, "--down-bytes"); O.down_set = true; break;
 		case 'v': O.verbose = 1; break;
 		case O_MODE:
 			for (O.mode = 0; O.mode < 4 && strcmp(optarg, mode_name[O.mode]); O.mode++)

@@ -129,7 +129,10 @@ void client_run(const char *host, int port, struct cli_stats *st)
 		c->half_close = O.half_close;
 		c->max_msg = O.max_msg;
 		c->corrupt_at = UNBOUNDED;
-		if (O.duration > 0) {
+		if (O.down_set) {
+			c->tx_total = O.duration > 0 ? UNBOUNDED : per + ((uint64_t)i < extra);
+			c->rx_total = O.down_bytes;
+		} else if (O.duration > 0) {
 			c->tx_total = c->rx_total = UNBOUNDED;
 		} else {
 			/* this connection's share, split between the directions:

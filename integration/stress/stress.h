@@ -8,7 +8,7 @@
  *   stress client --host ADDR --port P [--conns N] [--bytes TOTAL] [--seed S]
  *                 [--max-msg BYTES] [--mode blocking|nonblock|epoll-et|mixed]
  *                 [--half-close] [--duration SECS] [--timeout SECS]
- *                 [--threads T] [--warm-up SECS] [-v]
+ *                 [--threads T] [--warm-up SECS] [--down-bytes B] [-v]
  *   stress selftest [client options]      server thread + client, one process,
  *                                         on a free 127.0.0.1 port
  *
@@ -38,7 +38,10 @@
  * other must read exactly EOF there; without it the client closes once both
  * directions are complete and the server closes on EOF. --duration: streams
  * are unbounded, the client stops after SECS (then half-closes), the server
- * stops sending when it sees EOF.
+ * stops sending when it sees EOF. --down-bytes B: every connection's server
+ * sends exactly B bytes, its client --bytes' share (or, with --duration,
+ * an unbounded stream), so that a fault test can put nearly all the
+ * traffic on the server's receive path.
  *
  * --warm-up SECS (client): first one short connection (64 KiB, blocking;
  * the server counts it), then a wait of at most SECS until this process has
@@ -102,6 +105,8 @@ struct opts {
 	uint64_t bytes, seed, corrupt_at;
 	uint32_t max_msg;
 	bool half_close;
+	bool down_set; /* --down-bytes given */
+	uint64_t down_bytes;
 	double duration, timeout, warm_up;
 };
 extern struct opts O;			/* cli.c */
