@@ -116,6 +116,65 @@ def scripts(lines):
     return c, s
 
 
+def end_env(mode, port, tdir, env_extra=(), shim_env=None):
+    """The environment of one end: no shim in mode "plain"; otherwise the
+    shim on port, tracing into tdir in mode UP. A connection starts its
+    upgrade at its first data call however young (as in lib.sh): the
+    scenarios test the switch and what runs over it. Then env_extra
+    ("K=V" strings, a scenario's own "env" lines), DIFF_SHIM_RDMASHIM_*
+    (extra shim settings, e.g. RING_KB) and shim_env (a dict), each
+    winning over what came before."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RDMASHIM_") and k != "LD_PRELOAD"}
+    if mode == "plain":
+        return env
+    env.update(LD_PRELOAD=LIB, RDMASHIM_PORTS=str(port), RDMASHIM_TRANSPORTS=mode, RDMASHIM_UPGRADE_AFTER_MS="0")
+    if mode == UP:
+        env.update(RDMASHIM_TRACE="info", RDMASHIM_TRACE_FILE=os.path.join(tdir, "trace.%p.jsonl"))
+    for kv in env_extra:
+        k, _, v = kv.partition("=")
+        env[k] = v
+    for k, v in os.environ.items():
+        if k.startswith("DIFF_SHIM_RDMASHIM_"):
+            env[k[len("DIFF_SHIM_"):]] = v
+    env.update(shim_env or {})
+    return env
+
+
+def reap(procs, deadline, on_server=None):
+    """Waits for each end (a dict name -> Popen) until deadline, then kills
+    what is left: each end leads its own process group, with any child it
+    forked. on_server(p), if given, is how the server is waited for (it
+    reads the server's pipe). Returns name -> "exit N" | "signal N" |
+    "TIMEOUT"."""
+    status = {}
+    try:
+        for name, p in procs.items():
+            try:
+                if name == "server" and on_server:
+                    on_server(p, max(0.1, deadline - time.monotonic()))
+                rc = p.wait(max(0.1, deadline - time.monotonic()))
+                status[name] = "exit %d" % rc if rc >= 0 else "signal %d" % -rc
+            except subprocess.TimeoutExpired:
+                status[name] = "TIMEOUT"
+    finally:
+        for p in procs.values():
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            p.wait()
+    return status
+
+
+def upgraded_in(tdir, mode):
+    """In mode UP: whether a trace in tdir says a connection upgraded over
+    mode; None in the other modes (they do not trace)."""
+    if mode != UP:
+        return None
+    return any('"upgrade.done"' in ln and '"transport":"%s"' % mode in ln
+               for tf in glob.glob(os.path.join(tdir, "trace.*.jsonl")) for ln in open(tf, errors="replace"))
+
+
 def run_once(lines, mode, timeout=None, shim_env=None):
     """Runs both ends in one mode; returns the observation (a dict). A line
     "env RDMASHIM_X=V" sets a shim variable for the shim's runs, and so
@@ -130,22 +189,7 @@ def run_once(lines, mode, timeout=None, shim_env=None):
             paths[name] = os.path.join(d, name + ".txt")
             with open(paths[name], "w") as f:
                 f.write("\n".join(sc) + "\n")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RDMASHIM_") and k != "LD_PRELOAD"}
-        if mode != "plain":
-            # A connection starts its upgrade at its first data call however
-            # young (as in lib.sh): the scenarios test the switch and what runs
-            # over it; a scenario's own "env" line wins.
-            env.update(LD_PRELOAD=LIB, RDMASHIM_PORTS=str(port), RDMASHIM_TRANSPORTS=mode,
-                       RDMASHIM_UPGRADE_AFTER_MS="0")
-            if mode == UP:
-                env.update(RDMASHIM_TRACE="info", RDMASHIM_TRACE_FILE=os.path.join(d, "trace.%p.jsonl"))
-            for kv in env_extra:
-                k, _, v = kv.partition("=")
-                env[k] = v
-            for k, v in os.environ.items():
-                if k.startswith("DIFF_SHIM_RDMASHIM_"):  # extra shim settings, e.g. RING_KB
-                    env[k[len("DIFF_SHIM_"):]] = v
-            env.update(shim_env or {})
+        env = end_env(mode, port, d, env_extra, shim_env)
         a, b = socket.socketpair()
         procs = {}
         outs = {}
@@ -157,36 +201,13 @@ def run_once(lines, mode, timeout=None, shim_env=None):
                 start_new_session=True)
         a.close()
         b.close()
-        deadline = time.monotonic() + (timeout or RUN_TIMEOUT)
-        status = {}
-        try:
-            for name, p in procs.items():
-                try:
-                    rc = p.wait(max(0.1, deadline - time.monotonic()))
-                    status[name] = "exit %d" % rc if rc >= 0 else "signal %d" % -rc
-                except subprocess.TimeoutExpired:
-                    status[name] = "TIMEOUT"
-        finally:
-            # Each end leads its own process group (with any child it forked).
-            for name, p in procs.items():
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-                p.wait()
+        status = reap(procs, time.monotonic() + (timeout or RUN_TIMEOUT))
         obs = {"status": status}
         for name, f in outs.items():
             f.seek(0)
             obs[name] = f.read().splitlines()
             f.close()
-        upgraded = None
-        if mode == UP:
-            upgraded = False
-            for tf in glob.glob(os.path.join(d, "trace.*.jsonl")):
-                for ln in open(tf, errors="replace"):
-                    if '"upgrade.done"' in ln and '"transport":"%s"' % mode in ln:
-                        upgraded = True
-        obs["upgraded"] = upgraded
+        obs["upgraded"] = upgraded_in(d, mode)
         if os.environ.get("DIFF_KEEP"):  # keep the scripts, outputs and traces
             import shutil
             shutil.copytree(d, os.path.join(os.environ["DIFF_KEEP"], "%s.%d" % (mode, port)))

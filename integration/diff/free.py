@@ -91,16 +91,8 @@ def bases(names):
 
 def run_once(planfile, mode, seed, d, conns=1):
     port = diff.free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RDMASHIM_") and k != "LD_PRELOAD"}
     tdir = tempfile.mkdtemp(prefix="%s." % mode, dir=d)
-    if mode != "plain":
-        env.update(LD_PRELOAD=diff.LIB, RDMASHIM_PORTS=str(port), RDMASHIM_TRANSPORTS=mode,
-                   RDMASHIM_UPGRADE_AFTER_MS="0")
-        if mode == diff.UP:
-            env.update(RDMASHIM_TRACE="info", RDMASHIM_TRACE_FILE=os.path.join(tdir, "trace.%p.jsonl"))
-        for k, v in os.environ.items():
-            if k.startswith("DIFF_SHIM_RDMASHIM_"):
-                env[k[len("DIFF_SHIM_"):]] = v
+    env = diff.end_env(mode, port, tdir)
     procs, outs = {}, {}
     for name, s in (("server", seed * 2), ("client", seed * 2 + 1)):
         outs[name] = open(os.path.join(tdir, name + ".out"), "w+")
@@ -112,35 +104,19 @@ def run_once(planfile, mode, seed, d, conns=1):
             ln = procs[name].stdout.readline()  # "listening"
             if not ln:
                 break
-    deadline = time.monotonic() + TIMEOUT
-    status, res = {}, {}
-    try:
-        for name, p in procs.items():
-            try:
-                if name == "server":
-                    rest = p.communicate(timeout=max(0.1, deadline - time.monotonic()))[0]
-                    outs[name].write(rest.decode(errors="replace"))
-                rc = p.wait(max(0.1, deadline - time.monotonic()))
-                status[name] = "exit %d" % rc if rc >= 0 else "signal %d" % -rc
-            except subprocess.TimeoutExpired:
-                status[name] = "TIMEOUT"
-    finally:
-        for name, p in procs.items():
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            p.wait()
+
+    def server_rest(p, left):
+        outs["server"].write(p.communicate(timeout=left)[0].decode(errors="replace"))
+
+    status = diff.reap(procs, time.monotonic() + TIMEOUT, server_rest)
+    res = {}
     for name in ("server", "client"):
         if name not in outs:
             continue
         outs[name].seek(0)
         res[name] = [json.loads(ln) for ln in outs[name].read().splitlines() if ln.startswith("{")] or None
         outs[name].close()
-    up = None
-    if mode == diff.UP:
-        up = any('"upgrade.done"' in ln and '"transport":"%s"' % mode in ln
-                 for tf in glob.glob(os.path.join(tdir, "trace.*.jsonl")) for ln in open(tf, errors="replace"))
+    up = diff.upgraded_in(tdir, mode)
     return {"status": status, "res": res, "upgraded": up, "dir": tdir}
 
 
