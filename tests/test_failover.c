@@ -30,6 +30,7 @@
 #include "transport.h"
 #include "wire.h"
 #include "check_run.h"
+#include "failed_chan.h"
 
 /* Our staging copy holds our stream's offsets [HELD_FROM, TX_TAIL). */
 #define HELD_FROM 90
@@ -37,66 +38,14 @@
 static const char held[] = "0123456789";
 
 static int sv[2]; /* sv[0]: ours, sv[1]: the peer's */
-static uint64_t rx_count;  /* what our channel brought us */
-static bool tx_count_known; /* the channel knows the peer's count (ours) */
-
-static bool fake_failed(const struct shim_chan *ch)
-{
-	(void)ch;
-	return true;
-}
-
-static void fake_fail(struct shim_chan *ch)
-{
-	(void)ch;
-}
-
-static bool fake_tx_offset(const struct shim_chan *ch, uint64_t *offset)
-{
-	(void)ch;
-	*offset = TX_TAIL;
-	return tx_count_known;
-}
-
-static uint64_t fake_rx_offset(const struct shim_chan *ch)
-{
-	(void)ch;
-	return rx_count;
-}
-
-static int fake_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct iovec out[2])
-{
-	(void)ch;
-	if (from < HELD_FROM || from > TX_TAIL)
-		return -ERANGE;
-	out[0].iov_base = (void *)(held + (from - HELD_FROM));
-	out[0].iov_len = TX_TAIL - from;
-	return 1;
-}
-
-static size_t fake_readable(const struct shim_chan *ch)
-{
-	(void)ch;
-	return 0;
-}
-
-static const struct shim_transport_ops fake_ops = {
-	.readable = fake_readable,
-	.failed = fake_failed,
-	.fail = fake_fail,
-	.tx_offset = fake_tx_offset,
-	.rx_offset = fake_rx_offset,
-	.tx_unreceived = fake_tx_unreceived,
-};
-static struct shim_chan fake_chan = { .ops = &fake_ops };
 
 static void setup(void)
 {
 	shim_layers_register();
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
 	ck_assert_int_eq(fcntl(sv[1], F_SETFL, O_NONBLOCK), 0);
-	rx_count = 0;
-	tx_count_known = false;
+	/* The peer's count of ours, when the channel knows it: all of it. */
+	failed_chan_is = (typeof(failed_chan_is)){ .peer_got = TX_TAIL, .held_from = HELD_FROM, .held = held };
 }
 
 static void teardown(void)
@@ -116,7 +65,7 @@ static struct shim_sock *switched(void)
 	s->phase = SHIM_PHASE_DONE;
 	s->tx_dir = SHIM_DIR_CHAN;
 	s->rx_dir = SHIM_DIR_CHAN;
-	s->chan = &fake_chan;
+	s->chan = &failed_chan;
 	return s;
 }
 
@@ -159,7 +108,7 @@ START_TEST(bytes_past_our_count_reset_before_one_is_read)
 	struct shim_sock *s = switched();
 	char got[8];
 
-	rx_count = 40;
+	failed_chan_is.rx_count = 40;
 	/* The peer's count of ours is right, but its own bytes start at 50:
 	 * ten it had acknowledged never reached our count. */
 	peer_resume(SHIM_RESUME_F_TX_FROM, TX_TAIL, 50, "plain");
@@ -176,7 +125,7 @@ START_TEST(bytes_behind_our_count_reset_too)
 {
 	struct shim_sock *s = switched();
 
-	rx_count = 60;
+	failed_chan_is.rx_count = 60;
 	peer_resume(SHIM_RESUME_F_TX_FROM, TX_TAIL, 50, "plain");
 	progress(s);
 	ck_assert(s->aborted);
@@ -189,7 +138,7 @@ START_TEST(bytes_at_our_count_are_read_on_tcp)
 	struct shim_sock *s = switched();
 	char got[8];
 
-	rx_count = 50;
+	failed_chan_is.rx_count = 50;
 	peer_resume(SHIM_RESUME_F_TX_FROM, TX_TAIL, 50, "plain");
 	progress(s);
 	ck_assert(!s->aborted);
@@ -206,8 +155,8 @@ START_TEST(our_resume_says_where_our_bytes_start)
 	char after[32];
 	ssize_t n;
 
-	tx_count_known = true;
-	rx_count = 7;
+	failed_chan_is.tx_known = true;
+	failed_chan_is.rx_count = 7;
 	progress(s);
 	r = our_resume(after, sizeof(after), &n);
 	ck_assert_uint_eq(r.flags, SHIM_RESUME_F_TX_FROM);

@@ -26,6 +26,7 @@
 #include "transport.h"
 #include "wire.h"
 #include "check_run.h"
+#include "failed_chan.h"
 
 #define TABLE_FDS 1024
 #define PEER_RX 7 /* what the failed channel brought us: our RESUME names it */
@@ -33,68 +34,15 @@
 static const char owed[] = "the answer the channel lost";
 static int sv[2]; /* sv[0]: ours, sv[1]: the peer's */
 
-static bool fake_failed(const struct shim_chan *ch)
-{
-	(void)ch;
-	return true;
-}
-
-static void fake_fail(struct shim_chan *ch)
-{
-	(void)ch;
-}
-
-static bool fake_tx_offset(const struct shim_chan *ch, uint64_t *offset)
-{
-	(void)ch;
-	*offset = 100; /* the peer got our first 100 bytes */
-	return true;
-}
-
-static uint64_t fake_rx_offset(const struct shim_chan *ch)
-{
-	(void)ch;
-	return PEER_RX;
-}
-
-static int fake_tx_unreceived(const struct shim_chan *ch, uint64_t from, struct iovec out[2])
-{
-	(void)ch;
-	if (from != 100)
-		return -ERANGE;
-	out[0].iov_base = (void *)owed;
-	out[0].iov_len = sizeof(owed) - 1;
-	return 1;
-}
-
-static size_t fake_readable(const struct shim_chan *ch)
-{
-	(void)ch;
-	return 0;
-}
-
-static void fake_destroy(struct shim_chan *ch)
-{
-	(void)ch;
-}
-
-static const struct shim_transport_ops fake_ops = {
-	.readable = fake_readable,
-	.destroy = fake_destroy,
-	.failed = fake_failed,
-	.fail = fake_fail,
-	.tx_offset = fake_tx_offset,
-	.rx_offset = fake_rx_offset,
-	.tx_unreceived = fake_tx_unreceived,
-};
-static struct shim_chan fake_chan = { .ops = &fake_ops };
-
 static void setup(void)
 {
 	shim_layers_register();
 	ck_assert_int_eq(shim_fdtable_init(TABLE_FDS), 0);
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
 	ck_assert_int_eq(fcntl(sv[1], F_SETFL, O_NONBLOCK), 0);
+	/* The peer got our first 100 bytes; owed follows them. */
+	failed_chan_is = (typeof(failed_chan_is)){ .peer_got = 100, .tx_known = true, .rx_count = PEER_RX,
+						    .held_from = 100, .held = owed };
 }
 
 static void teardown(void)
@@ -115,7 +63,7 @@ static struct shim_sock *broken_at(int fd)
 	s->phase = SHIM_PHASE_DONE;
 	s->tx_dir = SHIM_DIR_CHAN;
 	s->rx_dir = SHIM_DIR_TCP;
-	s->chan = &fake_chan;
+	s->chan = &failed_chan;
 	ck_assert_ptr_null(shim_fd_publish(fd, s, &err));
 	ck_assert_int_eq(err, 0);
 	return s;
