@@ -120,6 +120,30 @@ START_TEST(taken_and_delivered)
 }
 END_TEST
 
+/* Another call's read settles the offer's DONE (shm_recv): the ring and
+ * its word say nothing any more, so the offering call's wait must end on
+ * the offer being settled (shm_zc_out, the transport's rx_offer_out). */
+START_TEST(settled_by_another_call)
+{
+	static uint8_t src[16 << 10], dst[16 << 10];
+	struct rig r;
+
+	rig_init(&r, getpid());
+	fill(src, sizeof(src), 5);
+	ck_assert_int_eq(shm_zc_offer(&r.zrx, &r.cons, dst, sizeof(dst)), 0);
+	ck_assert(shm_zc_out(&r.zrx));
+	ck_assert_uint_eq(send_buf(&r, src, sizeof(src), 0), sizeof(dst));
+	shm_zc_settle(&r.zrx, &r.cons, false);
+	ck_assert(!shm_zc_out(&r.zrx));
+	ck_assert(!shim_ring_zc_news(&r.cons));
+	ck_assert(shim_ring_consumer_arm(&r.cons, 1)); /* the ring alone would let it sleep */
+	shim_ring_consumer_disarm(&r.cons);
+	ck_assert_uint_eq(shm_zc_end(&r.zrx, &r.cons), sizeof(dst));
+	ck_assert_mem_eq(dst, src, sizeof(dst));
+	rig_fini(&r);
+}
+END_TEST
+
 START_TEST(withdrawn_is_never_written)
 {
 	static uint8_t src[16 << 10], dst[16 << 10];
@@ -393,6 +417,7 @@ static Suite *suite(void)
 	tcase_set_timeout(tc, 20);
 	tcase_add_test(tc, taken_and_delivered);
 	tcase_add_test(tc, withdrawn_is_never_written);
+	tcase_add_test(tc, settled_by_another_call);
 	tcase_add_test(tc, hostile_offers_cost_the_sender_nothing);
 	tcase_add_test(tc, hostile_done_is_a_violation);
 	tcase_add_test(tc, taken_is_waited_for_in_bounds);

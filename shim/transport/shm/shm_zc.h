@@ -94,6 +94,14 @@ void shm_zc_settle(struct shm_zc *z, struct shim_ring *rx, bool withdraw);
  * the bytes that landed in its buffer. */
 size_t shm_zc_end(struct shm_zc *z, struct shim_ring *rx);
 
+/* Lock-free: an offer is out (settled by no call yet). Relaxed: the
+ * offering call takes the socket's lock before it reads what a settle
+ * left (shm_zc_end); the lock orders the rest. */
+static inline bool shm_zc_out(const struct shm_zc *z)
+{
+	return __atomic_load_n(&z->out, __ATOMIC_RELAXED);
+}
+
 /* The peer's word that it can not write into us. */
 bool shm_zc_peer_refused(const struct shim_ring *rx);
 
