@@ -14,10 +14,16 @@
 #   (e) a sender killed (SIGKILL) in the middle of a send: the reader gets
 #       a right prefix and then the end, in bounded time.
 #   (f) RDMASHIM_ZEROCOPY=off: no zc counter at all (the fast path unchanged).
+#   (g) another thread's reads settle the offers (build/progs/zc_settle:
+#       a thread of the reader peeks without waiting, over and over): the
+#       offering read still returns at once, never a 200 ms wait slice
+#       later (the worst of 200 round trips under 150 ms).
 # The hostile side (offers and DONEs that lie) is tests/test_shm_zc.c.
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ZC=$PROGS/zc_shm
+SETTLE=$PROGS/zc_settle
 need_built "$ZC"
+need_built "$SETTLE"
 need_cmd python3
 
 # zc_counter FILE... NAME: the NAME counter of the zc object in the
@@ -119,5 +125,32 @@ same "off: sender exit status" 0 "$CLIENT_RC"
 check "off: reader OK" grep -q '^zc_shm: OK' "$WORK/off-server.out"
 same "off: no one-copy receive" 0 "$ZC_RECVS"
 same "off: no one-copy send" 0 "$ZC_SENDS"
+
+# (g)
+port=$(free_port)
+mkdir -p "$WORK/settle"
+start_bg settle-server shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_TRACE=info \
+  "RDMASHIM_TRACE_FILE=$WORK/settle/trace.%p.jsonl" RDMASHIM_ZEROCOPY=on "$SETTLE" server "$port" 200
+spid=$BG_PID
+if wait_ready settle-server >/dev/null; then
+  rc=0
+  with_shim RDMASHIM_PORTS="$port" RDMASHIM_TRANSPORTS=shm RDMASHIM_TRACE=info \
+    "RDMASHIM_TRACE_FILE=$WORK/settle/trace.c%p.jsonl" RDMASHIM_ZEROCOPY=on "$SETTLE" client "$port" 200 \
+    >"$WORK/settle-client.out" 2>&1 || rc=$?
+  src=0
+  wait_bg "$spid" 60 || src=$?
+  line=$(grep '^zc_settle:' "$WORK/settle-client.out" | tail -n 1)
+  log "settle: $line; reader: $(grep '^zc_settle:' "$WORK/settle-server.out" | tail -n 1)"
+  same "settle: sender exit status" 0 "$rc"
+  same "settle: reader exit status" 0 "$src"
+  check "settle: reader OK, every byte right" grep -q '^zc_settle: OK' "$WORK/settle-server.out"
+  recvs=$(zc_counter "$WORK"/settle/trace.[0-9]*.jsonl zc_recvs)
+  check "settle: receives that got bytes with one copy (zc_recvs=$recvs)" test "$recvs" -gt 0
+  worst=$(sed -n 's/.* worst_ms=\([0-9]*\).*/\1/p' <<<"$line")
+  check "settle: no offering read slept on (worst round trip ${worst:-?} ms < 150)" test "${worst:-999}" -lt 150
+else
+  not_ok "settle: reader ready"
+  stop_bg "$spid"
+fi
 
 finish

@@ -144,9 +144,14 @@ struct shim_transport_ops {
 	 * not (-errno); after its wait, whatever it was, rx_offer_end
 	 * withdraws the offer, waits for a write in progress, and returns
 	 * the bytes that landed in the buffer. Under the sock's lock.
+	 * rx_offer_out, lock-free: the offer is still out. Another call's
+	 * read may settle it (its DONE bytes are the offering call's), and
+	 * then nothing else on the channel says so: the offering call's
+	 * wait ends on it (io_sleep.c).
 	 */
 	int (*rx_offer)(struct shim_chan *ch, void *buf, size_t len);
 	size_t (*rx_offer_end)(struct shim_chan *ch);
+	bool (*rx_offer_out)(const struct shim_chan *ch);
 	/* The producer may look at the armed word before its bytes are visible
 	 * (and so miss an arm that lands meanwhile): a consumer's first sleep
 	 * after an rx arm must then be short (IO_GRACE_MS in io/io_sleep.c), so that it

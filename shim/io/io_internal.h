@@ -83,6 +83,9 @@ int shim_io_wait_for_peer(struct shim_sock *s, int fd, short events, bool nonblo
 /* rx on the channel found nothing / tx found it full: spin, then arm,
  * sleep for a bell, disarm. */
 int shim_io_wait_rx(struct shim_sock *s, int fd, long long deadline);
+/* The same for a call whose buffer is offered (transport.h, rx_offer):
+ * it ends too when another call settled the offer. */
+int shim_io_wait_rx_offering(struct shim_sock *s, int fd, long long deadline);
 int shim_io_wait_tx(struct shim_sock *s, int fd, long long deadline);
 
 /* The channel's bell line, to watch for POLLIN beside TCP and arm for

@@ -224,7 +224,7 @@ static enum shim_io_next rx_wait_offering(struct rx_call *c, const struct iovec 
 		c->rc = shim_io_wait_rx(s, c->fd, c->deadline);
 		return c->rc < 0 ? SHIM_IO_ANSWERED : SHIM_IO_AGAIN;
 	}
-	c->rc = shim_io_wait_rx(s, c->fd, c->deadline);
+	c->rc = shim_io_wait_rx_offering(s, c->fd, c->deadline);
 	/* The wait may have handed the channel back (a failover stops it
 	 * and settles the offer first): the offer's bytes were taken then. */
 	n = s->chan == ch ? ch->ops->rx_offer_end(ch) : 0;

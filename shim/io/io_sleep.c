@@ -189,6 +189,15 @@ static bool rx_ready(const struct shim_sock *s)
 	return ch->ops->readable(ch) || ch->ops->rx_eof(ch) || chan_violated(ch);
 }
 
+/* The offering call's: its offer settled by another call's read is its
+ * bytes, which no ring or word announces any more. */
+static bool rx_offering_ready(const struct shim_sock *s)
+{
+	const struct shim_chan *ch = s->chan;
+
+	return rx_ready(s) || !ch->ops->rx_offer_out(ch);
+}
+
 bool shim_io_tx_ready(const struct shim_sock *s)
 {
 	const struct shim_chan *ch = s->chan;
@@ -332,6 +341,12 @@ static int rx_arm(void *ctx, int *cap_ms)
 		return 0;
 	}
 	SHIM_MSGSTAMP_MARK(SHIM_MSG_ARM);
+	/* Under the lock, after the arm: another call's settle (under the
+	 * lock too) either ran before, and nothing else would wake us for
+	 * it, or runs later, for a DONE that came after our arm, whose bell
+	 * the producer rings. */
+	if (w->ready == rx_offering_ready && !w->ch->ops->rx_offer_out(w->ch))
+		return 0;
 	w->cap_ms = shim_io_grace_needed(w->s) ? IO_GRACE_MS : 0;
 	return 1;
 }
@@ -466,6 +481,11 @@ static int call_round(const struct shim_waitloop_ops *ops, struct shim_sock *s, 
 int shim_io_wait_rx(struct shim_sock *s, int fd, long long deadline)
 {
 	return call_round(&rx_ops, s, fd, deadline, rx_ready);
+}
+
+int shim_io_wait_rx_offering(struct shim_sock *s, int fd, long long deadline)
+{
+	return call_round(&rx_ops, s, fd, deadline, rx_offering_ready);
 }
 
 /* tx on the channel found it full: spin, then arm and sleep for a bell. */

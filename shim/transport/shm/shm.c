@@ -283,6 +283,11 @@ static size_t shm_rx_offer_end(struct shim_chan *ch)
 	return shm_zc_end(&sc->zc, &sc->rx);
 }
 
+static bool shm_rx_offer_out(const struct shim_chan *ch)
+{
+	return shm_zc_out(&shm_of(ch)->zc);
+}
+
 void shim_shm_zc_bind(struct shim_chan *ch, int pidfd)
 {
 	shm_zc_bind(&shm_of(ch)->zc, pidfd);
@@ -773,4 +778,5 @@ const struct shim_transport_ops shim_shm_ops = {
 	.tx_unreceived = shm_tx_unreceived,
 	.rx_offer = shm_rx_offer,
 	.rx_offer_end = shm_rx_offer_end,
+	.rx_offer_out = shm_rx_offer_out,
 };

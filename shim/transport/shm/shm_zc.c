@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,7 +276,7 @@ int shm_zc_offer(struct shm_zc *z, struct shim_ring *rx, void *buf, size_t len)
 	/* Release: the offer's fields before it opens; pairs with the
 	 * producer's acquire load in shm_zc_send(). */
 	__atomic_store_n(&rx->hdr->zc_state, shm_zc_word(z->gen, SHM_ZC_OPEN), __ATOMIC_RELEASE);
-	z->out = true;
+	__atomic_store_n(&z->out, true, __ATOMIC_RELAXED);
 	return 0;
 }
 
@@ -286,7 +287,7 @@ static void settle_done(struct shm_zc *z, struct shim_ring *rx)
 	uint64_t n = __atomic_load_n(&rx->hdr->zc_done, __ATOMIC_RELAXED);
 
 	shim_ring_zc_unwatch(rx);
-	z->out = false;
+	__atomic_store_n(&z->out, false, __ATOMIC_RELAXED);
 	if (n > z->len) {
 		shim_ring_violate(rx);
 		return;
@@ -297,24 +298,159 @@ static void settle_done(struct shm_zc *z, struct shim_ring *rx)
 		shim_stats_zc_add(SHIM_ZC_RECVS, 1);
 }
 
-/* A taken offer never came to DONE in time, or its writer died: what it
- * wrote is not known and is not the stream's. A dead writer's stream ends
- * at TCP's end, a living one broke its promise: the ring is violated. */
-static void give_up(struct shm_zc *z, struct shim_ring *rx, bool writer_dead)
+/* A taken offer whose writer can write no more (it exited, or it broke
+ * its promise and can not write into us): what it wrote is not known and
+ * is not the stream's. A dead writer's stream ends at TCP's end; a living
+ * one that broke its promise violated the ring (violate). */
+static void give_up(struct shm_zc *z, struct shim_ring *rx, bool violate)
 {
 	shim_ring_zc_unwatch(rx);
-	z->out = false;
+	__atomic_store_n(&z->out, false, __ATOMIC_RELAXED);
 	z->given_up = true;
 	z->rx_on = false;
-	if (!writer_dead)
+	if (violate)
 		shim_ring_violate(rx);
+}
+
+/* The writer's process is known to have exited: no write of its is in
+ * progress or can start (a process exits after its system calls end). */
+static bool peer_exited(const struct shm_zc *z)
+{
+	if (z->pidfd.fd >= 0 && shim_owned_still(&z->pidfd)) {
+		struct pollfd p = { .fd = z->pidfd.fd, .events = POLLIN };
+
+		/* A pidfd is readable once its process exited. */
+		return REAL(poll)(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP));
+	}
+	/* Our pidfd was taken (a close-all of the program's): a number no
+	 * process has means ours is gone; one that names a process, maybe
+	 * another, says nothing. */
+	return z->pid > 0 && kill(z->pid, 0) < 0 && errno == ESRCH;
+}
+
+/* The numbers after "Key:" in /proc's status text (at most n); how many. */
+static int status_nums(const char *text, const char *key, int base, unsigned long long *v, int n)
+{
+	const char *p = strstr(text, key);
+	int got = 0;
+
+	if (!p)
+		return 0;
+	p += strlen(key);
+	while (got < n) {
+		char *end;
+		unsigned long long x = strtoull(p, &end, base);
+
+		if (end == p)
+			break;
+		v[got++] = x;
+		p = end;
+	}
+	return got;
+}
+
+/*
+ * Whether the writer's process could ever pass the kernel's check for a
+ * write into us (ptrace's PTRACE_MODE_ATTACH_REALCREDS) without an exec,
+ * which ends any write of its first: CAP_SYS_PTRACE in its permitted set,
+ * or a user id of its (any of which it may make its real one) that is one
+ * of ours. Groups, Yama and dumpability are left out: a yes where the
+ * kernel says no costs a longer wait only. Not known: yes.
+ */
+static bool peer_may_write_us(const struct shm_zc *z)
+{
+	unsigned long long uid[3], cap[1];
+	uid_t r, e, s;
+	char path[64], buf[4096];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)z->pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return true;
+	n = REAL(read)(fd, buf, sizeof(buf) - 1);
+	REAL(close)(fd);
+	/* Alive after the read: the number was its when we read (a pid is
+	 * not reused before its process is reaped). */
+	if (n <= 0 || !peer_alive(z) || getresuid(&r, &e, &s) < 0)
+		return true;
+	buf[n] = '\0';
+	if (status_nums(buf, "\nUid:", 10, uid, 3) != 3 || status_nums(buf, "\nCapPrm:", 16, cap, 1) != 1)
+		return true;
+	if (cap[0] & (1ull << 19)) /* CAP_SYS_PTRACE */
+		return true;
+	for (int i = 0; i < 3; i++)
+		if (uid[i] == r || uid[i] == e || uid[i] == s)
+			return true;
+	return false;
+}
+
+/*
+ * Taken: the writer's process_vm_writev may land in the buffer until it
+ * says DONE or its process is gone, and nothing we do can stop it (a
+ * writer stopped between its take and its write, or in the write on a
+ * fault of its own memory, writes when it goes on). So the buffer goes
+ * back to the program only then. The bound decides the connection only:
+ * past it the ring is violated (the writer broke its promise), and a
+ * writer that could not write into us anyway is not waited for; one that
+ * could is, however long (a process that may write into us may also stop
+ * us with ptrace: the wait gives it no power it did not have).
+ */
+static void wait_taken(struct shm_zc *z, struct shim_ring *rx, uint64_t taken, uint64_t done)
+{
+	unsigned long long until = shim_now_ns() + SHM_ZC_TAKEN_WAIT_MS * 1000000ull;
+	bool late = false;
+	uint64_t st;
+
+	for (;;) {
+		/* Acquire: pairs with the producer's release store of DONE;
+		 * its write into the buffer came before. */
+		st = __atomic_load_n(&rx->hdr->zc_state, __ATOMIC_ACQUIRE);
+		if (st == done && !late) {
+			settle_done(z, rx);
+			return;
+		}
+		if (st != taken) {
+			/* DONE after the bound (its bytes are not the
+			 * stream's: the ring was violated then), or a word of
+			 * no state of this offer's, which only the peer
+			 * writes: a violation. Either way the writer's last
+			 * word came after its write. */
+			give_up(z, rx, !late);
+			return;
+		}
+		if (peer_exited(z)) {
+			give_up(z, rx, false);
+			return;
+		}
+		if (!late && shim_now_ns() > until) {
+			if (!peer_may_write_us(z)) {
+				give_up(z, rx, true);
+				return;
+			}
+			late = true;
+			shim_ring_violate(rx);
+			SHIM_TRACE(SHIM_TRACE_WARN, "zc.late_writer", -1, NULL, SHIM_REASON_NONE, "\"pid\":%d",
+				   (int)z->pid);
+		}
+		if (!late) {
+			struct timespec ts = { 0, 20000 };
+
+			nanosleep(&ts, NULL);
+		} else {
+			/* The writer's exit wakes this poll at once. */
+			struct pollfd p = { .fd = shim_owned_still(&z->pidfd) ? z->pidfd.fd : -1, .events = POLLIN };
+
+			REAL(poll)(&p, 1, 10);
+		}
+	}
 }
 
 void shm_zc_settle(struct shm_zc *z, struct shim_ring *rx, bool withdraw)
 {
 	uint64_t open = shm_zc_word(z->gen, SHM_ZC_OPEN), taken = shm_zc_word(z->gen, SHM_ZC_TAKEN),
 		 done = shm_zc_word(z->gen, SHM_ZC_DONE);
-	unsigned long long until = 0;
 	uint64_t st;
 
 	if (!z->out)
@@ -334,14 +470,14 @@ void shm_zc_settle(struct shm_zc *z, struct shim_ring *rx, bool withdraw)
 			if (__atomic_compare_exchange_n(&rx->hdr->zc_state, &st, shm_zc_word(z->gen, SHM_ZC_IDLE), false,
 							__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 				shim_ring_zc_unwatch(rx);
-				z->out = false;
+				__atomic_store_n(&z->out, false, __ATOMIC_RELAXED);
 				return;
 			}
 			continue; /* taken meanwhile: st is the new word */
 		}
 		if (st != taken) {
 			/* No state of this offer's: the peer wrote the word. */
-			z->out = false;
+			__atomic_store_n(&z->out, false, __ATOMIC_RELAXED);
 			shim_ring_zc_unwatch(rx);
 			shim_ring_violate(rx);
 			return;
@@ -349,24 +485,13 @@ void shm_zc_settle(struct shm_zc *z, struct shim_ring *rx, bool withdraw)
 		if (!withdraw)
 			return; /* the writer is at work: it writes no ring byte meanwhile */
 		/* Taken: the copy is in the writer's system call, a ring's
-		 * worth at most. Spin a little, then sleep in short steps. */
+		 * worth at most. Spin a little first. */
 		if (spins < 256) {
 			__builtin_ia32_pause();
 			continue;
 		}
-		if (!until)
-			until = shim_now_ns() + SHM_ZC_TAKEN_WAIT_MS * 1000000ull;
-		if (!peer_alive(z) && z->pidfd.fd >= 0) {
-			give_up(z, rx, true);
-			return;
-		}
-		if (shim_now_ns() > until) {
-			give_up(z, rx, false);
-			return;
-		}
-		struct timespec ts = { 0, 20000 };
-
-		nanosleep(&ts, NULL);
+		wait_taken(z, rx, taken, done);
+		return;
 	}
 }
 

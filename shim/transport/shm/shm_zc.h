@@ -9,8 +9,10 @@
  * do not move its cursors: each side counts them (tx_total, rx_total),
  * and a stream offset is a ring cursor plus that count. The
  * receiver withdraws an offer not taken with the opposite swap, so a
- * write can only follow a take, and a take is always settled (DONE seen,
- * or the connection given up) before the receive returns.
+ * write can only follow a take, and a take is always settled before
+ * the receive returns: DONE seen, or the writer gone, or, past a bound,
+ * a writer that can not write into us given up. Never a timeout alone:
+ * a stopped writer writes when it goes on.
  *
  * Everything here runs under the owning socket's lock, except the
  * ring's watch of the word (ring.h), which the lock-free readiness
@@ -40,9 +42,10 @@ static inline uint64_t shm_zc_word(uint64_t gen, unsigned state)
 	return gen << 2 | state;
 }
 
-/* How long a receiver waits for a taken offer to be DONE before it gives
- * the connection up: the peer's promise (shim/DESIGN invariant 8), bound
- * to a copy of at most one ring, which takes far less. */
+/* How long a taken offer may take to be DONE before the connection is
+ * given up: the peer's promise (shim/DESIGN invariant 8), bound to one
+ * write of a send, which takes far less. The buffer itself waits on for
+ * the write or the writer's exit (shm_zc.c, wait_taken). */
 #define SHM_ZC_TAKEN_WAIT_MS 2000
 
 struct shm_zc {
@@ -60,8 +63,8 @@ struct shm_zc {
 	/* Consumer: bytes received by offers so far; the offer out (one at a
 	 * time), its generation, stream offset and length; delivered: bytes
 	 * a settle took for it, for the call that made it (shm_zc_end);
-	 * given_up: a taken offer never came to DONE, so nothing more is
-	 * offered (its writer died, or the ring is violated). */
+	 * given_up: a taken offer never came to DONE in time, so nothing
+	 * more is offered (its writer died, or the ring is violated). */
 	uint64_t rx_total;
 	bool out;
 	uint64_t gen, off, len;
@@ -90,6 +93,14 @@ void shm_zc_settle(struct shm_zc *z, struct shim_ring *rx, bool withdraw);
 /* Consumer, the call that offered: withdraws (or settles) and returns
  * the bytes that landed in its buffer. */
 size_t shm_zc_end(struct shm_zc *z, struct shim_ring *rx);
+
+/* Lock-free: an offer is out (settled by no call yet). Relaxed: the
+ * offering call takes the socket's lock before it reads what a settle
+ * left (shm_zc_end); the lock orders the rest. */
+static inline bool shm_zc_out(const struct shm_zc *z)
+{
+	return __atomic_load_n(&z->out, __ATOMIC_RELAXED);
+}
 
 /* The peer's word that it can not write into us. */
 bool shm_zc_peer_refused(const struct shim_ring *rx);
