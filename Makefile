@@ -138,16 +138,18 @@ integration: all
 	@integration/run-all.sh
 
 # Builds run two jobs at once (this machine's two cores: 22 s serial
-# against 13 s for all, and as much for each sanitizer build); the tests
-# themselves one after the other.
+# against 13 s for all, and as much for each sanitizer build). Then the
+# integration scenarios with the sanitizer runs after them, and the VM
+# scenarios beside all of that in a lane of their own (run-all.sh's
+# header: they share only the CPU with the host's scenarios); the host's
+# tests themselves one after the other.
 test: deps
 	$(MAKE) -j2 all
 	$(MAKE) check-layers
 	$(MAKE) -j2 unit-bins
 	$(MAKE) unit
-	$(MAKE) integration
-	$(MAKE) test-asan
-	$(MAKE) test-tsan
+	$(MAKE) -j2 asan tsan
+	@RUN_ALL_THEN="tests/sanitize.sh asan tsan" integration/run-all.sh
 
 # Sanitizer builds (own build dirs) and runs: tests/sanitize.sh says what runs.
 # The command too: integration/t_trace_tool.sh runs build/asan's on damaged

@@ -31,6 +31,7 @@
 # SHIM_LIB and SHIM_PROGS (integration/lib.sh) when set: another build, not
 # under /tmp, which the VMs do not see.
 # scenario-timeout: 600
+# scenario-lane: vm
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_built "$PROGS/conn_hold" "$PROGS/stress"
 

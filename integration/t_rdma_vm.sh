@@ -46,6 +46,7 @@
 # integration/run-all.sh t_rdma_vm. Skips (77) only when qemu or a
 # kernel with rdma_rxe is missing.
 # scenario-timeout: 1020
+# scenario-lane: vm
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_built
 

@@ -1,6 +1,7 @@
 #!/bin/bash
-# tests/sanitize.sh asan|tsan: the sanitizer runs behind `make test-asan` and
-# `make test-tsan` (which build what it needs first).
+# tests/sanitize.sh asan|tsan...: the sanitizer runs behind `make test-asan`
+# and `make test-tsan` (which build what it needs first); make test runs
+# both, beside the VM scenarios (integration/run-all.sh's RUN_ALL_THEN).
 #
 #   asan  ASan + UBSan (a UBSan report aborts): the unit tests of build/asan,
 #         then the scenarios in $SAN_SCENARIOS (default below) with
@@ -44,6 +45,12 @@
 set -u
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# Several kinds (make test: asan tsan): one after the other, each to its end.
+if (($# > 1)); then
+  rc=0
+  for k; do "${BASH_SOURCE[0]}" "$k" || rc=1; done
+  exit "$rc"
+fi
 KIND=${1:-}
 case $KIND in
   asan)

@@ -242,9 +242,25 @@ def show_diff(base, other, label):
     return out
 
 
+def slow_marks(obs):
+    return sum(ln.endswith(" SLOW") for ln in obs["server"] + obs["client"])
+
+
 def verdict(lines, modes=MODES, timeout=None):
     """Runs a scenario all ways. Returns (same, observations, detail lines)."""
     obs = {m: run_once(lines, m, timeout) for m in modes}
+    # A SLOW mark (a step over 3 s) in the plain run is the host's doing:
+    # plain TCP is the reference, and the mark is there to catch the shim's
+    # runs stalling where plain TCP does not. Seen on a busy host: plain's
+    # 8 MiB send marked, the tcp and shm runs not. Such a reference runs
+    # again, twice at most, and the sane run with the fewest marks is kept;
+    # a mark in a shim run against an unmarked reference still differs.
+    for _ in range(2):
+        if not slow_marks(obs["plain"]):
+            break
+        again = run_once(lines, "plain", timeout)
+        if sane(again) and slow_marks(again) < slow_marks(obs["plain"]):
+            obs["plain"] = again
     detail = []
     same = True
     for m in modes[1:]:
