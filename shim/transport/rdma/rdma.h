@@ -158,6 +158,7 @@ struct rdma_conn {
 	bool close_pending; /* shutdown_tx came before the staged bytes left */
 	unsigned long long staged_since_ns; /* unproven: when bytes started waiting */
 	uint64_t rx_head, rx_head_sent;
+	uint64_t rx_head_imm; /* the head our last DATA immediate carried (rdma_wire.h) */
 	uint64_t rx_tail;   /* bytes the peer's immediates announced; atomic */
 	bool rx_closed;     /* the peer's CLOSED immediate arrived; atomic */
 	/* The stall watch, under the link's lock: since when the peer's tail
@@ -167,6 +168,10 @@ struct rdma_conn {
 	uint64_t recv_posted, recv_reported; /* our receives, and what the peer knows */
 	uint64_t peer_recvs_used; /* our immediates: one of the peer's receives each */
 	uint64_t peer_head_seen, peer_recvs_seen; /* the peer's credits we accepted last */
+	/* The peer's head as its DATA immediates gave it (rdma_wire.h): its
+	 * rx_head_imm. Its credit is the larger of this and ctl->tx_head.
+	 * Atomic: the link's reaper writes it on any thread. */
+	uint64_t peer_head_imm;
 	bool closed_sent;
 	/* Test-only (faults.h, link_qp_lost): its attach was the Nth: the
 	 * link's QP goes to ERR at its first post once proved; 0: none. */

@@ -3,8 +3,12 @@
  *
  * Each direction is a byte ring in the consumer's registered memory. The
  * producer copies the application's bytes into a staging copy of the ring
- * (same offsets), RDMA-WRITEs them into the consumer's ring and then WRITEs
- * the new tail into the consumer's control page. The consumer reads its
+ * (same offsets) and RDMA-WRITEs them into the consumer's ring. An
+ * immediate completes on the consumer's CQ: on the last data WRITE itself
+ * (a DATA immediate: the tail moves by the bytes placed), or, on a
+ * connection whose id does not fit one, on a WRITE of the new tail into
+ * the consumer's control page after the data (rdma_wire.h). The consumer
+ * reads its
  * local ring and WRITEs its head back into the producer's control page
  * (credits), at least every eighth of the ring and whenever the producer
  * asked for space or it arms, and, exact, with every tail it writes as a
@@ -104,8 +108,9 @@ static size_t rchan_writable(const struct shim_chan *ch)
 /*
  * Posts the staged bytes [tx_posted, tx_tail + add) to the peer's ring: at
  * most two WRITEs (the staging copy has the ring's offsets, so a wrap
- * splits it), the last one carrying the byte count as its immediate, which
- * is the tail's news for the consumer. false: nothing was posted.
+ * splits it). The last carries a DATA immediate (its byte count is the
+ * tail's news, our head rides in it), or the tail word follows them.
+ * false: nothing was posted.
  */
 static uint64_t post_closed(struct rdma_conn *c);
 
@@ -115,17 +120,19 @@ static bool post_staged(struct rdma_conn *c, size_t add)
 	uint64_t from = c->tx_posted, to = c->tx_tail + add;
 	size_t n = (size_t)(to - from);
 	size_t off = (size_t)(from & c->mask), first = c->ring_bytes - off < n ? c->ring_bytes - off : n;
-
-	shim_rdma_chain_write(c, &wrs, c->tx_shadow + off, first, SHIM_RDMA_CTL_BYTES + off, false);
-	if (n > first)
-		shim_rdma_chain_write(c, &wrs, c->tx_shadow, n - first, SHIM_RDMA_CTL_BYTES, false);
 	/* Testing only (RDMASHIM_TEST_FAIL_RDMA_KB): the channel dies here: the
 	 * program was told these bytes went out, and the peer never learns of
 	 * them (no immediate announces them). */
 	bool die = shim_cfg.test_fail_rdma_kb && to >= (uint64_t)shim_cfg.test_fail_rdma_kb * 1024u;
+	bool data_imm = !die && shim_rdma_data_imm_begin(c, &wrs);
 	uint64_t seq;
 
-	if (!die) {
+	shim_rdma_chain_write(c, &wrs, c->tx_shadow + off, first, SHIM_RDMA_CTL_BYTES + off, false);
+	if (n > first)
+		shim_rdma_chain_write(c, &wrs, c->tx_shadow, n - first, SHIM_RDMA_CTL_BYTES, false);
+	if (data_imm) {
+		shim_rdma_chain_data_imm(c, &wrs, n > first);
+	} else if (!die) {
 		/* The tail word after the data, on the same QP: placed after
 		 * them, and its immediate names our connection at the peer.
 		 * Our head rides with it (the reply carries the request's). */
@@ -462,7 +469,8 @@ static bool rx_bell_due(struct shim_chan *ch)
 	 * and never waits on us while we sleep.
 	 *
 	 * A read that empties the ring posts nothing more: the exact head
-	 * goes with our next tail (a reply, in the same WRITE), our arm
+	 * goes with our next tail (a reply: in the tail WRITE, or in the
+	 * immediate of a one-WRITE send), our arm
 	 * (chain_credits) or our close (rdma_teardown.c), whichever comes
 	 * first. Written here, it was a WRITE of its own on the QP right
 	 * ahead of the reply in every request/answer exchange.

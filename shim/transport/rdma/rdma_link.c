@@ -520,10 +520,10 @@ static void take_wc(struct rdma_link *l, const struct ibv_wc *wc)
 		}
 		if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
 			uint32_t imm = be32toh(wc->imm_data);
-			struct rdma_conn *c = conn_at(l, imm & SHIM_RDMA_IMM_ID);
+			struct rdma_conn *c = conn_at(l, shim_rdma_imm_id(imm));
 
 			/* No connection: one we detached; what it wrote is dropped. */
-			if (c && h && !h->imm(c, imm))
+			if (c && h && !h->imm(c, imm, wc->byte_len))
 				break_locked(l, "violation", 0);
 		} else {
 			take_message(l, recv_cell(l, i), wc->byte_len);

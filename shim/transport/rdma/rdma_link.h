@@ -82,7 +82,7 @@ struct wr_chain {
  * held, from any thread; false: the peer broke the rules, and the link
  * breaks (its other connections have the same peer). */
 struct rdma_link_handlers {
-	bool (*imm)(struct rdma_conn *c, uint32_t imm);
+	bool (*imm)(struct rdma_conn *c, uint32_t imm, uint32_t byte_len);
 	bool (*switch_at)(struct rdma_conn *c, const void *buf, size_t len);
 	bool (*accept)(struct rdma_conn *c, const struct shim_rdma_link_msg *m);
 	void (*broken)(struct rdma_conn *c, const char *why, int detail);
