@@ -147,6 +147,16 @@ struct rdma_conn {
 	 * of them. Once it completed successfully, the peer's RESUME can only
 	 * name tx_announced (rchan_tx_offset). */
 	uint64_t tx_announced, tx_imm_seq;
+	/* tx_announced is atomic (the links' sweeper reads it): stored after
+	 * the post of what it counts. tx_word: the largest tail a WRITE of
+	 * ours put in the peer's rx_announced (atomic, written here and by
+	 * the sweeper); with DATA immediates it lags, and only the peer's
+	 * stall watch reads it (rdma_wire.h, the lazy tail word).
+	 * tx_lag_ns/tx_lag_tail, under the link's lock: the sweeper saw
+	 * the word lag tx_lag_tail since tx_lag_ns (0: not). */
+	uint64_t tx_word;
+	unsigned long long tx_lag_ns;
+	uint64_t tx_lag_tail;
 	/* Cursors: ours live here, the peer's in ctl (written remotely).
 	 * tx_tail: bytes the program gave us (staged); tx_posted: those
 	 * posted to the peer, which lag while the peer is unproven. */

@@ -73,6 +73,10 @@ struct wr_chain {
 	struct ibv_sge sge[CHAIN_MAX];
 	uint64_t words[CHAIN_MAX];
 	uint64_t tail_head[2]; /* shim_rdma_chain_tail's two words: one per chain */
+	/* At most one word whose value is read as the chain takes its place
+	 * on the QP, under the post lock (shim_rdma_chain_tail_word). */
+	const uint64_t *late_src;
+	unsigned late_i;
 	unsigned copy_mask; /* entries whose source must sit in a send cell unless inline */
 	unsigned n;
 };
@@ -92,6 +96,10 @@ struct rdma_link_handlers {
 	 * excess in *behind. */
 	bool (*rx_stalled)(struct rdma_conn *c, unsigned long long now, unsigned long long bound_ns,
 			   uint64_t *behind);
+	/* At the same look: our lazy tail word for the peer's watch, when it
+	 * lagged a quarter of bound_ns (rdma_wire.h, version 8). Posts with
+	 * shim_rdma_link_post_locked only. */
+	void (*tx_lazy)(struct rdma_conn *c, unsigned long long now, unsigned long long bound_ns);
 };
 void shim_rdma_link_set_handlers(const struct rdma_link_handlers *h);
 
@@ -207,7 +215,8 @@ void shim_rdma_link_fault_err(struct rdma_link *l);
  * fails over. At most one look per quarter of the bound. An idle reap
  * looks too (a receiver waiting in a call); the links' sweeper
  * (rdma_link_table.c) looks at every link of the table, for receivers in
- * no call.
+ * no call. The same looks publish our own lazy tail words for the peer's
+ * watch (handlers' tx_lazy).
  */
 void shim_rdma_link_watch(struct rdma_link *l);
 
@@ -299,6 +308,9 @@ uint64_t shim_rdma_link_send(struct rdma_link *l, const void *msg, size_t len);
 /* Posts the chain (waiting, bounded, for room in the send queue); the
  * last WR's sequence number, or 0: nothing posted (the link is broken). */
 uint64_t shim_rdma_link_post(struct rdma_link *l, struct wr_chain *ch);
+/* The same with l->lock held: never waits; 0 when the send queue has no
+ * room (the caller tries again later) or the link is broken. */
+uint64_t shim_rdma_link_post_locked(struct rdma_link *l, struct wr_chain *ch);
 /* Spins (bounded) until WR seq completed; false when the link broke. */
 bool shim_rdma_link_wait(struct rdma_link *l, uint64_t seq);
 static inline uint64_t shim_rdma_link_completed(const struct rdma_link *l)

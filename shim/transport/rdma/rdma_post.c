@@ -169,8 +169,9 @@ static bool take_accept(struct rdma_conn *c, const struct shim_rdma_link_msg *m)
 /*
  * The stall watch's look at one connection (rdma_link.h), right after a
  * reap under the link's lock: every completion the CQ delivered is
- * counted, so a tail word of the peer's (written by the very WRITE whose
- * immediate announces it) still ahead of our count is one whose
+ * counted, so a tail word of the peer's (written behind the WRITEs it
+ * counts: by the one whose immediate announces it, or lazily on a DATA
+ * connection, rdma_wire.h) still ahead of our count is one whose
  * completion did not come. It stands for a moment in flight (placed,
  * completion not yet written); past the bound, with our count not moving
  * meanwhile, the CQ stopped delivering. The word is the peer's: read once
@@ -192,12 +193,46 @@ static bool rx_stalled(struct rdma_conn *c, unsigned long long now, unsigned lon
 	return shim_rdma_stall_judge(&c->stall_since_ns, &c->stall_tail, word, tail, now, bound_ns);
 }
 
+/*
+ * The links' sweeper (rdma_link.c, watch_locked; under the link's lock):
+ * our lazy tail word, once it lagged what our DATA immediates announced
+ * for a quarter of the peer's bound (ours: both ends run one
+ * configuration), so that the peer's watch sees a stalled CQ of a sender
+ * that neither arms nor waits for room (those publish it themselves,
+ * rdma_chan.c). Never waits for room on the send queue: a later look
+ * tries again.
+ */
+static void tx_lazy(struct rdma_conn *c, unsigned long long now, unsigned long long bound_ns)
+{
+	struct wr_chain wrs = { .n = 0 };
+	uint64_t word = __atomic_load_n(&c->tx_word, __ATOMIC_RELAXED);
+
+	if (!__atomic_load_n(&c->proved, __ATOMIC_RELAXED) || __atomic_load_n(&c->broken, __ATOMIC_RELAXED) ||
+	    !c->link || !shim_rdma_tail_word_lags(c)) {
+		c->tx_lag_ns = 0;
+		return;
+	}
+	if (!c->tx_lag_ns || word >= c->tx_lag_tail) {
+		c->tx_lag_ns = now;
+		c->tx_lag_tail = __atomic_load_n(&c->tx_announced, __ATOMIC_RELAXED);
+		return;
+	}
+	if (now - c->tx_lag_ns < bound_ns / 4)
+		return;
+	shim_rdma_chain_tail_word(c, &wrs);
+	if (shim_rdma_link_post_locked(c->link, &wrs)) {
+		shim_rdma_tail_word_sent(c, &wrs);
+		c->tx_lag_ns = 0;
+	}
+}
+
 const struct rdma_link_handlers shim_rdma_link_handlers = {
 	.imm = take_imm,
 	.switch_at = take_switch_at,
 	.accept = take_accept,
 	.broken = shim_rdma_mark_broken,
 	.rx_stalled = rx_stalled,
+	.tx_lazy = tx_lazy,
 };
 
 void shim_rdma_reap(struct rdma_conn *c)
@@ -251,6 +286,44 @@ void shim_rdma_chain_word(struct rdma_conn *c, struct wr_chain *ch, size_t ctl_o
 	shim_rdma_chain_write(c, ch, &ch->words[i], sizeof(value), ctl_off, signal);
 }
 
+/* Raises *w to v; relaxed: tx_word is only ever compared. */
+static void raise_word(uint64_t *w, uint64_t v)
+{
+	uint64_t had = __atomic_load_n(w, __ATOMIC_RELAXED);
+
+	while (had < v && !__atomic_compare_exchange_n(w, &had, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+}
+
+/*
+ * The lazy tail word (rdma_wire.h, version 8): a plain WRITE, without
+ * immediate and unsignaled, of what our DATA immediates announced into
+ * the peer's rx_announced, for its stall watch only. Its value is read
+ * as the chain takes its place on the QP (late_src, under the post lock):
+ * tx_announced is stored only after the post of the bytes it counts, so
+ * the word never names a byte whose WRITE is behind it on the QP, and
+ * words from the sock's thread and the sweeper reach the peer in QP
+ * order, never moving back (a CLOSED word after them names the same).
+ */
+void shim_rdma_chain_tail_word(struct rdma_conn *c, struct wr_chain *ch)
+{
+	ch->late_src = &c->tx_announced;
+	ch->late_i = ch->n;
+	shim_rdma_chain_word(c, ch, CTL_OFF(rx_announced), 0, false);
+}
+
+/* After the chain of shim_rdma_chain_tail_word posted. */
+void shim_rdma_tail_word_sent(struct rdma_conn *c, const struct wr_chain *ch)
+{
+	raise_word(&c->tx_word, ch->words[ch->late_i]);
+}
+
+bool shim_rdma_tail_word_lags(const struct rdma_conn *c)
+{
+	return !__atomic_load_n(&c->closed_sent, __ATOMIC_RELAXED) &&
+	       __atomic_load_n(&c->tx_word, __ATOMIC_RELAXED) < __atomic_load_n(&c->tx_announced, __ATOMIC_RELAXED);
+}
+
 void shim_rdma_chain_tail(struct rdma_conn *c, struct wr_chain *ch, uint64_t tail)
 {
 	unsigned i = ch->n;
@@ -260,6 +333,7 @@ void shim_rdma_chain_tail(struct rdma_conn *c, struct wr_chain *ch, uint64_t tai
 	 * tail, exact: a reply says how far its request was read at no cost,
 	 * which is what lets a read that empties the ring post nothing. */
 	__atomic_store_n(&c->rx_head_sent, c->rx_head, __ATOMIC_RELEASE);
+	raise_word(&c->tx_word, tail);
 	ch->tail_head[0] = tail;
 	ch->tail_head[1] = c->rx_head;
 	ch->copy_mask |= 1u << i;

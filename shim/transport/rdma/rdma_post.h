@@ -36,6 +36,13 @@ bool shim_rdma_data_imm_begin(struct rdma_conn *c, struct wr_chain *ch);
 /* After them, when begin said so: the last data WRITE carries the DATA
  * immediate; wrapped: the send is two data WRITEs. */
 void shim_rdma_chain_data_imm(struct rdma_conn *c, struct wr_chain *ch, bool wrapped);
+/* The lazy tail word (rdma_wire.h): appends a WRITE, without immediate,
+ * of tx_announced as the chain is posted into the peer's rx_announced;
+ * after the post, tail_word_sent notes it. tail_word_lags: what our DATA
+ * immediates announced is ahead of the last word (never after CLOSED). */
+void shim_rdma_chain_tail_word(struct rdma_conn *c, struct wr_chain *ch);
+void shim_rdma_tail_word_sent(struct rdma_conn *c, const struct wr_chain *ch);
+bool shim_rdma_tail_word_lags(const struct rdma_conn *c);
 /* Makes the chain's last WRITE carry imm, signaled. Precondition: n > 0. */
 void shim_rdma_chain_imm(struct wr_chain *ch, uint32_t imm);
 /* Posts the chain: the last WR's sequence number, or 0 (nothing posted). */

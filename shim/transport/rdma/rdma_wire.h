@@ -139,6 +139,12 @@ _Static_assert(sizeof(struct shim_rdma_link_msg) == 96, "link message is 96 byte
  * send's chain writes the exact head word first and the immediate carries
  * the previous one plus SHIM_RDMA_IMM_DATA_HEAD (a head may lag). The
  * peer's head is the larger of the two. Never with CLOSED.
+ * The sender still writes its tail word (what its DATA immediates
+ * announced), lazily and with no immediate, for the receiver's stall
+ * watch only: when it arms a wait or waits for room, and from the links'
+ * sweeper once the word lagged a quarter of the watch's bound. The
+ * receiver never counts bytes from it (only CLOSED's word is read as a
+ * tail), so the count has one form.
  */
 #define SHIM_RDMA_IMM_DATA 0x40000000u
 #define SHIM_RDMA_IMM_WRAP 0x20000000u
@@ -213,7 +219,7 @@ struct shim_rdma_ctl {
 	 * with RDMA WRITE WITH IMMEDIATE: the tail and "closed" arrive as
 	 * completions on our CQ (SHIM_RDMA_IMM_*), not as words here. */
 	uint64_t rx_wants_space;
-	uint64_t rx_announced; /* the producer's tail (see the immediate above) */
+	uint64_t rx_announced; /* the producer's tail (see the immediate above; DATA: lazy, the stall watch's) */
 	/* Our send ring, written by the peer as consumer. */
 	uint64_t tx_head;
 	uint8_t pad0[64 - 24];

@@ -174,7 +174,9 @@ size_t shim_rdma_zc_send(struct rdma_conn *c, const struct iovec *iov, int iovcn
 	}
 	if (!die) {
 		c->peer_recvs_used++;
-		c->tx_announced = to;
+		/* Release: pairs with the acquire in the post of a lazy
+		 * tail word (shim_rdma_chain_tail_word), on any thread. */
+		__atomic_store_n(&c->tx_announced, to, __ATOMIC_RELEASE);
 		c->tx_imm_seq = seq;
 	} else {
 		shim_rdma_mark_broken(c, "injected", (int)shim_cfg.test_fail_rdma_kb);
