@@ -242,6 +242,28 @@ static inline bool shim_rdma_stall_judge(unsigned long long *since, uint64_t *at
 	return now - *since >= bound_ns;
 }
 
+/*
+ * The sender's side, at the same looks: whether our lazy tail word
+ * (word) is due, against what our DATA immediates announced. *since and
+ * *at are the connection's (0: the word did not lag at the last look):
+ * true once bytes announced at a look stood unpublished for a quarter of
+ * bound_ns; a word that caught up with them starts the time again.
+ */
+static inline bool shim_rdma_lazy_due(unsigned long long *since, uint64_t *at, uint64_t word, uint64_t announced,
+				      unsigned long long now, unsigned long long bound_ns)
+{
+	if (word >= announced) {
+		*since = 0;
+		return false;
+	}
+	if (!*since || word >= *at) {
+		*since = now ? now : 1;
+		*at = announced;
+		return false;
+	}
+	return now - *since >= bound_ns / 4;
+}
+
 /* Makes a link's CQ and QP (in RESET) on id's device, its cells registered
  * and receives to be posted in INIT. The CM objects stay the first
  * connection's until shim_rdma_link_up. 0 or -errno; *out holds one

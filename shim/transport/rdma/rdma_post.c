@@ -206,18 +206,12 @@ static void tx_lazy(struct rdma_conn *c, unsigned long long now, unsigned long l
 {
 	struct wr_chain wrs = { .n = 0 };
 	uint64_t word = __atomic_load_n(&c->tx_word, __ATOMIC_RELAXED);
+	uint64_t announced = __atomic_load_n(&c->tx_announced, __ATOMIC_RELAXED);
 
 	if (!__atomic_load_n(&c->proved, __ATOMIC_RELAXED) || __atomic_load_n(&c->broken, __ATOMIC_RELAXED) ||
-	    !c->link || !shim_rdma_tail_word_lags(c)) {
-		c->tx_lag_ns = 0;
-		return;
-	}
-	if (!c->tx_lag_ns || word >= c->tx_lag_tail) {
-		c->tx_lag_ns = now;
-		c->tx_lag_tail = __atomic_load_n(&c->tx_announced, __ATOMIC_RELAXED);
-		return;
-	}
-	if (now - c->tx_lag_ns < bound_ns / 4)
+	    __atomic_load_n(&c->closed_sent, __ATOMIC_RELAXED) || !c->link)
+		word = announced; /* nothing to publish: forget any lag */
+	if (!shim_rdma_lazy_due(&c->tx_lag_ns, &c->tx_lag_tail, word, announced, now, bound_ns))
 		return;
 	shim_rdma_chain_tail_word(c, &wrs);
 	if (shim_rdma_link_post_locked(c->link, &wrs)) {
