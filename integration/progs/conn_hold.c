@@ -368,6 +368,9 @@ static void warm(int lfd, struct in_addr host, int port, double ms)
 		fprintf(stderr, "conn_hold: accept: %s\n", strerror(errno));
 		exit(1);
 	}
+	/* Now: a peer that closes in the upgrade, the peer's SWITCH frame
+	 * unread, resets the connection, and getpeername fails after. */
+	client = client_port(fd, lfd >= 0);
 	if (lfd >= 0) {
 		while (read(fd, &c, 1) == 1)
 			one_byte_back(fd, warming(&look, &was, &last) ? (char)(c ^ 0x20) : c);
@@ -391,7 +394,6 @@ static void warm(int lfd, struct in_addr host, int port, double ms)
 				break;
 		}
 	}
-	client = client_port(fd, lfd >= 0);
 	closed = now_ms();
 	close(fd);
 	while (thread_named("rdmashim-warm") && now_ms() < closed + 60e3)
