@@ -4,7 +4,9 @@
  * of our count only says "stalled" once it stood there, our count not
  * moving, for the whole bound; a count that moves starts the time again
  * (a slow CQ is not a stopped one), one that catches up forgets it, and a
- * word at or behind the count never counts.
+ * word at or behind the count never counts. And the sender's side
+ * (shim_rdma_lazy_due): its lazy tail word is due once bytes it announced
+ * stood unpublished for a quarter of the bound, never while it is level.
  */
 #include <check.h>
 #include <stdint.h>
@@ -24,6 +26,25 @@ START_TEST(ahead_for_the_bound_is_a_stall)
 	ck_assert(!shim_rdma_stall_judge(&since, &at, 200, 100, 1250 * MS, BOUND));
 	ck_assert(!shim_rdma_stall_judge(&since, &at, 300, 100, 1499 * MS, BOUND)); /* more came: still */
 	ck_assert(shim_rdma_stall_judge(&since, &at, 300, 100, 1500 * MS, BOUND));
+}
+END_TEST
+
+START_TEST(lazy_word_due_after_a_quarter)
+{
+	unsigned long long since = 0;
+	uint64_t at = 0;
+
+	ck_assert(!shim_rdma_lazy_due(&since, &at, 100, 100, 1000 * MS, BOUND)); /* level */
+	ck_assert(!shim_rdma_lazy_due(&since, &at, 100, 200, 1100 * MS, BOUND)); /* lag seen */
+	ck_assert(!shim_rdma_lazy_due(&since, &at, 100, 300, 1224 * MS, BOUND));
+	ck_assert(shim_rdma_lazy_due(&since, &at, 100, 300, 1225 * MS, BOUND));
+	/* Published up to what the first look saw: the time starts again. */
+	ck_assert(!shim_rdma_lazy_due(&since, &at, 200, 300, 1300 * MS, BOUND));
+	ck_assert(!shim_rdma_lazy_due(&since, &at, 200, 300, 1424 * MS, BOUND));
+	ck_assert(shim_rdma_lazy_due(&since, &at, 200, 300, 1425 * MS, BOUND));
+	/* Caught up: forgotten. */
+	ck_assert(!shim_rdma_lazy_due(&since, &at, 300, 300, 1500 * MS, BOUND));
+	ck_assert_uint_eq(since, 0);
 }
 END_TEST
 
@@ -73,6 +94,7 @@ int main(void)
 	tcase_add_test(tc, a_count_that_moves_starts_again);
 	tcase_add_test(tc, caught_up_forgets);
 	tcase_add_test(tc, a_word_behind_never_counts);
+	tcase_add_test(tc, lazy_word_due_after_a_quarter);
 	suite_add_tcase(su, tc);
 	return shim_check_run(su);
 }

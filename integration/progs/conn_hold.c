@@ -40,8 +40,9 @@
  *           (default 127.0.0.1; the Soft-RoCE VMs use their rxe address).
  *   --warm MS  before the counted connections, one more (both ends given
  *           --warm): the client does 1-byte request/answers over it for MS
- *           milliseconds (if its warm-up thread outlives them, until that
- *           thread is gone and MS / 2 more), then closes it; each end then waits (at most 60 s)
+ *           milliseconds (if either end's warm-up thread outlives them, until
+ *           both are gone and MS / 2 more: the server answers in upper case
+ *           while its own lives), then closes it; each end then waits (at most 60 s)
  *           until it has no thread named "rdmashim-warm" left and prints
  *           "WARMED". Under the shim this runs each process's RDMA warm-up
  *           (device probe, first pool chunk: 2-3 s in a TCG VM, on that
@@ -335,38 +336,64 @@ static int client_port(int fd, bool server)
 	return ntohs(a.sin_port);
 }
 
-/* The --warm connection; see the header. */
+/* Whether this process's RDMA warm-up thread lives, looked at most every
+ * 50 ms (each look reads /proc); *last: when it was last seen. */
+static bool warming(double *next_look, bool *was, double *last)
+{
+	double now = now_ms();
+
+	if (now >= *next_look) {
+		*was = thread_named("rdmashim-warm");
+		*next_look = now + 50;
+	}
+	if (*was)
+		*last = now;
+	return *was;
+}
+
+/* The --warm connection; see the header. The server answers each byte
+ * upper-cased while its own warm-up thread lives: the client then knows
+ * both ends' warm-ups, and the connection's upgrade starts only once both
+ * are over (a client that stopped MS after its start, its own warm-up
+ * done, closed the connection in the server's handshake: links idle saw
+ * one link where it wants two). */
 static void warm(int lfd, struct in_addr host, int port, double ms)
 {
-	double end = now_ms() + ms, closed;
+	double end = now_ms() + ms, closed, look = 0, last = 0, peer_last = 0;
 	int fd = lfd >= 0 ? accept(lfd, NULL, NULL) : connect_to(host, port), client;
+	bool was = false;
 	char c;
 
 	if (fd < 0) {
 		fprintf(stderr, "conn_hold: accept: %s\n", strerror(errno));
 		exit(1);
 	}
+	/* Now: a peer that closes in the upgrade, the peer's SWITCH frame
+	 * unread, resets the connection, and getpeername fails after. */
+	client = client_port(fd, lfd >= 0);
 	if (lfd >= 0) {
 		while (read(fd, &c, 1) == 1)
-			one_byte_back(fd, c);
+			one_byte_back(fd, warming(&look, &was, &last) ? (char)(c ^ 0x20) : c);
 	} else {
-		int r = 0;
+		/* MS at least, then on while either warm-up lives (60 s at
+		 * most), then MS / 2 more for the upgrade itself. */
+		for (int r = 0;; r++) {
+			const char want = (char)('a' + r % 26);
+			double now = now_ms();
 
-		for (; r == 0 || now_ms() < end; r++)
-			one_byte(fd, true, -1, r);
-		/* A warm-up slower than MS (a loaded host) would leave this
-		 * connection on TCP, closed before it could upgrade: go on
-		 * until the warm-up thread is gone, then MS / 2 more for the
-		 * upgrade itself. */
-		if (thread_named("rdmashim-warm")) {
-			while (thread_named("rdmashim-warm") && now_ms() < end + 60e3)
-				for (double look = now_ms() + 50; now_ms() < look; r++)
-					one_byte(fd, true, -1, r);
-			for (end = now_ms() + ms / 2; now_ms() < end; r++)
-				one_byte(fd, true, -1, r);
+			c = want;
+			if (write(fd, &c, 1) != 1 || read(fd, &c, 1) != 1 || (c != want && c != (want ^ 0x20))) {
+				fprintf(stderr, "conn_hold: warm connection: ping-pong failed in round %d\n", r);
+				exit(1);
+			}
+			if (c != want)
+				peer_last = now;
+			warming(&look, &was, &last);
+			if (r > 0 && now >= end &&
+			    (now >= end + 60e3 || (now >= last + ms / 2 && now >= peer_last + ms / 2 && !was && c == want)))
+				break;
 		}
 	}
-	client = client_port(fd, lfd >= 0);
 	closed = now_ms();
 	close(fd);
 	while (thread_named("rdmashim-warm") && now_ms() < closed + 60e3)

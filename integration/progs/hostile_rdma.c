@@ -5,7 +5,7 @@
  * guest script checks the victim (alive, traced the violation, still
  * serving byte-exact) and these reports.
  *
- *   hostile_rdma --host H --port P --mode imm|head|recvs|norecv|linkmsg [--linger S] [--timeout S]
+ *   hostile_rdma --host H --port P --mode imm|head|recvs|norecv|linkmsg|dataclosed|datahead [--linger S] [--timeout S]
  *   hostile_rdma --host H --mode squat --ports A-B [--timeout S]
  *
  * Lies (modes imm, head, recvs, norecv): it connects over TCP to a shim
@@ -13,6 +13,10 @@
  * answers the server's OFFER, proves itself honestly (it does own the TCP
  * connection), waits for the server's switch, then:
  *   imm     one WRITE WITH IMMEDIATE whose tail word announces 2^40 bytes
+ *   dataclosed  100 bytes in one WRITE whose immediate is DATA with CLOSED
+ *           (rdma_wire.h: never together)
+ *   datahead    100 honest bytes in one DATA WRITE whose head bits claim
+ *           the victim's next 2^18 - 1 bytes read, none of them sent yet
  *   head    sets the server's tx_head (our credit to it) to 2^40, then
  *           sends 100 honest bytes for the server to echo
  *   recvs   sets the server's tx_peer_recvs to 2^40, then 100 bytes
@@ -129,6 +133,18 @@ static uint64_t announced(const struct peer *p)
 	return v;
 }
 
+/* The victim's bytes on our ring after one of its immediates: a DATA one
+ * adds the bytes its WRITE placed, a tail word one names them all. */
+static void take_ring_imm(struct peer *p, const struct ibv_wc *wc)
+{
+	uint32_t imm = be32toh(wc->imm_data);
+
+	if (imm & SHIM_RDMA_IMM_DATA)
+		p->ring_in = shim_rdma_imm_tail(p->ring_in, imm, wc->byte_len, p->ring_bytes);
+	else
+		p->ring_in = announced(p);
+}
+
 /* Takes what the victim's completions say: its SWITCH_AT, its ring bytes. */
 static void reap(struct peer *p, bool repost)
 {
@@ -140,7 +156,7 @@ static void reap(struct peer *p, bool repost)
 			if (wc[i].status != IBV_WC_SUCCESS || !(wc[i].opcode & IBV_WC_RECV))
 				continue;
 			if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-				p->ring_in = announced(p);
+				take_ring_imm(p, &wc[i]);
 			} else {
 				struct shim_rdma_switch_at at;
 
@@ -238,7 +254,7 @@ static int post_wait(struct peer *p, struct ibv_send_wr *wr)
 		if (n > 0 && (wc.opcode & IBV_WC_RECV)) {
 			/* A receive: put it back for reap() by counting here. */
 			if (wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM)
-				p->ring_in = announced(p);
+				take_ring_imm(p, &wc);
 			else if (wc.status == IBV_WC_SUCCESS) {
 				struct shim_rdma_switch_at at;
 
@@ -431,7 +447,14 @@ static int lie(const char *host, int port, int timeout)
 		return 1;
 	}
 	printf("hostile: victim switched\n");
-	if (!strcmp(mode, "imm")) {
+	if (!strcmp(mode, "dataclosed") || !strcmp(mode, "datahead")) {
+		uint32_t imm = shim_rdma_imm_data(p.victim_id, SHIM_RDMA_IMM_DATA_HEAD, false);
+
+		if (!strcmp(mode, "dataclosed"))
+			imm = shim_rdma_imm_data(p.victim_id, 0, false) | SHIM_RDMA_IMM_CLOSED;
+		memset(p.mem + SHIM_RDMA_CTL_BYTES, 'd', 100);
+		write_to(&p, SHIM_RDMA_CTL_BYTES, 100, SHIM_RDMA_CTL_BYTES, true, imm);
+	} else if (!strcmp(mode, "imm")) {
 		{
 			uint64_t lie = 1ull << 40;
 
@@ -570,7 +593,7 @@ int main(int argc, char **argv)
 		return squat(host, ports, timeout);
 	if (host && mode && port > 0 &&
 	    (!strcmp(mode, "imm") || !strcmp(mode, "head") || !strcmp(mode, "recvs") || !strcmp(mode, "norecv") ||
-	     !strcmp(mode, "linkmsg")))
+	     !strcmp(mode, "linkmsg") || !strcmp(mode, "dataclosed") || !strcmp(mode, "datahead")))
 		return lie(host, port, timeout);
 usage:
 	fprintf(stderr, "usage: hostile_rdma --host H --port P --mode imm|head|recvs|norecv|linkmsg [--linger S] [--timeout S]\n"

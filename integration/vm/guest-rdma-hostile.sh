@@ -5,7 +5,8 @@
 # stall on one connection would stall them all. build/progs/hostile_rdma
 # connects to it as a shim client would, proves itself (it does own the
 # TCP connection) and then lies in what it writes into the victim's memory
-# (imm, head, recvs, norecv, linkmsg; see the program's header). Each time the victim
+# (imm, head, recvs, norecv, linkmsg, dataclosed, datahead; see the
+# program's header). Each time the victim
 # must trace the violation (or, for norecv, fail the write at once), stay
 # up, announce nothing on the hostile's ring, and keep serving other
 # connections byte-exact. Then the squatter: it holds the rdma_cm
@@ -39,7 +40,7 @@ for ((i = 0; i < 300; i++)); do
   sleep 0.2
 done
 
-for m in imm head recvs norecv linkmsg; do
+for m in imm head recvs norecv linkmsg dataclosed datahead; do
   rc=0
   # norecv keeps its connection 9 s after the lie: a victim that waited for
   # the RNR retries (endless at rnr_retry 7) would wait until then.
@@ -75,6 +76,8 @@ for m in imm head recvs norecv linkmsg; do
     recvs) what='"rdma.violation".*"why":"receive_credit_out_of_range"' ;;
     norecv) what='"rdma.broken".*"why":"RNR retry counter exceeded"' ;;
     linkmsg) what='"rdma.link".*"state":"down".*"why":"bad_message_type"' ;;
+    dataclosed) what='"rdma.violation".*"why":"closed_with_data"' ;;
+    datahead) what='"rdma.violation".*"why":"head_out_of_range"' ;;
   esac
   check "hostile $m: the victim ended the channel ($what)" bash -c "cat '$T/hostile'/trace.*.jsonl | grep -qE '$what'"
   if [[ $m == linkmsg ]]; then
@@ -89,7 +92,7 @@ for m in imm head recvs norecv linkmsg; do
   fi
   check "hostile $m: the victim is alive" kill -0 "$hspid"
 done
-hostile_other "imm, head, recvs, norecv, linkmsg"
+hostile_other "imm, head, recvs, norecv, linkmsg, dataclosed, datahead"
 
 # The squatter. The real client's connection is made first (bash, no shim)
 # so that its port is known; the squatter takes that port's rdma_cm

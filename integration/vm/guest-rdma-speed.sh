@@ -66,6 +66,11 @@ lat() {
 declare -A all
 add() { all[$1]="${all[$1]:-} $2"; echo "speed: round $r: $1 $2 us"; }
 IFS=, read -ra L <<<"$libs"
+# A library the guest can not read would measure plain TCP under its name
+# (ld.so only warns): the guest's /tmp is its own tmpfs, not this host's.
+for l in "${L[@]}"; do
+  [[ -r ${l#*=} ]] || { echo "speed: ${l%%=*}: ${l#*=} is not readable in the guest (its /tmp is its own)"; exit 1; }
+done
 for ((r = 1; r <= rounds; r++)); do
   add tcp "$(pp plain)"
   add ib_send_lat "$(lat)"

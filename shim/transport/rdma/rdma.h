@@ -147,6 +147,16 @@ struct rdma_conn {
 	 * of them. Once it completed successfully, the peer's RESUME can only
 	 * name tx_announced (rchan_tx_offset). */
 	uint64_t tx_announced, tx_imm_seq;
+	/* tx_announced is atomic (the links' sweeper reads it): stored after
+	 * the post of what it counts. tx_word: the largest tail a WRITE of
+	 * ours put in the peer's rx_announced (atomic, written here and by
+	 * the sweeper); with DATA immediates it lags, and only the peer's
+	 * stall watch reads it (rdma_wire.h, the lazy tail word).
+	 * tx_lag_ns/tx_lag_tail, under the link's lock: the sweeper saw
+	 * the word lag tx_lag_tail since tx_lag_ns (0: not). */
+	uint64_t tx_word;
+	unsigned long long tx_lag_ns;
+	uint64_t tx_lag_tail;
 	/* Cursors: ours live here, the peer's in ctl (written remotely).
 	 * tx_tail: bytes the program gave us (staged); tx_posted: those
 	 * posted to the peer, which lag while the peer is unproven. */
@@ -158,6 +168,7 @@ struct rdma_conn {
 	bool close_pending; /* shutdown_tx came before the staged bytes left */
 	unsigned long long staged_since_ns; /* unproven: when bytes started waiting */
 	uint64_t rx_head, rx_head_sent;
+	uint64_t rx_head_imm; /* the head our last DATA immediate carried (rdma_wire.h) */
 	uint64_t rx_tail;   /* bytes the peer's immediates announced; atomic */
 	bool rx_closed;     /* the peer's CLOSED immediate arrived; atomic */
 	/* The stall watch, under the link's lock: since when the peer's tail
@@ -167,6 +178,10 @@ struct rdma_conn {
 	uint64_t recv_posted, recv_reported; /* our receives, and what the peer knows */
 	uint64_t peer_recvs_used; /* our immediates: one of the peer's receives each */
 	uint64_t peer_head_seen, peer_recvs_seen; /* the peer's credits we accepted last */
+	/* The peer's head as its DATA immediates gave it (rdma_wire.h): its
+	 * rx_head_imm. Its credit is the larger of this and ctl->tx_head.
+	 * Atomic: the link's reaper writes it on any thread. */
+	uint64_t peer_head_imm;
 	bool closed_sent;
 	/* Test-only (faults.h, link_qp_lost): its attach was the Nth: the
 	 * link's QP goes to ERR at its first post once proved; 0: none. */

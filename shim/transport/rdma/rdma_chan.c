@@ -3,8 +3,12 @@
  *
  * Each direction is a byte ring in the consumer's registered memory. The
  * producer copies the application's bytes into a staging copy of the ring
- * (same offsets), RDMA-WRITEs them into the consumer's ring and then WRITEs
- * the new tail into the consumer's control page. The consumer reads its
+ * (same offsets) and RDMA-WRITEs them into the consumer's ring. An
+ * immediate completes on the consumer's CQ: on the last data WRITE itself
+ * (a DATA immediate: the tail moves by the bytes placed), or, on a
+ * connection whose id does not fit one, on a WRITE of the new tail into
+ * the consumer's control page after the data (rdma_wire.h). The consumer
+ * reads its
  * local ring and WRITEs its head back into the producer's control page
  * (credits), at least every eighth of the ring and whenever the producer
  * asked for space or it arms, and, exact, with every tail it writes as a
@@ -104,8 +108,9 @@ static size_t rchan_writable(const struct shim_chan *ch)
 /*
  * Posts the staged bytes [tx_posted, tx_tail + add) to the peer's ring: at
  * most two WRITEs (the staging copy has the ring's offsets, so a wrap
- * splits it), the last one carrying the byte count as its immediate, which
- * is the tail's news for the consumer. false: nothing was posted.
+ * splits it). The last carries a DATA immediate (its byte count is the
+ * tail's news, our head rides in it), or the tail word follows them.
+ * false: nothing was posted.
  */
 static uint64_t post_closed(struct rdma_conn *c);
 
@@ -115,17 +120,19 @@ static bool post_staged(struct rdma_conn *c, size_t add)
 	uint64_t from = c->tx_posted, to = c->tx_tail + add;
 	size_t n = (size_t)(to - from);
 	size_t off = (size_t)(from & c->mask), first = c->ring_bytes - off < n ? c->ring_bytes - off : n;
-
-	shim_rdma_chain_write(c, &wrs, c->tx_shadow + off, first, SHIM_RDMA_CTL_BYTES + off, false);
-	if (n > first)
-		shim_rdma_chain_write(c, &wrs, c->tx_shadow, n - first, SHIM_RDMA_CTL_BYTES, false);
 	/* Testing only (RDMASHIM_TEST_FAIL_RDMA_KB): the channel dies here: the
 	 * program was told these bytes went out, and the peer never learns of
 	 * them (no immediate announces them). */
 	bool die = shim_cfg.test_fail_rdma_kb && to >= (uint64_t)shim_cfg.test_fail_rdma_kb * 1024u;
+	bool data_imm = !die && shim_rdma_data_imm_begin(c, &wrs);
 	uint64_t seq;
 
-	if (!die) {
+	shim_rdma_chain_write(c, &wrs, c->tx_shadow + off, first, SHIM_RDMA_CTL_BYTES + off, false);
+	if (n > first)
+		shim_rdma_chain_write(c, &wrs, c->tx_shadow, n - first, SHIM_RDMA_CTL_BYTES, false);
+	if (data_imm) {
+		shim_rdma_chain_data_imm(c, &wrs, n > first);
+	} else if (!die) {
 		/* The tail word after the data, on the same QP: placed after
 		 * them, and its immediate names our connection at the peer.
 		 * Our head rides with it (the reply carries the request's). */
@@ -139,8 +146,10 @@ static bool post_staged(struct rdma_conn *c, size_t add)
 	c->peer_recvs_used += !die;
 	if (!die) {
 		/* What the peer's RESUME will name once seq completes
-		 * (rdma_fail.c, shim_rdma_tx_offset). */
-		c->tx_announced = to;
+		 * (rdma_fail.c, shim_rdma_tx_offset). Release: pairs with
+		 * the acquire in the post of a lazy tail word
+		 * (shim_rdma_chain_tail_word), on any thread. */
+		__atomic_store_n(&c->tx_announced, to, __ATOMIC_RELEASE);
 		c->tx_imm_seq = seq;
 	} else {
 		shim_rdma_mark_broken(c, "injected", (int)shim_cfg.test_fail_rdma_kb);
@@ -319,7 +328,16 @@ static bool rchan_tx_arm(struct shim_chan *ch, unsigned how)
 	 * TCP; or the hold expires and the channel fails over. */
 	if (!shim_rdma_tx_proved(c))
 		return !hold_expired(c);
-	seq = shim_rdma_post_word(c, CTL_OFF(rx_wants_space), 1, true);
+	struct wr_chain wrs = { .n = 0 };
+
+	/* Waiting for room: our lazy tail word goes too, so that the peer's
+	 * stall watch sees what a CQ that stopped delivering keeps from it. */
+	if (shim_rdma_tail_word_lags(c))
+		shim_rdma_chain_tail_word(c, &wrs);
+	shim_rdma_chain_word(c, &wrs, CTL_OFF(rx_wants_space), 1, true);
+	seq = shim_rdma_chain_post(c, &wrs);
+	if (seq && wrs.late_src)
+		shim_rdma_tail_word_sent(c, &wrs);
 
 	/* Fence: our wants_space is in the consumer's memory before we look at
 	 * head again; pairs with the wait for the head WRITE in
@@ -356,7 +374,8 @@ static uint64_t post_closed(struct rdma_conn *c)
 	shim_rdma_chain_imm(&wrs, c->peer_id | SHIM_RDMA_IMM_CLOSED);
 	seq = shim_rdma_chain_post(c, &wrs);
 	if (seq) {
-		c->closed_sent = true;
+		/* Relaxed: the sweeper's look (tx_lazy) only skips after it. */
+		__atomic_store_n(&c->closed_sent, true, __ATOMIC_RELAXED);
 		c->peer_recvs_used++;
 	}
 	return seq;
@@ -439,15 +458,31 @@ static void chain_credits(struct rdma_conn *c, struct wr_chain *wrs, bool signal
 	c->recv_reported = posted;
 }
 
-/* Sends our credits to the producer and waits until they are there. */
-static bool flush_head(struct rdma_conn *c)
+/* Sends our credits to the producer and waits until they are there;
+ * with_word: our lazy tail word first (an arm's, rchan_rx_arm). */
+static bool flush_head(struct rdma_conn *c, bool with_word)
 {
 	struct wr_chain wrs = { .n = 0 };
 	uint64_t seq;
 
+	if (with_word)
+		shim_rdma_chain_tail_word(c, &wrs);
 	chain_credits(c, &wrs, true);
 	seq = shim_rdma_chain_post(c, &wrs);
+	if (seq && with_word)
+		shim_rdma_tail_word_sent(c, &wrs);
 	return seq && shim_rdma_wait_seq(c, seq);
+}
+
+/* Our lazy tail word alone: nothing waits for it (only the peer's stall
+ * watch reads it, which allows for one in flight). */
+static void publish_tail_word(struct rdma_conn *c)
+{
+	struct wr_chain wrs = { .n = 0 };
+
+	shim_rdma_chain_tail_word(c, &wrs);
+	if (shim_rdma_chain_post(c, &wrs))
+		shim_rdma_tail_word_sent(c, &wrs);
 }
 
 static bool rx_bell_due(struct shim_chan *ch)
@@ -462,7 +497,8 @@ static bool rx_bell_due(struct shim_chan *ch)
 	 * and never waits on us while we sleep.
 	 *
 	 * A read that empties the ring posts nothing more: the exact head
-	 * goes with our next tail (a reply, in the same WRITE), our arm
+	 * goes with our next tail (a reply: in the tail WRITE, or in the
+	 * immediate of a one-WRITE send), our arm
 	 * (chain_credits) or our close (rdma_teardown.c), whichever comes
 	 * first. Written here, it was a WRITE of its own on the QP right
 	 * ahead of the reply in every request/answer exchange.
@@ -472,7 +508,7 @@ static bool rx_bell_due(struct shim_chan *ch)
 		return false;
 	/* Fence: the head is in the producer's memory before we read
 	 * wants_space (again); pairs with the wait in rchan_tx_arm(). */
-	if (!flush_head(c))
+	if (!flush_head(c, false))
 		return false;
 	if (!shim_rdma_load_acq(&c->ctl->rx_wants_space))
 		return false;
@@ -592,16 +628,28 @@ static bool rchan_rx_arm(struct shim_chan *ch, unsigned how)
 		 * since our last tail or arm carried it (a request answered
 		 * carries it already): the producer's tx_unread rests on it
 		 * for a consumer killed in its sleep (PROTOCOL.md, RDMA 5). */
-		if (c->rx_head != __atomic_load_n(&c->rx_head_sent, __ATOMIC_RELAXED) && !flush_head(c))
-			return false;
+		bool lags = shim_rdma_tail_word_lags(c);
+
+		if (c->rx_head != __atomic_load_n(&c->rx_head_sent, __ATOMIC_RELAXED)) {
+			if (!flush_head(c, lags))
+				return false;
+		} else if (lags) {
+			/* Armed, our lazy tail word goes (rdma_wire.h): the
+			 * peer's stall watch reads it. */
+			publish_tail_word(c);
+		}
 		return !rchan_readable(ch) && !__atomic_load_n(&c->rx_closed, __ATOMIC_ACQUIRE);
 	}
 	struct wr_chain wrs = { .n = 0 };
 
 	/* Credits first: a producer waiting for room must not wait on us. */
 	chain_credits(c, &wrs, false);
+	if (shim_rdma_tail_word_lags(c))
+		shim_rdma_chain_tail_word(c, &wrs);
 	shim_rdma_chain_word(c, &wrs, CTL_OFF(tx_consumer_armed), 1, true);
 	seq = shim_rdma_chain_post(c, &wrs);
+	if (seq && wrs.late_src)
+		shim_rdma_tail_word_sent(c, &wrs);
 	/* Fence: the arm is in the producer's memory before we re-check the
 	 * tail; pairs with the wait in tx_bell_due(). */
 	if (!seq || !shim_rdma_wait_seq(c, seq))

@@ -520,10 +520,10 @@ static void take_wc(struct rdma_link *l, const struct ibv_wc *wc)
 		}
 		if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
 			uint32_t imm = be32toh(wc->imm_data);
-			struct rdma_conn *c = conn_at(l, imm & SHIM_RDMA_IMM_ID);
+			struct rdma_conn *c = conn_at(l, shim_rdma_imm_id(imm));
 
 			/* No connection: one we detached; what it wrote is dropped. */
-			if (c && h && !h->imm(c, imm))
+			if (c && h && !h->imm(c, imm, wc->byte_len))
 				break_locked(l, "violation", 0);
 		} else {
 			take_message(l, recv_cell(l, i), wc->byte_len);
@@ -594,6 +594,8 @@ static void watch_locked(struct rdma_link *l, unsigned long long now)
 	for (unsigned i = 0; i < l->n_places; i++) {
 		struct rdma_conn *c = l->places[i].conn;
 
+		if (c && h->tx_lazy)
+			h->tx_lazy(c, now, bound);
 		if (c && h->rx_stalled(c, now, bound, &behind)) {
 			SHIM_TRACE(SHIM_TRACE_WARN, "rdma.cq_stall", c->fd, c->sock ? &c->sock->tuple : NULL,
 				   SHIM_REASON_CQ_STALL, "\"link\":%u,\"behind\":%llu,\"ms\":%u", l->num,
@@ -662,7 +664,9 @@ bool shim_rdma_link_wait(struct rdma_link *l, uint64_t seq)
 
 /* ---- posting ---- */
 
-uint64_t shim_rdma_link_post(struct rdma_link *l, struct wr_chain *ch)
+/* locked: l->lock is held (the stall watch's lazy tail words): no wait
+ * for room, and a break is break_locked's. */
+static uint64_t post_chain(struct rdma_link *l, struct wr_chain *ch, bool locked)
 {
 	struct ibv_send_wr *bad;
 	uint64_t bytes = 0;
@@ -682,9 +686,13 @@ uint64_t shim_rdma_link_post(struct rdma_link *l, struct wr_chain *ch)
 		 * all but at most 15 of those outstanding. */
 		wait_for = l->last_signaled;
 		pthread_mutex_unlock(&l->post_lock);
-		if (!shim_rdma_link_wait(l, wait_for))
+		if (locked || !shim_rdma_link_wait(l, wait_for))
 			return 0;
 	}
+	/* Acquire: pairs with the release store of what it names, made after
+	 * the post that placed the WRs it counts (shim_rdma_chain_tail_word). */
+	if (ch->late_src)
+		ch->words[ch->late_i] = __atomic_load_n(ch->late_src, __ATOMIC_ACQUIRE);
 	for (unsigned i = 0; i < ch->n; i++) {
 		uint64_t seq = l->posted + i + 1;
 		struct ibv_send_wr *wr = &ch->wr[i];
@@ -718,22 +726,30 @@ uint64_t shim_rdma_link_post(struct rdma_link *l, struct wr_chain *ch)
 	bool die = rc == 0 && shim_cfg.test_fail_link_kb && l->bytes_posted >= (uint64_t)shim_cfg.test_fail_link_kb * 1024u;
 	/* Test-only (faults.h, qp_error): N is an offset in the process's
 	 * data bytes posted. */
-	bool qp_err = rc == 0 && bytes && shim_fault_hit_bytes(SHIM_FAULT_QP_ERROR, bytes, -1, NULL, "link_post");
+	bool qp_err = rc == 0 && bytes && !locked && shim_fault_hit_bytes(SHIM_FAULT_QP_ERROR, bytes, -1, NULL, "link_post");
 
 	pthread_mutex_unlock(&l->post_lock);
-	if (rc) {
-		/* A partly posted chain leaves a hole in a stream: the link is
-		 * unusable either way. */
-		shim_rdma_link_break(l, "post_send", rc);
-		return 0;
-	}
-	/* Testing only (RDMASHIM_TEST_FAIL_LINK_KB): the path dies, as a
-	 * pulled cable would leave it, under every connection at once. */
-	if (die)
-		shim_rdma_link_break(l, "injected", (int)shim_cfg.test_fail_link_kb);
+	/* A partly posted chain leaves a hole in a stream: the link is
+	 * unusable either way. Testing only (RDMASHIM_TEST_FAIL_LINK_KB): the
+	 * path dies, as a pulled cable would leave it, under every connection
+	 * at once. */
+	if ((rc || die) && locked)
+		break_locked(l, rc ? "post_send" : "injected", rc ? rc : (int)shim_cfg.test_fail_link_kb);
+	else if (rc || die)
+		shim_rdma_link_break(l, rc ? "post_send" : "injected", rc ? rc : (int)shim_cfg.test_fail_link_kb);
 	if (qp_err)
 		shim_rdma_link_fault_err(l);
-	return last;
+	return rc ? 0 : last;
+}
+
+uint64_t shim_rdma_link_post(struct rdma_link *l, struct wr_chain *ch)
+{
+	return post_chain(l, ch, false);
+}
+
+uint64_t shim_rdma_link_post_locked(struct rdma_link *l, struct wr_chain *ch)
+{
+	return post_chain(l, ch, true);
 }
 
 void shim_rdma_link_fault_err(struct rdma_link *l)

@@ -73,6 +73,10 @@ struct wr_chain {
 	struct ibv_sge sge[CHAIN_MAX];
 	uint64_t words[CHAIN_MAX];
 	uint64_t tail_head[2]; /* shim_rdma_chain_tail's two words: one per chain */
+	/* At most one word whose value is read as the chain takes its place
+	 * on the QP, under the post lock (shim_rdma_chain_tail_word). */
+	const uint64_t *late_src;
+	unsigned late_i;
 	unsigned copy_mask; /* entries whose source must sit in a send cell unless inline */
 	unsigned n;
 };
@@ -82,7 +86,7 @@ struct wr_chain {
  * held, from any thread; false: the peer broke the rules, and the link
  * breaks (its other connections have the same peer). */
 struct rdma_link_handlers {
-	bool (*imm)(struct rdma_conn *c, uint32_t imm);
+	bool (*imm)(struct rdma_conn *c, uint32_t imm, uint32_t byte_len);
 	bool (*switch_at)(struct rdma_conn *c, const void *buf, size_t len);
 	bool (*accept)(struct rdma_conn *c, const struct shim_rdma_link_msg *m);
 	void (*broken)(struct rdma_conn *c, const char *why, int detail);
@@ -92,6 +96,10 @@ struct rdma_link_handlers {
 	 * excess in *behind. */
 	bool (*rx_stalled)(struct rdma_conn *c, unsigned long long now, unsigned long long bound_ns,
 			   uint64_t *behind);
+	/* At the same look: our lazy tail word for the peer's watch, when it
+	 * lagged a quarter of bound_ns (rdma_wire.h, version 8). Posts with
+	 * shim_rdma_link_post_locked only. */
+	void (*tx_lazy)(struct rdma_conn *c, unsigned long long now, unsigned long long bound_ns);
 };
 void shim_rdma_link_set_handlers(const struct rdma_link_handlers *h);
 
@@ -207,7 +215,8 @@ void shim_rdma_link_fault_err(struct rdma_link *l);
  * fails over. At most one look per quarter of the bound. An idle reap
  * looks too (a receiver waiting in a call); the links' sweeper
  * (rdma_link_table.c) looks at every link of the table, for receivers in
- * no call.
+ * no call. The same looks publish our own lazy tail words for the peer's
+ * watch (handlers' tx_lazy).
  */
 void shim_rdma_link_watch(struct rdma_link *l);
 
@@ -231,6 +240,28 @@ static inline bool shim_rdma_stall_judge(unsigned long long *since, uint64_t *at
 		return false;
 	}
 	return now - *since >= bound_ns;
+}
+
+/*
+ * The sender's side, at the same looks: whether our lazy tail word
+ * (word) is due, against what our DATA immediates announced. *since and
+ * *at are the connection's (0: the word did not lag at the last look):
+ * true once bytes announced at a look stood unpublished for a quarter of
+ * bound_ns; a word that caught up with them starts the time again.
+ */
+static inline bool shim_rdma_lazy_due(unsigned long long *since, uint64_t *at, uint64_t word, uint64_t announced,
+				      unsigned long long now, unsigned long long bound_ns)
+{
+	if (word >= announced) {
+		*since = 0;
+		return false;
+	}
+	if (!*since || word >= *at) {
+		*since = now ? now : 1;
+		*at = announced;
+		return false;
+	}
+	return now - *since >= bound_ns / 4;
 }
 
 /* Makes a link's CQ and QP (in RESET) on id's device, its cells registered
@@ -299,6 +330,9 @@ uint64_t shim_rdma_link_send(struct rdma_link *l, const void *msg, size_t len);
 /* Posts the chain (waiting, bounded, for room in the send queue); the
  * last WR's sequence number, or 0: nothing posted (the link is broken). */
 uint64_t shim_rdma_link_post(struct rdma_link *l, struct wr_chain *ch);
+/* The same with l->lock held: never waits; 0 when the send queue has no
+ * room (the caller tries again later) or the link is broken. */
+uint64_t shim_rdma_link_post_locked(struct rdma_link *l, struct wr_chain *ch);
 /* Spins (bounded) until WR seq completed; false when the link broke. */
 bool shim_rdma_link_wait(struct rdma_link *l, uint64_t seq);
 static inline uint64_t shim_rdma_link_completed(const struct rdma_link *l)

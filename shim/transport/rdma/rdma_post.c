@@ -94,28 +94,55 @@ static bool take_switch_at(struct rdma_conn *c, const void *buf, size_t len)
 	return true;
 }
 
-/* The ring's tail and "closed" from the producer's immediate and the tail
- * word it carried (rx_announced). The HCA writes the completion only after
- * the word and the data before it are placed. The tail must not move back
- * and must fit the room we credited (the producer saw at most rx_head_sent
- * as our head), and nothing may follow CLOSED: a receive then never reads
- * past the ring nor bytes the producer had no right to announce. Under the
- * link's lock: rx_tail has one writer at a time. false: a violation. */
-static bool take_imm(struct rdma_conn *c, uint32_t imm)
+/* The peer's head of our send ring from a DATA immediate's low bits
+ * (rdma_wire.h): the smallest at or after the one its previous DATA
+ * immediate gave (taken in order, under the link's lock) with them. Not
+ * from the tx_head word: one the peer posted after this immediate may be
+ * placed already, and a head counted from a later one would run ahead. A
+ * lie shows where every credit is read (shim_rdma_peer_credits): past our
+ * tail. */
+static void take_imm_head(struct rdma_conn *c, uint32_t imm)
 {
-	/* Acquire: pairs with the in-order placement of the peer's WRITEs. */
-	uint64_t tail = shim_rdma_load_acq(&c->ctl->rx_announced);
+	uint64_t had = __atomic_load_n(&c->peer_head_imm, __ATOMIC_RELAXED);
+
+	/* Release: pairs with the acquire in shim_rdma_peer_head(), read on
+	 * the sock's thread, or lock-free while busy polling. */
+	__atomic_store_n(&c->peer_head_imm, shim_rdma_imm_head(had, imm), __ATOMIC_RELEASE);
+}
+
+/* The ring's tail and "closed" from the producer's immediate: a DATA one
+ * moves it by the bytes its WRITE placed (and carries the peer's head), a
+ * tail word one names it in the word it WRITEs (rx_announced). The HCA
+ * writes the completion only after the WRITE and those before it are
+ * placed. The tail must not move back and must fit the room we credited
+ * (the producer saw at most rx_head_sent as our head), and nothing may
+ * follow CLOSED: a receive then never reads past the ring nor bytes the
+ * producer had no right to announce. Under the link's lock: rx_tail has
+ * one writer at a time. false: a violation. */
+static bool take_imm(struct rdma_conn *c, uint32_t imm, uint32_t byte_len)
+{
 	/* Acquire: pairs with the release store in chain_credits(), made
 	 * before the credit WRITE whose arrival allowed these bytes. */
 	uint64_t credited = __atomic_load_n(&c->rx_head_sent, __ATOMIC_ACQUIRE);
 	uint64_t had = __atomic_load_n(&c->rx_tail, __ATOMIC_RELAXED);
+	bool data = imm & SHIM_RDMA_IMM_DATA;
+	/* Acquire (the word): pairs with the in-order placement of the
+	 * peer's WRITEs. */
+	uint64_t tail = data ? shim_rdma_imm_tail(had, imm, byte_len, c->ring_bytes)
+			     : shim_rdma_load_acq(&c->ctl->rx_announced);
 
 	if (__atomic_load_n(&c->violated, __ATOMIC_RELAXED))
 		return true;
+	if (data && (imm & SHIM_RDMA_IMM_CLOSED)) {
+		note_violation(c, "closed_with_data", imm);
+		return false;
+	}
 	if (__atomic_load_n(&c->rx_closed, __ATOMIC_RELAXED) || tail < had || tail - credited > c->ring_bytes) {
 		note_violation(c, "immediate_beyond_credit", tail - had);
 		return false;
 	}
+	if (data)
+		take_imm_head(c, imm);
 	/* Release: pairs with the acquire loads in rdma_readable() and
 	 * rdma_rx_eof(), which may run on threads that did not reap. */
 	__atomic_store_n(&c->rx_tail, tail, __ATOMIC_RELEASE);
@@ -142,8 +169,9 @@ static bool take_accept(struct rdma_conn *c, const struct shim_rdma_link_msg *m)
 /*
  * The stall watch's look at one connection (rdma_link.h), right after a
  * reap under the link's lock: every completion the CQ delivered is
- * counted, so a tail word of the peer's (written by the very WRITE whose
- * immediate announces it) still ahead of our count is one whose
+ * counted, so a tail word of the peer's (written behind the WRITEs it
+ * counts: by the one whose immediate announces it, or lazily on a DATA
+ * connection, rdma_wire.h) still ahead of our count is one whose
  * completion did not come. It stands for a moment in flight (placed,
  * completion not yet written); past the bound, with our count not moving
  * meanwhile, the CQ stopped delivering. The word is the peer's: read once
@@ -165,12 +193,40 @@ static bool rx_stalled(struct rdma_conn *c, unsigned long long now, unsigned lon
 	return shim_rdma_stall_judge(&c->stall_since_ns, &c->stall_tail, word, tail, now, bound_ns);
 }
 
+/*
+ * The links' sweeper (rdma_link.c, watch_locked; under the link's lock):
+ * our lazy tail word, once it lagged what our DATA immediates announced
+ * for a quarter of the peer's bound (ours: both ends run one
+ * configuration), so that the peer's watch sees a stalled CQ of a sender
+ * that neither arms nor waits for room (those publish it themselves,
+ * rdma_chan.c). Never waits for room on the send queue: a later look
+ * tries again.
+ */
+static void tx_lazy(struct rdma_conn *c, unsigned long long now, unsigned long long bound_ns)
+{
+	struct wr_chain wrs = { .n = 0 };
+	uint64_t word = __atomic_load_n(&c->tx_word, __ATOMIC_RELAXED);
+	uint64_t announced = __atomic_load_n(&c->tx_announced, __ATOMIC_RELAXED);
+
+	if (!__atomic_load_n(&c->proved, __ATOMIC_RELAXED) || __atomic_load_n(&c->broken, __ATOMIC_RELAXED) ||
+	    __atomic_load_n(&c->closed_sent, __ATOMIC_RELAXED) || !c->link)
+		word = announced; /* nothing to publish: forget any lag */
+	if (!shim_rdma_lazy_due(&c->tx_lag_ns, &c->tx_lag_tail, word, announced, now, bound_ns))
+		return;
+	shim_rdma_chain_tail_word(c, &wrs);
+	if (shim_rdma_link_post_locked(c->link, &wrs)) {
+		shim_rdma_tail_word_sent(c, &wrs);
+		c->tx_lag_ns = 0;
+	}
+}
+
 const struct rdma_link_handlers shim_rdma_link_handlers = {
 	.imm = take_imm,
 	.switch_at = take_switch_at,
 	.accept = take_accept,
 	.broken = shim_rdma_mark_broken,
 	.rx_stalled = rx_stalled,
+	.tx_lazy = tx_lazy,
 };
 
 void shim_rdma_reap(struct rdma_conn *c)
@@ -224,6 +280,44 @@ void shim_rdma_chain_word(struct rdma_conn *c, struct wr_chain *ch, size_t ctl_o
 	shim_rdma_chain_write(c, ch, &ch->words[i], sizeof(value), ctl_off, signal);
 }
 
+/* Raises *w to v; relaxed: tx_word is only ever compared. */
+static void raise_word(uint64_t *w, uint64_t v)
+{
+	uint64_t had = __atomic_load_n(w, __ATOMIC_RELAXED);
+
+	while (had < v && !__atomic_compare_exchange_n(w, &had, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+}
+
+/*
+ * The lazy tail word (rdma_wire.h, version 8): a plain WRITE, without
+ * immediate and unsignaled, of what our DATA immediates announced into
+ * the peer's rx_announced, for its stall watch only. Its value is read
+ * as the chain takes its place on the QP (late_src, under the post lock):
+ * tx_announced is stored only after the post of the bytes it counts, so
+ * the word never names a byte whose WRITE is behind it on the QP, and
+ * words from the sock's thread and the sweeper reach the peer in QP
+ * order, never moving back (a CLOSED word after them names the same).
+ */
+void shim_rdma_chain_tail_word(struct rdma_conn *c, struct wr_chain *ch)
+{
+	ch->late_src = &c->tx_announced;
+	ch->late_i = ch->n;
+	shim_rdma_chain_word(c, ch, CTL_OFF(rx_announced), 0, false);
+}
+
+/* After the chain of shim_rdma_chain_tail_word posted. */
+void shim_rdma_tail_word_sent(struct rdma_conn *c, const struct wr_chain *ch)
+{
+	raise_word(&c->tx_word, ch->words[ch->late_i]);
+}
+
+bool shim_rdma_tail_word_lags(const struct rdma_conn *c)
+{
+	return !__atomic_load_n(&c->closed_sent, __ATOMIC_RELAXED) &&
+	       __atomic_load_n(&c->tx_word, __ATOMIC_RELAXED) < __atomic_load_n(&c->tx_announced, __ATOMIC_RELAXED);
+}
+
 void shim_rdma_chain_tail(struct rdma_conn *c, struct wr_chain *ch, uint64_t tail)
 {
 	unsigned i = ch->n;
@@ -233,10 +327,41 @@ void shim_rdma_chain_tail(struct rdma_conn *c, struct wr_chain *ch, uint64_t tai
 	 * tail, exact: a reply says how far its request was read at no cost,
 	 * which is what lets a read that empties the ring post nothing. */
 	__atomic_store_n(&c->rx_head_sent, c->rx_head, __ATOMIC_RELEASE);
+	raise_word(&c->tx_word, tail);
 	ch->tail_head[0] = tail;
 	ch->tail_head[1] = c->rx_head;
 	ch->copy_mask |= 1u << i;
 	shim_rdma_chain_write(c, ch, ch->tail_head, sizeof(ch->tail_head), CTL_OFF(rx_announced), true);
+}
+
+/* Before a send's data WRITEs: whether it ends with a DATA immediate
+ * (rdma_wire.h: every send of a connection whose peer id fits, never
+ * mixed with tail words). Its head bits may move the head at most
+ * SHIM_RDMA_IMM_DATA_HEAD past the last DATA immediate's: beyond, our
+ * exact head goes first in a word of its own, and the immediate carries
+ * a lagging one (a head only ever lags). */
+bool shim_rdma_data_imm_begin(struct rdma_conn *c, struct wr_chain *ch)
+{
+	if (c->peer_id > SHIM_RDMA_IMM_DATA_ID)
+		return false;
+	if (c->rx_head - c->rx_head_imm > SHIM_RDMA_IMM_DATA_HEAD)
+		shim_rdma_chain_head(c, ch, false);
+	return true;
+}
+
+/* After them: the last data WRITE carries the DATA immediate, our head in
+ * it. wrapped: the send is two data WRITEs (the ring's end). */
+void shim_rdma_chain_data_imm(struct rdma_conn *c, struct wr_chain *ch, bool wrapped)
+{
+	uint64_t h = c->rx_head;
+
+	if (h - c->rx_head_imm > SHIM_RDMA_IMM_DATA_HEAD)
+		h = c->rx_head_imm + SHIM_RDMA_IMM_DATA_HEAD;
+	c->rx_head_imm = h;
+	/* Release, before the WRITE is posted: as in shim_rdma_chain_tail().
+	 * Exact: the word before carried rx_head when h lags it. */
+	__atomic_store_n(&c->rx_head_sent, c->rx_head, __ATOMIC_RELEASE);
+	shim_rdma_chain_imm(ch, shim_rdma_imm_data(c->peer_id, h, wrapped));
 }
 
 /* Makes the chain's last WRITE carry imm (signaled: tx_bell waits for
@@ -361,7 +486,7 @@ bool shim_rdma_drain_cm_events(struct rdma_conn *c)
  */
 bool shim_rdma_peer_credits(const struct rdma_conn *c, uint64_t *head, uint64_t *recvs, const char **why)
 {
-	uint64_t h = shim_rdma_load_acq(&c->ctl->tx_head);
+	uint64_t h = shim_rdma_peer_head(c);
 	uint64_t told = shim_rdma_load_acq(&c->ctl->tx_peer_recvs);
 	uint64_t tail = c->tx_tail;
 

@@ -30,6 +30,19 @@ void shim_rdma_chain_word(struct rdma_conn *c, struct wr_chain *ch, size_t ctl_o
  * WRITE, our head of its (rdma_wire.h): signaled, for chain_imm to make
  * the tail's news. At most one per chain. */
 void shim_rdma_chain_tail(struct rdma_conn *c, struct wr_chain *ch, uint64_t tail);
+/* Before a send's data WRITEs: true if the send ends with a DATA
+ * immediate (rdma_wire.h); may append our head word first. */
+bool shim_rdma_data_imm_begin(struct rdma_conn *c, struct wr_chain *ch);
+/* After them, when begin said so: the last data WRITE carries the DATA
+ * immediate; wrapped: the send is two data WRITEs. */
+void shim_rdma_chain_data_imm(struct rdma_conn *c, struct wr_chain *ch, bool wrapped);
+/* The lazy tail word (rdma_wire.h): appends a WRITE, without immediate,
+ * of tx_announced as the chain is posted into the peer's rx_announced;
+ * after the post, tail_word_sent notes it. tail_word_lags: what our DATA
+ * immediates announced is ahead of the last word (never after CLOSED). */
+void shim_rdma_chain_tail_word(struct rdma_conn *c, struct wr_chain *ch);
+void shim_rdma_tail_word_sent(struct rdma_conn *c, const struct wr_chain *ch);
+bool shim_rdma_tail_word_lags(const struct rdma_conn *c);
 /* Makes the chain's last WRITE carry imm, signaled. Precondition: n > 0. */
 void shim_rdma_chain_imm(struct wr_chain *ch, uint32_t imm);
 /* Posts the chain: the last WR's sequence number, or 0 (nothing posted). */
@@ -60,6 +73,18 @@ bool shim_rdma_drain_cm_events(struct rdma_conn *c);
 static inline uint64_t shim_rdma_load_acq(const uint64_t *p)
 {
 	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+/* The peer's head of our send ring, as its WRITEs and its DATA immediates
+ * gave it; unchecked (shim_rdma_peer_credits checks it). Acquire: pairs
+ * with the in-order placement of the peer's WRITEs and with the release
+ * in take_imm_head(). */
+static inline uint64_t shim_rdma_peer_head(const struct rdma_conn *c)
+{
+	uint64_t w = shim_rdma_load_acq(&c->ctl->tx_head);
+	uint64_t i = __atomic_load_n(&c->peer_head_imm, __ATOMIC_ACQUIRE);
+
+	return w > i ? w : i;
 }
 
 /* The peer's SWITCH_AT came. Acquire: pairs with the release in

@@ -18,13 +18,14 @@
 #ifndef RDMASHIM_RDMA_WIRE_H
 #define RDMASHIM_RDMA_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "wire.h"
 
 #define SHIM_RDMA_MAGIC 0x52534852u /* "RSHR" */
-#define SHIM_RDMA_VERSION 7 /* 2: ring tails by WRITE WITH IMMEDIATE; 3: the proof before any byte; 4: the head exact once the ring is empty; 5: links (one QP per process pair); 6: the head rides with the tail; 7: RESUME says where its replay starts */
+#define SHIM_RDMA_VERSION 8 /* 2: ring tails by WRITE WITH IMMEDIATE; 3: the proof before any byte; 4: the head exact once the ring is empty; 5: links (one QP per process pair); 6: the head rides with the tail; 7: RESUME says where its replay starts; 8: a small send is one WRITE (DATA immediates) */
 #define SHIM_RDMA_REQ_PRIVATE_MAX 56
 #define SHIM_RDMA_REP_PRIVATE_MAX 196
 
@@ -117,6 +118,82 @@ _Static_assert(sizeof(struct shim_rdma_link_msg) == 96, "link message is 96 byte
  */
 #define SHIM_RDMA_IMM_CLOSED 0x80000000u
 #define SHIM_RDMA_IMM_ID 0x00ffffffu
+
+/*
+ * Since version 8, a connection whose receiver's id fits
+ * SHIM_RDMA_IMM_DATA_ID announces every send with a DATA immediate
+ * (SHIM_RDMA_IMM_DATA) on the last data WRITE itself, and no tail word:
+ * the consumer's tail moves by the completion's byte count (the bytes that
+ * WRITE placed), plus, with SHIM_RDMA_IMM_WRAP, the ring's rest from the
+ * old tail to its end (the send's first WRITE, without an immediate). Its
+ * CLOSED alone is the tail word form above, last. Only one form per
+ * connection: a tail word the consumer reads may be newer than its own
+ * immediate, which a DATA immediate after it would count again; a
+ * connection with a larger id uses the tail word form only.
+ * The low 18 bits are the low bits of the sender's head of the other
+ * direction (what the tail word's second word carries otherwise): the
+ * receiver takes the smallest head at or after the one the connection's
+ * previous DATA immediate gave (0 at first) with those bits, never one
+ * counted from the head word, which may hold a later head already. Exact
+ * when the head moved at most SHIM_RDMA_IMM_DATA_HEAD since; further, the
+ * send's chain writes the exact head word first and the immediate carries
+ * the previous one plus SHIM_RDMA_IMM_DATA_HEAD (a head may lag). The
+ * peer's head is the larger of the two. Never with CLOSED.
+ * The sender still writes its tail word (what its DATA immediates
+ * announced), lazily and with no immediate, for the receiver's stall
+ * watch only: when it arms a wait or waits for room, and from the links'
+ * sweeper once the word lagged a quarter of the watch's bound. The
+ * receiver never counts bytes from it (only CLOSED's word is read as a
+ * tail), so the count has one form.
+ */
+#define SHIM_RDMA_IMM_DATA 0x40000000u
+#define SHIM_RDMA_IMM_WRAP 0x20000000u
+#define SHIM_RDMA_IMM_DATA_ID_SHIFT 18
+#define SHIM_RDMA_IMM_DATA_ID 0x7ffu
+#define SHIM_RDMA_IMM_DATA_HEAD 0x3ffffu
+_Static_assert(((SHIM_RDMA_IMM_DATA_ID << SHIM_RDMA_IMM_DATA_ID_SHIFT) &
+		(SHIM_RDMA_IMM_DATA | SHIM_RDMA_IMM_WRAP | SHIM_RDMA_IMM_CLOSED | SHIM_RDMA_IMM_DATA_HEAD)) == 0,
+	       "a DATA immediate's id, head bits and flags do not overlap");
+_Static_assert((SHIM_RDMA_IMM_WRAP & (SHIM_RDMA_IMM_DATA | SHIM_RDMA_IMM_CLOSED | SHIM_RDMA_IMM_DATA_HEAD)) == 0,
+	       "WRAP is a bit of its own");
+_Static_assert(((SHIM_RDMA_IMM_DATA_ID << SHIM_RDMA_IMM_DATA_ID_SHIFT) | SHIM_RDMA_IMM_DATA_HEAD |
+		SHIM_RDMA_IMM_DATA | SHIM_RDMA_IMM_WRAP | SHIM_RDMA_IMM_CLOSED) == 0xffffffffu,
+	       "a DATA immediate uses all 32 bits");
+_Static_assert((SHIM_RDMA_IMM_ID & (SHIM_RDMA_IMM_DATA | SHIM_RDMA_IMM_CLOSED)) == 0,
+	       "a tail word immediate's id leaves the DATA and CLOSED bits clear");
+
+/* A DATA immediate: the receiver's id (at most SHIM_RDMA_IMM_DATA_ID), the
+ * sender's exact head of the other direction, whether the send wrapped. */
+static inline uint32_t shim_rdma_imm_data(uint32_t id, uint64_t head, bool wrapped)
+{
+	return SHIM_RDMA_IMM_DATA | (wrapped ? SHIM_RDMA_IMM_WRAP : 0) | id << SHIM_RDMA_IMM_DATA_ID_SHIFT |
+	       ((uint32_t)head & SHIM_RDMA_IMM_DATA_HEAD);
+}
+
+/* The head a DATA immediate gives: the smallest at or after the previous
+ * DATA immediate's whose low bits are this one's (at most
+ * SHIM_RDMA_IMM_DATA_HEAD further: a lie too). */
+static inline uint64_t shim_rdma_imm_head(uint64_t known, uint32_t imm)
+{
+	return known + (((imm & SHIM_RDMA_IMM_DATA_HEAD) - known) & SHIM_RDMA_IMM_DATA_HEAD);
+}
+
+/* The tail after a DATA immediate whose WRITE placed len bytes, from the
+ * tail before it (ring_bytes a power of two). */
+static inline uint64_t shim_rdma_imm_tail(uint64_t had, uint32_t imm, uint32_t len, uint64_t ring_bytes)
+{
+	if (imm & SHIM_RDMA_IMM_WRAP)
+		had += ring_bytes - (had & (ring_bytes - 1));
+	return had + len;
+}
+
+/* The receiver's id of the connection an immediate names (either form). */
+static inline uint32_t shim_rdma_imm_id(uint32_t imm)
+{
+	if (imm & SHIM_RDMA_IMM_DATA)
+		return (imm >> SHIM_RDMA_IMM_DATA_ID_SHIFT) & SHIM_RDMA_IMM_DATA_ID;
+	return imm & SHIM_RDMA_IMM_ID;
+}
 #define SHIM_RDMA_RQ_DEPTH 128
 
 /*
@@ -142,7 +219,7 @@ struct shim_rdma_ctl {
 	 * with RDMA WRITE WITH IMMEDIATE: the tail and "closed" arrive as
 	 * completions on our CQ (SHIM_RDMA_IMM_*), not as words here. */
 	uint64_t rx_wants_space;
-	uint64_t rx_announced; /* the producer's tail (see the immediate above) */
+	uint64_t rx_announced; /* the producer's tail (see the immediate above; DATA: lazy, the stall watch's) */
 	/* Our send ring, written by the peer as consumer. */
 	uint64_t tx_head;
 	uint8_t pad0[64 - 24];

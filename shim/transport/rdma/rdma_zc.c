@@ -108,7 +108,7 @@ static enum shim_zc_stat zc_reason_of(int rc)
 
 /* Appends the WRITEs of n bytes at src to the peer's ring at our tail (two
  * when the ring wraps), from the registration lkey. */
-static void chain_data(struct rdma_conn *c, struct wr_chain *wrs, const uint8_t *src, size_t n, uint32_t lkey)
+static bool chain_data(struct rdma_conn *c, struct wr_chain *wrs, const uint8_t *src, size_t n, uint32_t lkey)
 {
 	size_t off = (size_t)(c->tx_tail & c->mask), first = c->ring_bytes - off < n ? c->ring_bytes - off : n;
 	unsigned i = wrs->n;
@@ -118,6 +118,7 @@ static void chain_data(struct rdma_conn *c, struct wr_chain *wrs, const uint8_t 
 		shim_rdma_chain_write(c, wrs, src + first, n - first, SHIM_RDMA_CTL_BYTES, false);
 	for (; i < wrs->n; i++)
 		wrs->sge[i].lkey = lkey;
+	return n > first;
 }
 
 size_t shim_rdma_zc_send(struct rdma_conn *c, const struct iovec *iov, int iovcnt, size_t skip, size_t room)
@@ -127,7 +128,7 @@ size_t shim_rdma_zc_send(struct rdma_conn *c, const struct iovec *iov, int iovcn
 	const uint8_t *src;
 	size_t left, n, reg_len;
 	uint64_t to, seq;
-	bool die, done;
+	bool die, done, data_imm, wrapped;
 	int rc;
 
 	if (shim_cfg.zerocopy != SHIM_ZC_ON || !locate(iov, iovcnt, skip, &src, &left) ||
@@ -155,10 +156,13 @@ size_t shim_rdma_zc_send(struct rdma_conn *c, const struct iovec *iov, int iovcn
 	if (rc)
 		return fallback(c, zc_reason_of(rc), rc);
 	to = c->tx_tail + n;
-	chain_data(c, &wrs, src, n, ref.lkey);
 	/* Testing only (RDMASHIM_TEST_FAIL_RDMA_KB), as in post_staged(). */
 	die = shim_cfg.test_fail_rdma_kb && to >= (uint64_t)shim_cfg.test_fail_rdma_kb * 1024u;
-	if (!die) {
+	data_imm = !die && shim_rdma_data_imm_begin(c, &wrs);
+	wrapped = chain_data(c, &wrs, src, n, ref.lkey);
+	if (data_imm) {
+		shim_rdma_chain_data_imm(c, &wrs, wrapped);
+	} else if (!die) {
 		shim_rdma_chain_tail(c, &wrs, to);
 		shim_rdma_chain_imm(&wrs, c->peer_id);
 	}
@@ -170,7 +174,9 @@ size_t shim_rdma_zc_send(struct rdma_conn *c, const struct iovec *iov, int iovcn
 	}
 	if (!die) {
 		c->peer_recvs_used++;
-		c->tx_announced = to;
+		/* Release: pairs with the acquire in the post of a lazy
+		 * tail word (shim_rdma_chain_tail_word), on any thread. */
+		__atomic_store_n(&c->tx_announced, to, __ATOMIC_RELEASE);
 		c->tx_imm_seq = seq;
 	} else {
 		shim_rdma_mark_broken(c, "injected", (int)shim_cfg.test_fail_rdma_kb);
