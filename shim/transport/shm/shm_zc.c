@@ -86,16 +86,29 @@ static bool proc_is_ours(void)
 	return strtol(link, NULL, 10) == (long)getpid();
 }
 
+/* Polls our pidfd of the writer's process without waiting (a pidfd is
+ * readable once its process exited): poll's result and *revents, or
+ * PIDFD_NONE when we hold no pidfd (none, or the program took its number). */
+#define PIDFD_NONE (-2)
+static int pidfd_poll(const struct shm_zc *z, short *revents)
+{
+	struct pollfd p = { .fd = z->pidfd.fd, .events = POLLIN };
+	int n;
+
+	if (z->pidfd.fd < 0 || !shim_owned_still(&z->pidfd))
+		return PIDFD_NONE;
+	n = REAL(poll)(&p, 1, 0);
+	*revents = p.revents;
+	return n;
+}
+
 /* The process the pidfd names has not exited: the number we write to is
  * still its own (a pid is not reused before its process is reaped). */
 static bool peer_alive(const struct shm_zc *z)
 {
-	struct pollfd p = { .fd = z->pidfd.fd, .events = POLLIN };
+	short revents;
 
-	if (z->pidfd.fd < 0 || !shim_owned_still(&z->pidfd))
-		return false;
-	/* A pidfd is readable once its process exited. */
-	return REAL(poll)(&p, 1, 0) == 0;
+	return pidfd_poll(z, &revents) == 0;
 }
 
 void shm_zc_bind(struct shm_zc *z, int pidfd)
@@ -316,12 +329,11 @@ static void give_up(struct shm_zc *z, struct shim_ring *rx, bool violate)
  * progress or can start (a process exits after its system calls end). */
 static bool peer_exited(const struct shm_zc *z)
 {
-	if (z->pidfd.fd >= 0 && shim_owned_still(&z->pidfd)) {
-		struct pollfd p = { .fd = z->pidfd.fd, .events = POLLIN };
+	short revents = 0;
+	int n = pidfd_poll(z, &revents);
 
-		/* A pidfd is readable once its process exited. */
-		return REAL(poll)(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP));
-	}
+	if (n != PIDFD_NONE)
+		return n > 0 && (revents & (POLLIN | POLLHUP));
 	/* Our pidfd was taken (a close-all of the program's): a number no
 	 * process has means ours is gone; one that names a process, maybe
 	 * another, says nothing. */
